@@ -1,0 +1,63 @@
+"""ania-nb: a Jupyter-native LLM agent engine.
+
+>>> from ania_nb import Agent, tool
+>>> @tool
+... def add(a: int, b: int) -> int:
+...     '''Add two numbers.'''
+...     return a + b
+>>> agent = Agent(base_url="http://127.0.0.1:8000/v1", api_key="sk-…", model="m", tools=[add])
+>>> result = await agent.chat("What is 2 + 3?")
+
+Importing the package is cheap: openai, mcp and lancedb load only when first needed.
+"""
+
+from .agent import Agent
+from .config import Config
+from .engine.callbacks import ApprovalRequest, Callbacks, RunEvent
+from .engine.loop import ToolCallResult
+from .engine.usage import Usage
+from .errors import (
+    AniaError,
+    ConfigError,
+    LLMError,
+    LLMStreamError,
+    RunError,
+    SessionBusyError,
+    StoreError,
+    ToolDefinitionError,
+    ToolDenied,
+    ToolError,
+    ToolSignal,
+    UsageError,
+)
+from .result import RunResult
+from .tools import BaseTool, Tool, ToolContext, tool
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "Agent",
+    "AniaError",
+    "ApprovalRequest",
+    "BaseTool",
+    "Callbacks",
+    "Config",
+    "ConfigError",
+    "LLMError",
+    "LLMStreamError",
+    "RunError",
+    "RunEvent",
+    "RunResult",
+    "SessionBusyError",
+    "StoreError",
+    "Tool",
+    "ToolCallResult",
+    "ToolContext",
+    "ToolDefinitionError",
+    "ToolDenied",
+    "ToolError",
+    "ToolSignal",
+    "Usage",
+    "UsageError",
+    "tool",
+]

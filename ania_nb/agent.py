@@ -1,0 +1,401 @@
+"""The `Agent` façade: config, store, shared tools and sessions behind one object.
+
+Front ends (the notebook magics, the headless runner, user code) talk to the engine only through
+this class and the callbacks bridge.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable, Iterable
+from pathlib import Path
+from typing import Any
+
+from ._session import Pending, Session, merge_batch, senders_of
+from .config import Config
+from .engine.callbacks import NO_CALLBACKS, Callbacks, RunEvent
+from .engine.context import ContextWindow
+from .engine.llm import LLMClient
+from .engine.loop import LoopHooks, ToolCall, ToolCallResult, ToolLoop
+from .engine.messages import Message, for_storage, timestamped, user_message
+from .engine.usage import Usage
+from .errors import AniaError, LLMError, RunError, SessionBusyError, UsageError
+from .prompts import DEFAULT_SYSTEM_PROMPT
+from .result import RunResult
+from .store import RunRecord, Store, ToolCallRecord
+from .tools import SessionToolExecutor, Tool, ToolContext, ToolExecutor
+
+log = logging.getLogger(__name__)
+
+_SHORTCUTS = {
+    "base_url": "llm.base_url",
+    "api_key": "llm.api_key",
+    "model": "llm.model",
+    "data_dir": "store.data_dir",
+}
+
+
+class Agent:
+    """An LLM agent with tools, persistent per-session history and run records.
+
+    >>> agent = Agent(base_url="http://127.0.0.1:8000/v1", api_key="sk-…", model="gpt-4o")
+    >>> result = await agent.chat("What time is it?", session="nb:demo")
+    >>> result.text, result.usage.total_tokens, [c.name for c in result.tool_calls]
+
+    Keyword overrides: ``base_url``, ``api_key``, ``model``, ``data_dir`` or any dotted config key
+    passed in ``overrides={"agent.max_iterations": 5}``.
+    """
+
+    def __init__(
+        self,
+        config: Config | None = None,
+        *,
+        tools: Iterable[Tool | Callable[..., Any]] = (),
+        overrides: dict[str, Any] | None = None,
+        http_client: Any = None,
+        **shortcuts: Any,
+    ) -> None:
+        unknown = sorted(set(shortcuts) - set(_SHORTCUTS))
+        if unknown:
+            raise UsageError(
+                f"unknown Agent argument(s) {unknown}; use one of {sorted(_SHORTCUTS)} "
+                "or overrides={'section.key': value}"
+            )
+        dotted = {_SHORTCUTS[k]: v for k, v in shortcuts.items()}
+        dotted.update(overrides or {})
+        base = config if config is not None else Config.load()
+        self.config = base.with_overrides(dotted) if dotted else base
+        self.tools = ToolExecutor()
+        for t in tools:
+            self.tools.add(t)
+        self._http_client = http_client
+        self._sessions: dict[str, Session] = {}
+        self._store: Store | None = None
+        self._open_lock = asyncio.Lock()
+        self._llm: LLMClient | None = None
+        self._window: ContextWindow | None = None
+        self._closed = False
+
+    # ----------------------------------------------------------------- set-up
+
+    def add_tool(self, tool: Tool | Callable[..., Any], *, replace: bool = False) -> Tool:
+        """Register a shared tool (a `BaseTool`, an ``@tool`` function or a typed function)."""
+        return self.tools.add(tool, replace=replace)
+
+    @property
+    def system_prompt(self) -> str:
+        """The system prompt sent first in every request."""
+        return self.config.agent.system_prompt or DEFAULT_SYSTEM_PROMPT
+
+    @property
+    def data_dir(self) -> Path:
+        """Folder of the embedded store."""
+        return Path(self.config.store.data_dir)
+
+    async def _ensure_open(self) -> Store:
+        if self._closed:
+            raise UsageError("this Agent was closed; create a new one")
+        if self._store is None:
+            async with self._open_lock:
+                if self._store is None:
+                    store = await Store.open(
+                        self.data_dir, run_log_max_entries=self.config.store.run_log_max_entries
+                    )
+                    interrupted = await store.runs.mark_interrupted()
+                    if interrupted:
+                        log.warning("%d run(s) were interrupted by a restart", interrupted)
+                    self._llm = LLMClient.from_config(self.config, http_client=self._http_client)
+                    compressor = (
+                        LLMClient.from_config(
+                            self.config, role="compressor", http_client=self._http_client
+                        )
+                        if self.config.compressor.model
+                        else self._llm
+                    )
+                    self._window = ContextWindow(
+                        max_context_tokens=self.config.agent.max_context_tokens,
+                        ratio=self.config.agent.compress_ratio,
+                        compressor=compressor,
+                    )
+                    self._store = store
+        return self._store
+
+    def session(self, name: str) -> Session:
+        """The state of a session, created on first use."""
+        if not name or not isinstance(name, str):
+            raise UsageError(f"session must be a non-empty string, got {name!r}")
+        found = self._sessions.get(name)
+        if found is None:
+            found = Session(name, SessionToolExecutor(self.tools))
+            self._sessions[name] = found
+        return found
+
+    # ------------------------------------------------------------------ chat
+
+    async def chat(
+        self,
+        text: str,
+        session: str = "nb:default",
+        callbacks: Callbacks | None = None,
+        *,
+        sender: str | None = None,
+        images: Iterable[str] = (),
+    ) -> RunResult:
+        """Send a message and wait for the reply.
+
+        While the session is busy the message waits in its queue (up to ``agent.queue_size``;
+        beyond that `SessionBusyError`) and is answered together with the other waiting ones.
+        Cancelling this call stops the session's run, like `stop`.
+        """
+        if not isinstance(text, str) or not text.strip():
+            raise UsageError("chat() needs a non-empty message text")
+        await self._ensure_open()
+        state = self.session(session)
+        loop = asyncio.get_running_loop()
+        pending = Pending(
+            text, sender, tuple(images), callbacks or NO_CALLBACKS, loop.create_future()
+        )
+        if state.busy:
+            if len(state.queue) >= self.config.agent.queue_size:
+                raise SessionBusyError(
+                    f"session {session!r} is busy and {len(state.queue)} messages already wait; "
+                    "try again when the current reply is done (or stop it)",
+                    session=session,
+                )
+            state.queue.append(pending)
+        else:
+            state.queue.append(pending)
+            state.worker = asyncio.create_task(self._work(state), name=f"ania-session-{session}")
+        try:
+            return await asyncio.shield(pending.future)
+        except asyncio.CancelledError:
+            self.stop(session)
+            raise
+
+    def stop(self, session: str = "nb:default") -> bool:
+        """Cancel the session's running request and drop its queue; False if nothing ran."""
+        state = self._sessions.get(session)
+        if state is None or not state.busy:
+            return False
+        dropped, state.queue = state.queue, []
+        for pending in dropped:
+            _resolve(pending, RunResult("", "stopped", session, error="stopped before it started"))
+        if state.current is not None and not state.current.done():
+            state.current.cancel()
+        return True
+
+    async def _work(self, state: Session) -> None:
+        """Handle the session's queue until it is empty (one run per batch)."""
+        while state.queue:
+            batch, state.queue = state.queue, []
+            run = asyncio.create_task(self._run(state, batch), name=f"ania-run-{state.name}")
+            state.current = run
+            await asyncio.wait([run])
+            state.current = None
+            if run.cancelled():
+                result = RunResult("", "stopped", state.name, error="stopped by the user")
+            elif run.exception() is not None:
+                exc = run.exception()
+                result = RunResult("", "error", state.name, error=f"{type(exc).__name__}: {exc}")
+            else:
+                result = run.result()
+            for pending in batch:
+                _resolve(pending, result)
+
+    async def _run(self, state: Session, batch: list[Pending]) -> RunResult:
+        store = await self._ensure_open()
+        assert self._llm is not None and self._window is not None
+        text, images = merge_batch(batch)
+        callbacks = batch[-1].callbacks
+        run_id = await store.runs.start(state.name, text, sender=senders_of(batch))
+        usage = Usage()
+        calls: list[ToolCallResult] = []
+        await _emit(callbacks, "run_start", state.name, run_id=run_id, text=text)
+        try:
+            async with asyncio.timeout(self.config.agent.run_timeout):
+                history = await self._load_history(state, store)
+                compaction_usage = await self._maybe_compact(state, store, history)
+                usage.merge(compaction_usage)
+                stamped = timestamped(text)
+                turn = user_message(stamped, images)
+                await self._append(state, store, [turn])
+                messages = [{"role": "system", "content": self.system_prompt}, *history, turn]
+                loop = self._make_loop(state, store, callbacks, run_id, calls)
+                result = await loop.run(messages)
+            loop_usage = result.usage
+            usage.merge(loop_usage)
+            usage.iterations = loop_usage.iterations
+            usage.last_prompt_tokens = loop_usage.last_prompt_tokens
+            state.last_prompt_tokens = loop_usage.last_prompt_tokens
+            outcome = RunResult(result.text, "success", state.name, usage, calls, run_id)
+        except TimeoutError:
+            outcome = RunResult(
+                "",
+                "timeout",
+                state.name,
+                usage,
+                calls,
+                run_id,
+                error=f"the request took longer than {self.config.agent.run_timeout:g} s",
+            )
+        except asyncio.CancelledError:
+            await store.runs.finish(
+                run_id, "stopped", usage=_usage_row(usage), error="stopped by the user"
+            )
+            await _emit(callbacks, "run_end", state.name, status="stopped")
+            raise
+        except (LLMError, RunError) as exc:
+            outcome = RunResult("", "error", state.name, usage, calls, run_id, error=str(exc))
+        await store.runs.finish(
+            run_id,
+            outcome.status,
+            usage=_usage_row(outcome.usage),
+            reply=outcome.text or None,
+            error=outcome.error,
+        )
+        await _emit(callbacks, "run_end", state.name, status=outcome.status, error=outcome.error)
+        return outcome
+
+    def _make_loop(
+        self,
+        state: Session,
+        store: Store,
+        callbacks: Callbacks,
+        run_id: int,
+        calls: list[ToolCallResult],
+    ) -> ToolLoop:
+        run_state: dict[str, Any] = {}
+
+        def make_context(call: ToolCall) -> ToolContext:
+            return ToolContext(
+                session=state.name,
+                callbacks=callbacks,
+                agent_kind="main",
+                call_id=call.id,
+                executor=state.executor,
+                run_state=run_state,
+            )
+
+        async def after_tool(result: ToolCallResult, ctx: Any) -> None:
+            calls.append(result)
+            record = ToolCallRecord(
+                name=result.name,
+                arguments=result.arguments,
+                result=result.result,
+                error=result.error,
+                duration_ms=result.duration_ms,
+            )
+            try:
+                await store.runs.add_tool_call(run_id, record)
+            except AniaError:  # a full disk must not abort the run; the reply still matters more
+                log.exception("could not record a tool call of run %s", run_id)
+
+        async def on_messages(new: list[Message]) -> None:
+            await self._append(state, store, new)
+
+        return ToolLoop(
+            llm=self._llm,  # type: ignore[arg-type]
+            tools=state.executor,
+            make_context=make_context,
+            session=state.name,
+            callbacks=callbacks,
+            hooks=LoopHooks(after_tool=after_tool, on_messages=on_messages),
+            max_iterations=self.config.agent.max_iterations,
+            stream=self.config.llm.stream,
+        )
+
+    # --------------------------------------------------------------- history
+
+    async def _load_history(self, state: Session, store: Store) -> list[Message]:
+        if state.history is None:
+            state.history = await store.history.load(state.name)
+        return list(state.history)
+
+    async def _append(self, state: Session, store: Store, new: list[Message]) -> None:
+        stored = [for_storage(m) for m in new]
+        await store.history.append(state.name, stored)
+        if state.history is not None:
+            state.history.extend(stored)
+
+    async def _maybe_compact(self, state: Session, store: Store, history: list[Message]) -> Usage:
+        assert self._window is not None
+        if not self._window.needs_compaction(history, state.last_prompt_tokens):
+            return Usage()
+        compaction = await self._window.compact(history)
+        await store.history.replace(state.name, compaction.messages)
+        state.history = list(compaction.messages)
+        state.last_prompt_tokens = 0
+        history[:] = compaction.messages
+        return compaction.usage
+
+    async def history(self, session: str = "nb:default") -> list[Message]:
+        """The stored conversation of a session (images as ``[image <hash8>]`` markers)."""
+        store = await self._ensure_open()
+        return await store.history.load(session)
+
+    async def clear_history(self, session: str = "nb:default") -> int:
+        """Forget a session's conversation; returns the number of messages removed."""
+        store = await self._ensure_open()
+        removed = await store.history.clear(session)
+        state = self._sessions.get(session)
+        if state is not None:
+            state.history = None
+            state.last_prompt_tokens = 0
+        return removed
+
+    async def runs(
+        self,
+        *,
+        session: str | None = None,
+        status: str | None = None,
+        since: float | None = None,
+        until: float | None = None,
+        limit: int = 50,
+    ) -> list[RunRecord]:
+        """Recent run records, newest first, filtered by session, status and start time."""
+        store = await self._ensure_open()
+        return await store.runs.list(
+            session=session, status=status, since=since, until=until, limit=limit
+        )
+
+    # ----------------------------------------------------------------- close
+
+    async def aclose(self) -> None:
+        """Stop every session, close model connections and the store; idempotent."""
+        if self._closed:
+            return
+        self._closed = True
+        workers = [s.worker for s in self._sessions.values() if s.worker is not None]
+        for name in list(self._sessions):
+            self.stop(name)
+        if workers:
+            await asyncio.gather(*workers, return_exceptions=True)
+        if self._llm is not None:
+            await self._llm.aclose()
+        if self._window is not None and self._window.compressor is not self._llm:
+            await self._window.compressor.aclose()
+        if self._store is not None:
+            await self._store.close()
+
+    async def __aenter__(self) -> Agent:
+        """Open the store eagerly; `aclose` on exit."""
+        await self._ensure_open()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        """Close everything."""
+        await self.aclose()
+
+
+def _resolve(pending: Pending, result: RunResult) -> None:
+    if not pending.future.done():
+        pending.future.set_result(result)
+
+
+def _usage_row(usage: Usage) -> dict[str, int]:
+    return usage.to_dict()
+
+
+async def _emit(callbacks: Callbacks, kind: str, session: str, **data: Any) -> None:
+    await callbacks.emit(RunEvent(kind, session, data))

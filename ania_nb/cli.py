@@ -1,0 +1,89 @@
+"""The ``ania-nb`` command line: ``demo``, ``config`` and ``runs``."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import sys
+from datetime import datetime
+from pathlib import Path
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="ania-nb",
+        description="ania-nb: a Jupyter-native LLM agent. In a notebook: %load_ext ania_nb.",
+    )
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    demo = sub.add_parser(
+        "demo", help="run an offline agent conversation against the built-in scripted model"
+    )
+    demo.add_argument("--data-dir", type=Path, help="keep the store here (default: a temp folder)")
+    config = sub.add_parser("config", help="show every setting with its value, default and meaning")
+    config.add_argument("--file", type=Path, help="TOML file to read (default: ./ania.toml)")
+    runs = sub.add_parser("runs", help="list recent run records from the store")
+    runs.add_argument("--file", type=Path, help="TOML file to read (default: ./ania.toml)")
+    runs.add_argument("--session", help="only this session")
+    runs.add_argument(
+        "--status", choices=["running", "success", "stopped", "timeout", "error", "interrupted"]
+    )
+    runs.add_argument("--limit", type=int, default=20, help="how many (default 20)")
+    return parser
+
+
+def _show_config(path: Path | None) -> int:
+    from .config import Config
+
+    config = Config.load(path)
+    for info in config.describe():
+        flag = " (sensitive)" if info.sensitive else ""
+        print(
+            f"{info.key} = {info.value!r}{flag}\n    {info.description} Default: {info.default!r}"
+        )
+    return 0
+
+
+async def _show_runs(args: argparse.Namespace) -> int:
+    from .config import Config
+    from .store import Store
+
+    config = Config.load(args.file)
+    store = await Store.open(config.store.data_dir)
+    try:
+        records = await store.runs.list(session=args.session, status=args.status, limit=args.limit)
+    finally:
+        await store.close()
+    if not records:
+        print(f"no run records in {config.store.data_dir}")
+    for r in records:
+        when = datetime.fromtimestamp(r.started_at).strftime("%Y-%m-%d %H:%M:%S")
+        print(
+            f"#{r.id:<5} {when}  {r.status:<11} {r.session:<16} {r.duration_ms or 0:>7} ms "
+            f"{r.total_tokens:>7} tok  {r.tool_calls_total} tools  {r.input[:60]!r}"
+        )
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the command line; returns the exit code."""
+    args = _parser().parse_args(argv)
+    from .errors import AniaError
+
+    try:
+        if args.command == "demo":
+            from .demo import main as demo_main
+
+            return demo_main(args.data_dir)
+        if args.command == "config":
+            return _show_config(args.file)
+        if args.command == "runs":
+            return asyncio.run(_show_runs(args))
+    except AniaError as exc:
+        print(f"ania-nb: error: {exc}", file=sys.stderr)
+        return 2
+    _parser().print_help()
+    return 0
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

@@ -1,0 +1,140 @@
+"""The offline demo: a real agent run (parallel tool calls, persistent history, run records).
+
+The model is `ania_nb.testing.ScriptedLLM`, a real OpenAI-compatible HTTP server on 127.0.0.1, so
+the demo exercises the same code path as a hosted model, without a network or an API key.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import tempfile
+from collections.abc import Callable
+from datetime import date
+from pathlib import Path
+from typing import Annotated, Any
+
+from pydantic import Field
+
+from .agent import Agent
+from .engine.callbacks import Callbacks, RunEvent
+from .tools import tool
+
+QUESTION = "How many words are in 'the quick brown fox jumps', what is 17 × 23, and what day is it?"
+FOLLOW_UP = "What was my first question?"
+
+
+@tool
+def word_count(text: Annotated[str, Field(description="The text to count words in.")]) -> int:
+    """Count the words of a text."""
+    return len(text.split())
+
+
+@tool
+async def multiply(a: float, b: float) -> float:
+    """Multiply two numbers.
+
+    Args:
+        a: The first factor.
+        b: The second factor.
+    """
+    return a * b
+
+
+@tool
+def today() -> str:
+    """Today's date in ISO format."""
+    return date.today().isoformat()
+
+
+def _script(llm: Any) -> None:
+    """Round 1 calls three tools at once; later answers are composed from the request."""
+    from .testing import reply, tool_call, usage
+
+    llm.script(
+        reply(
+            "Let me work these out in parallel.",
+            tool_calls=[
+                tool_call("word_count", {"text": "the quick brown fox jumps"}),
+                tool_call("multiply", {"a": 17, "b": 23}),
+                tool_call("today", {}),
+            ],
+            usage=usage(180, 40, cached=128),
+        )
+    )
+
+    def respond(request: Any) -> Any:
+        messages = request.messages
+        results = [m["content"] for m in messages if m.get("role") == "tool"]
+        users = [m["content"] for m in messages if m.get("role") == "user"]
+        if messages[-1].get("role") == "tool":
+            words, product, day = results[-3:]
+            text = (
+                f"'the quick brown fox jumps' has {words} words, "
+                f"17 × 23 = {float(product):g}, and today is {day}."
+            )
+        else:
+            first = users[0].split("] ", 1)[-1]
+            text = f"Your first question was: “{first}” (I read it from the stored history)."
+        return reply(text, usage=usage(260, 35, cached=192))
+
+    llm.responder = respond
+
+
+def _printer(out: Callable[[str], None]) -> Callbacks:
+    def on_event(event: RunEvent) -> None:
+        data = event.data
+        if event.kind == "tool_start":
+            out(f"  ⚙  {data['name']}({data['arguments']})")
+        elif event.kind == "tool_end":
+            mark = "✗" if data["error"] else "✓"
+            out(f"  {mark}  {data['name']} → {data['result']}  [{data['duration_ms']} ms]")
+        elif event.kind == "assistant_text":
+            out(f"  …  {data['text']}")
+
+    return Callbacks(on_event=on_event)
+
+
+async def run_demo(data_dir: Path | None = None, out: Callable[[str], None] = print) -> int:
+    """Run the demo conversation and print it; returns a process exit code."""
+    from .testing import ScriptedLLM
+
+    with tempfile.TemporaryDirectory(prefix="ania-demo-") as tmp:
+        folder = Path(data_dir) if data_dir is not None else Path(tmp)
+        with ScriptedLLM() as llm:
+            _script(llm)
+            agent = Agent(
+                base_url=llm.base_url,
+                api_key=llm.api_key,
+                model="scripted-demo",
+                data_dir=folder,
+                tools=[word_count, multiply, today],
+                overrides={"agent.system_prompt": "You are a helpful assistant with tools."},
+            )
+            async with agent:
+                out(f"ania-nb demo — offline; scripted model at {llm.base_url}; data in {folder}")
+                callbacks = _printer(out)
+                status = 0
+                for question in (QUESTION, FOLLOW_UP):
+                    out(f"\nyou   › {question}")
+                    result = await agent.chat(question, session="demo", callbacks=callbacks)
+                    out(f"agent ‹ {result}")
+                    u = result.usage
+                    out(
+                        f"        {u.iterations} LLM calls · {u.total_tokens} tokens "
+                        f"({u.cached_tokens} cached) · {len(result.tool_calls)} tool calls · "
+                        f"{result.status}"
+                    )
+                    status = status or (0 if result.ok else 1)
+                runs = await agent.runs(session="demo")
+                history = await agent.history("demo")
+                out(f"\nstored: {len(history)} history messages, {len(runs)} run records:")
+                for run in reversed(runs):
+                    tools = json.dumps([c.name for c in run.tool_calls])
+                    out(f"  #{run.id} {run.status:<8} {run.duration_ms:>5} ms  tools={tools}")
+                return status
+
+
+def main(data_dir: Path | None = None) -> int:
+    """Entry point used by ``ania-nb demo``."""
+    return asyncio.run(run_demo(data_dir))

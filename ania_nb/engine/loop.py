@@ -1,0 +1,201 @@
+"""The tool loop: model → every tool call of the round concurrently → results in call order → again.
+
+Tools are reached through the `ToolRunner` protocol and per-call contexts come from the caller,
+so the engine does not depend on the tools package. The gate (plan mode, hooks, approvals) runs
+inside each call's own task: a call waiting for a human never delays its siblings.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from .callbacks import NO_CALLBACKS, Callbacks, RunEvent
+from .llm import Completion, LLMClient
+from .messages import LIMIT_MESSAGE, Message, strip_think, user_message
+from .usage import Usage
+
+LOADED_IMAGES_TEXT = "These are the images you asked to load, each labelled by its marker:"
+
+
+class ToolOutcomeLike(Protocol):
+    """What a tool runner returns for one call."""
+
+    text: str
+    error: str | None
+    duration_ms: int
+
+
+class ToolRunner(Protocol):
+    """The executor seen from the loop: definitions to send and a way to run a call."""
+
+    def definitions(self) -> list[dict[str, Any]]:
+        """Tool definitions for the request, sorted by name."""
+        ...
+
+    async def execute(self, name: str, arguments: str, ctx: Any) -> ToolOutcomeLike:
+        """Run one call; never raises except on cancellation."""
+        ...
+
+
+@dataclass(frozen=True)
+class ToolCall:
+    """A call the model asked for."""
+
+    id: str
+    name: str
+    arguments: str
+
+
+@dataclass
+class ToolCallResult:
+    """What happened to one call: its result text as the model sees it, and how it went."""
+
+    id: str
+    name: str
+    arguments: str
+    result: str
+    error: str | None = None
+    duration_ms: int = 0
+    blocked: bool = False
+
+
+Gate = Callable[[ToolCall, Any], Awaitable[str | None]]
+"""Returns a block text (the call does not run; the text is its result) or None to proceed."""
+
+
+@dataclass
+class LoopHooks:
+    """Points where governance, logging and persistence plug into the loop; all optional."""
+
+    gate: Gate | None = None
+    after_tool: Callable[[ToolCallResult, Any], Awaitable[None]] | None = None
+    on_messages: Callable[[list[Message]], Awaitable[None]] | None = None
+
+
+@dataclass
+class LoopResult:
+    """The outcome of one loop: final text, usage and every tool call in order."""
+
+    text: str
+    usage: Usage
+    tool_calls: list[ToolCallResult] = field(default_factory=list)
+    messages: list[Message] = field(default_factory=list)
+
+
+@dataclass
+class ToolLoop:
+    """One run of the loop over a message list (which it extends in place)."""
+
+    llm: LLMClient
+    tools: ToolRunner | None
+    make_context: Callable[[ToolCall], Any]
+    session: str = "default"
+    callbacks: Callbacks = NO_CALLBACKS
+    hooks: LoopHooks = field(default_factory=LoopHooks)
+    max_iterations: int = 20
+    stream: bool = False
+    usage: Usage = field(default_factory=Usage)
+    results: list[ToolCallResult] = field(default_factory=list)
+
+    async def run(self, messages: list[Message]) -> LoopResult:
+        """Run rounds until the model answers without tools (or the iteration limit)."""
+        start = len(messages)
+        for _ in range(self.max_iterations):
+            definitions = self.tools.definitions() if self.tools is not None else []
+            completion = await self._call(messages, definitions)
+            message = completion.message
+            if not message.get("tool_calls"):
+                return await self._finish(messages, start, message)
+            round_messages = [message]
+            text = strip_think(message.get("content"))
+            if text:
+                await self._emit("assistant_text", text=text)
+                await self.callbacks.deliver("send_text", text)
+            round_messages += await self._run_tools(message["tool_calls"])
+            images = await self.callbacks.call("take_loaded_images")
+            if images:
+                round_messages.append(user_message(LOADED_IMAGES_TEXT, list(images)))
+            messages.extend(round_messages)
+            await self._persist(round_messages)
+        limit = user_message(LIMIT_MESSAGE)
+        messages.append(limit)
+        await self._persist([limit])
+        completion = await self._call(messages, [])
+        return await self._finish(messages, start, completion.message)
+
+    async def _call(self, messages: list[Message], definitions: list[dict[str, Any]]) -> Completion:
+        on_delta = None
+        if self.stream and self.callbacks.has("on_event"):
+
+            async def on_delta(piece: str) -> None:
+                await self._emit("text_delta", text=piece)
+
+        completion = await self.llm.complete(
+            messages, tools=definitions or None, stream=self.stream, on_delta=on_delta
+        )
+        self.usage.add_call(completion.usage)
+        await self._emit("usage", **self.usage.to_dict())
+        return completion
+
+    async def _finish(self, messages: list[Message], start: int, message: Message) -> LoopResult:
+        final = dict(message)
+        final.pop("tool_calls", None)
+        messages.append(final)
+        await self._persist([final])
+        text = strip_think(final.get("content"))
+        return LoopResult(text, self.usage, self.results, messages[start:])
+
+    async def _run_tools(self, raw_calls: list[dict[str, Any]]) -> list[Message]:
+        calls = [
+            ToolCall(c.get("id") or f"call_{i}", c["function"]["name"], c["function"]["arguments"])
+            for i, c in enumerate(raw_calls)
+        ]
+        results = await asyncio.gather(*(self._run_one(call) for call in calls))
+        self.results.extend(results)
+        return [{"role": "tool", "tool_call_id": r.id, "content": r.result} for r in results]
+
+    async def _run_one(self, call: ToolCall) -> ToolCallResult:
+        ctx = self.make_context(call)
+        await self._emit("tool_start", id=call.id, name=call.name, arguments=call.arguments)
+        started = time.perf_counter()
+        try:
+            block = await self.hooks.gate(call, ctx) if self.hooks.gate is not None else None
+            if block is not None:
+                result = ToolCallResult(call.id, call.name, call.arguments, block, block, 0, True)
+            elif self.tools is None:
+                text = f"Error executing tool: tool '{call.name}' not found. Available tools: []"
+                result = ToolCallResult(call.id, call.name, call.arguments, text, text)
+            else:
+                out = await self.tools.execute(call.name, call.arguments, ctx)
+                result = ToolCallResult(
+                    call.id, call.name, call.arguments, out.text, out.error, out.duration_ms
+                )
+        except Exception as exc:  # a broken gate must not take the round down
+            text = f"Error executing tool: {type(exc).__name__}: {exc}"
+            elapsed = int((time.perf_counter() - started) * 1000)
+            result = ToolCallResult(call.id, call.name, call.arguments, text, text, elapsed)
+        if self.hooks.after_tool is not None:
+            await self.hooks.after_tool(result, ctx)
+        await self._emit(
+            "tool_end",
+            id=call.id,
+            name=call.name,
+            arguments=call.arguments,
+            result=result.result,
+            error=result.error,
+            duration_ms=result.duration_ms,
+            blocked=result.blocked,
+        )
+        return result
+
+    async def _persist(self, new: list[Message]) -> None:
+        if self.hooks.on_messages is not None:
+            await self.hooks.on_messages(new)
+
+    async def _emit(self, kind: str, **data: Any) -> None:
+        if self.callbacks.on_event is not None:
+            await self.callbacks.emit(RunEvent(kind, self.session, data))

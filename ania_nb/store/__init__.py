@@ -1,0 +1,22 @@
+"""The embedded store: one SQLite file (WAL) whose every statement runs off the event loop.
+
+``store = await Store.open(data_dir)`` opens ``<data_dir>/ania.db`` and exposes KV namespaces
+(``store.kv(name)``), chat history (``store.history``) and the run log (``store.runs``).
+"""
+
+from __future__ import annotations
+
+from ._db import Database, Store
+from .history import ChatHistory
+from .kv import KVNamespace
+from .runlog import RunLog, RunRecord, ToolCallRecord
+
+__all__ = [
+    "ChatHistory",
+    "Database",
+    "KVNamespace",
+    "RunLog",
+    "RunRecord",
+    "Store",
+    "ToolCallRecord",
+]

@@ -1,0 +1,262 @@
+"""One SQLite connection on one dedicated thread: the store's only way to touch the database.
+
+Every statement runs on the ``ania-store`` thread, so SQLite never blocks the event loop and
+statements are serialised without locks. The schema lives in one migration list keyed on
+``PRAGMA user_version``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sqlite3
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
+from os import PathLike
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Concatenate, ParamSpec, TypeVar
+
+from ania_nb.errors import StoreError
+
+if TYPE_CHECKING:
+    from .history import ChatHistory
+    from .kv import KVNamespace
+    from .runlog import RunLog
+
+P = ParamSpec("P")
+T = TypeVar("T")
+
+DB_FILENAME = "ania.db"
+
+# Each entry upgrades the schema by one version; append, never edit a released step.
+MIGRATIONS: tuple[tuple[str, ...], ...] = (
+    (
+        """CREATE TABLE kv (
+            ns TEXT NOT NULL,
+            key TEXT NOT NULL,
+            value TEXT NOT NULL,
+            updated_at REAL NOT NULL,
+            PRIMARY KEY (ns, key)
+        )""",
+        """CREATE TABLE chat_history (
+            id INTEGER PRIMARY KEY AUTOINCREMENT,
+            session TEXT NOT NULL,
+            message TEXT NOT NULL,
+            created_at REAL NOT NULL
+        )""",
+        "CREATE INDEX chat_history_session ON chat_history (session, id)",
+        """CREATE TABLE runs (
+            id INTEGER PRIMARY KEY AUTOINCREMENT,
+            session TEXT NOT NULL,
+            sender TEXT,
+            input TEXT NOT NULL,
+            status TEXT NOT NULL,
+            started_at REAL NOT NULL,
+            finished_at REAL,
+            duration_ms INTEGER,
+            iterations INTEGER NOT NULL DEFAULT 0,
+            prompt_tokens INTEGER NOT NULL DEFAULT 0,
+            completion_tokens INTEGER NOT NULL DEFAULT 0,
+            total_tokens INTEGER NOT NULL DEFAULT 0,
+            cached_tokens INTEGER NOT NULL DEFAULT 0,
+            tool_calls TEXT NOT NULL DEFAULT '[]',
+            tool_calls_total INTEGER NOT NULL DEFAULT 0,
+            reply TEXT,
+            error TEXT
+        )""",
+        "CREATE INDEX runs_session ON runs (session, id)",
+        "CREATE INDEX runs_status ON runs (status)",
+        "CREATE INDEX runs_started_at ON runs (started_at)",
+    ),
+)
+
+_OWN_TABLES = frozenset({"kv", "chat_history", "runs", "sqlite_sequence"})
+
+
+@contextmanager
+def transaction(conn: sqlite3.Connection) -> Iterator[sqlite3.Connection]:
+    """Run the block in one write transaction: commit on success, roll back on any error."""
+    # IMMEDIATE takes the write lock up front, so another process cannot make us fail halfway.
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        yield conn
+    except BaseException:
+        conn.execute("ROLLBACK")
+        raise
+    conn.execute("COMMIT")
+
+
+class Database:
+    """An open ania-nb SQLite file whose every statement runs on a private store thread."""
+
+    def __init__(self, path: Path, executor: ThreadPoolExecutor, conn: sqlite3.Connection) -> None:
+        """Wrap an already-open connection; use :meth:`open` instead."""
+        self._path = path
+        self._executor = executor
+        self._conn = conn
+        self._closed = False
+        self._close_future: asyncio.Future[None] | None = None
+
+    @property
+    def path(self) -> Path:
+        """Where the database file lives."""
+        return self._path
+
+    @property
+    def closed(self) -> bool:
+        """Whether :meth:`close` has been called."""
+        return self._closed
+
+    @classmethod
+    async def open(cls, path: str | PathLike[str]) -> Database:
+        """Open (creating if needed) the database at ``path`` and bring its schema up to date."""
+        executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="ania-store")
+        loop = asyncio.get_running_loop()
+        try:
+            db_path, conn = await loop.run_in_executor(executor, _connect, Path(path))
+        except BaseException:
+            await asyncio.to_thread(executor.shutdown, wait=True)
+            raise
+        return cls(db_path, executor, conn)
+
+    async def run(
+        self, fn: Callable[Concatenate[sqlite3.Connection, P], T], *args: P.args, **kwargs: P.kwargs
+    ) -> T:
+        """Run ``fn(conn, *args)`` on the store thread and return its result."""
+        if self._closed:
+            raise StoreError(
+                f"the store at {self._path} is closed; open it again before using it "
+                f"(operation {_op_name(fn)!r})"
+            )
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(self._executor, _call, self, fn, args, kwargs)
+
+    async def close(self) -> None:
+        """Close the connection on its thread and stop the thread; calling again is a no-op."""
+        if self._close_future is None:
+            self._closed = True
+            self._close_future = asyncio.ensure_future(self._shutdown())
+        await asyncio.shield(self._close_future)
+
+    async def _shutdown(self) -> None:
+        """Close the connection after already-queued statements, then release the thread."""
+        loop = asyncio.get_running_loop()
+        try:
+            await loop.run_in_executor(self._executor, self._conn.close)
+        except sqlite3.Error as exc:
+            raise StoreError(f"closing the store at {self._path} failed: {exc}") from exc
+        finally:
+            await asyncio.to_thread(self._executor.shutdown, wait=True)
+
+    def __repr__(self) -> str:
+        """Show the file and whether it is open."""
+        state = "closed" if self._closed else "open"
+        return f"<Database {str(self._path)!r} {state}>"
+
+
+class Store:
+    """The embedded store: one database file with its KV namespaces, chat history and run log."""
+
+    def __init__(self, db: Database, *, run_log_max_entries: int = 200) -> None:
+        """Build the façade over an open database; use :meth:`open` instead."""
+        # Imported here because these modules import ``transaction`` from this one.
+        from .history import ChatHistory
+        from .runlog import RunLog
+
+        self.db = db
+        self.history: ChatHistory = ChatHistory(db)
+        self.runs: RunLog = RunLog(db, max_entries=run_log_max_entries)
+
+    @classmethod
+    async def open(cls, data_dir: str | PathLike[str], *, run_log_max_entries: int = 200) -> Store:
+        """Open ``<data_dir>/ania.db``, creating the directory and file if needed."""
+        db = await Database.open(Path(data_dir) / DB_FILENAME)
+        try:
+            return cls(db, run_log_max_entries=run_log_max_entries)
+        except BaseException:
+            await db.close()  # e.g. a bad run_log_max_entries must not leak the connection
+            raise
+
+    def kv(self, namespace: str) -> KVNamespace:
+        """Return the key-value namespace ``namespace`` (``[a-z][a-z0-9_.-]{0,63}``)."""
+        from .kv import KVNamespace
+
+        return KVNamespace(self.db, namespace)
+
+    async def close(self) -> None:
+        """Close the database; calling again is a no-op."""
+        await self.db.close()
+
+
+def _op_name(fn: Callable[..., Any]) -> str:
+    """Name a store operation readably for error messages."""
+    return getattr(fn, "__qualname__", None) or getattr(fn, "__name__", None) or repr(fn)
+
+
+def _call(db: Database, fn: Callable[..., T], args: tuple[Any, ...], kwargs: dict[str, Any]) -> T:
+    """Store-thread side of :meth:`Database.run`: run ``fn`` and explain SQLite failures."""
+    try:
+        return fn(db._conn, *args, **kwargs)
+    except sqlite3.Error as exc:
+        raise StoreError(f"store operation {_op_name(fn)!r} failed on {db.path}: {exc}") from exc
+
+
+def _connect(path: Path) -> tuple[Path, sqlite3.Connection]:
+    """Store-thread side of :meth:`Database.open`: connect, configure, migrate."""
+    try:
+        path = path.expanduser().absolute()
+        path.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise StoreError(f"cannot create the directory for the store at {path}: {exc}") from exc
+    try:
+        # Autocommit mode: transactions are explicit (see ``transaction``), never implicit.
+        conn = sqlite3.connect(path, isolation_level=None)
+    except sqlite3.Error as exc:
+        raise StoreError(f"cannot open the store at {path}: {exc}") from exc
+    try:
+        _check_is_database(conn, path)
+        conn.execute("PRAGMA journal_mode=WAL")
+        conn.execute("PRAGMA synchronous=NORMAL")
+        conn.execute("PRAGMA foreign_keys=ON")
+        conn.execute("PRAGMA busy_timeout=5000")
+        _migrate(conn, path)
+    except BaseException:
+        conn.close()
+        raise
+    return path, conn
+
+
+def _check_is_database(conn: sqlite3.Connection, path: Path) -> None:
+    """Refuse, without writing anything, a file that is not an ania-nb database."""
+    not_ours = (
+        f"{path} is not an ania-nb database; it was left untouched. Move it away or point "
+        "the data directory somewhere else."
+    )
+    try:
+        # Reading the header is the first real I/O; a foreign or corrupt file fails here.
+        version = conn.execute("PRAGMA user_version").fetchone()[0]
+        tables = {row[0] for row in conn.execute("SELECT name FROM sqlite_master")}
+    except sqlite3.DatabaseError as exc:
+        raise StoreError(f"{not_ours} (SQLite says: {exc})") from exc
+    if version == 0 and {t for t in tables if not t.startswith("sqlite_")} - _OWN_TABLES:
+        raise StoreError(f"{not_ours} (it is an SQLite file holding other tables)")
+    if version > len(MIGRATIONS):
+        raise StoreError(
+            f"the store at {path} has schema version {version}, newer than this ania-nb "
+            f"understands ({len(MIGRATIONS)}); upgrade ania-nb"
+        )
+
+
+def _migrate(conn: sqlite3.Connection, path: Path) -> None:
+    """Apply every migration step past ``PRAGMA user_version``, each in its own transaction."""
+    version = conn.execute("PRAGMA user_version").fetchone()[0]
+    for number, step in enumerate(MIGRATIONS[version:], start=version + 1):
+        try:
+            with transaction(conn):
+                for statement in step:
+                    conn.execute(statement)
+                conn.execute(f"PRAGMA user_version = {number}")
+        except sqlite3.Error as exc:
+            raise StoreError(
+                f"migrating the store at {path} to schema version {number} failed: {exc}"
+            ) from exc

@@ -1,0 +1,126 @@
+"""Chat history: each session's OpenAI-format messages, in order, appended per turn."""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import time
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+from ania_nb.errors import UsageError
+
+from ._db import transaction
+
+if TYPE_CHECKING:
+    from ._db import Database
+
+ROLES = frozenset({"system", "user", "assistant", "tool"})
+
+
+class ChatHistory:
+    """Per-session message lists; messages are plain dicts stored exactly as given."""
+
+    def __init__(self, db: Database) -> None:
+        """Use ``db`` for every read and write."""
+        self._db = db
+
+    async def load(self, session: str) -> list[dict[str, Any]]:
+        """Return the session's messages in the order they were added."""
+        rows = await self._db.run(_load, _check_session(session))
+        return [json.loads(raw) for raw in rows]
+
+    async def append(self, session: str, messages: Sequence[dict[str, Any]]) -> None:
+        """Add ``messages`` to the end of the session's history, all or none."""
+        encoded = _encode_messages(messages)
+        await self._db.run(_insert, _check_session(session), encoded, time.time(), replace=False)
+
+    async def replace(self, session: str, messages: Sequence[dict[str, Any]]) -> None:
+        """Swap the session's whole history for ``messages`` in one transaction."""
+        encoded = _encode_messages(messages)
+        await self._db.run(_insert, _check_session(session), encoded, time.time(), replace=True)
+
+    async def clear(self, session: str) -> int:
+        """Delete the session's history; return how many messages went."""
+        return await self._db.run(_clear, _check_session(session))
+
+    async def sessions(self) -> list[str]:
+        """Every session that has at least one message, sorted."""
+        return await self._db.run(_sessions)
+
+    async def count(self, session: str) -> int:
+        """How many messages the session holds."""
+        return await self._db.run(_count, _check_session(session))
+
+
+def _encode_messages(messages: Sequence[dict[str, Any]]) -> list[str]:
+    """Validate messages and serialise each to JSON, before anything touches the database."""
+    if isinstance(messages, dict | str | bytes) or not isinstance(messages, Sequence):
+        raise UsageError(f"messages must be a list of message dicts, got {type(messages).__name__}")
+    encoded: list[str] = []
+    for index, message in enumerate(messages):
+        if not isinstance(message, dict):
+            raise UsageError(
+                f"message {index} must be a dict, got {type(message).__name__}; nothing was stored"
+            )
+        role = message.get("role")
+        if not isinstance(role, str) or role not in ROLES:
+            raise UsageError(
+                f"message {index} has role {role!r}; expected one of "
+                f"{', '.join(sorted(ROLES))}; nothing was stored"
+            )
+        try:
+            encoded.append(json.dumps(message, ensure_ascii=False, allow_nan=False))
+        except (TypeError, ValueError) as exc:
+            raise UsageError(
+                f"message {index} ({role}) is not JSON-serialisable ({exc}); nothing was stored"
+            ) from exc
+    return encoded
+
+
+def _check_session(session: object) -> str:
+    """Session ids are non-empty strings."""
+    if not isinstance(session, str) or not session:
+        raise UsageError(f"session must be a non-empty string, got {session!r}")
+    return session
+
+
+# Store-thread functions: each receives the connection first (see ``Database.run``).
+
+
+def _load(conn: sqlite3.Connection, session: str) -> list[str]:
+    """Raw JSON messages of one session, oldest first."""
+    rows = conn.execute(
+        "SELECT message FROM chat_history WHERE session = ? ORDER BY id", (session,)
+    )
+    return [raw for (raw,) in rows]
+
+
+def _insert(
+    conn: sqlite3.Connection, session: str, encoded: list[Any], now: float, *, replace: bool
+) -> None:
+    """Insert rows (after deleting the old ones when replacing) in a single transaction."""
+    with transaction(conn):
+        if replace:
+            conn.execute("DELETE FROM chat_history WHERE session = ?", (session,))
+        conn.executemany(
+            "INSERT INTO chat_history (session, message, created_at) VALUES (?, ?, ?)",
+            [(session, raw, now) for raw in encoded],
+        )
+
+
+def _clear(conn: sqlite3.Connection, session: str) -> int:
+    """Delete one session's rows."""
+    return conn.execute("DELETE FROM chat_history WHERE session = ?", (session,)).rowcount
+
+
+def _sessions(conn: sqlite3.Connection) -> list[str]:
+    """Distinct sessions, sorted."""
+    rows = conn.execute("SELECT DISTINCT session FROM chat_history ORDER BY session")
+    return [session for (session,) in rows]
+
+
+def _count(conn: sqlite3.Connection, session: str) -> int:
+    """Row count of one session."""
+    row = conn.execute("SELECT count(*) FROM chat_history WHERE session = ?", (session,))
+    return int(row.fetchone()[0])

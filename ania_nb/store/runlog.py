@@ -1,0 +1,321 @@
+"""The run log: one row per ``chat`` run (trigger → reply), written incrementally while it runs."""
+
+from __future__ import annotations
+
+import builtins
+import json
+import sqlite3
+import time
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from ania_nb.errors import UsageError
+
+from ._db import transaction
+
+if TYPE_CHECKING:
+    from ._db import Database
+
+MAX_INPUT_CHARS = 500
+MAX_TOOL_CALLS = 20
+MAX_ARGUMENTS_CHARS = 500
+MAX_RESULT_CHARS = 1000
+MAX_REPLY_CHARS = 1000
+MAX_ERROR_CHARS = 1000
+ELLIPSIS = "…"
+
+RUNNING = "running"
+FINAL_STATUSES = frozenset({"success", "stopped", "timeout", "error", "interrupted"})
+STATUSES = FINAL_STATUSES | {RUNNING}
+INTERRUPTED_ERROR = "process restarted while the run was in progress"
+USAGE_KEYS = ("prompt_tokens", "completion_tokens", "total_tokens", "cached_tokens", "iterations")
+
+_COLUMNS = (
+    "id, session, sender, input, status, started_at, finished_at, duration_ms, iterations, "
+    "prompt_tokens, completion_tokens, total_tokens, cached_tokens, tool_calls, "
+    "tool_calls_total, reply, error"
+)
+
+
+@dataclass
+class ToolCallRecord:
+    """One tool call of a run, as kept in the log (long text already truncated)."""
+
+    name: str
+    arguments: str
+    result: str
+    error: str | None = None
+    duration_ms: int = 0
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain-dict form for JSON and display."""
+        return asdict(self)
+
+
+@dataclass
+class RunRecord:
+    """One run as stored: input, outcome, token counts and the first tool calls."""
+
+    id: int
+    session: str
+    sender: str | None
+    input: str
+    status: str
+    started_at: float
+    finished_at: float | None
+    duration_ms: int | None
+    iterations: int
+    prompt_tokens: int
+    completion_tokens: int
+    total_tokens: int
+    cached_tokens: int
+    tool_calls: list[ToolCallRecord] = field(default_factory=list)
+    tool_calls_total: int = 0
+    reply: str | None = None
+    error: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain-dict form (tool calls as dicts) for JSON and display."""
+        return asdict(self)
+
+
+def truncate(text: str, limit: int) -> str:
+    """``text`` cut to at most ``limit`` characters, ending in ``…`` when it was cut."""
+    return text if len(text) <= limit else text[: limit - 1] + ELLIPSIS
+
+
+class RunLog:
+    """Start, update and finish run records; keeps the newest ``max_entries`` rows."""
+
+    def __init__(self, db: Database, max_entries: int = 200) -> None:
+        """Log into ``db``, evicting the oldest rows beyond ``max_entries``."""
+        if isinstance(max_entries, bool) or not isinstance(max_entries, int) or max_entries < 1:
+            raise UsageError(f"max_entries must be a positive int, got {max_entries!r}")
+        self._db = db
+        self.max_entries = max_entries
+
+    async def start(self, session: str, input: str, sender: str | None = None) -> int:
+        """Record a new running run; return its id."""
+        if not isinstance(session, str) or not session:
+            raise UsageError(f"session must be a non-empty string, got {session!r}")
+        _check_str("input", input)
+        if sender is not None:
+            _check_str("sender", sender)
+        return await self._db.run(
+            _start,
+            session,
+            sender,
+            truncate(input, MAX_INPUT_CHARS),
+            time.time(),
+            self.max_entries,
+        )
+
+    async def add_tool_call(self, run_id: int, record: ToolCallRecord) -> None:
+        """Persist one tool call now; only the first 20 are kept, all are counted."""
+        if not isinstance(record, ToolCallRecord):
+            raise UsageError(f"record must be a ToolCallRecord, got {type(record).__name__}")
+        for name in ("name", "arguments", "result"):
+            _check_str(f"tool call {name}", getattr(record, name))
+        if record.error is not None:
+            _check_str("tool call error", record.error)
+        kept = ToolCallRecord(
+            name=record.name,
+            arguments=truncate(record.arguments, MAX_ARGUMENTS_CHARS),
+            result=truncate(record.result, MAX_RESULT_CHARS),
+            error=None if record.error is None else truncate(record.error, MAX_ERROR_CHARS),
+            duration_ms=_check_int("tool call duration_ms", record.duration_ms),
+        )
+        raw = json.dumps(kept.to_dict(), ensure_ascii=False)
+        await self._db.run(_add_tool_call, _check_int("run_id", run_id), raw)
+
+    async def finish(
+        self,
+        run_id: int,
+        status: str,
+        *,
+        usage: Mapping[str, int] | None = None,
+        reply: str | None = None,
+        error: str | None = None,
+    ) -> None:
+        """Close a running run with a final status, token usage, reply and error."""
+        if status not in FINAL_STATUSES:
+            raise UsageError(
+                f"invalid final run status {status!r}; expected one of "
+                f"{', '.join(sorted(FINAL_STATUSES))}"
+            )
+        counts = dict.fromkeys(USAGE_KEYS, 0)
+        # Other keys (e.g. Usage.to_dict()'s last_prompt_tokens) are not logged.
+        for key in USAGE_KEYS:
+            if usage is not None and key in usage:
+                counts[key] = _check_int(f"usage[{key!r}]", usage[key])
+        if reply is not None:
+            reply = truncate(_check_str("reply", reply), MAX_REPLY_CHARS)
+        if error is not None:
+            error = truncate(_check_str("error", error), MAX_ERROR_CHARS)
+        await self._db.run(
+            _finish, _check_int("run_id", run_id), status, counts, reply, error, time.time()
+        )
+
+    async def mark_interrupted(self) -> int:
+        """Mark every run left ``running`` by a previous process as interrupted; return count."""
+        return await self._db.run(_mark_interrupted)
+
+    async def get(self, run_id: int) -> RunRecord | None:
+        """One run by id, or None."""
+        rows = await self._db.run(_select, "WHERE id = ?", (_check_int("run_id", run_id),), 1)
+        return rows[0] if rows else None
+
+    async def count(self) -> int:
+        """How many runs are stored."""
+        return await self._db.run(_count)
+
+    async def list(
+        self,
+        *,
+        session: str | None = None,
+        status: str | None = None,
+        since: float | None = None,
+        until: float | None = None,
+        limit: int = 50,
+    ) -> builtins.list[RunRecord]:
+        """Return runs newest first, by session, status and ``since <= started_at < until``."""
+        clauses: builtins.list[str] = []
+        params: builtins.list[Any] = []
+        if session is not None:
+            clauses.append("session = ?")
+            params.append(session)
+        if status is not None:
+            if status not in STATUSES:
+                raise UsageError(
+                    f"invalid run status {status!r}; expected one of {', '.join(sorted(STATUSES))}"
+                )
+            clauses.append("status = ?")
+            params.append(status)
+        for name, value, op in (("since", since, ">="), ("until", until, "<")):
+            if value is not None:
+                if isinstance(value, bool) or not isinstance(value, int | float):
+                    raise UsageError(f"{name} must be epoch seconds, got {value!r}")
+                clauses.append(f"started_at {op} ?")
+                params.append(float(value))
+        if _check_int("limit", limit) < 1:
+            raise UsageError(f"limit must be at least 1, got {limit}")
+        where = f"WHERE {' AND '.join(clauses)}" if clauses else ""
+        return await self._db.run(_select, where, tuple(params), limit)
+
+
+def _check_str(name: str, value: object) -> str:
+    """Reject non-string text fields with a message naming the field."""
+    if not isinstance(value, str):
+        raise UsageError(f"{name} must be a string, got {type(value).__name__}")
+    return value
+
+
+def _check_int(name: str, value: object) -> int:
+    """Reject non-int (and bool) numeric fields with a message naming the field."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise UsageError(f"{name} must be an int, got {value!r}")
+    return value
+
+
+# Store-thread functions: each receives the connection first (see ``Database.run``).
+
+
+def _start(
+    conn: sqlite3.Connection,
+    session: str,
+    sender: str | None,
+    text: str,
+    now: float,
+    max_entries: int,
+) -> int:
+    """Insert the running row and evict the oldest rows beyond ``max_entries``, atomically."""
+    with transaction(conn):
+        cursor = conn.execute(
+            "INSERT INTO runs (session, sender, input, status, started_at) VALUES (?, ?, ?, ?, ?)",
+            (session, sender, text, RUNNING, now),
+        )
+        run_id = cursor.lastrowid
+        conn.execute(
+            "DELETE FROM runs WHERE id IN (SELECT id FROM runs ORDER BY id DESC LIMIT -1 OFFSET ?)",
+            (max_entries,),
+        )
+    assert run_id is not None  # an INSERT always sets lastrowid
+    return run_id
+
+
+def _add_tool_call(conn: sqlite3.Connection, run_id: int, raw: str) -> None:
+    """Append one record (while fewer than the cap are kept) and count it, in one statement."""
+    updated = conn.execute(
+        "UPDATE runs SET tool_calls = CASE WHEN json_array_length(tool_calls) < ? "
+        "THEN json_insert(tool_calls, '$[#]', json(?)) ELSE tool_calls END, "
+        "tool_calls_total = tool_calls_total + 1 WHERE id = ?",
+        (MAX_TOOL_CALLS, raw, run_id),
+    ).rowcount
+    if not updated:
+        raise UsageError(f"no run with id {run_id} (it may have been evicted from the run log)")
+
+
+def _finish(
+    conn: sqlite3.Connection,
+    run_id: int,
+    status: str,
+    counts: dict[str, int],
+    reply: str | None,
+    error: str | None,
+    now: float,
+) -> None:
+    """Set the outcome of a running row; explain why when the row is missing or finished."""
+    updated = conn.execute(
+        "UPDATE runs SET status = :status, finished_at = :now, "
+        "duration_ms = MAX(0, CAST(ROUND((:now - started_at) * 1000) AS INTEGER)), "
+        "iterations = :iterations, prompt_tokens = :prompt_tokens, "
+        "completion_tokens = :completion_tokens, total_tokens = :total_tokens, "
+        "cached_tokens = :cached_tokens, reply = :reply, error = :error "
+        "WHERE id = :id AND status = :running",
+        {
+            **counts,
+            "status": status,
+            "now": now,
+            "reply": reply,
+            "error": error,
+            "id": run_id,
+            "running": RUNNING,
+        },
+    ).rowcount
+    if updated:
+        return
+    row = conn.execute("SELECT status FROM runs WHERE id = ?", (run_id,)).fetchone()
+    if row is None:
+        raise UsageError(f"no run with id {run_id} (it may have been evicted from the run log)")
+    raise UsageError(f"run {run_id} already finished with status {row[0]!r}")
+
+
+def _mark_interrupted(conn: sqlite3.Connection) -> int:
+    """Turn every running row into an interrupted one."""
+    return conn.execute(
+        "UPDATE runs SET status = ?, error = ? WHERE status = ?",
+        ("interrupted", INTERRUPTED_ERROR, RUNNING),
+    ).rowcount
+
+
+def _count(conn: sqlite3.Connection) -> int:
+    """Total rows."""
+    return int(conn.execute("SELECT count(*) FROM runs").fetchone()[0])
+
+
+def _select(
+    conn: sqlite3.Connection, where: str, params: tuple[Any, ...], limit: int
+) -> list[RunRecord]:
+    """Rows matching ``where`` (built from fixed clauses only), newest first."""
+    rows = conn.execute(
+        f"SELECT {_COLUMNS} FROM runs {where} ORDER BY id DESC LIMIT ?", (*params, limit)
+    )
+    return [_to_record(row) for row in rows]
+
+
+def _to_record(row: tuple[Any, ...]) -> RunRecord:
+    """Build a RunRecord from a ``_COLUMNS`` row."""
+    values = list(row)
+    values[13] = [ToolCallRecord(**item) for item in json.loads(values[13])]
+    return RunRecord(*values)

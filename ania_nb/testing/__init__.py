@@ -1,0 +1,71 @@
+"""A scripted OpenAI-compatible LLM server on 127.0.0.1 for tests, demos and notebooks.
+
+Real HTTP, real `openai` client underneath; never a patched client. Standard library only,
+so importing this package is instant and pulls in neither openai nor httpx::
+
+    import openai
+    from ania_nb.testing import ScriptedLLM, reply, tool_call, error
+
+    with ScriptedLLM() as llm:
+        llm.script(
+            reply(tool_calls=[tool_call("get_weather", {"city": "Oslo"})]),
+            error(429, "slow down", retry_after=1),
+            reply("It is sunny in Oslo."),
+        )
+        client = openai.OpenAI(base_url=llm.base_url, api_key=llm.api_key, max_retries=0)
+        ...
+        assert llm.requests[0].messages[-1]["role"] == "user"
+
+From another process: ``python -m ania_nb.testing serve --script script.json`` prints
+``base_url=...``; write the file with `script_to_json`.
+"""
+
+from __future__ import annotations
+
+from ania_nb.testing._script import (
+    AUTO_USAGE,
+    CutStream,
+    Delay,
+    Disconnect,
+    ErrorItem,
+    Garbage,
+    Reply,
+    ScriptItem,
+    ToolCallSpec,
+    cut_stream,
+    delay,
+    disconnect,
+    error,
+    garbage,
+    reply,
+    script_from_json,
+    script_to_json,
+    tool_call,
+    usage,
+)
+from ania_nb.testing._server import RecordedRequest, Responder, ScriptedLLM
+
+__all__ = [
+    "AUTO_USAGE",
+    "CutStream",
+    "Delay",
+    "Disconnect",
+    "ErrorItem",
+    "Garbage",
+    "RecordedRequest",
+    "Reply",
+    "Responder",
+    "ScriptItem",
+    "ScriptedLLM",
+    "ToolCallSpec",
+    "cut_stream",
+    "delay",
+    "disconnect",
+    "error",
+    "garbage",
+    "reply",
+    "script_from_json",
+    "script_to_json",
+    "tool_call",
+    "usage",
+]

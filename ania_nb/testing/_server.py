@@ -1,0 +1,406 @@
+"""`ScriptedLLM`: an OpenAI-compatible Chat Completions server on 127.0.0.1 that replays a script.
+
+Standard library only, serving from its own daemon threads, so it starts instantly and works the
+same from sync code, async code and a Jupyter kernel.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import socket
+import sys
+import threading
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from types import TracebackType
+from typing import Any, Self
+
+from ania_nb.testing._script import (
+    CutStream,
+    Delay,
+    Disconnect,
+    ErrorItem,
+    Garbage,
+    Reply,
+    ScriptItem,
+    completion_body,
+    stream_chunks,
+)
+
+Responder = Callable[["RecordedRequest"], ScriptItem]
+
+
+@dataclass(frozen=True)
+class RecordedRequest:
+    """One request received on /v1/chat/completions, as the server saw it."""
+
+    index: int
+    path: str
+    headers: dict[str, str]
+    body: dict[str, Any] | None
+    raw: bytes
+
+    @property
+    def model(self) -> str | None:
+        """The requested model name."""
+        return (self.body or {}).get("model")
+
+    @property
+    def messages(self) -> list[dict[str, Any]]:
+        """The request's messages (empty if the body was unparsable)."""
+        return (self.body or {}).get("messages") or []
+
+    @property
+    def tools(self) -> list[dict[str, Any]] | None:
+        """The request's tools array, or None when absent."""
+        return (self.body or {}).get("tools")
+
+    @property
+    def stream(self) -> bool:
+        """Whether the client asked for a streamed response."""
+        return (self.body or {}).get("stream") is True
+
+    @property
+    def tools_bytes(self) -> bytes:
+        """The tools array re-serialised compactly (UTF-8), for comparing tools across requests."""
+        return json.dumps(self.tools, separators=(",", ":"), ensure_ascii=False).encode()
+
+
+# -- HTTP -------------------------------------------------------------------------------
+
+
+class _Handler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    server_version = "ScriptedLLM/1.0"
+    server: _Server
+
+    def log_message(self, format: str, *args: Any) -> None:
+        """Stay quiet: the caller's test output or notebook owns stderr."""
+
+    def handle(self) -> None:
+        """Serve the connection; a client that went away is normal (timeouts, cancels)."""
+        try:
+            super().handle()
+        except OSError:
+            self.close_connection = True
+
+    def do_GET(self) -> None:
+        """Serve `/v1/models`; everything else is 404."""
+        self._read_body()
+        if self._route() == "/v1/models":
+            model = {"id": "scripted", "object": "model", "created": 0, "owned_by": "ania-nb"}
+            self._send_json(200, {"object": "list", "data": [model]})
+        else:
+            self._send_not_found()
+
+    def do_POST(self) -> None:
+        """Serve `/v1/chat/completions` from the script; everything else is 404."""
+        raw = self._read_body()
+        if self._route() != "/v1/chat/completions":
+            self._send_not_found()
+            return
+        llm = self.server.llm
+        request = llm._record(self.path, {k.lower(): v for k, v in self.headers.items()}, raw)
+        if not isinstance(request.body, dict):
+            message = f"ScriptedLLM: request #{request.index} body is not a JSON object"
+            self._send_json(400, ErrorItem(400, message, "invalid_request_error").body())
+            return
+        item = llm._take(request)
+        while isinstance(item, Delay):
+            if self.server.closing.wait(item.seconds):
+                self.close_connection = True  # the server is closing: drop the request
+                return
+            item = item.then if item.then is not None else llm._take(request)
+        self._answer(item, request)
+
+    def _route(self) -> str:
+        return self.path.split("?", 1)[0].rstrip("/")
+
+    def _read_body(self) -> bytes:
+        length = int(self.headers.get("content-length") or 0)
+        return self.rfile.read(length) if length else b""
+
+    def _answer(self, item: ScriptItem, request: RecordedRequest) -> None:
+        if isinstance(item, ErrorItem):
+            headers = {} if item.retry_after is None else {"Retry-After": f"{item.retry_after:g}"}
+            self._send_json(item.status, item.body(), headers)
+        elif isinstance(item, Garbage):
+            if request.stream and item.status == 200:
+                self._start_stream()
+                self._write_chunk(f"data: {item.body}\n\n".encode())
+                self._write_chunk(b"")
+            else:
+                self._send_bytes(item.status, item.body.encode(), "application/json")
+        elif isinstance(item, Reply):
+            if request.stream:
+                self._stream(stream_chunks(item, request, self.server.llm.chunk_size), done=True)
+            else:
+                self._send_json(200, completion_body(item, request))
+        elif isinstance(item, CutStream) and request.stream:
+            chunks = stream_chunks(item.then, request, self.server.llm.chunk_size)
+            self._stream(chunks[: item.after_chunks], done=False)
+        else:  # Disconnect, or CutStream on a non-streaming request: no response at all
+            self.close_connection = True
+
+    def _send_json(self, status: int, body: Any, headers: dict[str, str] | None = None) -> None:
+        data = json.dumps(body, ensure_ascii=False).encode()
+        self._send_bytes(status, data, "application/json", headers)
+
+    def _send_bytes(
+        self, status: int, data: bytes, ctype: str, headers: dict[str, str] | None = None
+    ) -> None:
+        self.send_response(status)
+        self.send_header("Content-Type", ctype)
+        self.send_header("Content-Length", str(len(data)))
+        for name, value in (headers or {}).items():
+            self.send_header(name, value)
+        self.end_headers()
+        self.wfile.write(data)
+        self.wfile.flush()
+
+    def _send_not_found(self) -> None:
+        message = f"ScriptedLLM: no route for {self.command} {self.path}"
+        self._send_json(404, ErrorItem(404, message, "invalid_request_error", "unknown_url").body())
+
+    def _start_stream(self) -> None:
+        # Chunked framing makes a cut stream detectable: the client sees an incomplete body.
+        self.close_connection = True
+        self.send_response(200)
+        self.send_header("Content-Type", "text/event-stream")
+        self.send_header("Cache-Control", "no-cache")
+        self.send_header("Transfer-Encoding", "chunked")
+        self.send_header("Connection", "close")
+        self.end_headers()
+
+    def _write_chunk(self, data: bytes) -> None:
+        self.wfile.write(b"%x\r\n%s\r\n" % (len(data), data))
+        self.wfile.flush()
+
+    def _stream(self, chunks: list[dict[str, Any]], *, done: bool) -> None:
+        self._start_stream()
+        for chunk in chunks:
+            self._write_chunk(b"data: %s\n\n" % json.dumps(chunk, ensure_ascii=False).encode())
+        if done:
+            self._write_chunk(b"data: [DONE]\n\n")
+            self._write_chunk(b"")  # the terminating zero-length chunk
+
+
+class _Server(ThreadingHTTPServer):
+    daemon_threads = True
+
+    def __init__(self, port: int, llm: ScriptedLLM) -> None:
+        self.llm = llm
+        self.closing = threading.Event()
+        self._connections: set[socket.socket] = set()
+        self._connections_lock = threading.Lock()
+        super().__init__(("127.0.0.1", port), _Handler)
+
+    def process_request(self, request: Any, client_address: Any) -> None:
+        with self._connections_lock:
+            self._connections.add(request)
+        super().process_request(request, client_address)
+
+    def shutdown_request(self, request: Any) -> None:
+        with self._connections_lock:
+            self._connections.discard(request)
+        super().shutdown_request(request)
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        """Ignore clients that vanished; report real bugs as usual."""
+        if not isinstance(sys.exc_info()[1], OSError):
+            super().handle_error(request, client_address)
+
+    def drop_connections(self) -> None:
+        # Wakes handler threads parked on idle keep-alive connections so close() is prompt.
+        with self._connections_lock:
+            for conn in self._connections:
+                with contextlib.suppress(OSError):  # already closed by its handler
+                    conn.shutdown(socket.SHUT_RDWR)
+
+
+class ScriptedLLM:
+    """A scripted OpenAI-compatible Chat Completions server bound to 127.0.0.1.
+
+    Each request to `/v1/chat/completions` consumes the next queued item; when the queue is
+    empty the `responder` (if any) answers, else the request fails with a 400 that names the
+    request. With `loop=True` the script is cycled instead of consumed.
+    """
+
+    api_key = "sk-scripted"
+
+    def __init__(
+        self,
+        *,
+        loop: bool = False,
+        chunk_size: int = 8,
+        port: int = 0,
+        responder: Responder | None = None,
+    ) -> None:
+        if chunk_size < 1:
+            raise ValueError(f"ScriptedLLM: chunk_size must be >= 1, got {chunk_size}")
+        self.loop = loop
+        self.chunk_size = chunk_size
+        self.responder = responder
+        self._port = port
+        self._queue: deque[ScriptItem] = deque()
+        self._requests: list[RecordedRequest] = []
+        self._cond = threading.Condition()
+        self._server: _Server | None = None
+        self._thread: threading.Thread | None = None
+
+    # -- lifecycle ----------------------------------------------------------------------
+
+    def start(self) -> Self:
+        """Bind a port on 127.0.0.1 and serve from a daemon thread (no-op if running)."""
+        if self._server is None:
+            server = _Server(self._port, self)
+            self._thread = threading.Thread(
+                target=server.serve_forever, args=(0.05,), name="ScriptedLLM", daemon=True
+            )
+            self._server = server
+            self._thread.start()
+        return self
+
+    def close(self) -> None:
+        """Stop serving, drop open connections and release the port (no-op if stopped)."""
+        server, thread = self._server, self._thread
+        if server is None or thread is None:
+            return
+        self._server = self._thread = None
+        server.closing.set()
+        server.shutdown()
+        server.drop_connections()
+        server.server_close()  # joins the handler threads, now all unblocked
+        thread.join()
+
+    def __enter__(self) -> Self:
+        return self.start()
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    async def __aenter__(self) -> Self:
+        return self.start()
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await asyncio.to_thread(self.close)  # waits for the serve loop; keep the event loop free
+
+    @property
+    def port(self) -> int:
+        """The TCP port the server listens on."""
+        if self._server is None:
+            raise RuntimeError(
+                "ScriptedLLM is not running; call .start() or use `with ScriptedLLM()`"
+            )
+        return int(self._server.server_address[1])
+
+    @property
+    def base_url(self) -> str:
+        """The OpenAI `base_url`, e.g. `http://127.0.0.1:54321/v1`."""
+        return f"http://127.0.0.1:{self.port}/v1"
+
+    # -- script -------------------------------------------------------------------------
+
+    def script(self, *items: ScriptItem) -> Self:
+        """Append items to the queue; returns self for chaining."""
+        for item in items:
+            if not isinstance(item, Reply | ErrorItem | Garbage | Delay | CutStream | Disconnect):
+                raise TypeError(
+                    f"ScriptedLLM.script(): expected reply(), error(), delay(), ... got {item!r}"
+                )
+        with self._cond:
+            self._queue.extend(items)
+        return self
+
+    @property
+    def pending(self) -> int:
+        """Number of queued items (in loop mode, the length of the cycle)."""
+        with self._cond:
+            return len(self._queue)
+
+    @property
+    def requests(self) -> list[RecordedRequest]:
+        """A copy of every chat-completions request received so far, in order."""
+        with self._cond:
+            return list(self._requests)
+
+    def wait_for_requests(self, n: int, timeout: float = 5.0) -> list[RecordedRequest]:
+        """Block until `n` requests arrived, else raise TimeoutError.
+
+        This blocks the calling thread: from async code use
+        `await asyncio.to_thread(llm.wait_for_requests, n)`.
+        """
+        with self._cond:
+            if not self._cond.wait_for(lambda: len(self._requests) >= n, timeout):
+                raise TimeoutError(
+                    f"ScriptedLLM: expected {n} request(s) within {timeout}s, "
+                    f"got {len(self._requests)}"
+                )
+            return list(self._requests)
+
+    def reset(self) -> None:
+        """Clear the queue and the recorded requests."""
+        with self._cond:
+            self._queue.clear()
+            self._requests.clear()
+
+    def __repr__(self) -> str:
+        where = self.base_url if self._server is not None else "stopped"
+        return f"<ScriptedLLM {where} pending={self.pending} requests={len(self._requests)}>"
+
+    # -- used by the handler threads -------------------------------------------------------
+
+    def _record(self, path: str, headers: dict[str, str], raw: bytes) -> RecordedRequest:
+        try:
+            body = json.loads(raw)
+        except ValueError:
+            body = None
+        with self._cond:
+            request = RecordedRequest(len(self._requests), path, headers, body, raw)
+            self._requests.append(request)
+            self._cond.notify_all()
+        return request
+
+    def _take(self, request: RecordedRequest) -> ScriptItem:
+        """Next item for `request`; a bare delay claims its follower now, keeping order."""
+        item: ScriptItem | None = None
+        with self._cond:
+            if self._queue:
+                item = self._queue.popleft()
+                if self.loop:
+                    self._queue.append(item)
+        if item is None:
+            item = self._respond(request)
+        if isinstance(item, Delay) and item.then is None:
+            item = Delay(item.seconds, self._take(request))
+        return item
+
+    def _respond(self, request: RecordedRequest) -> ScriptItem:
+        responder = self.responder
+        if responder is None:
+            message = (
+                f"ScriptedLLM: script exhausted at request #{request.index}; "
+                "queue replies with .script(...)"
+            )
+            return ErrorItem(400, message, "invalid_request_error", "script_exhausted")
+        try:  # the responder is user code: turn its failure into a readable 500
+            item = responder(request)
+        except Exception as exc:
+            return ErrorItem(500, f"ScriptedLLM responder raised {type(exc).__name__}: {exc}")
+        if not isinstance(item, Reply | ErrorItem | Garbage | Delay | CutStream | Disconnect):
+            return ErrorItem(500, f"ScriptedLLM responder must return reply(...), got {item!r}")
+        return item

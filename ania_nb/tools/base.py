@@ -1,0 +1,411 @@
+"""What a tool is: the `Tool` protocol, its call context, and the class form `BaseTool[P]`.
+
+Every tool (class-based, function-based via `ania_nb.tools.tool`, MCP) satisfies `Tool`: a
+name, a description, a parameters schema, and ``invoke`` which validates the model's arguments
+and returns the text fed back to the model. Sync tool code always runs in a worker thread.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import inspect
+import json
+import re
+import types
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import (
+    TYPE_CHECKING,
+    Annotated,
+    Any,
+    ClassVar,
+    Generic,
+    Protocol,
+    TypeVar,
+    Union,
+    get_origin,
+    get_type_hints,
+    overload,
+    runtime_checkable,
+)
+
+from pydantic import BaseModel, Field, ValidationError, create_model
+
+from ania_nb.engine.callbacks import NO_CALLBACKS, Callbacks
+from ania_nb.errors import ToolDefinitionError, ToolError
+from ania_nb.tools.schema import has_description, model_schema, parse_docstring
+
+if TYPE_CHECKING:
+    from ania_nb.tools.executor import SessionToolExecutor
+
+__all__ = [
+    "BaseTool",
+    "FunctionTool",
+    "Tool",
+    "ToolArgumentsError",
+    "ToolContext",
+    "check_tool_name",
+    "invoke_callable",
+    "result_to_text",
+    "tool",
+]
+
+P = TypeVar("P", bound=BaseModel)
+
+_NAME_RE = re.compile(r"^[a-zA-Z0-9_-]{1,64}$")
+_GOT_LIMIT = 200
+
+
+@dataclass
+class ToolContext:
+    """Everything a tool may need besides its arguments: session, front end, run scratch."""
+
+    session: str = "default"
+    callbacks: Callbacks = NO_CALLBACKS
+    agent_kind: str = "main"  # main / subagent / clock / team
+    call_id: str = ""
+    executor: SessionToolExecutor | None = None
+    run_state: dict[str, Any] = field(default_factory=dict)  # shared by the tools of one run
+    extras: dict[str, Any] = field(default_factory=dict)
+
+
+@runtime_checkable
+class Tool(Protocol):
+    """The interface every tool satisfies (class, function and MCP tools alike)."""
+
+    @property
+    def name(self) -> str:
+        """The function name the model calls (``^[a-zA-Z0-9_-]{1,64}$``)."""
+        ...
+
+    @property
+    def description(self) -> str:
+        """What the tool does, for the model."""
+        ...
+
+    @property
+    def side_effects(self) -> bool:
+        """Whether the tool changes the world (plan mode blocks such tools)."""
+        ...
+
+    def parameters_schema(self) -> dict[str, Any]:
+        """Return the OpenAI ``parameters`` object (shared and cached: do not mutate)."""
+        ...
+
+    def definition(self) -> dict[str, Any]:
+        """Return the OpenAI ``{"type": "function", "function": {...}}`` entry."""
+        ...
+
+    async def invoke(self, arguments: dict[str, Any], ctx: ToolContext) -> str:
+        """Validate ``arguments`` and run; raises `ToolArgumentsError` when they are invalid."""
+        ...
+
+
+class ToolArgumentsError(ToolError):
+    """The model called a tool with arguments that do not match its parameters."""
+
+    def __init__(self, message: str, *, tool: str, field: str | None = None) -> None:
+        super().__init__(message)
+        self.tool = tool
+        self.field = field
+
+    @classmethod
+    def from_validation_error(cls, tool: str, exc: ValidationError) -> ToolArgumentsError:
+        """Explain each pydantic error on its own line, naming the field and what was sent."""
+        lines: list[str] = []
+        fields: list[str] = []
+        for err in exc.errors(include_url=False):
+            loc = ".".join(str(part) for part in err["loc"])
+            fields.append(loc)
+            subject = f"field '{loc}'" if loc else "arguments"
+            if err["type"] == "missing":
+                lines.append(f"{subject} is required")
+            else:
+                lines.append(f"{subject}: {err['msg']} (got {_show(err.get('input'))})")
+        head = f"invalid arguments for tool '{tool}'"
+        if len(lines) == 1:
+            message = f"{head}: {lines[0]}"
+        else:
+            message = f"{head} ({len(lines)} errors):\n" + "\n".join(lines)
+        return cls(message, tool=tool, field=fields[0] if fields else None)
+
+
+def _show(value: Any) -> str:
+    # Strings as the model sees them in Python repr ('x'); everything else as JSON.
+    text = repr(value) if isinstance(value, str) else json.dumps(value, default=str)
+    return text if len(text) <= _GOT_LIMIT else text[:_GOT_LIMIT] + "..."
+
+
+def check_tool_name(name: object, owner: str) -> str:
+    """Return ``name`` if it is a valid OpenAI function name, else raise `ToolDefinitionError`."""
+    if not isinstance(name, str) or not _NAME_RE.match(name):
+        raise ToolDefinitionError(
+            f"{owner}: tool name {name!r} is invalid; use 1-64 characters from a-z, A-Z, 0-9, "
+            "'_' and '-'",
+            tool=name if isinstance(name, str) else None,
+        )
+    return name
+
+
+def _json_default(value: Any) -> Any:
+    if isinstance(value, BaseModel):
+        return value.model_dump(mode="json")
+    return str(value)
+
+
+def result_to_text(value: Any) -> str:
+    """Convert a tool's return value to the text fed back to the model."""
+    if isinstance(value, str):
+        return value
+    if value is None:
+        return "done"
+    if isinstance(value, BaseModel):
+        return value.model_dump_json()
+    return json.dumps(value, ensure_ascii=False, default=_json_default)
+
+
+async def invoke_callable(fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Any:
+    """Await an async callable, or run a sync one in a worker thread so the loop stays free."""
+    if inspect.iscoroutinefunction(fn):
+        return await fn(*args, **kwargs)
+    result = await asyncio.to_thread(fn, *args, **kwargs)
+    if inspect.isawaitable(result):
+        result = await result
+    return result
+
+
+class _ModelTool:
+    """What class and function tools share: a pydantic params model and its cached schema."""
+
+    name: str
+    description: str
+    params_model: type[BaseModel]
+    _schema: dict[str, Any]
+
+    def parameters_schema(self) -> dict[str, Any]:
+        """Return the OpenAI ``parameters`` object, computed once (shared: do not mutate)."""
+        return self._schema
+
+    def definition(self) -> dict[str, Any]:
+        """Return the OpenAI function-tool entry; the one place its key order is decided."""
+        return {
+            "type": "function",
+            "function": {
+                "name": self.name,
+                "description": self.description,
+                "parameters": self._schema,
+            },
+        }
+
+    def _validate(self, arguments: dict[str, Any]) -> Any:
+        try:
+            return self.params_model.model_validate(arguments)
+        except ValidationError as exc:
+            raise ToolArgumentsError.from_validation_error(self.name, exc) from None
+
+
+class BaseTool(_ModelTool, Generic[P]):
+    """Class form of a tool: ``class Add(BaseTool[AddParams])`` with an ``execute`` method.
+
+    ``name`` is required; ``description`` defaults to the class docstring; ``side_effects``
+    marks tools that change the world (plan mode blocks them). ``execute`` may be sync (it then
+    runs in a worker thread) or async, and may return any value (see `result_to_text`).
+    """
+
+    # name, description, params_model and the schema are per-class values (set on the class).
+    side_effects: ClassVar[bool] = False
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        params = _params_from_bases(cls)
+        if params is None and cls.__dict__.get("__parameters__"):
+            return  # still generic (an intermediate base such as MCPTool[P]); checked later
+        owner = f"tool class {cls.__qualname__}"
+        if params is None:
+            raise ToolDefinitionError(
+                f"{owner} does not name its parameter model; declare it as "
+                f"class {cls.__name__}(BaseTool[{cls.__name__}Params]) with a pydantic model"
+            )
+        check_tool_name(getattr(cls, "name", None), owner)
+        own_doc = cls.__dict__.get("__doc__")
+        if "description" not in cls.__dict__ and own_doc:
+            cls.description = inspect.cleandoc(own_doc).strip()
+        description = getattr(cls, "description", "")
+        if not isinstance(description, str) or not description.strip():
+            raise ToolDefinitionError(
+                f"{owner} has no description; add a class docstring or set description = '...'",
+                tool=cls.name,
+            )
+        if cls.execute is BaseTool.execute:
+            raise ToolDefinitionError(f"{owner} does not implement execute()", tool=cls.name)
+        cls.params_model = params
+        try:
+            cls._schema = model_schema(params)
+        except ToolDefinitionError as exc:
+            raise ToolDefinitionError(f"{owner}: {exc}", tool=cls.name) from exc
+
+    def execute(self, params: P, ctx: ToolContext) -> Any | Awaitable[Any]:
+        """Run the tool with validated parameters (override as ``def`` or ``async def``)."""
+        raise NotImplementedError
+
+    async def invoke(self, arguments: dict[str, Any], ctx: ToolContext) -> str:
+        """Validate the arguments (lax, as pydantic coerces), run ``execute``, return text."""
+        params = self._validate(arguments)
+        return result_to_text(await invoke_callable(self.execute, params, ctx))
+
+    def __repr__(self) -> str:
+        return f"<{type(self).__name__} tool {self.name!r}>"
+
+
+def _params_from_bases(cls: type) -> type[BaseModel] | None:
+    # types.get_original_bases is 3.12+; __orig_bases__ holds BaseTool[X] on 3.11 too.
+    for base in cls.__dict__.get("__orig_bases__", ()):
+        for arg in getattr(base, "__args__", ()):
+            if isinstance(arg, type) and issubclass(arg, BaseModel):
+                return arg
+    inherited = getattr(cls, "params_model", None)
+    return inherited if isinstance(inherited, type) else None
+
+
+# --------------------------------------------------------------------------- function tools
+
+
+def _is_context(annotation: Any) -> bool:
+    if annotation is ToolContext:
+        return True
+    # Optional[ToolContext] / ToolContext | None
+    args = [a for a in getattr(annotation, "__args__", ()) if a is not type(None)]
+    return get_origin(annotation) in (Union, types.UnionType) and args == [ToolContext]
+
+
+class FunctionTool(_ModelTool):
+    """A tool made from a typed function by `tool`; still callable like the function."""
+
+    def __init__(
+        self,
+        func: Callable[..., Any],
+        *,
+        name: str | None = None,
+        description: str | None = None,
+        side_effects: bool = False,
+    ) -> None:
+        fname = getattr(func, "__qualname__", repr(func))
+        owner = f"tool function {fname}"
+        self.func = func
+        self.name: str = check_tool_name(name or getattr(func, "__name__", ""), owner)
+        summary, arg_docs = parse_docstring(inspect.getdoc(func))
+        self.description: str = inspect.cleandoc(description).strip() if description else summary
+        if not self.description:
+            raise ToolDefinitionError(
+                f"{owner} has no description; add a docstring or pass description='...'",
+                tool=self.name,
+            )
+        self.side_effects: bool = side_effects
+        self._ctx_param: str | None = None
+        self._field_to_param: dict[str, str] = {}
+        self.params_model = self._build_model(func, owner, arg_docs)
+        try:
+            self._schema = model_schema(self.params_model)
+        except ToolDefinitionError as exc:
+            raise ToolDefinitionError(f"{owner}: {exc}", tool=self.name) from exc
+        functools.update_wrapper(self, func)
+
+    def _build_model(
+        self, func: Callable[..., Any], owner: str, arg_docs: dict[str, str]
+    ) -> type[BaseModel]:
+        try:
+            hints = get_type_hints(func, include_extras=True)
+        except Exception as exc:
+            raise ToolDefinitionError(
+                f"{owner}: cannot resolve its type hints ({type(exc).__name__}: {exc})",
+                tool=self.name,
+            ) from exc
+        fields: dict[str, Any] = {}
+        for param in inspect.signature(func).parameters.values():
+            where = f"{owner}, parameter {param.name!r}"
+            if param.kind in (param.VAR_POSITIONAL, param.VAR_KEYWORD):
+                raise ToolDefinitionError(
+                    f"{where}: *args/**kwargs cannot be described to the model; "
+                    "declare each parameter explicitly",
+                    tool=self.name,
+                )
+            if param.kind is param.POSITIONAL_ONLY:
+                raise ToolDefinitionError(
+                    f"{where}: positional-only parameters are not supported (remove the '/')",
+                    tool=self.name,
+                )
+            if param.name not in hints:
+                raise ToolDefinitionError(
+                    f"{where} has no type annotation; annotate it (e.g. {param.name}: str)",
+                    tool=self.name,
+                )
+            annotation = hints[param.name]
+            if _is_context(annotation):
+                self._ctx_param = param.name
+                continue
+            default = ... if param.default is param.empty else param.default
+            doc = arg_docs.get(param.name)
+            if doc and not has_description(annotation, default):
+                annotation = Annotated[annotation, Field(description=doc)]
+            # Names that shadow BaseModel attributes (json, copy, schema...) travel as aliases.
+            field_name = param.name
+            if hasattr(BaseModel, field_name) or field_name.startswith("model_"):
+                field_name = f"param_{field_name}"
+                annotation = Annotated[annotation, Field(alias=param.name)]
+            self._field_to_param[field_name] = param.name
+            fields[field_name] = (annotation, default)
+        words = re.split(r"[^0-9a-zA-Z]+", getattr(func, "__name__", self.name))
+        model_name = "".join(w[:1].upper() + w[1:] for w in words) + "Params"
+        try:
+            return create_model(model_name, __module__=func.__module__, **fields)
+        except Exception as exc:
+            raise ToolDefinitionError(
+                f"{owner}: its parameters cannot form a model ({type(exc).__name__}: {exc})",
+                tool=self.name,
+            ) from exc
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        """Call the original function directly."""
+        return self.func(*args, **kwargs)
+
+    async def invoke(self, arguments: dict[str, Any], ctx: ToolContext) -> str:
+        """Validate the arguments, call the function (sync ones in a thread), return text."""
+        params = self._validate(arguments)
+        kwargs = {param: getattr(params, fld) for fld, param in self._field_to_param.items()}
+        if self._ctx_param is not None:
+            kwargs[self._ctx_param] = ctx
+        return result_to_text(await invoke_callable(self.func, **kwargs))
+
+    def __repr__(self) -> str:
+        return f"<FunctionTool {self.name!r}>"
+
+
+@overload
+def tool(func: Callable[..., Any], /) -> FunctionTool: ...
+@overload
+def tool(
+    *, name: str | None = None, description: str | None = None, side_effects: bool = False
+) -> Callable[[Callable[..., Any]], FunctionTool]: ...
+def tool(
+    func: Callable[..., Any] | None = None,
+    /,
+    *,
+    name: str | None = None,
+    description: str | None = None,
+    side_effects: bool = False,
+) -> FunctionTool | Callable[[Callable[..., Any]], FunctionTool]:
+    """Turn a typed sync or async function into a tool: ``@tool`` or ``@tool(name=...)``.
+
+    Example::
+
+        @tool
+        def add(a: int, b: Annotated[int, "the second addend"]) -> int:
+            '''Add two numbers.'''
+            return a + b
+    """
+
+    def wrap(fn: Callable[..., Any]) -> FunctionTool:
+        return FunctionTool(fn, name=name, description=description, side_effects=side_effects)
+
+    return wrap(func) if func is not None else wrap

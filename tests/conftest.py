@@ -1,0 +1,78 @@
+"""Shared fixtures: the scripted LLM server, agents wired to it, a guard against real networks."""
+
+from __future__ import annotations
+
+import ipaddress
+import os
+import socket
+from collections.abc import AsyncIterator, Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+for _key in [k for k in os.environ if k.startswith("ANIA_")]:
+    del os.environ[_key]  # a developer's own settings must not leak into tests
+
+_real_connect = socket.socket.connect
+
+
+def _guarded_connect(self: socket.socket, address: Any) -> Any:
+    if self.family in (socket.AF_INET, socket.AF_INET6):
+        host = address[0]
+        try:
+            loopback = ipaddress.ip_address(host).is_loopback
+        except ValueError:
+            loopback = host == "localhost"
+        if not loopback:
+            raise ConnectionRefusedError(f"tests may only reach loopback addresses, not {host!r}")
+    return _real_connect(self, address)
+
+
+@pytest.fixture(autouse=True)
+def _loopback_only(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every test: any connection to a non-loopback address fails (no real model is ever called)."""
+    monkeypatch.setattr(socket.socket, "connect", _guarded_connect)
+
+
+@pytest.fixture
+def llm() -> Iterator[Any]:
+    """A scripted OpenAI-compatible server on 127.0.0.1."""
+    from ania_nb.testing import ScriptedLLM
+
+    with ScriptedLLM() as server:
+        yield server
+
+
+@pytest.fixture
+async def make_agent(llm: Any, tmp_path: Path) -> AsyncIterator[Callable[..., Any]]:
+    """Build Agents talking to the scripted server, with fast retries, closed after the test."""
+    from ania_nb import Agent
+
+    agents: list[Any] = []
+
+    def factory(**kwargs: Any) -> Any:
+        overrides = {"retry.base_delay": 0.01, "retry.max_delay": 0.05, "llm.stream": False}
+        overrides.update(kwargs.pop("overrides", {}))
+        kwargs.setdefault("data_dir", tmp_path / "data")
+        agent = Agent(
+            base_url=llm.base_url,
+            api_key=llm.api_key,
+            model="scripted",
+            overrides=overrides,
+            **kwargs,
+        )
+        agents.append(agent)
+        return agent
+
+    yield factory
+    for agent in agents:
+        await agent.aclose()
+
+
+@pytest.fixture
+async def agent(make_agent: Callable[..., Any]) -> AsyncIterator[Any]:
+    """A default agent against the scripted server."""
+    agent = make_agent()
+    yield agent
+    await agent.aclose()

@@ -1,0 +1,538 @@
+"""ania_nb.testing: the scripted LLM server, driven by the real openai clients over loopback."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import signal
+import subprocess
+import sys
+import threading
+import urllib.error
+import urllib.request
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+from typing import Any
+
+import openai
+import pytest
+
+import ania_nb.testing as testing
+from ania_nb.testing import (
+    RecordedRequest,
+    Reply,
+    ScriptedLLM,
+    cut_stream,
+    delay,
+    disconnect,
+    error,
+    garbage,
+    reply,
+    script_from_json,
+    script_to_json,
+    tool_call,
+    usage,
+)
+
+ROOT = Path(__file__).resolve().parents[1]
+HI: list[Any] = [{"role": "user", "content": "hi"}]
+TOOLS: list[Any] = [
+    {
+        "type": "function",
+        "function": {
+            "name": "get_weather",
+            "description": "Weather for a city — ünïcode kept.",
+            "parameters": {"type": "object", "properties": {"city": {"type": "string"}}},
+        },
+    }
+]
+
+
+@pytest.fixture
+def llm() -> Iterator[ScriptedLLM]:
+    with ScriptedLLM() as server:
+        yield server
+
+
+@pytest.fixture
+def client(llm: ScriptedLLM) -> Iterator[openai.OpenAI]:
+    with openai.OpenAI(base_url=llm.base_url, api_key=llm.api_key, max_retries=0) as c:
+        yield c
+
+
+@pytest.fixture
+async def aclient(llm: ScriptedLLM) -> AsyncIterator[openai.AsyncOpenAI]:
+    async with openai.AsyncOpenAI(base_url=llm.base_url, api_key=llm.api_key, max_retries=0) as c:
+        yield c
+
+
+def _http(url: str, data: bytes | None = None) -> tuple[int, dict[str, Any]]:
+    """Raw stdlib request, for shapes the openai client does not expose."""
+    try:
+        with urllib.request.urlopen(urllib.request.Request(url, data=data), timeout=5) as resp:
+            return resp.status, json.loads(resp.read())
+    except urllib.error.HTTPError as exc:
+        with exc:
+            return exc.code, json.loads(exc.read())
+
+
+# -- replies ------------------------------------------------------------------------------
+
+
+def test_text_reply_with_cached_and_deepseek_usage(llm: ScriptedLLM, client: openai.OpenAI):
+    llm.script(reply("Hello!", usage=usage(120, 7, cached=100, deepseek_cache_hit=96)))
+    resp = client.chat.completions.create(model="gpt-test", messages=HI)
+    assert resp.id == "chatcmpl-scripted-0"
+    assert resp.model == "gpt-test"
+    choice = resp.choices[0]
+    assert (choice.message.role, choice.message.content) == ("assistant", "Hello!")
+    assert choice.finish_reason == "stop"
+    assert choice.message.tool_calls is None
+    assert resp.usage is not None
+    assert (resp.usage.prompt_tokens, resp.usage.completion_tokens) == (120, 7)
+    assert resp.usage.total_tokens == 127
+    assert resp.usage.prompt_tokens_details is not None
+    assert resp.usage.prompt_tokens_details.cached_tokens == 100
+    assert resp.usage.model_extra == {"prompt_cache_hit_tokens": 96, "prompt_cache_miss_tokens": 24}
+
+
+def test_default_usage_model_override_and_no_usage(llm: ScriptedLLM, client: openai.OpenAI):
+    llm.script(reply("estimated"), reply("x", model="other-model", usage=None))
+    first = client.chat.completions.create(model="m", messages=HI)
+    assert first.usage is not None and first.usage.prompt_tokens > 0
+    assert first.usage.total_tokens == first.usage.prompt_tokens + first.usage.completion_tokens
+    second = client.chat.completions.create(model="m", messages=HI)
+    assert second.model == "other-model"
+    assert second.usage is None
+
+
+async def test_parallel_tool_calls(llm: ScriptedLLM, aclient: openai.AsyncOpenAI):
+    llm.script(
+        reply(
+            tool_calls=[
+                tool_call("get_weather", {"city": "Oslo"}),
+                tool_call("get_weather", {"city": "Köln"}),
+                tool_call("get_time", id="call_custom"),
+            ]
+        )
+    )
+    resp = await aclient.chat.completions.create(model="m", messages=HI, tools=TOOLS)
+    message = resp.choices[0].message
+    assert resp.choices[0].finish_reason == "tool_calls"
+    assert message.content is None
+    calls: list[Any] = message.tool_calls or []
+    assert [c.id for c in calls] == ["call_0_0", "call_0_1", "call_custom"]
+    assert [c.function.name for c in calls] == ["get_weather", "get_weather", "get_time"]
+    assert [json.loads(c.function.arguments) for c in calls] == [
+        {"city": "Oslo"},
+        {"city": "Köln"},
+        {},
+    ]
+
+
+def test_malformed_arguments_are_sent_verbatim(llm: ScriptedLLM, client: openai.OpenAI):
+    llm.script(reply(tool_calls=[tool_call("get_weather", '{"city": "Oslo"')]))
+    resp = client.chat.completions.create(model="m", messages=HI)
+    calls: list[Any] = resp.choices[0].message.tool_calls or []
+    assert calls[0].function.arguments == '{"city": "Oslo"'
+
+
+def test_reasoning_content(llm: ScriptedLLM, client: openai.OpenAI):
+    llm.script(reply("42", reasoning_content="Six times seven."), reply("plain"))
+    message = client.chat.completions.create(model="m", messages=HI).choices[0].message
+    assert message.model_extra is not None
+    assert message.model_extra["reasoning_content"] == "Six times seven."
+    plain = client.chat.completions.create(model="m", messages=HI).choices[0].message
+    assert "reasoning_content" not in (plain.model_extra or {})
+
+
+# -- streaming ----------------------------------------------------------------------------
+
+
+def _reassemble(chunks: list[Any]) -> dict[str, Any]:
+    """Fold stream chunks back into one message, as an engine would."""
+    out: dict[str, Any] = {
+        "content": "",
+        "reasoning": "",
+        "calls": {},
+        "finish": None,
+        "usage": None,
+    }
+    for chunk in chunks:
+        if chunk.usage is not None:
+            out["usage"] = chunk.usage.model_dump(exclude_none=True)
+        for choice in chunk.choices:
+            delta = choice.delta
+            out["content"] += delta.content or ""
+            out["reasoning"] += (delta.model_extra or {}).get("reasoning_content") or ""
+            for call in delta.tool_calls or []:
+                entry = out["calls"].setdefault(
+                    call.index, {"id": None, "name": "", "arguments": ""}
+                )
+                entry["id"] = call.id or entry["id"]
+                entry["name"] += (call.function and call.function.name) or ""
+                entry["arguments"] += (call.function and call.function.arguments) or ""
+            out["finish"] = choice.finish_reason or out["finish"]
+    return out
+
+
+async def test_stream_reassembles_to_the_non_streamed_reply():
+    async with (
+        ScriptedLLM(chunk_size=5) as llm,
+        openai.AsyncOpenAI(base_url=llm.base_url, api_key=llm.api_key, max_retries=0) as client,
+    ):
+        scripted = reply(
+            "The weather is fine today.",
+            reasoning_content="User wants weather; call tools.",
+            tool_calls=[
+                tool_call("get_weather", {"city": "Oslo"}, id="call_a"),
+                tool_call("get_weather", {"city": "Bergen"}, id="call_b"),
+            ],
+            usage=usage(50, 20, cached=10),
+        )
+        llm.script(scripted, scripted)
+        full = await client.chat.completions.create(model="m", messages=HI)
+        stream = await client.chat.completions.create(
+            model="m", messages=HI, stream=True, stream_options={"include_usage": True}
+        )
+        chunks = [chunk async for chunk in stream]
+
+    assert chunks[0].choices[0].delta.role == "assistant"
+    assert chunks[0].object == "chat.completion.chunk"
+    assert all(len(c.choices[0].delta.content or "") <= 5 for c in chunks if c.choices)
+    assert chunks[-1].choices == [] and chunks[-1].usage is not None
+    got = _reassemble(chunks)
+    message = full.choices[0].message
+    assert got["content"] == message.content
+    assert got["reasoning"] == (message.model_extra or {})["reasoning_content"]
+    assert got["finish"] == full.choices[0].finish_reason == "tool_calls"
+    expected_calls = [
+        {"id": c.id, "name": c.function.name, "arguments": c.function.arguments}
+        for c in message.tool_calls or []
+    ]
+    assert [got["calls"][i] for i in sorted(got["calls"])] == expected_calls
+    assert full.usage is not None
+    assert got["usage"] == full.usage.model_dump(exclude_none=True)
+
+
+async def test_stream_without_include_usage_has_no_usage_chunk(
+    llm: ScriptedLLM, aclient: openai.AsyncOpenAI
+):
+    llm.script(reply("short"))
+    stream = await aclient.chat.completions.create(model="m", messages=HI, stream=True)
+    chunks = [chunk async for chunk in stream]
+    assert all(c.usage is None and c.choices for c in chunks)
+    assert _reassemble(chunks)["content"] == "short"
+    assert llm.requests[0].stream is True
+
+
+# -- failures -----------------------------------------------------------------------------
+
+
+def test_errors_surface_as_typed_openai_exceptions(llm: ScriptedLLM, client: openai.OpenAI):
+    llm.script(error(429, "Slow down, please.", retry_after=2), error(500), reply("recovered"))
+    with pytest.raises(openai.RateLimitError, match=r"Slow down, please\.") as rate:
+        client.chat.completions.create(model="m", messages=HI)
+    assert rate.value.status_code == 429
+    assert rate.value.response.headers["retry-after"] == "2"
+    assert rate.value.code == "rate_limit_exceeded"
+    with pytest.raises(openai.InternalServerError, match="Internal Server Error") as server:
+        client.chat.completions.create(model="m", messages=HI)
+    assert server.value.type == "server_error"
+    assert client.chat.completions.create(model="m", messages=HI).choices[0].message.content == (
+        "recovered"
+    )
+
+
+async def test_garbage_body_and_garbage_stream_fail_in_the_client(
+    llm: ScriptedLLM, aclient: openai.AsyncOpenAI
+):
+    llm.script(garbage(), garbage(), reply("fine"))
+    with pytest.raises((ValueError, openai.APIError)):
+        await aclient.chat.completions.create(model="m", messages=HI)
+    stream = await aclient.chat.completions.create(model="m", messages=HI, stream=True)
+    with pytest.raises(ValueError):
+        async for _ in stream:
+            pass
+    resp = await aclient.chat.completions.create(model="m", messages=HI)
+    assert resp.choices[0].message.content == "fine"
+
+
+async def test_delay_past_client_timeout_then_server_keeps_serving(llm: ScriptedLLM):
+    llm.script(delay(5), reply("too late"), delay(0.01, reply("prompt enough")), reply("next"))
+    async with openai.AsyncOpenAI(
+        base_url=llm.base_url, api_key=llm.api_key, max_retries=0, timeout=0.5
+    ) as client:
+        with pytest.raises(openai.APITimeoutError):
+            await client.chat.completions.create(model="m", messages=HI)
+        # The timed-out request already claimed "too late", so order is kept.
+        second = await client.chat.completions.create(model="m", messages=HI)
+        third = await client.chat.completions.create(model="m", messages=HI)
+    assert second.choices[0].message.content == "prompt enough"
+    assert third.choices[0].message.content == "next"
+
+
+async def test_cut_stream_breaks_the_client_stream(llm: ScriptedLLM, aclient: openai.AsyncOpenAI):
+    llm.script(
+        cut_stream(reply("abcdefghijklmnopqrstuvwxyz"), after_chunks=2), cut_stream(reply("x"))
+    )
+    stream = await aclient.chat.completions.create(model="m", messages=HI, stream=True)
+    received: list[Any] = []
+    with pytest.raises(openai.APIConnectionError):
+        async for chunk in stream:
+            received.append(chunk)
+    assert _reassemble(received)["content"] == "abcdefgh"  # role chunk + one 8-char piece
+    with pytest.raises(openai.APIConnectionError):  # no stream requested: no response at all
+        await aclient.chat.completions.create(model="m", messages=HI)
+
+
+def test_disconnect_is_a_connection_error(llm: ScriptedLLM, client: openai.OpenAI):
+    llm.script(disconnect(), reply("after"))
+    with pytest.raises(openai.APIConnectionError):
+        client.chat.completions.create(model="m", messages=HI)
+    assert client.chat.completions.create(model="m", messages=HI).choices[0].message.content == (
+        "after"
+    )
+
+
+def test_exhausted_script_is_a_400_naming_the_request(llm: ScriptedLLM, client: openai.OpenAI):
+    llm.script(reply("only one"))
+    client.chat.completions.create(model="m", messages=HI)
+    with pytest.raises(openai.BadRequestError) as exc:
+        client.chat.completions.create(model="m", messages=HI)
+    assert exc.value.status_code == 400
+    assert exc.value.code == "script_exhausted"
+    assert "ScriptedLLM: script exhausted at request #1; queue replies with .script(...)" in str(
+        exc.value
+    )
+
+
+def test_unparsable_request_body_is_a_400_and_still_recorded(llm: ScriptedLLM):
+    status, body = _http(f"{llm.base_url}/chat/completions", data=b"{nope")
+    assert status == 400
+    assert "not a JSON object" in body["error"]["message"]
+    assert llm.requests[0].body is None and llm.requests[0].raw == b"{nope"
+    assert llm.pending == 0
+
+
+# -- dynamic replies, loop mode, recording ------------------------------------------------
+
+
+def test_responder_answers_when_the_queue_is_empty(llm: ScriptedLLM, client: openai.OpenAI):
+    llm.responder = lambda req: reply(f"echo: {req.messages[-1]['content']}")
+    llm.script(reply("queued first"))
+    texts = [
+        client.chat.completions.create(model="m", messages=[{"role": "user", "content": t}])
+        .choices[0]
+        .message.content
+        for t in ("a", "b")
+    ]
+    assert texts == ["queued first", "echo: b"]
+
+    def broken(req: RecordedRequest) -> Reply:
+        raise KeyError("boom")
+
+    llm.responder = broken
+    with pytest.raises(openai.InternalServerError, match="responder raised KeyError"):
+        client.chat.completions.create(model="m", messages=HI)
+
+
+def test_loop_mode_cycles_the_script():
+    with ScriptedLLM(loop=True) as llm:
+        llm.script(reply("a"), reply("b"))
+        with openai.OpenAI(base_url=llm.base_url, api_key=llm.api_key, max_retries=0) as client:
+            texts = [
+                client.chat.completions.create(model="m", messages=HI).choices[0].message.content
+                for _ in range(5)
+            ]
+        assert texts == ["a", "b", "a", "b", "a"]
+        assert llm.pending == 2
+
+
+def test_requests_are_recorded_with_headers_and_tools(llm: ScriptedLLM, client: openai.OpenAI):
+    llm.script(reply("1"), reply("2"))
+    for _ in range(2):
+        client.chat.completions.create(model="gpt-x", messages=HI, tools=TOOLS)
+    first, second = llm.requests
+    assert (first.index, second.index) == (0, 1)
+    assert first.path == "/v1/chat/completions"
+    assert first.model == "gpt-x"
+    assert first.messages == HI
+    assert first.tools == TOOLS
+    assert first.stream is False
+    assert first.headers["authorization"] == "Bearer sk-scripted"
+    assert first.headers["content-type"] == "application/json"
+    assert first.tools_bytes == second.tools_bytes
+    assert json.loads(first.tools_bytes) == TOOLS
+    assert "ünïcode".encode() in first.tools_bytes
+    assert json.loads(first.raw) == first.body
+    llm.requests.clear()  # a copy: the record is untouched
+    assert len(llm.requests) == 2
+
+
+def test_wait_for_requests_and_reset(llm: ScriptedLLM, client: openai.OpenAI):
+    llm.script(reply("x"), reply("unused"))
+    worker = threading.Thread(target=lambda: client.chat.completions.create(model="m", messages=HI))
+    worker.start()
+    try:
+        assert [r.index for r in llm.wait_for_requests(1)] == [0]
+    finally:
+        worker.join()
+    with pytest.raises(TimeoutError, match="expected 2 request"):
+        llm.wait_for_requests(2, timeout=0.05)
+    assert llm.pending == 1
+    llm.reset()
+    assert (llm.pending, llm.requests) == (0, [])
+
+
+async def test_wait_from_async_code_and_async_context_manager():
+    async with ScriptedLLM() as llm:
+        llm.script(reply("async"))
+        async with openai.AsyncOpenAI(
+            base_url=llm.base_url, api_key=llm.api_key, max_retries=0
+        ) as client:
+            call = asyncio.create_task(client.chat.completions.create(model="m", messages=HI))
+            seen = await asyncio.to_thread(llm.wait_for_requests, 1)
+            resp = await call
+    assert seen[0].messages == HI
+    assert resp.choices[0].message.content == "async"
+
+
+def test_models_endpoint_and_unknown_paths(llm: ScriptedLLM, client: openai.OpenAI):
+    assert [m.id for m in client.models.list()] == ["scripted"]
+    with pytest.raises(openai.NotFoundError, match="no route for POST /v1/embeddings"):
+        client.embeddings.create(model="m", input="x")
+    status, body = _http(f"{llm.base_url}/nope")
+    assert status == 404
+    assert body["error"]["param"] is None and body["error"]["code"] == "unknown_url"
+    assert llm.requests == []  # only chat completions are recorded
+
+
+# -- lifecycle ----------------------------------------------------------------------------
+
+
+def test_close_drops_inflight_requests_and_is_idempotent():
+    llm = ScriptedLLM().start()
+    llm.script(delay(30, reply("never")))
+    outcome: list[BaseException] = []
+
+    def call() -> None:
+        with openai.OpenAI(base_url=llm.base_url, api_key=llm.api_key, max_retries=0) as client:
+            try:
+                client.chat.completions.create(model="m", messages=HI)
+            except openai.APIError as exc:
+                outcome.append(exc)
+
+    worker = threading.Thread(target=call)
+    worker.start()
+    llm.wait_for_requests(1)
+    llm.close()
+    worker.join()
+    llm.close()
+    assert [type(e) for e in outcome] == [openai.APIConnectionError]
+    with pytest.raises(RuntimeError, match="not running"):
+        _ = llm.base_url
+    assert "stopped" in repr(llm)
+
+
+def test_server_restarts_after_close():
+    llm = ScriptedLLM()
+    for text in ("first life", "second life"):
+        with llm, openai.OpenAI(base_url=llm.base_url, api_key="k", max_retries=0) as client:
+            llm.script(reply(text))
+            assert (
+                client.chat.completions.create(model="m", messages=HI).choices[0].message.content
+                == text
+            )
+
+
+# -- script data, CLI, import cost ------------------------------------------------------
+
+
+def test_builders_validate_their_arguments(llm: ScriptedLLM):
+    with pytest.raises(ValueError, match="4xx or 5xx"):
+        error(200)
+    with pytest.raises(TypeError, match="dict or a str"):
+        tool_call("f", 3)  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="seconds must be >= 0"):
+        delay(-1)
+    with pytest.raises(TypeError, match="must be a reply"):
+        cut_stream(error(500))  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="expected reply"):
+        llm.script("hello")  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="chunk_size"):
+        ScriptedLLM(chunk_size=0)
+
+
+def test_script_json_round_trip():
+    items = [
+        reply("hi", usage=usage(3, 4, cached=1), model="m2"),
+        reply(
+            tool_calls=[tool_call("f", {"a": 1}), tool_call("g", "{bad", id="call_x")],
+            reasoning_content="hmm",
+            usage=None,
+            finish_reason="length",
+        ),
+        error(429, "slow", retry_after=1.5, code="rate_limit_exceeded"),
+        garbage("<html>", status=502),
+        delay(0.5, reply("later")),
+        delay(0.1),
+        cut_stream(reply("partial"), after_chunks=3),
+        disconnect(),
+    ]
+    text = script_to_json(items)
+    assert [entry["kind"] for entry in json.loads(text)] == [
+        "reply", "reply", "error", "garbage", "delay", "delay", "cut_stream", "disconnect",
+    ]  # fmt: skip
+    assert script_from_json(text) == items
+    with pytest.raises(ValueError, match=r"script item #0: unknown kind 'nope'"):
+        script_from_json('[{"kind": "nope"}]')
+    with pytest.raises(ValueError, match=r"script item #0 \(reply\)"):
+        script_from_json('[{"kind": "reply", "contnet": "typo"}]')
+
+
+def test_cli_serves_a_script_until_sigterm(tmp_path: Path):
+    script = tmp_path / "script.json"
+    script.write_text(script_to_json([reply("from the CLI")]), encoding="utf-8")
+    cmd = [sys.executable, "-m", "ania_nb.testing", "serve", "--script", str(script)]
+    with subprocess.Popen(
+        cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    ) as proc:
+        try:
+            assert proc.stdout is not None
+            line = proc.stdout.readline().strip()
+            assert line.startswith("base_url=http://127.0.0.1:")
+            base_url = line.removeprefix("base_url=")
+            with openai.OpenAI(base_url=base_url, api_key="k", max_retries=0) as client:
+                resp = client.chat.completions.create(model="m", messages=HI)
+            assert resp.choices[0].message.content == "from the CLI"
+            proc.send_signal(signal.SIGTERM)
+            out, err = proc.communicate(timeout=10)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+    assert (proc.returncode, out, err) == (0, "", "")
+
+
+def test_cli_help_and_bad_script(tmp_path: Path):
+    run = [sys.executable, "-m", "ania_nb.testing"]
+    shown = subprocess.run([*run, "serve", "--help"], cwd=ROOT, capture_output=True, text=True)
+    assert shown.returncode == 0 and "--chunk-size" in shown.stdout
+    bad = tmp_path / "bad.json"
+    bad.write_text('{"kind": "reply"}', encoding="utf-8")
+    failed = subprocess.run(
+        [*run, "serve", "--script", str(bad)], cwd=ROOT, capture_output=True, text=True
+    )
+    assert failed.returncode == 2 and "must be a list" in failed.stderr
+
+
+def test_import_pulls_in_no_openai():
+    code = "import ania_nb.testing, sys; assert 'openai' not in sys.modules, 'openai imported'"
+    done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+
+
+def test_all_is_sorted_and_matches_the_public_names():
+    assert testing.__all__ == sorted(testing.__all__)
+    public = {name for name in vars(testing) if not name.startswith("_")} - {"annotations"}
+    assert set(testing.__all__) == public
