@@ -11,7 +11,7 @@
 Importing the package is cheap: openai, mcp and lancedb load only when first needed.
 """
 
-from .agent import Agent
+from .agent import Agent, AgentHooks
 from .config import Config
 from .engine.callbacks import ApprovalRequest, Callbacks, RunEvent
 from .engine.loop import ToolCallResult
@@ -37,6 +37,7 @@ __version__ = "0.1.0"
 
 __all__ = [
     "Agent",
+    "AgentHooks",
     "AniaError",
     "ApprovalRequest",
     "BaseTool",

@@ -9,20 +9,21 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable, Iterable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from ._session import Pending, Session, merge_batch, senders_of
 from .config import Config
 from .engine.callbacks import NO_CALLBACKS, Callbacks, RunEvent
-from .engine.context import ContextWindow
+from .engine.context import ContextWindow, PreCompactHook
 from .engine.llm import LLMClient
-from .engine.loop import LoopHooks, ToolCall, ToolCallResult, ToolLoop
+from .engine.loop import Gate, LoopHooks, ToolCall, ToolCallResult, ToolLoop
 from .engine.messages import Message, for_storage, timestamped, user_message
 from .engine.usage import Usage
-from .errors import AniaError, LLMError, RunError, SessionBusyError, UsageError
+from .errors import AniaError, RunError, SessionBusyError, UsageError
 from .prompts import DEFAULT_SYSTEM_PROMPT
-from .result import RunResult
+from .result import RunResult, RunStatus
 from .store import RunRecord, Store, ToolCallRecord
 from .tools import SessionToolExecutor, Tool, ToolContext, ToolExecutor
 
@@ -34,6 +35,19 @@ _SHORTCUTS = {
     "model": "llm.model",
     "data_dir": "store.data_dir",
 }
+
+
+@dataclass
+class AgentHooks:
+    """Engine hook points that governance fills (plan mode, hooks, approvals).
+
+    ``tool_gate(call, ctx)`` runs inside each tool call's own task before the tool; returning a
+    text blocks the call and that text becomes its result. ``pre_compact(history)`` is told before
+    a history is compacted.
+    """
+
+    tool_gate: Gate | None = None
+    pre_compact: PreCompactHook | None = None
 
 
 class Agent:
@@ -67,6 +81,7 @@ class Agent:
         base = config if config is not None else Config.load()
         self.config = base.with_overrides(dotted) if dotted else base
         self.tools = ToolExecutor()
+        self.hooks = AgentHooks()
         for t in tools:
             self.tools.add(t)
         self._http_client = http_client
@@ -117,9 +132,14 @@ class Agent:
                         max_context_tokens=self.config.agent.max_context_tokens,
                         ratio=self.config.agent.compress_ratio,
                         compressor=compressor,
+                        pre_compact=self._pre_compact,
                     )
                     self._store = store
         return self._store
+
+    async def _pre_compact(self, history: list[Message]) -> None:
+        if self.hooks.pre_compact is not None:
+            await self.hooks.pre_compact(history)
 
     def session(self, name: str) -> Session:
         """The state of a session, created on first use."""
@@ -205,52 +225,44 @@ class Agent:
 
     async def _run(self, state: Session, batch: list[Pending]) -> RunResult:
         store = await self._ensure_open()
-        assert self._llm is not None and self._window is not None
         text, images = merge_batch(batch)
         callbacks = batch[-1].callbacks
         run_id = await store.runs.start(state.name, text, sender=senders_of(batch))
-        usage = Usage()
-        calls: list[ToolCallResult] = []
+        usage = Usage()  # one tally: compaction tokens, then every loop call
+        calls: list[ToolCallResult] = []  # completion order, kept for partial runs
         await _emit(callbacks, "run_start", state.name, run_id=run_id, text=text)
+
+        def failed(status: RunStatus, error: str) -> RunResult:
+            return RunResult("", status, state.name, usage, calls, run_id, error=error)
+
         try:
             async with asyncio.timeout(self.config.agent.run_timeout):
                 history = await self._load_history(state, store)
-                compaction_usage = await self._maybe_compact(state, store, history)
-                usage.merge(compaction_usage)
-                stamped = timestamped(text)
-                turn = user_message(stamped, images)
+                await self._maybe_compact(state, store, history, usage)
+                turn = user_message(timestamped(text), images)
                 await self._append(state, store, [turn])
                 messages = [{"role": "system", "content": self.system_prompt}, *history, turn]
-                loop = self._make_loop(state, store, callbacks, run_id, calls)
+                loop = self._make_loop(state, store, callbacks, run_id, calls, usage)
                 result = await loop.run(messages)
-            loop_usage = result.usage
-            usage.merge(loop_usage)
-            usage.iterations = loop_usage.iterations
-            usage.last_prompt_tokens = loop_usage.last_prompt_tokens
-            state.last_prompt_tokens = loop_usage.last_prompt_tokens
-            outcome = RunResult(result.text, "success", state.name, usage, calls, run_id)
-        except TimeoutError:
+            state.last_prompt_tokens = usage.last_prompt_tokens
             outcome = RunResult(
-                "",
-                "timeout",
-                state.name,
-                usage,
-                calls,
-                run_id,
-                error=f"the request took longer than {self.config.agent.run_timeout:g} s",
+                result.text, "success", state.name, usage, result.tool_calls, run_id
             )
+        except TimeoutError:
+            limit = self.config.agent.run_timeout
+            outcome = failed("timeout", f"the request took longer than {limit:g} s")
         except asyncio.CancelledError:
             await store.runs.finish(
-                run_id, "stopped", usage=_usage_row(usage), error="stopped by the user"
+                run_id, "stopped", usage=usage.to_dict(), error="stopped by the user"
             )
             await _emit(callbacks, "run_end", state.name, status="stopped")
             raise
-        except (LLMError, RunError) as exc:
-            outcome = RunResult("", "error", state.name, usage, calls, run_id, error=str(exc))
+        except RunError as exc:
+            outcome = failed("error", str(exc))
         await store.runs.finish(
             run_id,
             outcome.status,
-            usage=_usage_row(outcome.usage),
+            usage=usage.to_dict(),
             reply=outcome.text or None,
             error=outcome.error,
         )
@@ -264,6 +276,7 @@ class Agent:
         callbacks: Callbacks,
         run_id: int,
         calls: list[ToolCallResult],
+        usage: Usage,
     ) -> ToolLoop:
         run_state: dict[str, Any] = {}
 
@@ -300,9 +313,12 @@ class Agent:
             make_context=make_context,
             session=state.name,
             callbacks=callbacks,
-            hooks=LoopHooks(after_tool=after_tool, on_messages=on_messages),
+            hooks=LoopHooks(
+                gate=self.hooks.tool_gate, after_tool=after_tool, on_messages=on_messages
+            ),
             max_iterations=self.config.agent.max_iterations,
             stream=self.config.llm.stream,
+            usage=usage,
         )
 
     # --------------------------------------------------------------- history
@@ -318,16 +334,19 @@ class Agent:
         if state.history is not None:
             state.history.extend(stored)
 
-    async def _maybe_compact(self, state: Session, store: Store, history: list[Message]) -> Usage:
+    async def _maybe_compact(
+        self, state: Session, store: Store, history: list[Message], usage: Usage
+    ) -> None:
+        """Compact the history in place (and in the store) when it is over the token budget."""
         assert self._window is not None
         if not self._window.needs_compaction(history, state.last_prompt_tokens):
-            return Usage()
+            return
         compaction = await self._window.compact(history)
         await store.history.replace(state.name, compaction.messages)
         state.history = list(compaction.messages)
         state.last_prompt_tokens = 0
         history[:] = compaction.messages
-        return compaction.usage
+        usage.merge(compaction.usage)
 
     async def history(self, session: str = "nb:default") -> list[Message]:
         """The stored conversation of a session (images as ``[image <hash8>]`` markers)."""
@@ -391,10 +410,6 @@ class Agent:
 def _resolve(pending: Pending, result: RunResult) -> None:
     if not pending.future.done():
         pending.future.set_result(result)
-
-
-def _usage_row(usage: Usage) -> dict[str, int]:
-    return usage.to_dict()
 
 
 async def _emit(callbacks: Callbacks, kind: str, session: str, **data: Any) -> None:
