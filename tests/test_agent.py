@@ -274,3 +274,30 @@ async def test_closed_agent_refuses_new_work(make_agent):
     await agent.aclose()  # idempotent
     with pytest.raises(UsageError, match="closed"):
         await agent.chat("hi")
+
+
+async def test_a_full_run_never_blocks_the_event_loop(llm, make_agent, caplog):
+    """asyncio debug mode reports any callback that holds the loop; a run must cause none."""
+    import time as _time
+
+    @tool
+    def slow_sync(seconds: float) -> str:
+        """A blocking tool: must run in a thread."""
+        _time.sleep(seconds)
+        return "slept"
+
+    loop = asyncio.get_running_loop()
+    loop.set_debug(True)
+    loop.slow_callback_duration = 0.25
+    try:
+        llm.script(reply(tool_calls=[tool_call("slow_sync", {"seconds": 0.6})]), reply("done"))
+        agent = make_agent(tools=[slow_sync])
+        with caplog.at_level("WARNING", logger="asyncio"):
+            result = await agent.chat("block?")
+            await agent.history()
+            await agent.runs()
+    finally:
+        loop.set_debug(False)
+    assert result.ok
+    slow = [r.getMessage() for r in caplog.records if "took" in r.getMessage()]
+    assert slow == []
