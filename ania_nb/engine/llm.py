@@ -2,15 +2,18 @@
 
 Retries cover HTTP 429, 5xx and network errors (timeouts included) with a delay of
 ``base·2ⁿ`` capped at ``max_delay`` plus uniform jitter in ``[0, delay)``. Nothing is retried after
-cancellation, and nothing after a stream has started producing output (that would duplicate
-text the user already saw). When the main model still fails, the fallback model gets one call
-with its own retries.
+cancellation, and nothing after a stream has passed content to ``on_delta`` (that would duplicate
+text the user already saw); a stream that breaks before any content is retried. When the main
+model still fails for any reason (a 400 included: the fallback may accept what the main model
+rejects), the fallback model gets one call with its own retries and no further fallback. A body
+that is not JSON is not retried: it is a misconfigured URL or proxy, not a transient fault.
 """
 
 from __future__ import annotations
 
 import asyncio
 import importlib
+import json
 import random
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -31,7 +34,10 @@ _HINTS = {
     403: "the key is not allowed to use this model",
     404: "check llm.base_url (it usually ends in /v1) and llm.model",
     400: "the provider rejected the request; the message above says which field",
+    429: "rate limited: wait, or raise the provider quota / retry.base_delay",
 }
+_SERVER_HINT = "the provider failed on its side; try again later or configure a fallback model"
+_NETWORK_HINT = "check llm.base_url and the network; a slow model may need a larger llm.timeout"
 
 
 @dataclass
@@ -55,7 +61,8 @@ class RetryPolicy:
     def delay(self, attempt: int) -> float:
         """Backoff before retry number ``attempt`` (0-based), jitter included."""
         base = min(self.base_delay * (2**attempt), self.max_delay)
-        return base + random.uniform(0, base)
+        # random() is in [0, 1) where uniform(0, base) may return base itself
+        return base + random.random() * base
 
 
 class LLMClient:
@@ -86,7 +93,7 @@ class LLMClient:
         self.fallback = fallback
         self.extra_body = extra_body
         self._api_key = api_key or "not-set"
-        self._http_client = http_client
+        self._http_client = http_client  # injected: its owner closes it, not us
         self._client: AsyncOpenAI | None = None
 
     @classmethod
@@ -98,7 +105,7 @@ class LLMClient:
         retry = RetryPolicy(**config.retry.model_dump())
         main_key = llm.api_key.get_secret_value() if llm.api_key else None
 
-        def endpoint(section: Any) -> LLMClient:
+        def endpoint(section: Any, fallback: LLMClient | None = None) -> LLMClient:
             key = section.api_key.get_secret_value() if section.api_key else main_key
             return cls(
                 base_url=section.base_url or llm.base_url,
@@ -109,12 +116,14 @@ class LLMClient:
                 max_tokens=llm.max_tokens,
                 timeout=llm.timeout,
                 retry=retry,
+                fallback=fallback,
                 http_client=http_client,
             )
 
-        if role == "compressor" and config.compressor.model:
-            return endpoint(config.compressor)
         fallback = endpoint(config.fallback) if config.fallback.model else None
+        if role == "compressor" and config.compressor.model:
+            # Every role gets the fallback, as in the original; it never has one of its own.
+            return endpoint(config.compressor, fallback)
         return cls(
             base_url=llm.base_url,
             api_key=main_key,
@@ -132,13 +141,14 @@ class LLMClient:
         if self._client is None:
             # Importing openai takes a while: do it off the loop so a kernel stays responsive.
             openai = await asyncio.to_thread(importlib.import_module, "openai")
-            self._client = openai.AsyncOpenAI(
-                base_url=self.base_url,
-                api_key=self._api_key,
-                timeout=self.timeout,
-                max_retries=0,  # retries are ours: one policy, with fallback after it
-                http_client=self._http_client,
-            )
+            if self._client is None:  # concurrent first calls: build one client, not two
+                self._client = openai.AsyncOpenAI(
+                    base_url=self.base_url,
+                    api_key=self._api_key,
+                    timeout=self.timeout,
+                    max_retries=0,  # retries are ours: one policy, with fallback after it
+                    http_client=self._http_client,
+                )
         return self._client
 
     async def complete(
@@ -153,12 +163,14 @@ class LLMClient:
         try:
             return await self._with_retries(messages, tools, stream, on_delta)
         except LLMStreamError:
-            raise
+            raise  # the user saw output: a second model would repeat it
         except LLMError as main_error:
             if self.fallback is None:
                 raise
             try:
                 return await self.fallback._with_retries(messages, tools, stream, on_delta)
+            except LLMStreamError:
+                raise
             except LLMError as fb_error:
                 raise LLMError(
                     f"{main_error}; the fallback model failed too: {fb_error}",
@@ -183,6 +195,8 @@ class LLMClient:
                 return await self._once(client, params)
             except LLMStreamError:
                 raise
+            except _HandlerFailed as failed:
+                raise failed.error from None  # the caller's on_delta bug, not a model failure
             except Exception as exc:  # CancelledError is a BaseException: never caught here
                 if not _retryable(exc) or attempt == attempts - 1:
                     raise self._error(exc, attempt + 1) from exc
@@ -206,7 +220,9 @@ class LLMClient:
     async def _once(self, client: AsyncOpenAI, params: dict[str, Any]) -> Completion:
         response = await client.chat.completions.create(**params)
         if not getattr(response, "choices", None):
-            raise LLMError("no choices returned by the model", model=self.model)
+            raise LLMError(
+                f"no choices returned by {self.model} at {self.base_url}", model=self.model
+            )
         choice = response.choices[0]
         msg = choice.message
         message: Message = {"role": "assistant", "content": msg.content}
@@ -255,9 +271,12 @@ class LLMClient:
                     if delta.content:
                         content.append(delta.content)
                         if on_delta is not None:
-                            result = on_delta(delta.content)
-                            if result is not None:
-                                await result
+                            try:
+                                result = on_delta(delta.content)
+                                if result is not None:
+                                    await result
+                            except Exception as exc:
+                                raise _HandlerFailed(exc) from exc
                     for tc in delta.tool_calls or ():
                         slot = calls.setdefault(
                             tc.index,
@@ -272,6 +291,8 @@ class LLMClient:
                         if tc.function is not None:
                             slot["function"]["name"] += tc.function.name or ""
                             slot["function"]["arguments"] += tc.function.arguments or ""
+        except _HandlerFailed:
+            raise
         except Exception as exc:
             if content:
                 raise LLMStreamError(
@@ -281,15 +302,15 @@ class LLMClient:
                 ) from exc
             raise
         if not started:
-            raise LLMError(f"no choices returned by {self.model} (empty stream)", model=self.model)
-        if finish is None:
-            if content:
-                raise LLMStreamError(
-                    f"the stream from {self.model} ended without a finish_reason (connection "
-                    "cut?); not retried to avoid duplicated output",
-                    model=self.model,
-                )
+            raise LLMError(
+                f"no choices returned by {self.model} at {self.base_url} (empty stream)",
+                model=self.model,
+            )
+        if finish is None and not content and not calls:
+            # A real cut raises above (chunked framing); a clean end with nothing in it is not
+            # an answer, and nothing reached the user yet, so a retry is safe.
             raise _BrokenStream("the stream ended before the model produced any output")
+        # Some local servers omit finish_reason on a complete stream: accept what arrived.
         message: Message = {"role": "assistant", "content": "".join(content) or None}
         if calls:
             message["tool_calls"] = [calls[i] for i in sorted(calls)]
@@ -302,19 +323,20 @@ class LLMClient:
             return exc
         status = getattr(exc, "status_code", None)
         detail = _describe(exc)
-        tries = f" after {attempts} attempts" if attempts > 1 else ""
-        hint = _HINTS.get(status or 0)
+        tries = f"after {attempts} attempt{'s' if attempts != 1 else ''}"
+        hint = _hint(exc, status)
         return LLMError(
-            f"LLM request to {self.model} at {self.base_url} failed{tries}: {detail}"
+            f"LLM request to {self.model} at {self.base_url} failed {tries}: {detail}"
             + (f" — {hint}" if hint else ""),
             status_code=status,
             model=self.model,
         )
 
     async def aclose(self) -> None:
-        """Close the HTTP connections (and the fallback's)."""
+        """Close the HTTP connections (and the fallback's); an injected http_client stays open."""
         if self._client is not None:
-            await self._client.close()
+            if self._http_client is None:  # openai would close an injected client too
+                await self._client.close()
             self._client = None
         if self.fallback is not None:
             await self.fallback.aclose()
@@ -322,6 +344,14 @@ class LLMClient:
 
 class _BrokenStream(Exception):
     """A stream that broke before any output reached the user: safe to retry."""
+
+
+class _HandlerFailed(Exception):
+    """Carries an exception raised by the caller's ``on_delta`` past the retry logic."""
+
+    def __init__(self, error: Exception) -> None:
+        super().__init__(str(error))
+        self.error = error
 
 
 def _retryable(exc: Exception) -> bool:
@@ -333,8 +363,18 @@ def _retryable(exc: Exception) -> bool:
     return isinstance(exc, openai.APIConnectionError)
 
 
+def _hint(exc: Exception, status: int | None) -> str | None:
+    if status is not None:
+        return _HINTS.get(status) or (_SERVER_HINT if status >= 500 else None)
+    if isinstance(exc, json.JSONDecodeError):
+        return "check llm.base_url: it should be an OpenAI-compatible API, usually ending in /v1"
+    if _retryable(exc):
+        return _NETWORK_HINT
+    return None
+
+
 def _describe(exc: Exception) -> str:
-    if isinstance(exc, ValueError) and not hasattr(exc, "status_code"):
+    if isinstance(exc, json.JSONDecodeError):
         # openai lets a non-JSON body surface as a bare JSONDecodeError
         return f"the endpoint returned a body that is not Chat Completions JSON ({exc})"
     status = getattr(exc, "status_code", None)

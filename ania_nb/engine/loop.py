@@ -24,9 +24,20 @@ LOADED_IMAGES_TEXT = "These are the images you asked to load, each labelled by i
 class ToolOutcomeLike(Protocol):
     """What a tool runner returns for one call."""
 
-    text: str
-    error: str | None
-    duration_ms: int
+    @property
+    def text(self) -> str:
+        """The result text the model sees."""
+        ...
+
+    @property
+    def error(self) -> str | None:
+        """The failure, if the call failed."""
+        ...
+
+    @property
+    def duration_ms(self) -> int:
+        """How long the call took."""
+        ...
 
 
 class ToolRunner(Protocol):
