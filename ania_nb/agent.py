@@ -21,7 +21,7 @@ from .engine.llm import LLMClient
 from .engine.loop import Gate, LoopHooks, ToolCall, ToolCallResult, ToolLoop
 from .engine.messages import Message, for_storage, timestamped, user_message
 from .engine.usage import Usage
-from .errors import AniaError, RunError, SessionBusyError, UsageError
+from .errors import RunError, SessionBusyError, UsageError
 from .prompts import DEFAULT_SYSTEM_PROMPT
 from .result import RunResult, RunStatus
 from .store import RunRecord, Store, ToolCallRecord
@@ -225,47 +225,62 @@ class Agent:
 
     async def _run(self, state: Session, batch: list[Pending]) -> RunResult:
         store = await self._ensure_open()
+        assert self._window is not None
         text, images = merge_batch(batch)
         callbacks = batch[-1].callbacks
-        run_id = await store.runs.start(state.name, text, sender=senders_of(batch))
+        turn = user_message(timestamped(text), images)
+        stored_turn = for_storage(turn)
+        run_id, loaded = await store.journal.begin(
+            state.name,
+            text,
+            sender=senders_of(batch),
+            message=stored_turn,
+            load_history=state.history is None,
+        )
+        if loaded is not None:
+            state.history = loaded
+        assert state.history is not None
+        history = list(state.history)  # before this turn
+        state.history.append(stored_turn)
         usage = Usage()  # one tally: compaction tokens, then every loop call
-        calls: list[ToolCallResult] = []  # completion order, kept for partial runs
+        calls: list[ToolCallResult] = []  # finished rounds, in call order
         await _emit(callbacks, "run_start", state.name, run_id=run_id, text=text)
 
         def failed(status: RunStatus, error: str) -> RunResult:
             return RunResult("", status, state.name, usage, calls, run_id, error=error)
 
+        final: list[Message] = []
         try:
             async with asyncio.timeout(self.config.agent.run_timeout):
-                history = await self._load_history(state, store)
-                await self._maybe_compact(state, store, history, usage)
-                turn = user_message(timestamped(text), images)
-                await self._append(state, store, [turn])
+                if self._window.needs_compaction(history, state.last_prompt_tokens):
+                    history = await self._compact(state, store, history, stored_turn, usage)
                 messages = [{"role": "system", "content": self.system_prompt}, *history, turn]
                 loop = self._make_loop(state, store, callbacks, run_id, calls, usage)
                 result = await loop.run(messages)
             state.last_prompt_tokens = usage.last_prompt_tokens
-            outcome = RunResult(
-                result.text, "success", state.name, usage, result.tool_calls, run_id
-            )
+            final = [for_storage(m) for m in result.final_messages]
+            outcome = RunResult(result.text, "success", state.name, usage, calls, run_id)
         except TimeoutError:
             limit = self.config.agent.run_timeout
             outcome = failed("timeout", f"the request took longer than {limit:g} s")
         except asyncio.CancelledError:
-            await store.runs.finish(
-                run_id, "stopped", usage=usage.to_dict(), error="stopped by the user"
+            await store.journal.finish(
+                state.name, run_id, "stopped", usage=usage.to_dict(), error="stopped by the user"
             )
             await _emit(callbacks, "run_end", state.name, status="stopped")
             raise
         except RunError as exc:
             outcome = failed("error", str(exc))
-        await store.runs.finish(
+        await store.journal.finish(
+            state.name,
             run_id,
             outcome.status,
+            messages=final,
             usage=usage.to_dict(),
             reply=outcome.text or None,
             error=outcome.error,
         )
+        state.history.extend(final)
         await _emit(callbacks, "run_end", state.name, status=outcome.status, error=outcome.error)
         return outcome
 
@@ -290,22 +305,16 @@ class Agent:
                 run_state=run_state,
             )
 
-        async def after_tool(result: ToolCallResult, ctx: Any) -> None:
-            calls.append(result)
-            record = ToolCallRecord(
-                name=result.name,
-                arguments=result.arguments,
-                result=result.result,
-                error=result.error,
-                duration_ms=result.duration_ms,
-            )
-            try:
-                await store.runs.add_tool_call(run_id, record)
-            except AniaError:  # a full disk must not abort the run; the reply still matters more
-                log.exception("could not record a tool call of run %s", run_id)
-
-        async def on_messages(new: list[Message]) -> None:
-            await self._append(state, store, new)
+        async def on_round(messages: list[Message], results: list[ToolCallResult]) -> None:
+            stored = [for_storage(m) for m in messages]
+            records = [
+                ToolCallRecord(r.name, r.arguments, r.result, r.error, r.duration_ms)
+                for r in results
+            ]
+            await store.journal.record_round(state.name, run_id, stored, records)
+            assert state.history is not None
+            state.history.extend(stored)
+            calls.extend(results)
 
         return ToolLoop(
             llm=self._llm,  # type: ignore[arg-type]
@@ -313,9 +322,7 @@ class Agent:
             make_context=make_context,
             session=state.name,
             callbacks=callbacks,
-            hooks=LoopHooks(
-                gate=self.hooks.tool_gate, after_tool=after_tool, on_messages=on_messages
-            ),
+            hooks=LoopHooks(gate=self.hooks.tool_gate, on_round=on_round),
             max_iterations=self.config.agent.max_iterations,
             stream=self.config.llm.stream,
             usage=usage,
@@ -323,30 +330,22 @@ class Agent:
 
     # --------------------------------------------------------------- history
 
-    async def _load_history(self, state: Session, store: Store) -> list[Message]:
-        if state.history is None:
-            state.history = await store.history.load(state.name)
-        return list(state.history)
-
-    async def _append(self, state: Session, store: Store, new: list[Message]) -> None:
-        stored = [for_storage(m) for m in new]
-        await store.history.append(state.name, stored)
-        if state.history is not None:
-            state.history.extend(stored)
-
-    async def _maybe_compact(
-        self, state: Session, store: Store, history: list[Message], usage: Usage
-    ) -> None:
-        """Compact the history in place (and in the store) when it is over the token budget."""
+    async def _compact(
+        self,
+        state: Session,
+        store: Store,
+        history: list[Message],
+        stored_turn: Message,
+        usage: Usage,
+    ) -> list[Message]:
+        """Replace an over-budget history (in the store too) by its compaction; return it."""
         assert self._window is not None
-        if not self._window.needs_compaction(history, state.last_prompt_tokens):
-            return
         compaction = await self._window.compact(history)
-        await store.history.replace(state.name, compaction.messages)
-        state.history = list(compaction.messages)
+        await store.history.replace(state.name, [*compaction.messages, stored_turn])
+        state.history = [*compaction.messages, stored_turn]
         state.last_prompt_tokens = 0
-        history[:] = compaction.messages
         usage.merge(compaction.usage)
+        return list(compaction.messages)
 
     async def history(self, session: str = "nb:default") -> list[Message]:
         """The stored conversation of a session (images as ``[image <hash8>]`` markers)."""

@@ -84,17 +84,23 @@ class LoopHooks:
 
     gate: Gate | None = None
     after_tool: Callable[[ToolCallResult, Any], Awaitable[None]] | None = None
-    on_messages: Callable[[list[Message]], Awaitable[None]] | None = None
+    on_round: Callable[[list[Message], list[ToolCallResult]], Awaitable[None]] | None = None
+    """Told of each finished tool round: its messages (assistant, tool results, loaded images)
+    and its calls in call order — the point to persist them."""
 
 
 @dataclass
 class LoopResult:
-    """The outcome of one loop: final text, usage and every tool call in order."""
+    """The outcome of one loop: final text, usage and every tool call in order.
+
+    ``final_messages`` are the messages after the last tool round (the iteration-limit notice,
+    if any, and the final answer); unlike rounds they were not passed to ``on_round``.
+    """
 
     text: str
     usage: Usage
     tool_calls: list[ToolCallResult] = field(default_factory=list)
-    messages: list[Message] = field(default_factory=list)
+    final_messages: list[Message] = field(default_factory=list)
 
 
 @dataclass
@@ -114,29 +120,31 @@ class ToolLoop:
 
     async def run(self, messages: list[Message]) -> LoopResult:
         """Run rounds until the model answers without tools (or the iteration limit)."""
-        start = len(messages)
         for _ in range(self.max_iterations):
             definitions = self.tools.definitions() if self.tools is not None else []
             completion = await self._call(messages, definitions)
             message = completion.message
             if not message.get("tool_calls"):
-                return await self._finish(messages, start, message)
+                return self._finish(messages, [], message)
             round_messages = [message]
             text = strip_think(message.get("content"))
             if text:
                 await self._emit("assistant_text", text=text)
                 await self.callbacks.deliver("send_text", text)
-            round_messages += await self._run_tools(message["tool_calls"])
+            results = await self._run_tools(message["tool_calls"])
+            round_messages += [
+                {"role": "tool", "tool_call_id": r.id, "content": r.result} for r in results
+            ]
             images = await self.callbacks.call("take_loaded_images")
             if images:
                 round_messages.append(user_message(LOADED_IMAGES_TEXT, list(images)))
             messages.extend(round_messages)
-            await self._persist(round_messages)
+            if self.hooks.on_round is not None:
+                await self.hooks.on_round(round_messages, results)
         limit = user_message(LIMIT_MESSAGE)
         messages.append(limit)
-        await self._persist([limit])
         completion = await self._call(messages, [])
-        return await self._finish(messages, start, completion.message)
+        return self._finish(messages, [limit], completion.message)
 
     async def _call(self, messages: list[Message], definitions: list[dict[str, Any]]) -> Completion:
         on_delta = None
@@ -149,29 +157,32 @@ class ToolLoop:
             messages, tools=definitions or None, stream=self.stream, on_delta=on_delta
         )
         self.usage.add_call(completion.usage)
-        await self._emit("usage", **self.usage.to_dict())
+        if self.callbacks.on_event is not None:
+            await self._emit("usage", **self.usage.to_dict())
         return completion
 
-    async def _finish(self, messages: list[Message], start: int, message: Message) -> LoopResult:
+    def _finish(
+        self, messages: list[Message], before: list[Message], message: Message
+    ) -> LoopResult:
         final = dict(message)
         final.pop("tool_calls", None)
         messages.append(final)
-        await self._persist([final])
         text = strip_think(final.get("content"))
-        return LoopResult(text, self.usage, self.results, messages[start:])
+        return LoopResult(text, self.usage, self.results, [*before, final])
 
-    async def _run_tools(self, raw_calls: list[dict[str, Any]]) -> list[Message]:
+    async def _run_tools(self, raw_calls: list[dict[str, Any]]) -> list[ToolCallResult]:
         calls = [
             ToolCall(c.get("id") or f"call_{i}", c["function"]["name"], c["function"]["arguments"])
             for i, c in enumerate(raw_calls)
         ]
-        results = await asyncio.gather(*(self._run_one(call) for call in calls))
+        results = list(await asyncio.gather(*(self._run_one(call) for call in calls)))
         self.results.extend(results)
-        return [{"role": "tool", "tool_call_id": r.id, "content": r.result} for r in results]
+        return results
 
     async def _run_one(self, call: ToolCall) -> ToolCallResult:
         ctx = self.make_context(call)
-        await self._emit("tool_start", id=call.id, name=call.name, arguments=call.arguments)
+        if self.callbacks.on_event is not None:
+            await self._emit("tool_start", id=call.id, name=call.name, arguments=call.arguments)
         started = time.perf_counter()
         try:
             block = await self.hooks.gate(call, ctx) if self.hooks.gate is not None else None
@@ -191,22 +202,18 @@ class ToolLoop:
             result = ToolCallResult(call.id, call.name, call.arguments, text, text, elapsed)
         if self.hooks.after_tool is not None:
             await self.hooks.after_tool(result, ctx)
-        await self._emit(
-            "tool_end",
-            id=call.id,
-            name=call.name,
-            arguments=call.arguments,
-            result=result.result,
-            error=result.error,
-            duration_ms=result.duration_ms,
-            blocked=result.blocked,
-        )
+        if self.callbacks.on_event is not None:
+            await self._emit(
+                "tool_end",
+                id=call.id,
+                name=call.name,
+                arguments=call.arguments,
+                result=result.result,
+                error=result.error,
+                duration_ms=result.duration_ms,
+                blocked=result.blocked,
+            )
         return result
 
-    async def _persist(self, new: list[Message]) -> None:
-        if self.hooks.on_messages is not None:
-            await self.hooks.on_messages(new)
-
     async def _emit(self, kind: str, **data: Any) -> None:
-        if self.callbacks.on_event is not None:
-            await self.callbacks.emit(RunEvent(kind, self.session, data))
+        await self.callbacks.emit(RunEvent(kind, self.session, data))

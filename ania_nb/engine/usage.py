@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import threading
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from typing import Any
 
 
@@ -48,7 +48,14 @@ class Usage:
 
     def to_dict(self) -> dict[str, int]:
         """Plain-dict form for storage and display."""
-        return asdict(self)
+        return {
+            "prompt_tokens": self.prompt_tokens,
+            "completion_tokens": self.completion_tokens,
+            "total_tokens": self.total_tokens,
+            "cached_tokens": self.cached_tokens,
+            "last_prompt_tokens": self.last_prompt_tokens,
+            "iterations": self.iterations,
+        }
 
 
 def _cached_tokens(raw: Any, get: Any) -> int:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from ._db import Database, Store
 from .history import ChatHistory
+from .journal import RunJournal
 from .kv import KVNamespace
 from .runlog import RunLog, RunRecord, ToolCallRecord
 
@@ -15,6 +16,7 @@ __all__ = [
     "ChatHistory",
     "Database",
     "KVNamespace",
+    "RunJournal",
     "RunLog",
     "RunRecord",
     "Store",

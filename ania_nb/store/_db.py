@@ -20,6 +20,7 @@ from ania_nb.errors import StoreError
 
 if TYPE_CHECKING:
     from .history import ChatHistory
+    from .journal import RunJournal
     from .kv import KVNamespace
     from .runlog import RunLog
 
@@ -161,11 +162,13 @@ class Store:
         """Build the façade over an open database; use :meth:`open` instead."""
         # Imported here because these modules import ``transaction`` from this one.
         from .history import ChatHistory
+        from .journal import RunJournal
         from .runlog import RunLog
 
         self.db = db
         self.history: ChatHistory = ChatHistory(db)
         self.runs: RunLog = RunLog(db, max_entries=run_log_max_entries)
+        self.journal: RunJournal = RunJournal(db, max_entries=self.runs.max_entries)
 
     @classmethod
     async def open(cls, data_dir: str | PathLike[str], *, run_log_max_entries: int = 200) -> Store:

@@ -27,22 +27,22 @@ class ChatHistory:
 
     async def load(self, session: str) -> list[dict[str, Any]]:
         """Return the session's messages in the order they were added."""
-        rows = await self._db.run(_load, _check_session(session))
+        rows = await self._db.run(load_rows, check_session(session))
         return [json.loads(raw) for raw in rows]
 
     async def append(self, session: str, messages: Sequence[dict[str, Any]]) -> None:
         """Add ``messages`` to the end of the session's history, all or none."""
-        encoded = _encode_messages(messages)
-        await self._db.run(_insert, _check_session(session), encoded, time.time(), replace=False)
+        encoded = encode_messages(messages)
+        await self._db.run(_insert, check_session(session), encoded, time.time(), replace=False)
 
     async def replace(self, session: str, messages: Sequence[dict[str, Any]]) -> None:
         """Swap the session's whole history for ``messages`` in one transaction."""
-        encoded = _encode_messages(messages)
-        await self._db.run(_insert, _check_session(session), encoded, time.time(), replace=True)
+        encoded = encode_messages(messages)
+        await self._db.run(_insert, check_session(session), encoded, time.time(), replace=True)
 
     async def clear(self, session: str) -> int:
         """Delete the session's history; return how many messages went."""
-        return await self._db.run(_clear, _check_session(session))
+        return await self._db.run(_clear, check_session(session))
 
     async def sessions(self) -> list[str]:
         """Every session that has at least one message, sorted."""
@@ -50,10 +50,10 @@ class ChatHistory:
 
     async def count(self, session: str) -> int:
         """How many messages the session holds."""
-        return await self._db.run(_count, _check_session(session))
+        return await self._db.run(_count, check_session(session))
 
 
-def _encode_messages(messages: Sequence[dict[str, Any]]) -> list[str]:
+def encode_messages(messages: Sequence[dict[str, Any]]) -> list[str]:
     """Validate messages and serialise each to JSON, before anything touches the database."""
     if isinstance(messages, dict | str | bytes) or not isinstance(messages, Sequence):
         raise UsageError(f"messages must be a list of message dicts, got {type(messages).__name__}")
@@ -78,7 +78,7 @@ def _encode_messages(messages: Sequence[dict[str, Any]]) -> list[str]:
     return encoded
 
 
-def _check_session(session: object) -> str:
+def check_session(session: object) -> str:
     """Session ids are non-empty strings."""
     if not isinstance(session, str) or not session:
         raise UsageError(f"session must be a non-empty string, got {session!r}")
@@ -88,7 +88,7 @@ def _check_session(session: object) -> str:
 # Store-thread functions: each receives the connection first (see ``Database.run``).
 
 
-def _load(conn: sqlite3.Connection, session: str) -> list[str]:
+def load_rows(conn: sqlite3.Connection, session: str) -> list[str]:
     """Raw JSON messages of one session, oldest first."""
     rows = conn.execute(
         "SELECT message FROM chat_history WHERE session = ? ORDER BY id", (session,)
@@ -101,12 +101,19 @@ def _insert(
 ) -> None:
     """Insert rows (after deleting the old ones when replacing) in a single transaction."""
     with transaction(conn):
-        if replace:
-            conn.execute("DELETE FROM chat_history WHERE session = ?", (session,))
-        conn.executemany(
-            "INSERT INTO chat_history (session, message, created_at) VALUES (?, ?, ?)",
-            [(session, raw, now) for raw in encoded],
-        )
+        insert_rows(conn, session, encoded, now, replace=replace)
+
+
+def insert_rows(
+    conn: sqlite3.Connection, session: str, encoded: list[Any], now: float, *, replace: bool
+) -> None:
+    """Insert rows (inside the caller's transaction)."""
+    if replace:
+        conn.execute("DELETE FROM chat_history WHERE session = ?", (session,))
+    conn.executemany(
+        "INSERT INTO chat_history (session, message, created_at) VALUES (?, ?, ?)",
+        [(session, raw, now) for raw in encoded],
+    )
 
 
 def _clear(conn: sqlite3.Connection, session: str) -> int:

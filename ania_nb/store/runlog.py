@@ -50,7 +50,13 @@ class ToolCallRecord:
 
     def to_dict(self) -> dict[str, Any]:
         """Plain-dict form for JSON and display."""
-        return asdict(self)
+        return {
+            "name": self.name,
+            "arguments": self.arguments,
+            "result": self.result,
+            "error": self.error,
+            "duration_ms": self.duration_ms,
+        }
 
 
 @dataclass
@@ -97,37 +103,13 @@ class RunLog:
 
     async def start(self, session: str, input: str, sender: str | None = None) -> int:
         """Record a new running run; return its id."""
-        if not isinstance(session, str) or not session:
-            raise UsageError(f"session must be a non-empty string, got {session!r}")
-        _check_str("input", input)
-        if sender is not None:
-            _check_str("sender", sender)
-        return await self._db.run(
-            _start,
-            session,
-            sender,
-            truncate(input, MAX_INPUT_CHARS),
-            time.time(),
-            self.max_entries,
-        )
+        args = prepare_start(session, input, sender)
+        return await self._db.run(_start, *args, time.time(), self.max_entries)
 
     async def add_tool_call(self, run_id: int, record: ToolCallRecord) -> None:
         """Persist one tool call now; only the first 20 are kept, all are counted."""
-        if not isinstance(record, ToolCallRecord):
-            raise UsageError(f"record must be a ToolCallRecord, got {type(record).__name__}")
-        for name in ("name", "arguments", "result"):
-            _check_str(f"tool call {name}", getattr(record, name))
-        if record.error is not None:
-            _check_str("tool call error", record.error)
-        kept = ToolCallRecord(
-            name=record.name,
-            arguments=truncate(record.arguments, MAX_ARGUMENTS_CHARS),
-            result=truncate(record.result, MAX_RESULT_CHARS),
-            error=None if record.error is None else truncate(record.error, MAX_ERROR_CHARS),
-            duration_ms=_check_int("tool call duration_ms", record.duration_ms),
-        )
-        raw = json.dumps(kept.to_dict(), ensure_ascii=False)
-        await self._db.run(_add_tool_call, _check_int("run_id", run_id), raw)
+        raw = prepare_tool_call(record)
+        await self._db.run(add_tool_call_row, _check_int("run_id", run_id), raw)
 
     async def finish(
         self,
@@ -139,23 +121,8 @@ class RunLog:
         error: str | None = None,
     ) -> None:
         """Close a running run with a final status, token usage, reply and error."""
-        if status not in FINAL_STATUSES:
-            raise UsageError(
-                f"invalid final run status {status!r}; expected one of "
-                f"{', '.join(sorted(FINAL_STATUSES))}"
-            )
-        counts = dict.fromkeys(USAGE_KEYS, 0)
-        # Other keys (e.g. Usage.to_dict()'s last_prompt_tokens) are not logged.
-        for key in USAGE_KEYS:
-            if usage is not None and key in usage:
-                counts[key] = _check_int(f"usage[{key!r}]", usage[key])
-        if reply is not None:
-            reply = truncate(_check_str("reply", reply), MAX_REPLY_CHARS)
-        if error is not None:
-            error = truncate(_check_str("error", error), MAX_ERROR_CHARS)
-        await self._db.run(
-            _finish, _check_int("run_id", run_id), status, counts, reply, error, time.time()
-        )
+        outcome = prepare_finish(status, usage, reply, error)
+        await self._db.run(finish_run, _check_int("run_id", run_id), *outcome, time.time())
 
     async def mark_interrupted(self) -> int:
         """Mark every run left ``running`` by a previous process as interrupted; return count."""
@@ -204,6 +171,58 @@ class RunLog:
         return await self._db.run(_select, where, tuple(params), limit)
 
 
+# Validation and truncation, done on the caller's side before anything touches the database.
+
+
+def prepare_start(session: str, input: str, sender: str | None) -> tuple[str, str | None, str]:
+    """Checked ``(session, sender, input)`` for a new run, the input truncated."""
+    if not isinstance(session, str) or not session:
+        raise UsageError(f"session must be a non-empty string, got {session!r}")
+    _check_str("input", input)
+    if sender is not None:
+        _check_str("sender", sender)
+    return session, sender, truncate(input, MAX_INPUT_CHARS)
+
+
+def prepare_tool_call(record: ToolCallRecord) -> str:
+    """The JSON of a tool-call record, checked and truncated to the log's limits."""
+    if not isinstance(record, ToolCallRecord):
+        raise UsageError(f"record must be a ToolCallRecord, got {type(record).__name__}")
+    for name in ("name", "arguments", "result"):
+        _check_str(f"tool call {name}", getattr(record, name))
+    if record.error is not None:
+        _check_str("tool call error", record.error)
+    kept = {
+        "name": record.name,
+        "arguments": truncate(record.arguments, MAX_ARGUMENTS_CHARS),
+        "result": truncate(record.result, MAX_RESULT_CHARS),
+        "error": None if record.error is None else truncate(record.error, MAX_ERROR_CHARS),
+        "duration_ms": _check_int("tool call duration_ms", record.duration_ms),
+    }
+    return json.dumps(kept, ensure_ascii=False)
+
+
+def prepare_finish(
+    status: str, usage: Mapping[str, int] | None, reply: str | None, error: str | None
+) -> tuple[str, dict[str, int], str | None, str | None]:
+    """Checked ``(status, counts, reply, error)`` for closing a run."""
+    if status not in FINAL_STATUSES:
+        raise UsageError(
+            f"invalid final run status {status!r}; expected one of "
+            f"{', '.join(sorted(FINAL_STATUSES))}"
+        )
+    counts = dict.fromkeys(USAGE_KEYS, 0)
+    # Other keys (e.g. Usage.to_dict()'s last_prompt_tokens) are not logged.
+    for key in USAGE_KEYS:
+        if usage is not None and key in usage:
+            counts[key] = _check_int(f"usage[{key!r}]", usage[key])
+    if reply is not None:
+        reply = truncate(_check_str("reply", reply), MAX_REPLY_CHARS)
+    if error is not None:
+        error = truncate(_check_str("error", error), MAX_ERROR_CHARS)
+    return status, counts, reply, error
+
+
 def _check_str(name: str, value: object) -> str:
     """Reject non-string text fields with a message naming the field."""
     if not isinstance(value, str):
@@ -231,20 +250,32 @@ def _start(
 ) -> int:
     """Insert the running row and evict the oldest rows beyond ``max_entries``, atomically."""
     with transaction(conn):
-        cursor = conn.execute(
-            "INSERT INTO runs (session, sender, input, status, started_at) VALUES (?, ?, ?, ?, ?)",
-            (session, sender, text, RUNNING, now),
-        )
-        run_id = cursor.lastrowid
-        conn.execute(
-            "DELETE FROM runs WHERE id IN (SELECT id FROM runs ORDER BY id DESC LIMIT -1 OFFSET ?)",
-            (max_entries,),
-        )
+        return insert_run(conn, session, sender, text, now, max_entries)
+
+
+def insert_run(
+    conn: sqlite3.Connection,
+    session: str,
+    sender: str | None,
+    text: str,
+    now: float,
+    max_entries: int,
+) -> int:
+    """Insert a running row and evict beyond ``max_entries`` (inside the caller's transaction)."""
+    cursor = conn.execute(
+        "INSERT INTO runs (session, sender, input, status, started_at) VALUES (?, ?, ?, ?, ?)",
+        (session, sender, text, RUNNING, now),
+    )
+    run_id = cursor.lastrowid
+    conn.execute(
+        "DELETE FROM runs WHERE id IN (SELECT id FROM runs ORDER BY id DESC LIMIT -1 OFFSET ?)",
+        (max_entries,),
+    )
     assert run_id is not None  # an INSERT always sets lastrowid
     return run_id
 
 
-def _add_tool_call(conn: sqlite3.Connection, run_id: int, raw: str) -> None:
+def add_tool_call_row(conn: sqlite3.Connection, run_id: int, raw: str) -> None:
     """Append one record (while fewer than the cap are kept) and count it, in one statement."""
     updated = conn.execute(
         "UPDATE runs SET tool_calls = CASE WHEN json_array_length(tool_calls) < ? "
@@ -256,7 +287,7 @@ def _add_tool_call(conn: sqlite3.Connection, run_id: int, raw: str) -> None:
         raise UsageError(f"no run with id {run_id} (it may have been evicted from the run log)")
 
 
-def _finish(
+def finish_run(
     conn: sqlite3.Connection,
     run_id: int,
     status: str,

@@ -76,6 +76,9 @@ class RecordedRequest:
 class _Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
     server_version = "ScriptedLLM/1.0"
+    # Headers and body go out as separate writes; with Nagle + delayed ACK the body would wait
+    # ~40 ms for every response.
+    disable_nagle_algorithm = True
     server: _Server
 
     def log_message(self, format: str, *args: Any) -> None:
