@@ -25,7 +25,14 @@ def test_every_key_is_documented_and_secrets_are_marked():
     assert len(infos) >= 20
     assert all(info.description for info in infos)
     sensitive = {i.key for i in infos if i.sensitive}
-    assert sensitive == {"llm.api_key", "fallback.api_key", "compressor.api_key"}
+    assert sensitive == {
+        "llm.api_key",
+        "fallback.api_key",
+        "compressor.api_key",
+        "vision.api_key",
+        "web.token",
+        "meme.key",
+    }
 
 
 def test_priority_overrides_over_env_over_toml_over_defaults(tmp_path, monkeypatch):

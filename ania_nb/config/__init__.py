@@ -1,25 +1,40 @@
 """Configuration: `Config` and its sections."""
 
-from ._settings import (
-    DEFAULT_CONFIG_FILE,
+from ._sections import (
     AgentSettings,
-    Config,
+    ApprovalSettings,
+    BashSettings,
     EndpointSettings,
-    KeyInfo,
+    FileSettings,
     LLMSettings,
+    MCPSettings,
+    MemeSettings,
     RetrySettings,
+    Section,
+    SkillSettings,
     StoreSettings,
-    mask,
+    VisionSettings,
+    WebSettings,
 )
+from ._settings import DEFAULT_CONFIG_FILE, Config, KeyInfo, mask
 
 __all__ = [
     "DEFAULT_CONFIG_FILE",
     "AgentSettings",
+    "ApprovalSettings",
+    "BashSettings",
     "Config",
     "EndpointSettings",
+    "FileSettings",
     "KeyInfo",
     "LLMSettings",
+    "MCPSettings",
+    "MemeSettings",
     "RetrySettings",
+    "Section",
+    "SkillSettings",
     "StoreSettings",
+    "VisionSettings",
+    "WebSettings",
     "mask",
 ]

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError
+from pydantic import Field, SecretStr, ValidationError
 from pydantic_settings import (
     BaseSettings,
     PydanticBaseSettingsSource,
@@ -25,75 +25,24 @@ from pydantic_settings import (
 )
 
 from ..errors import ConfigError
+from ._sections import (
+    AgentSettings,
+    ApprovalSettings,
+    BashSettings,
+    EndpointSettings,
+    FileSettings,
+    LLMSettings,
+    MCPSettings,
+    MemeSettings,
+    RetrySettings,
+    SkillSettings,
+    StoreSettings,
+    VisionSettings,
+    WebSettings,
+)
 
 DEFAULT_CONFIG_FILE = "ania.toml"
 _toml_path: contextvars.ContextVar[Path | None] = contextvars.ContextVar("ania_toml", default=None)
-
-
-def _secret(description: str) -> Any:
-    """A sensitive field: masked whenever shown."""
-    return Field(default=None, description=description, json_schema_extra={"sensitive": True})
-
-
-class _Section(BaseModel):
-    model_config = ConfigDict(extra="forbid", validate_assignment=True)
-
-
-class LLMSettings(_Section):
-    """The main chat model (any OpenAI-compatible Chat Completions endpoint)."""
-
-    base_url: str = Field("https://api.deepseek.com", description="Endpoint base URL.")
-    api_key: SecretStr | None = _secret("API key sent as a Bearer token.")
-    model: str = Field("deepseek-chat", description="Model name.")
-    temperature: float | None = Field(
-        1.2, description="Sampling temperature; unset = provider default."
-    )
-    top_p: float | None = Field(0.9, description="Nucleus sampling; unset = provider default.")
-    max_tokens: int | None = Field(8192, gt=0, description="Completion token cap per call.")
-    timeout: float = Field(120.0, gt=0, description="Seconds one HTTP request may take.")
-    stream: bool = Field(True, description="Stream replies so front ends can show text live.")
-
-
-class EndpointSettings(_Section):
-    """A secondary model; empty fields inherit the main model's values."""
-
-    base_url: str = Field("", description="Endpoint base URL; empty = the main model's.")
-    api_key: SecretStr | None = _secret("API key; empty = the main model's.")
-    model: str = Field("", description="Model name; empty disables this role.")
-
-
-class RetrySettings(_Section):
-    """Retries on 429, 5xx and network errors, with base·2ⁿ backoff (capped) plus jitter."""
-
-    max_attempts: int = Field(
-        3, ge=1, le=10, description="Attempts per model call, first included."
-    )
-    base_delay: float = Field(2.0, ge=0, description="Seconds before the first retry.")
-    max_delay: float = Field(30.0, ge=0, description="Cap on one backoff delay, before jitter.")
-
-
-class AgentSettings(_Section):
-    """Limits of one agent run."""
-
-    max_iterations: int = Field(20, ge=1, le=200, description="LLM rounds before the final answer.")
-    max_context_tokens: int = Field(
-        128000, ge=0, description="Context budget; 0 disables compression."
-    )
-    compress_ratio: float = Field(
-        0.8, gt=0, lt=1, description="Compress history above this share of the budget."
-    )
-    run_timeout: float = Field(300.0, gt=0, description="Seconds one chat request may take.")
-    queue_size: int = Field(
-        20, ge=0, le=1000, description="Messages a busy session queues before refusing."
-    )
-    system_prompt: str = Field("", description="System prompt; empty = the built-in prompt.")
-
-
-class StoreSettings(_Section):
-    """The embedded store."""
-
-    data_dir: Path = Field(Path(".ania"), description="Folder for the database and vectors.")
-    run_log_max_entries: int = Field(200, ge=1, description="Run records kept (oldest evicted).")
 
 
 class Config(BaseSettings):
@@ -116,6 +65,20 @@ class Config(BaseSettings):
     retry: RetrySettings = Field(default_factory=RetrySettings, description="Retry policy.")
     agent: AgentSettings = Field(default_factory=AgentSettings, description="Run limits.")
     store: StoreSettings = Field(default_factory=StoreSettings, description="Embedded store.")
+    vision: VisionSettings = Field(
+        default_factory=VisionSettings, description="Image description for text-only models."
+    )
+    web: WebSettings = Field(default_factory=WebSettings, description="webSearch / webExplore.")
+    meme: MemeSettings = Field(default_factory=MemeSettings, description="The meme tool.")
+    bash: BashSettings = Field(default_factory=BashSettings, description="The bash tool.")
+    file: FileSettings = Field(
+        default_factory=FileSettings, description="The file and local_image tools."
+    )
+    approval: ApprovalSettings = Field(
+        default_factory=ApprovalSettings, description="Human approval of tool calls."
+    )
+    mcp: MCPSettings = Field(default_factory=MCPSettings, description="MCP servers.")
+    skills: SkillSettings = Field(default_factory=SkillSettings, description="SKILL.md skills.")
 
     @classmethod
     def settings_customise_sources(

@@ -1,0 +1,195 @@
+"""Config sections: one pydantic model per group of keys, each key with a default and meaning."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, SecretStr
+
+
+def _secret(description: str) -> Any:
+    """A sensitive field: masked whenever shown."""
+    return Field(default=None, description=description, json_schema_extra={"sensitive": True})
+
+
+class Section(BaseModel):
+    """Base of every config section: unknown keys are errors, assignments are validated."""
+
+    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+
+
+class LLMSettings(Section):
+    """The main chat model (any OpenAI-compatible Chat Completions endpoint)."""
+
+    base_url: str = Field("https://api.deepseek.com", description="Endpoint base URL.")
+    api_key: SecretStr | None = _secret("API key sent as a Bearer token.")
+    model: str = Field("deepseek-chat", description="Model name.")
+    temperature: float | None = Field(
+        1.2, description="Sampling temperature; unset = provider default."
+    )
+    top_p: float | None = Field(0.9, description="Nucleus sampling; unset = provider default.")
+    max_tokens: int | None = Field(8192, gt=0, description="Completion token cap per call.")
+    timeout: float = Field(120.0, gt=0, description="Seconds one HTTP request may take.")
+    stream: bool = Field(True, description="Stream replies so front ends can show text live.")
+
+
+class EndpointSettings(Section):
+    """A secondary model; empty fields inherit the main model's values."""
+
+    base_url: str = Field("", description="Endpoint base URL; empty = the main model's.")
+    api_key: SecretStr | None = _secret("API key; empty = the main model's.")
+    model: str = Field("", description="Model name; empty disables this role.")
+
+
+class RetrySettings(Section):
+    """Retries on 429, 5xx and network errors, with base·2ⁿ backoff (capped) plus jitter."""
+
+    max_attempts: int = Field(
+        3, ge=1, le=10, description="Attempts per model call, first included."
+    )
+    base_delay: float = Field(2.0, ge=0, description="Seconds before the first retry.")
+    max_delay: float = Field(30.0, ge=0, description="Cap on one backoff delay, before jitter.")
+
+
+class AgentSettings(Section):
+    """Limits of one agent run."""
+
+    max_iterations: int = Field(20, ge=1, le=200, description="LLM rounds before the final answer.")
+    max_context_tokens: int = Field(
+        128000, ge=0, description="Context budget; 0 disables compression."
+    )
+    compress_ratio: float = Field(
+        0.8, gt=0, lt=1, description="Compress history above this share of the budget."
+    )
+    run_timeout: float = Field(300.0, gt=0, description="Seconds one chat request may take.")
+    queue_size: int = Field(
+        20, ge=0, le=1000, description="Messages a busy session queues before refusing."
+    )
+    system_prompt: str = Field("", description="System prompt; empty = the built-in prompt.")
+
+
+class StoreSettings(Section):
+    """The embedded store."""
+
+    data_dir: Path = Field(Path(".ania"), description="Folder for the database and vectors.")
+    run_log_max_entries: int = Field(200, ge=1, description="Run records kept (oldest evicted).")
+
+
+class VisionSettings(Section):
+    """How images reach a model: natively (multimodal) or described by a vision model."""
+
+    multimodal: bool = Field(False, description="The main model accepts images directly.")
+    base_url: str = Field("", description="Vision model endpoint; empty = the main model's.")
+    api_key: SecretStr | None = _secret("Vision model API key; empty = the main model's.")
+    model: str = Field("", description="Model that describes images; empty = none.")
+    prompt: str = Field(
+        "Describe the image as Markdown, with no other talk.",
+        description="Instruction sent with each image to the vision model.",
+    )
+
+
+class WebSettings(Section):
+    """Jina search and reader (webSearch / webExplore)."""
+
+    token: SecretStr | None = _secret("Jina API token (Bearer).")
+    search_url: str = Field("https://s.jina.ai/", description="Jina search endpoint.")
+    reader_url: str = Field(
+        "https://r.jina.ai/", description="Jina reader endpoint (URL is appended)."
+    )
+    timeout: float = Field(30.0, gt=0, description="Seconds per web request.")
+    max_chars: int = Field(
+        8000, ge=100, description="Results are truncated to this many characters."
+    )
+
+
+class MemeSettings(Section):
+    """The meme tool: any API that returns a list of image URLs."""
+
+    url: str = Field(
+        "https://api.giphy.com/v1/stickers/search?api_key=${key}&q=${msg}&limit=${num}",
+        description="Request URL template with ${msg}, ${num} and ${key} placeholders.",
+    )
+    key: SecretStr | None = _secret("API key substituted for ${key} (GIPHY by default).")
+    list_path: str = Field("data", description="Dotted JSON path to the list of results.")
+    img_field: str = Field(
+        "images.fixed_width.url", description="Dotted JSON path to the image URL in each result."
+    )
+    num: int = Field(50, ge=1, le=500, description="How many results to ask for.")
+    timeout: float = Field(30.0, gt=0, description="Seconds per request (search and download).")
+
+
+class BashSettings(Section):
+    """The bash tool: blacklist → refuse, whitelist → run, otherwise ask for approval."""
+
+    enable: bool = Field(False, description="Register the bash tool.")
+    shell: str = Field("", description="Shell to run commands with; empty = sh.")
+    env: list[str] = Field(default_factory=list, description="Extra KEY=VALUE environment entries.")
+    whitelist: list[str] = Field(
+        default_factory=list, description="Regexes of commands that run without asking."
+    )
+    blacklist: list[str] = Field(
+        default_factory=lambda: [
+            r"ania\.(db|toml)",
+            r"(^|[;&|]\s*)mkfs",
+            r"(^|[;&|]\s*)(shutdown|reboot|halt|poweroff)\b",
+        ],
+        description="Regexes of commands that are always refused.",
+    )
+    timeout: float = Field(
+        120.0, gt=0, le=3600, description="Seconds before the command is killed."
+    )
+    max_output: int = Field(
+        4096, ge=256, description="Output is truncated to this many characters."
+    )
+
+
+class FileSettings(Section):
+    """Sending local files (file) and loading local images (local_image)."""
+
+    enable: bool = Field(False, description="Register the file tool.")
+    local_image: bool = Field(False, description="Register the local_image tool.")
+    max_bytes: int = Field(
+        20 * 1024 * 1024, ge=1, description="Largest file either tool will read."
+    )
+
+
+class ApprovalSettings(Section):
+    """Human approval of tool calls."""
+
+    enable: bool = Field(False, description="Ask a human before the tools listed in `tools`.")
+    tools: list[str] = Field(
+        default_factory=lambda: ["file"], description="Tools that need approval when enabled."
+    )
+    timeout: float = Field(
+        120.0, ge=10, le=240, description="Seconds to wait for a verdict before denying."
+    )
+
+
+class MCPSettings(Section):
+    """MCP servers."""
+
+    config_file: Path = Field(
+        Path("mcp.json"),
+        description="MCP servers file ({'servers': [...]} or {'mcpServers': {...}}).",
+    )
+    lazy_load: bool = Field(
+        True, description="Expose mcp_discover_/mcp_load_ tools instead of every MCP tool."
+    )
+    self_manage: bool = Field(
+        False, description="Give the AI mcp_list/mcp_add/mcp_remove/mcp_reconnect."
+    )
+    connect_timeout: float = Field(30.0, gt=0, description="Seconds to connect and list tools.")
+    max_result_chars: int = Field(8000, ge=100, description="MCP results are truncated to this.")
+
+
+class SkillSettings(Section):
+    """SKILL.md skills."""
+
+    dir: Path = Field(Path("skills"), description="Folder of skills (<name>/SKILL.md).")
+    whitelist: list[str] = Field(
+        default_factory=list, description="Only these skills load; empty = all."
+    )
+    self_manage: bool = Field(
+        False, description="Give the AI skill_list/skill_install/skill_remove."
+    )
