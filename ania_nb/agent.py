@@ -15,17 +15,19 @@ from typing import Any
 
 from ._session import Pending, Session, merge_batch, senders_of
 from .config import Config
-from .engine.callbacks import NO_CALLBACKS, Callbacks, RunEvent
+from .engine.callbacks import NO_CALLBACKS, ApprovalRequest, Callbacks, RunEvent, Verdict
 from .engine.context import ContextWindow, PreCompactHook
 from .engine.llm import LLMClient
 from .engine.loop import Gate, LoopHooks, ToolCall, ToolCallResult, ToolLoop
 from .engine.messages import Message, for_storage, timestamped, user_message
 from .engine.usage import Usage
 from .errors import RunError, SessionBusyError, UsageError
+from .governance import ApprovalManager
 from .prompts import DEFAULT_SYSTEM_PROMPT
 from .result import RunResult, RunStatus
 from .store import RunRecord, Store, ToolCallRecord
 from .tools import SessionToolExecutor, Tool, ToolContext, ToolExecutor
+from .tools.builtin import HttpSource, default_tools, gated_tools, image_viewer
 
 log = logging.getLogger(__name__)
 
@@ -68,6 +70,7 @@ class Agent:
         tools: Iterable[Tool | Callable[..., Any]] = (),
         overrides: dict[str, Any] | None = None,
         http_client: Any = None,
+        web_client: Any = None,
         **shortcuts: Any,
     ) -> None:
         unknown = sorted(set(shortcuts) - set(_SHORTCUTS))
@@ -82,8 +85,16 @@ class Agent:
         self.config = base.with_overrides(dotted) if dotted else base
         self.tools = ToolExecutor()
         self.hooks = AgentHooks()
+        self.approvals = ApprovalManager(timeout=self.config.approval.timeout)
+        self._web = HttpSource(web_client)
+        self._viewer = image_viewer(self.config)
+        if self.config.agent.builtin_tools:
+            for builtin in default_tools(self.config, self._web, self._viewer):
+                self.tools.add(builtin)
+            for builtin in gated_tools(self.config, self._viewer):
+                self.tools.add(builtin)
         for t in tools:
-            self.tools.add(t)
+            self.tools.add(t, replace=True)  # your tools win over built-ins of the same name
         self._http_client = http_client
         self._sessions: dict[str, Session] = {}
         self._store: Store | None = None
@@ -198,12 +209,31 @@ class Agent:
         state = self._sessions.get(session)
         if state is None or not state.busy:
             return False
+        self.approvals.cancel(session)
         dropped, state.queue = state.queue, []
         for pending in dropped:
             _resolve(pending, RunResult("", "stopped", session, error="stopped before it started"))
         if state.current is not None and not state.current.done():
             state.current.cancel()
         return True
+
+    def answer_approval(
+        self,
+        request_id: str | None = None,
+        *,
+        session: str | None = None,
+        allow: bool | str,
+        approver: str | None = None,
+        reason: str = "",
+    ) -> ApprovalRequest:
+        """Answer a pending tool approval (by id, or the session's one).
+
+        ``allow`` is a bool or an answer word (允许/同意/批准/allow/approve/yes/y or
+        拒绝/deny/reject/no/n). Pending requests reach the front end via ``request_approval``.
+        """
+        return self.approvals.answer(
+            request_id, session=session, allow=allow, approver=approver, reason=reason
+        )
 
     async def _work(self, state: Session) -> None:
         """Handle the session's queue until it is empty (one run per batch)."""
@@ -295,6 +325,11 @@ class Agent:
     ) -> ToolLoop:
         run_state: dict[str, Any] = {}
 
+        async def approve(tool: str, summary: str) -> Verdict:
+            return await self.approvals.request(
+                session=state.name, tool=tool, summary=summary, callbacks=callbacks
+            )
+
         def make_context(call: ToolCall) -> ToolContext:
             return ToolContext(
                 session=state.name,
@@ -303,6 +338,7 @@ class Agent:
                 call_id=call.id,
                 executor=state.executor,
                 run_state=run_state,
+                approve=approve,
             )
 
         async def on_round(messages: list[Message], results: list[ToolCallResult]) -> None:
@@ -322,7 +358,11 @@ class Agent:
             make_context=make_context,
             session=state.name,
             callbacks=callbacks,
-            hooks=LoopHooks(gate=self.hooks.tool_gate, on_round=on_round),
+            hooks=LoopHooks(
+                gate=self.hooks.tool_gate,
+                on_round=on_round,
+                take_images=lambda: run_state.pop("images", []),
+            ),
             max_iterations=self.config.agent.max_iterations,
             stream=self.config.llm.stream,
             usage=usage,
@@ -393,6 +433,9 @@ class Agent:
             await self._llm.aclose()
         if self._window is not None and self._window.compressor is not self._llm:
             await self._window.compressor.aclose()
+        if self._viewer.describer is not None:
+            await self._viewer.describer.aclose()
+        await self._web.aclose()
         if self._store is not None:
             await self._store.close()
 

@@ -552,7 +552,7 @@ def build_sides(args: argparse.Namespace, base_url: str, data_root: Path) -> dic
     """Every variant's side against `base_url`, keyed by variant name (3-tool ones first)."""
     from ania_nb import Agent, tool
 
-    overrides = {"llm.stream": False, "agent.max_context_tokens": 0}
+    overrides = {"llm.stream": False, "agent.max_context_tokens": 0, "agent.builtin_tools": False}
     specs = extra_specs(args.extra_tools)
 
     def make_agent(label: str, extra: bool) -> Agent:

@@ -52,7 +52,12 @@ async def make_agent(llm: Any, tmp_path: Path) -> AsyncIterator[Callable[..., An
     agents: list[Any] = []
 
     def factory(**kwargs: Any) -> Any:
-        overrides = {"retry.base_delay": 0.01, "retry.max_delay": 0.05, "llm.stream": False}
+        overrides = {
+            "retry.base_delay": 0.01,
+            "retry.max_delay": 0.05,
+            "llm.stream": False,
+            "agent.builtin_tools": False,  # engine tests see only their own tools
+        }
         overrides.update(kwargs.pop("overrides", {}))
         kwargs.setdefault("data_dir", tmp_path / "data")
         agent = Agent(

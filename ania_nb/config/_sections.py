@@ -67,6 +67,9 @@ class AgentSettings(Section):
         20, ge=0, le=1000, description="Messages a busy session queues before refusing."
     )
     system_prompt: str = Field("", description="System prompt; empty = the built-in prompt.")
+    builtin_tools: bool = Field(
+        True, description="Register the built-in tools (time, web, meme, images, gated tools)."
+    )
 
 
 class StoreSettings(Section):

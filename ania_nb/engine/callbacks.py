@@ -43,6 +43,15 @@ class ApprovalRequest:
 
 
 @dataclass(frozen=True)
+class Verdict:
+    """A human's answer to an `ApprovalRequest` (or the automatic one on timeout/stop)."""
+
+    allowed: bool
+    reason: str = ""
+    approver: str | None = None
+
+
+@dataclass(frozen=True)
 class RunEvent:
     """A progress event for live front ends (run widget, logs).
 

@@ -87,6 +87,8 @@ class LoopHooks:
     on_round: Callable[[list[Message], list[ToolCallResult]], Awaitable[None]] | None = None
     """Told of each finished tool round: its messages (assistant, tool results, loaded images)
     and its calls in call order — the point to persist them."""
+    take_images: Callable[[], list[str]] | None = None
+    """Images that tools of the round queued (URLs / data URIs), shown to the model next round."""
 
 
 @dataclass
@@ -135,7 +137,8 @@ class ToolLoop:
             round_messages += [
                 {"role": "tool", "tool_call_id": r.id, "content": r.result} for r in results
             ]
-            images = await self.callbacks.call("take_loaded_images")
+            images = list(self.hooks.take_images() if self.hooks.take_images else ())
+            images += await self.callbacks.call("take_loaded_images") or ()
             if images:
                 round_messages.append(user_message(LOADED_IMAGES_TEXT, list(images)))
             messages.extend(round_messages)

@@ -32,7 +32,7 @@ from typing import (
 
 from pydantic import BaseModel, Field, ValidationError, create_model
 
-from ania_nb.engine.callbacks import NO_CALLBACKS, Callbacks
+from ania_nb.engine.callbacks import NO_CALLBACKS, Callbacks, Verdict
 from ania_nb.errors import ToolDefinitionError, ToolError
 from ania_nb.tools.schema import has_description, model_schema, parse_docstring
 
@@ -68,6 +68,12 @@ class ToolContext:
     executor: SessionToolExecutor | None = None
     run_state: dict[str, Any] = field(default_factory=dict)  # shared by the tools of one run
     extras: dict[str, Any] = field(default_factory=dict)
+    # Ask a human (tool name, argument summary); None when nobody can be asked.
+    approve: Callable[[str, str], Awaitable[Verdict]] | None = None
+
+    def queue_image(self, url: str) -> None:
+        """Queue an image (URL or data URI) for the model to see after this tool round."""
+        self.run_state.setdefault("images", []).append(url)
 
 
 @runtime_checkable

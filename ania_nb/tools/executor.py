@@ -174,6 +174,11 @@ class SessionToolExecutor(_Table):
         tools.update(own)  # a session tool replaces the shared one, so no name is sent twice
         return (shared_version, own_version), tools
 
+    def _definitions(self) -> tuple[list[dict[str, Any]], str]:
+        if not self._tools:  # no session tools: reuse the shared cached list and its JSON
+            return self.shared._definitions()
+        return super()._definitions()
+
     def _prepare(self, ctx: ToolContext) -> ToolContext:
         # Tools that register tools (mcp_load_*) reach this session through ctx.executor.
         return ctx if ctx.executor is not None else dataclasses.replace(ctx, executor=self)

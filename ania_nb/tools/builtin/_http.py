@@ -1,0 +1,47 @@
+"""Shared HTTP plumbing for the web-facing built-in tools: one lazily created httpx client."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # pragma: no cover
+    import httpx
+
+USER_AGENT = "Mozilla/5.0 (X11; Linux x86_64) AppleWebKit/537.36 (KHTML, like Gecko) ania-nb"
+
+
+class HttpSource:
+    """Hands out an `httpx.AsyncClient`: the injected one, or one created on first use."""
+
+    def __init__(self, client: httpx.AsyncClient | None = None) -> None:
+        self._client = client
+        self._owned: httpx.AsyncClient | None = None
+
+    def get(self) -> httpx.AsyncClient:
+        """The client to use (created lazily so importing tools stays cheap)."""
+        if self._client is not None:
+            return self._client
+        if self._owned is None:
+            import httpx
+
+            self._owned = httpx.AsyncClient(
+                follow_redirects=True, headers={"User-Agent": USER_AGENT}
+            )
+        return self._owned
+
+    async def aclose(self) -> None:
+        """Close the client this source created (an injected one belongs to its owner)."""
+        if self._owned is not None:
+            await self._owned.aclose()
+            self._owned = None
+
+
+def truncate(text: str, limit: int, marker: str = "...") -> str:
+    """Cut ``text`` to ``limit`` characters, appending ``marker`` when it was cut."""
+    return text if len(text) <= limit else text[:limit] + marker
+
+
+def status_error(what: str, response: Any) -> str:
+    """A short message for a non-200 answer: the service, the status and the reason."""
+    reason = getattr(response, "reason_phrase", "") or ""
+    return f"{what} failed: HTTP {response.status_code} {reason}".rstrip()

@@ -1,0 +1,122 @@
+"""`load_images` and `local_image`: let the model see images.
+
+A multimodal model gets the images queued into the next round (each labelled ``[image <hash8>]``);
+otherwise a configured vision model describes them in text; otherwise the tool says plainly that
+images cannot be viewed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import mimetypes
+from typing import TYPE_CHECKING, Annotated
+
+from pydantic import BaseModel, Field
+
+from ...engine.messages import image_hash, image_marker
+from ...errors import AniaError, ToolError
+from ..base import BaseTool, ToolContext
+from ._paths import FileGuard
+
+if TYPE_CHECKING:  # pragma: no cover
+    from ...engine.llm import LLMClient
+
+CANNOT_VIEW = (
+    "the main model cannot view images and no vision model is configured "
+    "(set vision.multimodal = true, or vision.model to a model that can describe images)"
+)
+
+
+class ImageViewer:
+    """Shows images to the model: queued (multimodal) or described by the vision model."""
+
+    def __init__(self, *, multimodal: bool, describer: LLMClient | None, prompt: str) -> None:
+        self.multimodal = multimodal
+        self.describer = describer
+        self.prompt = prompt
+
+    async def show(self, urls: list[str], ctx: ToolContext, what: str) -> str:
+        """Queue or describe ``urls``; returns the text for the model."""
+        labels = ", ".join(image_marker(u) for u in urls)
+        if self.multimodal:
+            for url in urls:
+                ctx.queue_image(url)
+            return f"loaded {what} ({labels}); you will see them in the next step"
+        if self.describer is None:
+            return CANNOT_VIEW
+        described = await asyncio.gather(*(self._describe(url) for url in urls))
+        return "the main model cannot view images; descriptions follow:" + "".join(described)
+
+    async def _describe(self, url: str) -> str:
+        assert self.describer is not None
+        tag = f"image {image_hash(url)}"
+        parts = [
+            {"type": "text", "text": self.prompt},
+            {"type": "image_url", "image_url": {"url": url}},
+        ]
+        try:
+            completion = await self.describer.complete([{"role": "user", "content": parts}])
+        except AniaError as exc:
+            return f"\n<{tag}>description failed: {exc}</{tag}>"
+        text = (completion.message.get("content") or "").strip() or "(no description)"
+        return f"\n<{tag}>\n{text}\n</{tag}>"
+
+
+class NoParams(BaseModel):
+    """No parameters."""
+
+
+class LocalImageParams(BaseModel):
+    """local_image parameters."""
+
+    path: Annotated[str, Field(description="Path of a local image file (png, jpg, gif, webp).")]
+
+
+class LoadImagesTool(BaseTool[NoParams]):
+    """Load the images of the user's current (or quoted) message so you can see them.
+
+    Call it only when you need the images' content; they are referred to as [image <hash>].
+    Calling it twice in one request does nothing new.
+    """
+
+    name = "load_images"
+
+    def __init__(self, viewer: ImageViewer) -> None:
+        self.viewer = viewer
+
+    async def execute(self, params: NoParams, ctx: ToolContext) -> str:
+        """Fetch the message's images from the front end and show them to the model."""
+        if ctx.run_state.get("images_loaded"):
+            return "the images are already loaded in this request; no need to call again"
+        if not ctx.callbacks.has("load_images"):
+            return "this conversation cannot provide the user's images"
+        urls = [u for u in (await ctx.callbacks.call("load_images") or []) if u]
+        if not urls:
+            return "no loadable images in the current or quoted message"
+        ctx.run_state["images_loaded"] = True
+        return await self.viewer.show(list(dict.fromkeys(urls)), ctx, f"{len(urls)} image(s)")
+
+
+class LocalImageTool(BaseTool[LocalImageParams]):
+    """Look at an image file on this machine."""
+
+    name = "local_image"
+
+    def __init__(self, viewer: ImageViewer, guard: FileGuard) -> None:
+        self.viewer = viewer
+        self.guard = guard
+        self.description = (
+            "Look at an image file on this machine (png, jpg, gif, webp, bmp; at most "
+            f"{guard.max_bytes} bytes). Files in the agent's data directory or holding secrets "
+            "are refused."
+        )
+
+    async def execute(self, params: LocalImageParams, ctx: ToolContext) -> str:
+        """Read the file as a data URI and show it."""
+        path, data = await self.guard.read(params.path)
+        mime = mimetypes.guess_type(path.name)[0] or "image/png"
+        if not mime.startswith("image/"):
+            raise ToolError(f"{path.name} does not look like an image ({mime})")
+        uri = f"data:{mime};base64,{base64.b64encode(data).decode('ascii')}"
+        return await self.viewer.show([uri], ctx, f"local image {path}")
