@@ -13,11 +13,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from ._runtime import Runtime
 from ._session import Pending, Session, merge_batch, senders_of
 from .config import Config
 from .engine.callbacks import NO_CALLBACKS, ApprovalRequest, Callbacks, RunEvent, Verdict
-from .engine.context import ContextWindow, PreCompactHook
-from .engine.llm import LLMClient
+from .engine.context import PreCompactHook
 from .engine.loop import Gate, LoopHooks, ToolCall, ToolCallResult, ToolLoop
 from .engine.messages import Message, for_storage, timestamped, user_message
 from .engine.usage import Usage
@@ -97,10 +97,8 @@ class Agent:
             self.tools.add(t, replace=True)  # your tools win over built-ins of the same name
         self._http_client = http_client
         self._sessions: dict[str, Session] = {}
-        self._store: Store | None = None
+        self._rt: Runtime | None = None
         self._open_lock = asyncio.Lock()
-        self._llm: LLMClient | None = None
-        self._window: ContextWindow | None = None
         self._closed = False
 
     # ----------------------------------------------------------------- set-up
@@ -111,42 +109,34 @@ class Agent:
 
     @property
     def system_prompt(self) -> str:
-        """The system prompt sent first in every request."""
-        return self.config.agent.system_prompt or DEFAULT_SYSTEM_PROMPT
+        """The system prompt sent first in every request (with the skills registry, once open)."""
+        base = self.config.agent.system_prompt or DEFAULT_SYSTEM_PROMPT
+        skills = self._rt.skills_prompt() if self._rt is not None else ""
+        return f"{base}\n\n{skills}" if skills else base
 
     @property
     def data_dir(self) -> Path:
         """Folder of the embedded store."""
         return Path(self.config.store.data_dir)
 
-    async def _ensure_open(self) -> Store:
+    async def _ensure_open(self) -> Runtime:
         if self._closed:
             raise UsageError("this Agent was closed; create a new one")
-        if self._store is None:
+        if self._rt is None:
             async with self._open_lock:
-                if self._store is None:
-                    store = await Store.open(
-                        self.data_dir, run_log_max_entries=self.config.store.run_log_max_entries
-                    )
-                    interrupted = await store.runs.mark_interrupted()
-                    if interrupted:
-                        log.warning("%d run(s) were interrupted by a restart", interrupted)
-                    self._llm = LLMClient.from_config(self.config, http_client=self._http_client)
-                    compressor = (
-                        LLMClient.from_config(
-                            self.config, role="compressor", http_client=self._http_client
-                        )
-                        if self.config.compressor.model
-                        else self._llm
-                    )
-                    self._window = ContextWindow(
-                        max_context_tokens=self.config.agent.max_context_tokens,
-                        ratio=self.config.agent.compress_ratio,
-                        compressor=compressor,
+                if self._rt is None:
+                    self._rt = await Runtime.open(
+                        self.config,
+                        self.tools,
+                        http_client=self._http_client,
                         pre_compact=self._pre_compact,
                     )
-                    self._store = store
-        return self._store
+        return self._rt
+
+    async def start(self) -> Agent:
+        """Open the store, load skills and connect MCP servers now (else on the first chat)."""
+        await self._ensure_open()
+        return self
 
     async def _pre_compact(self, history: list[Message]) -> None:
         if self.hooks.pre_compact is not None:
@@ -254,8 +244,8 @@ class Agent:
                 _resolve(pending, result)
 
     async def _run(self, state: Session, batch: list[Pending]) -> RunResult:
-        store = await self._ensure_open()
-        assert self._window is not None
+        rt = await self._ensure_open()
+        store = rt.store
         text, images = merge_batch(batch)
         callbacks = batch[-1].callbacks
         turn = user_message(timestamped(text), images)
@@ -282,7 +272,7 @@ class Agent:
         final: list[Message] = []
         try:
             async with asyncio.timeout(self.config.agent.run_timeout):
-                if self._window.needs_compaction(history, state.last_prompt_tokens):
+                if rt.window.needs_compaction(history, state.last_prompt_tokens):
                     history = await self._compact(state, store, history, stored_turn, usage)
                 messages = [{"role": "system", "content": self.system_prompt}, *history, turn]
                 loop = self._make_loop(state, store, callbacks, run_id, calls, usage)
@@ -353,7 +343,7 @@ class Agent:
             calls.extend(results)
 
         return ToolLoop(
-            llm=self._llm,  # type: ignore[arg-type]
+            llm=self._rt.llm,  # type: ignore[union-attr]
             tools=state.executor,
             make_context=make_context,
             session=state.name,
@@ -379,8 +369,8 @@ class Agent:
         usage: Usage,
     ) -> list[Message]:
         """Replace an over-budget history (in the store too) by its compaction; return it."""
-        assert self._window is not None
-        compaction = await self._window.compact(history)
+        assert self._rt is not None
+        compaction = await self._rt.window.compact(history)
         await store.history.replace(state.name, [*compaction.messages, stored_turn])
         state.history = [*compaction.messages, stored_turn]
         state.last_prompt_tokens = 0
@@ -389,12 +379,12 @@ class Agent:
 
     async def history(self, session: str = "nb:default") -> list[Message]:
         """The stored conversation of a session (images as ``[image <hash8>]`` markers)."""
-        store = await self._ensure_open()
+        store = (await self._ensure_open()).store
         return await store.history.load(session)
 
     async def clear_history(self, session: str = "nb:default") -> int:
         """Forget a session's conversation; returns the number of messages removed."""
-        store = await self._ensure_open()
+        store = (await self._ensure_open()).store
         removed = await store.history.clear(session)
         state = self._sessions.get(session)
         if state is not None:
@@ -412,7 +402,7 @@ class Agent:
         limit: int = 50,
     ) -> list[RunRecord]:
         """Recent run records, newest first, filtered by session, status and start time."""
-        store = await self._ensure_open()
+        store = (await self._ensure_open()).store
         return await store.runs.list(
             session=session, status=status, since=since, until=until, limit=limit
         )
@@ -429,15 +419,11 @@ class Agent:
             self.stop(name)
         if workers:
             await asyncio.gather(*workers, return_exceptions=True)
-        if self._llm is not None:
-            await self._llm.aclose()
-        if self._window is not None and self._window.compressor is not self._llm:
-            await self._window.compressor.aclose()
+        if self._rt is not None:
+            await self._rt.aclose()
         if self._viewer.describer is not None:
             await self._viewer.describer.aclose()
         await self._web.aclose()
-        if self._store is not None:
-            await self._store.close()
 
     async def __aenter__(self) -> Agent:
         """Open the store eagerly; `aclose` on exit."""

@@ -109,7 +109,13 @@ async def run_demo(data_dir: Path | None = None, out: Callable[[str], None] = pr
                 model="scripted-demo",
                 data_dir=folder,
                 tools=[word_count, multiply, today],
-                overrides={"agent.system_prompt": "You are a helpful assistant with tools."},
+                overrides={
+                    "agent.system_prompt": "You are a helpful assistant with tools.",
+                    "skills.dir": str(
+                        folder / "skills"
+                    ),  # the demo ignores ./skills and ./mcp.json
+                    "mcp.config_file": str(folder / "mcp.json"),
+                },
             )
             async with agent:
                 out(f"ania-nb demo — offline; scripted model at {llm.base_url}; data in {folder}")

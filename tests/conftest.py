@@ -57,6 +57,8 @@ async def make_agent(llm: Any, tmp_path: Path) -> AsyncIterator[Callable[..., An
             "retry.max_delay": 0.05,
             "llm.stream": False,
             "agent.builtin_tools": False,  # engine tests see only their own tools
+            "skills.dir": str(tmp_path / "no-skills"),
+            "mcp.config_file": str(tmp_path / "no-mcp.json"),
         }
         overrides.update(kwargs.pop("overrides", {}))
         kwargs.setdefault("data_dir", tmp_path / "data")

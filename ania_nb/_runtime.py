@@ -1,0 +1,117 @@
+"""What an Agent opens on first use: the store, the model clients, skills and MCP servers.
+
+Kept apart from the façade so `Agent` stays about sessions and runs; `Runtime.open` assembles the
+async tiers (MCP, skills) onto the shared tool table that the constructor started with the
+built-in tiers.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from .engine.context import ContextWindow, PreCompactHook
+from .engine.llm import LLMClient
+from .store import Store
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .config import Config
+    from .mcp import MCPRegistry
+    from .skills import SkillManager
+    from .tools import ToolExecutor
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class Runtime:
+    """The opened parts of an Agent; `aclose` releases them in reverse order."""
+
+    store: Store
+    llm: LLMClient
+    window: ContextWindow
+    skills: SkillManager | None = None
+    mcp: MCPRegistry | None = None
+
+    @classmethod
+    async def open(
+        cls,
+        config: Config,
+        tools: ToolExecutor,
+        *,
+        http_client: Any = None,
+        pre_compact: PreCompactHook | None = None,
+    ) -> Runtime:
+        """Open the store (marking crashed runs), build clients, load skills, start MCP."""
+        store = await Store.open(
+            Path(config.store.data_dir), run_log_max_entries=config.store.run_log_max_entries
+        )
+        runtime: Runtime | None = None
+        try:
+            interrupted = await store.runs.mark_interrupted()
+            if interrupted:
+                log.warning("%d run(s) were interrupted by a restart", interrupted)
+            llm = LLMClient.from_config(config, http_client=http_client)
+            compressor = (
+                LLMClient.from_config(config, role="compressor", http_client=http_client)
+                if config.compressor.model
+                else llm
+            )
+            window = ContextWindow(
+                max_context_tokens=config.agent.max_context_tokens,
+                ratio=config.agent.compress_ratio,
+                compressor=compressor,
+                pre_compact=pre_compact,
+            )
+            runtime = cls(store, llm, window)
+            runtime.skills = await _open_skills(config, tools, store)
+            runtime.mcp = await _open_mcp(config, tools)
+            return runtime
+        except BaseException:
+            if runtime is not None:
+                await runtime.aclose()
+            else:
+                await store.close()
+            raise
+
+    def skills_prompt(self) -> str:
+        """The skills registry block for the system prompt ('' without skills)."""
+        return self.skills.registry_prompt() if self.skills is not None else ""
+
+    async def aclose(self) -> None:
+        """Stop MCP servers, close model clients and the store."""
+        if self.mcp is not None:
+            await self.mcp.aclose()
+        await self.llm.aclose()
+        if self.window.compressor is not self.llm:
+            await self.window.compressor.aclose()
+        await self.store.close()
+
+
+async def _open_skills(config: Config, tools: ToolExecutor, store: Store) -> SkillManager | None:
+    """The skill tier: only when the skills folder exists (it may hold no skill yet)."""
+    folder = Path(config.skills.dir)
+    if not await asyncio.to_thread(folder.is_dir):
+        return None
+    from .skills import SkillManager, skill_tools
+
+    manager = SkillManager(folder, whitelist=config.skills.whitelist)
+    await manager.reload()
+    for tool in skill_tools(manager, self_manage=config.skills.self_manage, oplog=store.oplog):
+        tools.add(tool, replace=True)
+    return manager
+
+
+async def _open_mcp(config: Config, tools: ToolExecutor) -> MCPRegistry | None:
+    """The MCP tier: only when the MCP servers file exists."""
+    exists = await asyncio.to_thread(Path(config.mcp.config_file).is_file)
+    if not exists and not config.mcp.self_manage:
+        return None
+    from .mcp import MCPRegistry
+
+    registry = MCPRegistry(config.mcp, tools)
+    await registry.start()
+    return registry
