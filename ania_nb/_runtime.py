@@ -92,9 +92,9 @@ class Runtime:
 
 
 async def _open_skills(config: Config, tools: ToolExecutor, store: Store) -> SkillManager | None:
-    """The skill tier: only when the skills folder exists (it may hold no skill yet)."""
+    """The skill tier: when the skills folder exists, or the AI may install the first skill."""
     folder = Path(config.skills.dir)
-    if not await asyncio.to_thread(folder.is_dir):
+    if not await asyncio.to_thread(folder.is_dir) and not config.skills.self_manage:
         return None
     from .skills import SkillManager, skill_tools
 

@@ -1,7 +1,8 @@
 """The embedded store: one SQLite file (WAL) whose every statement runs off the event loop.
 
 ``store = await Store.open(data_dir)`` opens ``<data_dir>/ania.db`` and exposes KV namespaces
-(``store.kv(name)``), chat history (``store.history``) and the run log (``store.runs``).
+(``store.kv(name)``), chat history (``store.history``), the run log (``store.runs``) and the op log
+(``store.oplog``).
 """
 
 from __future__ import annotations
@@ -10,12 +11,15 @@ from ._db import Database, Store
 from .history import ChatHistory
 from .journal import RunJournal
 from .kv import KVNamespace
+from .oplog import OpLog, OpRecord
 from .runlog import RunLog, RunRecord, ToolCallRecord
 
 __all__ = [
     "ChatHistory",
     "Database",
     "KVNamespace",
+    "OpLog",
+    "OpRecord",
     "RunJournal",
     "RunLog",
     "RunRecord",

@@ -22,6 +22,7 @@ if TYPE_CHECKING:
     from .history import ChatHistory
     from .journal import RunJournal
     from .kv import KVNamespace
+    from .oplog import OpLog
     from .runlog import RunLog
 
 P = ParamSpec("P")
@@ -69,9 +70,20 @@ MIGRATIONS: tuple[tuple[str, ...], ...] = (
         "CREATE INDEX runs_status ON runs (status)",
         "CREATE INDEX runs_started_at ON runs (started_at)",
     ),
+    (
+        """CREATE TABLE oplog (
+            id INTEGER PRIMARY KEY AUTOINCREMENT,
+            at REAL NOT NULL,
+            category TEXT NOT NULL,
+            action TEXT NOT NULL,
+            actor TEXT,
+            session TEXT,
+            detail TEXT NOT NULL DEFAULT ''
+        )""",
+    ),
 )
 
-_OWN_TABLES = frozenset({"kv", "chat_history", "runs", "sqlite_sequence"})
+_OWN_TABLES = frozenset({"kv", "chat_history", "runs", "oplog", "sqlite_sequence"})
 
 
 @contextmanager
@@ -163,12 +175,14 @@ class Store:
         # Imported here because these modules import ``transaction`` from this one.
         from .history import ChatHistory
         from .journal import RunJournal
+        from .oplog import OpLog
         from .runlog import RunLog
 
         self.db = db
         self.history: ChatHistory = ChatHistory(db)
         self.runs: RunLog = RunLog(db, max_entries=run_log_max_entries)
         self.journal: RunJournal = RunJournal(db, max_entries=self.runs.max_entries)
+        self.oplog: OpLog = OpLog(db)
 
     @classmethod
     async def open(cls, data_dir: str | PathLike[str], *, run_log_max_entries: int = 200) -> Store:
