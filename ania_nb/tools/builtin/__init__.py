@@ -47,7 +47,7 @@ __all__ = [
 
 def image_viewer(config: Config) -> ImageViewer:
     """How this config lets the model see images (multimodal, vision model, or not at all)."""
-    from ...engine.llm import LLMClient
+    from ...engine.llm import LLMClient, RetryPolicy
 
     vision = config.vision
     describer = None
@@ -59,6 +59,7 @@ def image_viewer(config: Config) -> ImageViewer:
             model=vision.model,
             max_tokens=600,
             timeout=config.llm.timeout,
+            retry=RetryPolicy(**config.retry.model_dump()),
         )
     return ImageViewer(multimodal=vision.multimodal, describer=describer, prompt=vision.prompt)
 

@@ -15,7 +15,8 @@ import contextlib
 import os
 import re
 import signal
-from typing import Annotated
+from collections.abc import Iterable
+from typing import Annotated, Any
 
 from pydantic import BaseModel, Field
 
@@ -25,6 +26,7 @@ from ..base import BaseTool, ToolContext
 
 TRUNCATED = "\n...(output truncated)"
 SUMMARY_LIMIT = 300
+KILL_GRACE = 2.0  # seconds to wait for a killed command's pipes to close
 
 
 class BashParams(BaseModel):
@@ -122,19 +124,29 @@ class BashTool(BaseTool[BashParams]):
             )
         except OSError as exc:
             raise ToolError(f"bash: cannot start {self.shell!r}: {exc.strerror or exc}") from None
-        timed_out = False
+        # Read both pipes as the command runs, keeping only what the output limit can show:
+        # what was printed before a timeout survives, and a flood cannot fill memory.
+        keep = self.settings.max_output * 4 + 4  # bytes enough for max_output characters
+        out, err = bytearray(), bytearray()
+        assert proc.stdout is not None and proc.stderr is not None
+        tasks = [
+            asyncio.ensure_future(proc.wait()),
+            asyncio.ensure_future(_drain(proc.stdout, out, keep)),
+            asyncio.ensure_future(_drain(proc.stderr, err, keep)),
+        ]
         try:
-            stdout, stderr = await asyncio.wait_for(proc.communicate(), self.settings.timeout)
-        except TimeoutError:
-            timed_out = True
-            _kill_group(proc.pid)
-            stdout, stderr = await proc.communicate()
+            # Done when the shell exited and the pipes closed (background children included).
+            _, pending = await asyncio.wait(tasks, timeout=self.settings.timeout)
+            timed_out = bool(pending)
+            if timed_out:
+                _kill_group(proc.pid)
+                await _settle(pending)
         except asyncio.CancelledError:  # /stop: do not leave the command running
             _kill_group(proc.pid)
             with contextlib.suppress(Exception):
-                await asyncio.shield(proc.wait())
+                await asyncio.shield(_settle(tasks))
             raise
-        return self._format(stdout, stderr, proc.returncode, timed_out)
+        return self._format(bytes(out), bytes(err), proc.returncode, timed_out)
 
     def _format(self, stdout: bytes, stderr: bytes, code: int | None, timed_out: bool) -> str:
         out = stdout.decode("utf-8", "replace")
@@ -161,3 +173,22 @@ class BashTool(BaseTool[BashParams]):
 def _kill_group(pid: int) -> None:
     with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(pid, signal.SIGKILL)
+
+
+async def _drain(stream: asyncio.StreamReader, into: bytearray, keep: int) -> None:
+    """Read ``stream`` to its end, keeping the first ``keep`` bytes (the rest is discarded)."""
+    while chunk := await stream.read(65536):
+        room = keep - len(into)
+        if room > 0:
+            into += chunk[:room]
+
+
+async def _settle(tasks: Iterable[asyncio.Future[Any]]) -> None:
+    """After a kill: let the process be reaped and the pipes close, briefly.
+
+    A process that left the group (``setsid``) may keep a pipe open; its reader is then
+    abandoned rather than waited for.
+    """
+    _, stuck = await asyncio.wait(list(tasks), timeout=KILL_GRACE)
+    for task in stuck:
+        task.cancel()

@@ -91,11 +91,18 @@ class LoadImagesTool(BaseTool[NoParams]):
             return "the images are already loaded in this request; no need to call again"
         if not ctx.callbacks.has("load_images"):
             return "this conversation cannot provide the user's images"
-        urls = [u for u in (await ctx.callbacks.call("load_images") or []) if u]
-        if not urls:
-            return "no loadable images in the current or quoted message"
+        # Claimed before the first await: parallel calls in one round must not load twice.
         ctx.run_state["images_loaded"] = True
-        return await self.viewer.show(list(dict.fromkeys(urls)), ctx, f"{len(urls)} image(s)")
+        try:
+            found = await ctx.callbacks.call("load_images") or []
+        except BaseException:
+            ctx.run_state["images_loaded"] = False
+            raise
+        urls = list(dict.fromkeys(u for u in found if u))
+        if not urls:
+            ctx.run_state["images_loaded"] = False
+            return "no loadable images in the current or quoted message"
+        return await self.viewer.show(urls, ctx, f"{len(urls)} image(s)")
 
 
 class LocalImageTool(BaseTool[LocalImageParams]):

@@ -15,6 +15,15 @@ from ...errors import ToolError
 from ..base import BaseTool, ToolContext
 from ._http import HttpSource, status_error, truncate
 
+# What the original sends to Jina's reader: render like a browser, no images, a links summary.
+READER_HEADERS = {
+    "X-Referer": "https://www.google.com/",
+    "X-User-Agent": "Mozilla/5.0 (Windows NT 10.0; Win64; x64) AppleWebKit/537.36",
+    "X-Retain-Images": "none",
+    "X-With-Links-Summary": "true",
+    "X-Engine": "cf-browser-rendering",
+}
+
 
 class SearchParams(BaseModel):
     """webSearch parameters."""
@@ -97,9 +106,5 @@ class WebExploreTool(_JinaTool, BaseTool[ExploreParams]):
         url = params.url.strip()
         if not url.startswith(("http://", "https://")):
             raise ToolError(f"url must start with http:// or https://, got {url[:100]!r}")
-        headers = {
-            **self._auth(),
-            "X-Retain-Images": "none",
-            "X-With-Links-Summary": "true",
-        }
+        headers = {**self._auth(), **READER_HEADERS}
         return await self._get("web page fetch", self.settings.reader_url + url, headers=headers)
