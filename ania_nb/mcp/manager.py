@@ -1,0 +1,302 @@
+"""`MCPToolManager`: the connection to one MCP server, its tool list and its tool calls.
+
+The SDK's transports and `ClientSession` are async context managers built on anyio task groups
+and cancel scopes, which must be exited by the task that entered them. So each connection lives
+in one dedicated task (the *runner*): it enters everything on an `AsyncExitStack`, reports
+readiness, waits for the stop signal and unwinds the stack itself. Calls are made from any task.
+
+Every successful (re)connect increments ``generation``; tool objects remember the generation
+they were made for, so a tool loaded before a reconnect fails with a clear message instead of
+silently talking to a new session.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from typing import TYPE_CHECKING, Any, Literal
+
+from ania_nb.errors import AniaError, ToolError
+from ania_nb.mcp.config import MCPServerConfig
+from ania_nb.mcp.transport import (
+    RemoteTool,
+    StderrTail,
+    list_remote_tools,
+    load_sdk,
+    open_session,
+    result_text,
+)
+
+if TYPE_CHECKING:
+    from mcp import ClientSession
+
+    from ania_nb.config import MCPSettings
+
+__all__ = ["MCPServerError", "MCPToolManager", "ServerState"]
+
+_log = logging.getLogger(__name__)
+
+ServerState = Literal["idle", "connecting", "connected", "disconnected", "failed", "closed"]
+_STOP_GRACE = 10.0  # seconds a runner gets to unwind (stdio shutdown is itself bounded by ~6 s)
+
+
+class MCPServerError(AniaError):
+    """An MCP server could not be connected (spawn, HTTP connect, handshake or tool listing)."""
+
+    def __init__(self, message: str, *, server: str) -> None:
+        super().__init__(message)
+        self.server = server
+
+
+def describe(exc: BaseException) -> str:
+    """A one-line account of an exception, unwrapping anyio's exception groups."""
+    while isinstance(exc, BaseExceptionGroup) and exc.exceptions:
+        exc = exc.exceptions[0]
+    text = str(exc).strip() or type(exc).__name__
+    return text if type(exc).__name__ in text else f"{type(exc).__name__}: {text}"
+
+
+class MCPToolManager:
+    """One MCP server: connect, list and filter its tools, call them, reconnect, close."""
+
+    def __init__(self, config: MCPServerConfig, settings: MCPSettings) -> None:
+        self.config = config
+        self.settings = settings
+        self.generation = 0
+        self._state: ServerState = "idle"
+        self._error: str | None = None
+        self._tools: list[RemoteTool] = []
+        self._session: ClientSession | None = None
+        self._task: asyncio.Task[None] | None = None
+        self._stop: asyncio.Event | None = None
+        self._lock = asyncio.Lock()
+
+    def __repr__(self) -> str:
+        return f"<MCPToolManager {self.name!r} {self._state}>"
+
+    @property
+    def name(self) -> str:
+        """The server's name."""
+        return self.config.name
+
+    @property
+    def state(self) -> ServerState:
+        """idle, connecting, connected, disconnected (lost), failed (could not connect), closed."""
+        return self._state
+
+    @property
+    def error(self) -> str | None:
+        """Why the server is disconnected or failed, if it is."""
+        return self._error
+
+    @property
+    def timeout(self) -> float:
+        """Seconds allowed to connect and list tools."""
+        return self.config.timeout or self.settings.connect_timeout
+
+    @property
+    def tools(self) -> list[RemoteTool]:
+        """The server's tools after the entry's filter, sorted by name."""
+        return self._tools
+
+    # ------------------------------------------------------------------ lifecycle
+
+    async def connect(self) -> None:
+        """Connect, initialise and list tools within the timeout; raises `MCPServerError`."""
+        async with self._lock:
+            await self._connect()
+
+    async def reconnect(self) -> None:
+        """Drop the current connection (if any) and connect again."""
+        async with self._lock:
+            self._check_open()
+            self._state = "connecting"  # what in-flight calls cut off by the stop are told
+            await self._stop_runner()
+            await self._connect()
+
+    async def aclose(self) -> None:
+        """Close the connection for good (the stdio server process is stopped)."""
+        async with self._lock:
+            self._state, self._error = "closed", None
+            await self._stop_runner()
+
+    def _check_open(self) -> None:
+        if self._state == "closed":
+            raise MCPServerError(f"MCP server {self.name!r} has been closed", server=self.name)
+
+    async def _connect(self) -> None:
+        self._check_open()
+        try:
+            await load_sdk()
+        except ImportError as exc:
+            self._state, self._error = "failed", str(exc)
+            raise MCPServerError(
+                f"MCP server {self.name!r} cannot be connected: the 'mcp' package is missing or "
+                f'broken ({exc}); reinstall with: pip install "ania-nb"',
+                server=self.name,
+            ) from exc
+        if self._task is not None:  # connect() on a live connection: replace it, never leak it
+            await self._stop_runner()
+        self._state, self._error = "connecting", None
+        ready: asyncio.Future[list[RemoteTool]] = asyncio.get_running_loop().create_future()
+        stderr = StderrTail(self.name) if self.config.transport == "stdio" else None
+        self._stop = asyncio.Event()
+        self._task = asyncio.create_task(
+            self._run(ready, self._stop, stderr), name=f"mcp:{self.name}"
+        )
+        try:
+            tools = await asyncio.wait_for(asyncio.shield(ready), self.timeout)
+        except asyncio.CancelledError:
+            await self._stop_runner(cancel=True)
+            self._state, self._error = "failed", "the connection attempt was cancelled"
+            raise
+        except Exception as exc:
+            await self._stop_runner(cancel=True)
+            reason = (
+                f"no answer within {self.timeout:g} s (connect, initialize and list tools)"
+                if isinstance(exc, TimeoutError)
+                else describe(exc)
+            )
+            if stderr is not None:
+                await asyncio.to_thread(stderr.join, 1.0)  # let the last lines arrive
+                if stderr.text():
+                    reason += f"\nserver stderr (last lines):\n{stderr.text()}"
+            self._state, self._error = "failed", reason
+            where = f"{self.config.transport} {self.config.target}"
+            raise MCPServerError(
+                f"MCP server {self.name!r} ({where}) could not be connected: {reason}",
+                server=self.name,
+            ) from None
+        self._tools = self._select(tools)
+        self.generation += 1
+        self._state = "connected"
+        _log.info("MCP server %r connected: %d tools", self.name, len(self._tools))
+
+    async def _run(
+        self,
+        ready: asyncio.Future[list[RemoteTool]],
+        stop: asyncio.Event,
+        stderr: StderrTail | None,
+    ) -> None:
+        """The runner task: owns the exit stack, so the SDK's cancel scopes stay in one task."""
+        session: ClientSession | None = None
+        try:
+            async with contextlib.AsyncExitStack() as stack:
+                session = await open_session(stack, self.config, self.timeout, stderr)
+                tools = await list_remote_tools(session)
+                self._session = session
+                ready.set_result(tools)
+                await stop.wait()
+        except asyncio.CancelledError:
+            if not ready.done():
+                ready.cancel()
+            raise
+        except BaseException as exc:
+            if not ready.done():
+                ready.set_exception(exc)
+            elif not stop.is_set():
+                self._mark_lost(describe(exc))  # the transport died under a live connection
+        finally:
+            if self._session is session:
+                self._session = None
+            if stderr is not None:
+                stderr.close_writer()
+
+    async def _stop_runner(self, *, cancel: bool = False) -> None:
+        task, stop = self._task, self._stop
+        self._task = self._stop = None
+        self._session = None
+        if task is None:
+            return
+        if stop is not None:
+            stop.set()
+        if cancel:
+            task.cancel()
+        done, _ = await asyncio.wait({task}, timeout=_STOP_GRACE)
+        if not done:
+            _log.warning("MCP server %r did not shut down in time; cancelling", self.name)
+            task.cancel()
+            await asyncio.wait({task})
+        if not task.cancelled() and task.exception() is not None:
+            _log.debug("MCP server %r runner ended with %r", self.name, task.exception())
+
+    def _select(self, tools: list[RemoteTool]) -> list[RemoteTool]:
+        rule = self.config.filter
+        kept = [t for t in tools if rule is None or rule.matches(t.name, t.description)]
+        return sorted(kept, key=lambda t: t.name)
+
+    def _mark_lost(self, reason: str) -> None:
+        if self._state == "connected":
+            self._state, self._error = "disconnected", reason
+            _log.warning("MCP server %r disconnected: %s", self.name, reason)
+
+    # ------------------------------------------------------------------ calls
+
+    def unavailable_message(self) -> str:
+        """What the model is told when this server cannot take calls right now."""
+        name = self.name
+        if self._state == "closed":
+            return (
+                f"MCP server '{name}' has been removed or shut down; this tool is gone (if "
+                f"mcp_load_{name} is still offered, load the tool again)"
+            )
+        if self._state == "connecting":
+            return f"MCP server '{name}' is reconnecting; try again in a moment"
+        why = f" ({self._error.splitlines()[0]})" if self._error else ""
+        what = "is disconnected" if self._state == "disconnected" else "is not connected"
+        return (
+            f"MCP server '{name}' {what}{why}. Reconnect it with mcp_reconnect(name='{name}') "
+            "if that tool is available, otherwise ask the user to reconnect it"
+        )
+
+    def check_available(self) -> None:
+        """Raise `ToolError` with `unavailable_message` unless the server is connected."""
+        if self._state != "connected" or self._session is None:
+            raise ToolError(self.unavailable_message())
+
+    async def call(self, tool: str, arguments: dict[str, Any], *, generation: int) -> str:
+        """Call a tool; returns its text (truncated) or raises `ToolError` for the model."""
+        if generation != self.generation:
+            raise ToolError(
+                f"tool '{tool}' belongs to an earlier connection to MCP server '{self.name}', "
+                f"which has been reconnected since; load it again with "
+                f"mcp_load_{self.name}(tool_name='{tool}')"
+            )
+        self.check_available()
+        session = self._session
+        assert session is not None
+        import anyio
+        import httpx2
+        from mcp import MCPError
+        from mcp_types import CONNECTION_CLOSED
+
+        try:
+            result = await session.call_tool(tool, arguments)
+        except MCPError as exc:
+            if exc.code != CONNECTION_CLOSED:
+                raise ToolError(
+                    f"MCP server '{self.name}' rejected the call to '{tool}': {exc.message}"
+                ) from None
+            lost = "the connection was closed (the server may have crashed)"
+        except (
+            OSError,
+            anyio.BrokenResourceError,
+            anyio.ClosedResourceError,
+            anyio.EndOfStream,
+            httpx2.TransportError,
+            httpx2.HTTPStatusError,
+        ) as exc:
+            lost = describe(exc)
+        except Exception as exc:
+            raise ToolError(
+                f"MCP call to '{tool}' on server '{self.name}' failed: {describe(exc)}"
+            ) from None
+        else:
+            text = result_text(result, self.settings.max_result_chars)
+            if result.is_error:
+                raise ToolError(text or f"MCP tool '{tool}' reported an error without a message")
+            return text
+        if self._session is session:
+            self._mark_lost(lost)
+        raise ToolError(self.unavailable_message())

@@ -1,0 +1,209 @@
+"""`MCPRegistry`: every MCP server of an agent, and their tools in the shared executor.
+
+Lazy mode (the default) registers ``mcp_discover_<server>`` and ``mcp_load_<server>`` per
+connected server; eager mode registers every (filtered) tool under its own name, the first
+server in config order winning a name clash. Servers start concurrently; one that fails is
+logged and left ``failed`` (``reconnect`` revives it from its config entry).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Literal
+
+from ania_nb.errors import UsageError
+from ania_nb.mcp.config import MCPServerConfig, Transport, load_config_file
+from ania_nb.mcp.manager import MCPServerError, MCPToolManager, ServerState
+from ania_nb.mcp.tools import MCPToolset
+
+if TYPE_CHECKING:
+    from ania_nb.config import MCPSettings
+    from ania_nb.tools.base import Tool
+    from ania_nb.tools.executor import ToolExecutor
+
+__all__ = ["MCPRegistry", "MCPServerStatus"]
+
+_log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class MCPServerStatus:
+    """One server as `MCPRegistry.servers` reports it."""
+
+    name: str
+    transport: Transport
+    target: str  # command line or URL (never env or headers)
+    description: str
+    state: ServerState
+    tools: int
+    error: str | None
+
+
+class MCPRegistry:
+    """Runs the MCP servers of the config file and keeps their tools in ``shared``."""
+
+    def __init__(self, settings: MCPSettings, shared: ToolExecutor) -> None:
+        self.settings = settings
+        self.shared = shared
+        self._managers: dict[str, MCPToolManager] = {}  # config order (eager: first wins)
+        self._toolsets: dict[str, MCPToolset] = {}
+        self._owned: dict[str, list[str]] = {}  # server -> names it registered in ``shared``
+        self._admin: list[str] = []
+        self._lock = asyncio.Lock()  # add / remove / reconnect / close, one at a time
+        self.file_lock = asyncio.Lock()  # read-modify-write of the config file (admin tools)
+        self._started = False
+
+    @property
+    def mode(self) -> Literal["lazy", "eager"]:
+        """How tools are exposed: lazy (discover/load) or eager (all registered)."""
+        return "lazy" if self.settings.lazy_load else "eager"
+
+    async def __aenter__(self) -> MCPRegistry:
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
+
+    async def start(self) -> None:
+        """Read the config file, connect every server concurrently and register their tools.
+
+        Raises `ConfigError` for an invalid file; a server that cannot connect is logged and
+        skipped.
+        """
+        if self._started:
+            raise UsageError("MCPRegistry.start() was already called")
+        self._started = True
+        config = await asyncio.to_thread(load_config_file, self.settings.config_file)
+        async with self._lock:
+            for server in config.servers:
+                if not server.disabled:
+                    self._managers[server.name] = MCPToolManager(server, self.settings)
+            await asyncio.gather(*(self._try_connect(m) for m in self._managers.values()))
+            for manager in self._managers.values():
+                if manager.state == "connected":
+                    self._register(manager)
+        if self.settings.self_manage:
+            from ania_nb.mcp.admin import admin_tools
+
+            for tool in admin_tools(self):
+                self.shared.add(tool, replace=True)
+                self._admin.append(tool.name)
+
+    async def _try_connect(self, manager: MCPToolManager) -> None:
+        try:
+            await manager.connect()
+        except MCPServerError as exc:
+            _log.warning("%s; its tools are not available (reconnect to retry)", exc)
+
+    def get(self, name: str) -> MCPToolManager | None:
+        """The manager of server ``name``, if it is known (connected or not)."""
+        return self._managers.get(name)
+
+    def servers(self) -> list[MCPServerStatus]:
+        """Every known server with its state, sorted by name."""
+        return [
+            MCPServerStatus(
+                name=m.name,
+                transport=m.config.transport,
+                target=m.config.target,
+                description=m.config.description,
+                state=m.state,
+                tools=len(m.tools) if m.state == "connected" else 0,
+                error=m.error,
+            )
+            for _, m in sorted(self._managers.items())
+        ]
+
+    async def add(self, server: MCPServerConfig) -> MCPServerStatus:
+        """Connect a new server and register its tools; raises `MCPServerError` if it fails."""
+        async with self._lock:
+            if server.name in self._managers:
+                raise UsageError(
+                    f"an MCP server named {server.name!r} already exists; remove it first"
+                )
+            manager = MCPToolManager(server, self.settings)
+            await manager.connect()  # nothing is registered unless this succeeds
+            self._managers[server.name] = manager
+            self._register(manager)
+        return self._status(server.name)
+
+    async def remove(self, name: str) -> bool:
+        """Unregister a server's tools and close it; False if no such server was known."""
+        async with self._lock:
+            manager = self._managers.pop(name, None)
+            if manager is None:
+                return False
+            self._unregister(name)
+            await manager.aclose()
+            return True
+
+    async def reconnect(self, name: str) -> MCPServerStatus:
+        """Reconnect a server (also one that failed at start) and register its tools again.
+
+        Tools loaded into sessions before stay stale and tell the model to load them again.
+        """
+        async with self._lock:
+            manager = self._managers.get(name)
+            if manager is None:
+                known = ", ".join(sorted(self._managers))
+                raise UsageError(f"no MCP server named {name!r}; known servers: [{known}]")
+            await manager.reconnect()
+            self._register(manager)
+        return self._status(name)
+
+    async def aclose(self) -> None:
+        """Unregister every tool and close every server (concurrently)."""
+        async with self._lock:
+            managers = list(self._managers.values())
+            for name in list(self._owned):
+                self._unregister(name)
+            for tool_name in self._admin:
+                self.shared.remove(tool_name)
+            self._admin.clear()
+            self._managers.clear()
+            await asyncio.gather(*(m.aclose() for m in managers), return_exceptions=True)
+
+    def _status(self, name: str) -> MCPServerStatus:
+        return next(s for s in self.servers() if s.name == name)
+
+    def _register(self, manager: MCPToolManager) -> None:
+        """Put a connected server's tools in ``shared`` (again, after a reconnect)."""
+        name = manager.name
+        toolset = self._toolsets.setdefault(name, MCPToolset(manager))
+        toolset.manager = manager
+        if self.settings.lazy_load:
+            if name not in self._owned:  # the lazy pair survives reconnects as is
+                self._owned[name] = self._add_unique(
+                    [toolset.discover_tool(), toolset.load_tool()], name
+                )
+            return
+        self._unregister(name)
+        self._owned[name] = self._add_unique(
+            [tool for _, tool in sorted(toolset.tools().items())], name
+        )
+
+    def _add_unique(self, tools: Sequence[Tool], server: str) -> list[str]:
+        added: list[str] = []
+        for tool in tools:
+            if tool.name in self.shared:
+                owner = next((s for s, names in self._owned.items() if tool.name in names), None)
+                _log.warning(
+                    "MCP server %r: tool %r is skipped, the name is already taken by %s",
+                    server,
+                    tool.name,
+                    f"MCP server {owner!r}" if owner else "another tool",
+                )
+                continue
+            self.shared.add(tool)
+            added.append(tool.name)
+        return added
+
+    def _unregister(self, name: str) -> None:
+        for tool_name in self._owned.pop(name, []):
+            self.shared.remove(tool_name)
+        if name not in self._managers:  # removed for good, not re-registering
+            self._toolsets.pop(name, None)

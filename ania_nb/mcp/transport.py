@@ -1,0 +1,231 @@
+"""Opening one MCP client session with the `mcp` SDK over stdio, streamable HTTP or SSE.
+
+The SDK (and httpx2/anyio under it) is imported on first use, in a worker thread, so
+``import ania_nb.mcp`` stays cheap and a notebook kernel never stalls on the import.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import contextlib
+import importlib
+import json
+import logging
+import os
+import sys
+import threading
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from ania_nb.mcp.config import MCPServerConfig
+
+if TYPE_CHECKING:
+    from mcp import ClientSession
+
+__all__ = [
+    "RemoteTool",
+    "StderrTail",
+    "list_remote_tools",
+    "load_sdk",
+    "open_session",
+    "result_text",
+]
+
+_log = logging.getLogger(__name__)
+
+_SDK_MODULES = ("mcp", "mcp.client.stdio", "mcp.client.streamable_http", "mcp.client.sse")
+_MAX_PAGES = 100  # tools/list pagination guard against a server that never stops paging
+TRUNCATION_MARKER = "\n...(MCP tool result truncated"
+
+
+@dataclass(frozen=True)
+class RemoteTool:
+    """A tool as the server lists it (SDK-independent, so the rest never touches mcp types)."""
+
+    name: str
+    description: str
+    input_schema: dict[str, Any]
+    read_only: bool
+
+
+_import_lock = threading.Lock()
+_sdk_ready = threading.Event()  # set once every SDK module is fully imported
+
+
+def _import_sdk() -> None:
+    # One thread imports at a time: servers connecting concurrently would otherwise import the
+    # SDK in parallel threads and see each other's partially initialised modules.
+    with _import_lock:
+        for module in _SDK_MODULES:
+            importlib.import_module(module)
+        _sdk_ready.set()
+
+
+async def load_sdk() -> None:
+    """Import the SDK modules off the event loop (they take a few hundred ms the first time)."""
+    if not _sdk_ready.is_set():
+        await asyncio.to_thread(_import_sdk)
+
+
+class StderrTail:
+    """A stdio server's stderr: logged at debug level, the last lines kept for error messages.
+
+    A pipe read by a daemon thread, because a notebook's ``sys.stderr`` has no file descriptor
+    to hand to a subprocess, and a server's start-up traceback is the best error message there is.
+    """
+
+    def __init__(self, server: str, keep: int = 20) -> None:
+        read_fd, write_fd = os.pipe()
+        self.writer = os.fdopen(write_fd, "w", encoding="utf-8")
+        self._lines: collections.deque[str] = collections.deque(maxlen=keep)
+        self._server = server
+        reader = os.fdopen(read_fd, "r", encoding="utf-8", errors="replace")
+        self._thread = threading.Thread(
+            target=self._pump, args=(reader,), name=f"mcp-stderr-{server}", daemon=True
+        )
+        self._thread.start()
+
+    def _pump(self, reader: Any) -> None:
+        with reader:  # ends at EOF: when the server and everything it spawned have exited
+            for line in reader:
+                line = line.rstrip()
+                if line:
+                    self._lines.append(line)
+                    _log.debug("MCP server %r stderr: %s", self._server, line)
+
+    def close_writer(self) -> None:
+        """Drop our copy of the write end (the child holds its own after the spawn)."""
+        if not self.writer.closed:
+            self.writer.close()
+
+    def join(self, timeout: float) -> None:
+        """Wait (blocking) up to ``timeout`` seconds for the server's stderr to reach its end."""
+        self._thread.join(timeout)
+
+    def text(self, limit: int = 1500) -> str:
+        """The last stderr lines, at most ``limit`` characters."""
+        text = "\n".join(self._lines)
+        return text[-limit:]
+
+
+def _child_env(extra: dict[str, str]) -> dict[str, str]:
+    # The inherited environment plus the entry's env (as the original does), minus ania-nb's
+    # own ANIA_* settings: they hold the LLM API keys, which no MCP server needs.
+    env = {k: v for k, v in os.environ.items() if not k.startswith("ANIA_")}
+    env.update(extra)
+    return env
+
+
+def _http_timeout(seconds: float) -> Any:
+    import httpx2
+
+    # Connect, write and pool waits are bounded; reads are not, because an SSE stream (and a
+    # long tool call answered over it) may stay silent for a long time. The handshake as a
+    # whole is bounded by the caller's connect timeout.
+    return httpx2.Timeout(connect=seconds, read=None, write=seconds, pool=seconds)
+
+
+async def open_session(
+    stack: contextlib.AsyncExitStack,
+    config: MCPServerConfig,
+    connect_timeout: float,
+    stderr: StderrTail | None = None,
+) -> ClientSession:
+    """Enter the transport and an initialised `ClientSession` on ``stack`` (in this task)."""
+    import mcp_types
+    from mcp import ClientSession, StdioServerParameters, stdio_client
+    from mcp.client.sse import sse_client
+    from mcp.client.streamable_http import streamable_http_client
+    from mcp.shared._httpx_utils import create_mcp_http_client
+
+    from ania_nb import __version__
+
+    if config.transport == "stdio":
+        params = StdioServerParameters(
+            command=config.command or "",
+            args=config.args,
+            env=_child_env(config.env),
+            cwd=config.cwd,
+        )
+        errlog = stderr.writer if stderr is not None else sys.stderr
+        try:
+            streams = await stack.enter_async_context(stdio_client(params, errlog=errlog))
+        finally:
+            if stderr is not None:
+                stderr.close_writer()
+    elif config.transport == "streamable-http":
+        client = create_mcp_http_client(
+            headers=config.headers, timeout=_http_timeout(connect_timeout)
+        )
+        await stack.enter_async_context(client)
+        streams = await stack.enter_async_context(
+            streamable_http_client(config.endpoint or "", http_client=client)
+        )
+    else:
+
+        def client_factory(headers: Any = None, timeout: Any = None, auth: Any = None) -> Any:
+            # sse_client would impose a read timeout on the event stream; ours has none.
+            return create_mcp_http_client(headers=headers, timeout=http_timeout, auth=auth)
+
+        http_timeout = _http_timeout(connect_timeout)
+        streams = await stack.enter_async_context(
+            sse_client(
+                config.endpoint or "", headers=config.headers, httpx_client_factory=client_factory
+            )
+        )
+    read_stream, write_stream = streams
+    info = mcp_types.Implementation(name="ania-nb", version=__version__)
+    session = await stack.enter_async_context(
+        ClientSession(read_stream, write_stream, client_info=info)
+    )
+    await session.initialize()
+    return session
+
+
+async def list_remote_tools(session: ClientSession) -> list[RemoteTool]:
+    """Every tool the server lists, following pagination."""
+    import mcp_types
+
+    tools: list[RemoteTool] = []
+    cursor: str | None = None
+    for _ in range(_MAX_PAGES):
+        params = mcp_types.PaginatedRequestParams(cursor=cursor) if cursor else None
+        page = await session.list_tools(params=params)
+        for tool in page.tools:
+            hints = tool.annotations
+            tools.append(
+                RemoteTool(
+                    name=tool.name,
+                    description=(tool.description or "").strip(),
+                    input_schema=dict(tool.input_schema or {}),
+                    read_only=bool(hints is not None and hints.read_only_hint),
+                )
+            )
+        cursor = page.next_cursor
+        if not cursor:
+            break
+    return tools
+
+
+def result_text(result: Any, limit: int) -> str:
+    """The text of a ``CallToolResult``: its text parts joined, truncated at ``limit`` chars."""
+    parts: list[str] = []
+    for block in result.content:
+        kind = getattr(block, "type", "")
+        if kind == "text":
+            parts.append(block.text)
+        elif kind == "resource" and hasattr(block.resource, "text"):
+            parts.append(block.resource.text)
+        elif kind == "resource_link":
+            parts.append(f"[resource link: {block.uri}]")
+        elif kind in ("image", "audio", "resource"):
+            inner = getattr(block, "resource", None)
+            mime = getattr(block, "mime_type", None) or getattr(inner, "mime_type", None)
+            parts.append(f"[{kind} content ({mime or 'binary'}) omitted]")
+    if not parts and result.structured_content is not None:
+        parts.append(json.dumps(result.structured_content, ensure_ascii=False, sort_keys=True))
+    text = "\n".join(parts)
+    if len(text) > limit:
+        text = f"{text[:limit]}{TRUNCATION_MARKER}: {len(text)} characters in total)"
+    return text
