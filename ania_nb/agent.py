@@ -10,11 +10,13 @@ import asyncio
 import logging
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
 from ._runtime import Runtime
 from ._session import Pending, Session, merge_batch, senders_of
+from ._setup import resolve_config
 from .config import Config
 from .engine.callbacks import NO_CALLBACKS, ApprovalRequest, Callbacks, RunEvent, Verdict
 from .engine.context import PreCompactHook
@@ -22,7 +24,8 @@ from .engine.loop import Gate, LoopHooks, ToolCall, ToolCallResult, ToolLoop
 from .engine.messages import Message, for_storage, timestamped, user_message
 from .engine.usage import Usage
 from .errors import RunError, SessionBusyError, UsageError
-from .governance import ApprovalManager
+from .governance import ApprovalManager, Governance, PythonHook
+from .governance.commands import parse_slash
 from .prompts import DEFAULT_SYSTEM_PROMPT
 from .result import RunResult, RunStatus
 from .store import RunRecord, Store, ToolCallRecord
@@ -30,13 +33,6 @@ from .tools import SessionToolExecutor, Tool, ToolContext, ToolExecutor
 from .tools.builtin import HttpSource, default_tools, gated_tools, image_viewer
 
 log = logging.getLogger(__name__)
-
-_SHORTCUTS = {
-    "base_url": "llm.base_url",
-    "api_key": "llm.api_key",
-    "model": "llm.model",
-    "data_dir": "store.data_dir",
-}
 
 
 @dataclass
@@ -73,19 +69,14 @@ class Agent:
         web_client: Any = None,
         **shortcuts: Any,
     ) -> None:
-        unknown = sorted(set(shortcuts) - set(_SHORTCUTS))
-        if unknown:
-            raise UsageError(
-                f"unknown Agent argument(s) {unknown}; use one of {sorted(_SHORTCUTS)} "
-                "or overrides={'section.key': value}"
-            )
-        dotted = {_SHORTCUTS[k]: v for k, v in shortcuts.items()}
-        dotted.update(overrides or {})
-        base = config if config is not None else Config.load()
-        self.config = base.with_overrides(dotted) if dotted else base
+        self.config = resolve_config(config, shortcuts, overrides)
         self.tools = ToolExecutor()
-        self.hooks = AgentHooks()
-        self.approvals = ApprovalManager(timeout=self.config.approval.timeout)
+        self.approvals = ApprovalManager(
+            timeout=self.config.approval.timeout, admins=self.config.admin.ids
+        )
+        self.governance = Governance(self.config, self.tools, self.approvals, stop=self.stop)
+        self.hooks = AgentHooks(self.governance.gate, self.governance.pre_compact)
+        self._session_tools: list[Callable[[str], Iterable[Tool]]] = [self.governance.session_tools]
         self._web = HttpSource(web_client)
         self._viewer = image_viewer(self.config)
         if self.config.agent.builtin_tools:
@@ -106,6 +97,27 @@ class Agent:
     def add_tool(self, tool: Tool | Callable[..., Any], *, replace: bool = False) -> Tool:
         """Register a shared tool (a `BaseTool`, an ``@tool`` function or a typed function)."""
         return self.tools.add(tool, replace=replace)
+
+    def add_session_tools(self, factory: Callable[[str], Iterable[Tool]]) -> None:
+        """Give every main session, when it is created, the tools ``factory(session)`` makes."""
+        self._session_tools.append(factory)
+
+    def add_hook(self, event: str, hook: PythonHook) -> None:
+        """Register a Python hook for an event (SessionStart, PreToolUse, Stop, …)."""
+        self.governance.hooks.add(event, hook)
+
+    def set_plan_mode(self, session: str, on: bool) -> None:
+        """Turn plan mode on or off for a session (like ``/plan on|off``)."""
+        self.governance.plan.set(self.session(session).name, on)
+
+    def plan_mode(self, session: str = "nb:default") -> bool:
+        """Whether a session is in plan mode."""
+        return self.governance.plan.is_on(session)
+
+    async def todos(self, session: str = "nb:default") -> list[dict[str, str]]:
+        """The session's todo_write list (content, status, activeForm per item)."""
+        await self._ensure_open()
+        return await self.governance.todos.get(session)
 
     @property
     def system_prompt(self) -> str:
@@ -131,6 +143,7 @@ class Agent:
                         http_client=self._http_client,
                         pre_compact=self._pre_compact,
                     )
+                    self.governance.attach(self._rt.store)
         return self._rt
 
     async def start(self) -> Agent:
@@ -149,6 +162,9 @@ class Agent:
         found = self._sessions.get(name)
         if found is None:
             found = Session(name, SessionToolExecutor(self.tools))
+            for factory in self._session_tools:
+                for t in factory(name):
+                    found.executor.add(t, replace=True)
             self._sessions[name] = found
         return found
 
@@ -167,12 +183,20 @@ class Agent:
 
         While the session is busy the message waits in its queue (up to ``agent.queue_size``;
         beyond that `SessionBusyError`) and is answered together with the other waiting ones.
-        Cancelling this call stops the session's run, like `stop`.
+        Cancelling this call stops the session's run, like `stop`. A message starting with a
+        command (``/stop``, ``/plan on``, ``/help``, a custom ``/name``) is routed first;
+        ``sender`` identifies the user (admin rights; None is the trusted local user).
         """
         if not isinstance(text, str) or not text.strip():
             raise UsageError("chat() needs a non-empty message text")
         await self._ensure_open()
         state = self.session(session)
+        command = parse_slash(text)
+        if command is not None:
+            routed = await self.governance.slash.route(session, *command, sender=sender)
+            if routed.prompt is None:
+                return RunResult(routed.reply or "", "success", session)
+            text = routed.prompt
         loop = asyncio.get_running_loop()
         pending = Pending(
             text, sender, tuple(images), callbacks or NO_CALLBACKS, loop.create_future()
@@ -248,8 +272,13 @@ class Agent:
         store = rt.store
         text, images = merge_batch(batch)
         callbacks = batch[-1].callbacks
-        turn = user_message(timestamped(text), images)
-        stored_turn = for_storage(turn)
+        prepared = await self.governance.before_turn(state.name, text)
+        if prepared.blocked is not None:
+            return await self._refused(state, store, batch, text, prepared.blocked)
+        now = datetime.now().astimezone()
+        turn = user_message(timestamped(prepared.prompt, now), images)
+        # The history keeps what the user said, not the injected hook/plan/todo context.
+        stored_turn = for_storage(user_message(timestamped(text, now), images))
         run_id, loaded = await store.journal.begin(
             state.name,
             text,
@@ -275,7 +304,8 @@ class Agent:
                 if rt.window.needs_compaction(history, state.last_prompt_tokens):
                     history = await self._compact(state, store, history, stored_turn, usage)
                 messages = [{"role": "system", "content": self.system_prompt}, *history, turn]
-                loop = self._make_loop(state, store, callbacks, run_id, calls, usage)
+                sender = batch[-1].sender
+                loop = self._make_loop(state, store, callbacks, run_id, calls, usage, sender)
                 result = await loop.run(messages)
             state.last_prompt_tokens = usage.last_prompt_tokens
             final = [for_storage(m) for m in result.final_messages]
@@ -302,7 +332,19 @@ class Agent:
         )
         state.history.extend(final)
         await _emit(callbacks, "run_end", state.name, status=outcome.status, error=outcome.error)
+        if outcome.ok:
+            await self.governance.after_run(state.name, outcome.text)
         return outcome
+
+    async def _refused(
+        self, state: Session, store: Store, batch: list[Pending], text: str, reason: str
+    ) -> RunResult:
+        """A UserPromptSubmit hook blocked the turn: record it; the history is left as it was."""
+        run_id = await store.runs.start(state.name, text, senders_of(batch))
+        error = f"blocked by a UserPromptSubmit hook: {reason}"
+        await store.runs.finish(run_id, "error", error=error)
+        await _emit(batch[-1].callbacks, "run_end", state.name, status="error", error=error)
+        return RunResult("", "error", state.name, run_id=run_id, error=error)
 
     def _make_loop(
         self,
@@ -312,12 +354,17 @@ class Agent:
         run_id: int,
         calls: list[ToolCallResult],
         usage: Usage,
+        sender: str | None,
     ) -> ToolLoop:
         run_state: dict[str, Any] = {}
 
         async def approve(tool: str, summary: str) -> Verdict:
             return await self.approvals.request(
-                session=state.name, tool=tool, summary=summary, callbacks=callbacks
+                session=state.name,
+                tool=tool,
+                summary=summary,
+                callbacks=callbacks,
+                requester=sender,
             )
 
         def make_context(call: ToolCall) -> ToolContext:
@@ -329,6 +376,7 @@ class Agent:
                 executor=state.executor,
                 run_state=run_state,
                 approve=approve,
+                sender=sender,
             )
 
         async def on_round(messages: list[Message], results: list[ToolCallResult]) -> None:
@@ -350,6 +398,7 @@ class Agent:
             callbacks=callbacks,
             hooks=LoopHooks(
                 gate=self.hooks.tool_gate,
+                after_tool=self.governance.after_tool,
                 on_round=on_round,
                 take_images=lambda: run_state.pop("images", []),
             ),

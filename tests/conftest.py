@@ -83,3 +83,52 @@ async def agent(make_agent: Callable[..., Any]) -> AsyncIterator[Any]:
     agent = make_agent()
     yield agent
     await agent.aclose()
+
+
+# ------------------------------------------------------------------ governance helpers
+
+
+@pytest.fixture
+def hook_script(tmp_path: Path) -> Callable[[str, str], Path]:
+    """Write an executable ``#!/bin/sh`` script (body dedented) and return its path."""
+    import textwrap
+
+    folder = tmp_path / "hook-scripts"
+    folder.mkdir(exist_ok=True)
+
+    def make(name: str, body: str) -> Path:
+        path = folder / name
+        path.write_text("#!/bin/sh\n" + textwrap.dedent(body).lstrip("\n"))
+        path.chmod(0o755)
+        return path
+
+    return make
+
+
+class ApprovalInbox:
+    """A front end's ``request_approval``: records requests and lets a test wait for them."""
+
+    def __init__(self) -> None:
+        import asyncio
+
+        self.requests: list[Any] = []
+        self._arrived = asyncio.Condition()
+
+    async def __call__(self, request: Any) -> None:
+        async with self._arrived:
+            self.requests.append(request)
+            self._arrived.notify_all()
+
+    async def wait_for(self, n: int = 1) -> Any:
+        """The n-th request (1-based), once it has arrived."""
+        import asyncio
+
+        async with self._arrived:
+            await asyncio.wait_for(self._arrived.wait_for(lambda: len(self.requests) >= n), 10)
+        return self.requests[n - 1]
+
+
+@pytest.fixture
+def inbox() -> ApprovalInbox:
+    """An approval inbox; pass ``Callbacks(request_approval=inbox)`` to chat()."""
+    return ApprovalInbox()

@@ -1,11 +1,15 @@
 """Configuration: `Config` and its sections."""
 
 from ._sections import (
+    AdminSettings,
     AgentSettings,
     ApprovalSettings,
     BashSettings,
+    CommandsSettings,
+    ConfigToolSettings,
     EndpointSettings,
     FileSettings,
+    HooksSettings,
     LLMSettings,
     MCPSettings,
     MemeSettings,
@@ -13,6 +17,7 @@ from ._sections import (
     Section,
     SkillSettings,
     StoreSettings,
+    TodoSettings,
     VisionSettings,
     WebSettings,
 )
@@ -20,12 +25,16 @@ from ._settings import DEFAULT_CONFIG_FILE, Config, KeyInfo, mask
 
 __all__ = [
     "DEFAULT_CONFIG_FILE",
+    "AdminSettings",
     "AgentSettings",
     "ApprovalSettings",
     "BashSettings",
+    "CommandsSettings",
     "Config",
+    "ConfigToolSettings",
     "EndpointSettings",
     "FileSettings",
+    "HooksSettings",
     "KeyInfo",
     "LLMSettings",
     "MCPSettings",
@@ -34,6 +43,7 @@ __all__ = [
     "Section",
     "SkillSettings",
     "StoreSettings",
+    "TodoSettings",
     "VisionSettings",
     "WebSettings",
     "mask",

@@ -68,7 +68,8 @@ class AgentSettings(Section):
     )
     system_prompt: str = Field("", description="System prompt; empty = the built-in prompt.")
     builtin_tools: bool = Field(
-        True, description="Register the built-in tools (time, web, meme, images, gated tools)."
+        True,
+        description="Register the built-in tools (time, web, meme, images, gated tools, todo).",
     )
 
 
@@ -114,9 +115,11 @@ class MemeSettings(Section):
         description="Request URL template with ${msg}, ${num} and ${key} placeholders.",
     )
     key: SecretStr | None = _secret("API key substituted for ${key} (GIPHY by default).")
-    list_path: str = Field("data", description="Dotted JSON path to the list of results.")
+    list_path: str = Field(
+        "data", description="JMESPath to the list of results (e.g. data, results[*].media)."
+    )
     img_field: str = Field(
-        "images.fixed_width.url", description="Dotted JSON path to the image URL in each result."
+        "images.fixed_width.url", description="JMESPath to the image URL within each result."
     )
     num: int = Field(50, ge=1, le=500, description="How many results to ask for.")
     timeout: float = Field(30.0, gt=0, description="Seconds per request (search and download).")
@@ -134,8 +137,8 @@ class BashSettings(Section):
     blacklist: list[str] = Field(
         default_factory=lambda: [
             r"ania\.(db|toml)",
-            r"(^|[;&|]\s*)mkfs",
-            r"(^|[;&|]\s*)(shutdown|reboot|halt|poweroff)\b",
+            r"\bmkfs",  # anywhere: also after sudo, $(...), xargs
+            r"\b(shutdown|reboot|halt|poweroff)\b",
         ],
         description="Regexes of commands that are always refused.",
     )
@@ -195,4 +198,49 @@ class SkillSettings(Section):
     )
     self_manage: bool = Field(
         False, description="Give the AI skill_list/skill_install/skill_remove."
+    )
+
+
+class AdminSettings(Section):
+    """Who administers the agent (approves config changes, manages slash commands)."""
+
+    ids: list[str] = Field(
+        default_factory=list,
+        description="User ids (as front ends pass them as `sender`) with admin rights.",
+    )
+
+
+class HooksSettings(Section):
+    """Shell hooks run at engine events (SessionStart, PreToolUse, Stop, …)."""
+
+    enable: bool = Field(False, description="Run the shell hooks of the hooks file.")
+    file: Path = Field(
+        Path("hooks.json"),
+        description="Hooks file ({'hooks': {Event: [...]}}; original or Claude Code form).",
+    )
+    timeout: float = Field(
+        10.0, gt=0, le=60, description="Seconds a hook may run unless its entry says otherwise."
+    )
+
+
+class TodoSettings(Section):
+    """The todo_write task list of main sessions."""
+
+    enable: bool = Field(True, description="Give main sessions the todo_write tool.")
+
+
+class CommandsSettings(Section):
+    """Custom slash commands (/name args → prompt template)."""
+
+    enable: bool = Field(True, description="Expand custom slash commands from the file.")
+    file: Path = Field(
+        Path("commands.json"), description="Commands file ({'commands': {name: template}})."
+    )
+
+
+class ConfigToolSettings(Section):
+    """The AI's config-center tools (config_get/set, config_file_get/set)."""
+
+    enable: bool = Field(
+        False, description="Register the config tools; changes always need an admin's approval."
     )

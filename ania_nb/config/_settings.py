@@ -26,17 +26,22 @@ from pydantic_settings import (
 
 from ..errors import ConfigError
 from ._sections import (
+    AdminSettings,
     AgentSettings,
     ApprovalSettings,
     BashSettings,
+    CommandsSettings,
+    ConfigToolSettings,
     EndpointSettings,
     FileSettings,
+    HooksSettings,
     LLMSettings,
     MCPSettings,
     MemeSettings,
     RetrySettings,
     SkillSettings,
     StoreSettings,
+    TodoSettings,
     VisionSettings,
     WebSettings,
 )
@@ -79,6 +84,15 @@ class Config(BaseSettings):
     )
     mcp: MCPSettings = Field(default_factory=MCPSettings, description="MCP servers.")
     skills: SkillSettings = Field(default_factory=SkillSettings, description="SKILL.md skills.")
+    admin: AdminSettings = Field(default_factory=AdminSettings, description="Administrators.")
+    hooks: HooksSettings = Field(default_factory=HooksSettings, description="Shell hooks.")
+    todo: TodoSettings = Field(default_factory=TodoSettings, description="The todo_write tool.")
+    commands: CommandsSettings = Field(
+        default_factory=CommandsSettings, description="Custom slash commands."
+    )
+    config_tool: ConfigToolSettings = Field(
+        default_factory=ConfigToolSettings, description="The AI's config-center tools."
+    )
 
     @classmethod
     def settings_customise_sources(

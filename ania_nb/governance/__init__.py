@@ -1,5 +1,30 @@
-"""Governance: approvals (and, next, hooks, the tool gate, plan mode, todos, slash commands)."""
+"""Governance: hooks, the tool gate, approvals, plan mode, todos, slash commands, config tools."""
 
 from .approval import ALLOW_WORDS, DENY_WORDS, ApprovalManager, parse_verdict_word
+from .core import Governance, Turn
+from .hook_config import HOOK_EVENTS, ShellHook, parse_hooks
+from .hooks import HookOutcome, HookResult, HookRunner, PythonHook, payload_for
+from .plan import PLAN_BLOCKED_TOOLS, PLAN_NOTE, PlanMode
+from .todo import TodoBook, TodoWriteTool
 
-__all__ = ["ALLOW_WORDS", "DENY_WORDS", "ApprovalManager", "parse_verdict_word"]
+__all__ = [
+    "ALLOW_WORDS",
+    "DENY_WORDS",
+    "HOOK_EVENTS",
+    "PLAN_BLOCKED_TOOLS",
+    "PLAN_NOTE",
+    "ApprovalManager",
+    "Governance",
+    "HookOutcome",
+    "HookResult",
+    "HookRunner",
+    "PlanMode",
+    "PythonHook",
+    "ShellHook",
+    "TodoBook",
+    "TodoWriteTool",
+    "Turn",
+    "parse_hooks",
+    "parse_verdict_word",
+    "payload_for",
+]

@@ -4,6 +4,12 @@ The front end is told of a request through the ``request_approval`` callback (a 
 Allow/Deny buttons, a chat bot posts a message) and answers with `Agent.answer_approval`, so a
 button click and a chat reply take the same path. No answer within the timeout, or a stop,
 denies.
+
+Who may answer: ``approver=None`` is the trusted local front end (a notebook button, code in
+the same process) and may answer anything. A named approver (a chat user) must be an admin, or,
+unless the request is admin-only, its requester; a request without a requester (made for the
+local user) may be answered by anyone the front end lets answer. Human verdicts and timeouts are
+audited in the op log (action ``tool_approval``) when one is attached; stops are not.
 """
 
 from __future__ import annotations
@@ -12,9 +18,14 @@ import asyncio
 import logging
 import secrets
 from collections import defaultdict
+from collections.abc import Iterable
+from typing import TYPE_CHECKING
 
 from ..engine.callbacks import ApprovalRequest, Callbacks, Verdict
 from ..errors import UsageError
+
+if TYPE_CHECKING:  # pragma: no cover
+    from ..store import OpLog
 
 log = logging.getLogger(__name__)
 
@@ -35,8 +46,13 @@ def parse_verdict_word(word: str) -> bool | None:
 class ApprovalManager:
     """Pending approval requests, serialised per session."""
 
-    def __init__(self, *, timeout: float = 120.0) -> None:
+    def __init__(
+        self, *, timeout: float = 120.0, admins: Iterable[str] = (), oplog: OpLog | None = None
+    ) -> None:
         self.timeout = timeout
+        self.admins = frozenset(admins)
+        self.oplog = oplog  # attached once the store is open
+        self._answered: set[str] = set()  # ids answered by a human (audited; stops are not)
         self._locks: defaultdict[str, asyncio.Lock] = defaultdict(asyncio.Lock)
         self._pending: dict[str, tuple[ApprovalRequest, asyncio.Future[Verdict]]] = {}
 
@@ -65,12 +81,26 @@ class ApprovalManager:
             future: asyncio.Future[Verdict] = asyncio.get_running_loop().create_future()
             self._pending[request.id] = (request, future)
             try:
-                await callbacks.call("request_approval", request)
-                return await asyncio.wait_for(asyncio.shield(future), self.timeout)
+                # The timeout also bounds a front end that is slow to show the question.
+                async with asyncio.timeout(self.timeout):
+                    try:
+                        await callbacks.call("request_approval", request)
+                    except Exception as exc:
+                        log.warning("request_approval callback failed", exc_info=True)
+                        return Verdict(False, f"the approval request could not be shown: {exc}")
+                    verdict = await future
             except TimeoutError:
-                return Verdict(False, f"no answer within {self.timeout:g} s, denied automatically")
+                verdict = Verdict(
+                    False, f"no answer within {self.timeout:g} s, denied automatically"
+                )
+                await self._audit(request, verdict, "超时自动拒绝 (timed out)")
+                return verdict
             finally:
                 self._pending.pop(request.id, None)
+            if request.id in self._answered:
+                self._answered.discard(request.id)
+                await self._audit(request, verdict, "允许" if verdict.allowed else "拒绝")
+            return verdict
 
     def pending(self, session: str | None = None) -> list[ApprovalRequest]:
         """Requests waiting for an answer (of one session, or all)."""
@@ -94,11 +124,44 @@ class ApprovalManager:
             allow = parsed
         entry = self._find(request_id, session)
         request, future = entry
+        self._authorise(request, approver)
         who = f" by {approver}" if approver else ""
         text = reason or (f"approved{who}" if allow else f"denied{who}")
         if not future.done():
             future.set_result(Verdict(allow, text, approver))
+            self._answered.add(request.id)
         return request
+
+    def _authorise(self, request: ApprovalRequest, approver: str | None) -> None:
+        """Raise `UsageError` when ``approver`` may not answer ``request``."""
+        if approver is None or approver in self.admins:
+            return
+        if request.admin_only:
+            raise UsageError(
+                f"{request.tool} needs an admin's approval and {approver!r} is not an admin "
+                "(admin.ids)"
+            )
+        if request.requester is not None and approver != request.requester:
+            raise UsageError(
+                f"{approver!r} may not answer this request: only the requester or an admin "
+                f"may answer it (requester: {request.requester})"
+            )
+
+    async def _audit(self, request: ApprovalRequest, verdict: Verdict, outcome: str) -> None:
+        if self.oplog is None:
+            return
+        asker = f", requested by {request.requester}" if request.requester else ""
+        detail = f"{request.tool}: {outcome}{asker}; {verdict.reason}; {request.summary}"
+        try:
+            await self.oplog.add(
+                "ai",
+                "tool_approval",
+                actor=verdict.approver,
+                session=request.session,
+                detail=detail,
+            )
+        except Exception:  # the audit must not turn a verdict into a failure
+            log.exception("could not audit the approval of %s", request.tool)
 
     def cancel(self, session: str, reason: str = "stopped by the user") -> int:
         """Deny every pending request of a session (used by stop); returns how many."""

@@ -70,6 +70,7 @@ class ToolContext:
     extras: dict[str, Any] = field(default_factory=dict)
     # Ask a human (tool name, argument summary); None when nobody can be asked.
     approve: Callable[[str, str], Awaitable[Verdict]] | None = None
+    sender: str | None = None  # who asked (approvals name them as the requester)
 
     def queue_image(self, url: str) -> None:
         """Queue an image (URL or data URI) for the model to see after this tool round."""

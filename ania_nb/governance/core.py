@@ -1,0 +1,189 @@
+"""`Governance`: the hooks, gate, plan mode, todos, slash commands and config tools of an Agent.
+
+The Agent calls it at fixed points of a run, which is where the hook events fire:
+
+- SessionStart: the first turn of a session in this process; its context is put before the
+  next user turn once (a block is not honoured).
+- UserPromptSubmit: every turn, with the user's text; a block ends the run (status ``error``,
+  the reason in ``RunResult.error``; the message is not added to the history); its context
+  leads the prompt.
+- PreToolUse: in the tool gate. PostToolUse: after a call that actually ran.
+- Stop: after a successful run, with the reply. PreCompact: before the history is compacted.
+- SubagentStop: reserved for the subagent layer (`HookRunner.run` it when one finishes).
+
+The prompt the model gets is, outermost first: UserPromptSubmit context, plan-mode note, todo
+reminder, SessionStart context, the user's text. Only the user's text is stored in the history.
+"""
+
+from __future__ import annotations
+
+import contextvars
+import json
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from .commands import CommandBook, parse_commands
+from .config_tools import ConfigCenter, ConfigFile
+from .gate import ToolGate
+from .hook_config import parse_hooks
+from .hooks import HookRunner, cut, payload_for
+from .plan import PLAN_NOTE, PlanMode
+from .slash import SlashCommands
+from .todo import TodoBook, TodoWriteTool
+
+if TYPE_CHECKING:  # pragma: no cover
+    from collections.abc import Callable
+
+    from ..config import Config
+    from ..engine.loop import ToolCallResult
+    from ..engine.messages import Message
+    from ..store import Store
+    from ..tools import Tool, ToolContext, ToolExecutor
+    from .approval import ApprovalManager
+
+MAX_STOP_PROMPT = 1000
+
+# The session whose run is in progress (each run is its own task, so each sees its own value).
+_running_session: contextvars.ContextVar[str | None] = contextvars.ContextVar(
+    "ania_running_session", default=None
+)
+
+
+@dataclass(frozen=True)
+class Turn:
+    """A prepared user turn: the prompt for the model, or why a hook refused it."""
+
+    prompt: str
+    blocked: str | None = None
+
+
+class Governance:
+    """Everything that decides what the model may see and do, for one Agent."""
+
+    def __init__(
+        self,
+        config: Config,
+        tools: ToolExecutor,
+        approvals: ApprovalManager,
+        *,
+        stop: Callable[[str], bool],
+    ) -> None:
+        self.config = config
+        self.admins = frozenset(config.admin.ids)
+        self.hooks = HookRunner(config.hooks)
+        self.plan = PlanMode()
+        self.todos = TodoBook()
+        self.approvals = approvals
+        self.gate = ToolGate(
+            plan=self.plan, hooks=self.hooks, approvals=approvals, approval=config.approval
+        )
+        book = CommandBook(config.commands.file) if config.commands.enable else None
+        self.commands = book
+        self.slash = SlashCommands(plan=self.plan, book=book, is_admin=self.is_admin, stop=stop)
+        self.center: ConfigCenter | None = None
+        if config.config_tool.enable:
+            self.center = ConfigCenter(config, self._config_files(book))
+            for tool in self.center.tools():
+                tools.add(tool, replace=True)
+        self._started: set[str] = set()
+        self._session_context: dict[str, str] = {}  # SessionStart context for the next turn
+
+    def is_admin(self, who: str | None) -> bool:
+        """Admins are the configured ids; None is the trusted local user (a notebook)."""
+        return who is None or who in self.admins
+
+    def attach(self, store: Store) -> None:
+        """Bind the parts that persist to the opened store."""
+        self.todos.kv = store.kv("todos")
+        self.approvals.oplog = store.oplog
+        if self.center is not None:
+            self.center.store = store
+
+    def session_tools(self, session: str) -> list[Tool]:
+        """Tools every main session gets of its own (todo_write, a built-in)."""
+        wanted = self.config.todo.enable and self.config.agent.builtin_tools
+        return [TodoWriteTool(self.todos, session)] if wanted else []
+
+    # ------------------------------------------------------------------ events
+
+    async def before_turn(self, session: str, text: str) -> Turn:
+        """Fire SessionStart (once) and UserPromptSubmit; assemble the prompt."""
+        _running_session.set(session)
+        if session not in self._started:
+            self._started.add(session)
+            started = await self.hooks.run("SessionStart", payload_for("SessionStart", session))
+            if started.context:
+                self._session_context[session] = started.context
+        submitted = await self.hooks.run(
+            "UserPromptSubmit", payload_for("UserPromptSubmit", session, prompt=text)
+        )
+        if submitted.blocked:
+            return Turn(text, blocked=submitted.reason)
+        parts = [
+            submitted.context,
+            PLAN_NOTE if self.plan.is_on(session) else "",
+            await self.todos.reminder(session) if self.config.todo.enable else "",
+            self._session_context.pop(session, ""),
+            text,
+        ]
+        return Turn("\n\n".join(p for p in parts if p))
+
+    async def after_tool(self, result: ToolCallResult, ctx: ToolContext) -> None:
+        """PostToolUse, for calls that ran (not for blocked ones)."""
+        if result.blocked:
+            return
+        payload = payload_for(
+            "PostToolUse",
+            ctx.session,
+            ctx.agent_kind,
+            tool_name=result.name,
+            tool_input=result.arguments,
+            tool_result=result.result,
+        )
+        await self.hooks.run("PostToolUse", payload)
+
+    async def after_run(self, session: str, reply: str) -> None:
+        """Stop, after a successful run."""
+        prompt = cut(reply, MAX_STOP_PROMPT)
+        await self.hooks.run("Stop", payload_for("Stop", session, prompt=prompt))
+
+    async def pre_compact(self, history: list[Message]) -> None:
+        """PreCompact, before the running session's history is compacted."""
+        session = _running_session.get() or ""
+        await self.hooks.run("PreCompact", payload_for("PreCompact", session))
+
+    # ------------------------------------------------------------------ files
+
+    def _config_files(self, book: CommandBook | None) -> list[ConfigFile]:
+        config = self.config
+        reload = "It takes effect within seconds"
+
+        def check(parse: Callable[[Any], object]) -> Callable[[str], object]:
+            return lambda text: parse(json.loads(text))
+
+        return [
+            ConfigFile(
+                "mcp",
+                config.mcp.config_file,
+                'MCP servers: {"mcpServers": {"<name>": {"command": …, "args": […]}}} or '
+                '{"servers": [...]}',
+                "It takes effect after a restart",
+            ),
+            ConfigFile(
+                "hooks",
+                config.hooks.file,
+                '{"hooks": {"<Event>": [{"matcher": "<tool regex>", "command": "<shell>", '
+                '"timeout_sec": 10}]}}',
+                reload if config.hooks.enable else "Hooks are off (hooks.enable)",
+                check(parse_hooks),
+                self.hooks.file.invalidate,
+            ),
+            ConfigFile(
+                "commands",
+                config.commands.file,
+                '{"commands": {"<name>": "<prompt template, $args = the arguments>"}}',
+                reload if book is not None else "Commands are off (commands.enable)",
+                check(parse_commands),
+                book.file.invalidate if book is not None else None,
+            ),
+        ]

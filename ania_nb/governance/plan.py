@@ -1,0 +1,88 @@
+"""Plan mode: per session, the model may analyse and plan but not act.
+
+While on, each user turn starts with `PLAN_NOTE` and the tool gate blocks every side-effect tool:
+the reference's list below plus any tool marked ``side_effects=True``. ``todo_write`` and
+read-only tools stay available. Plan mode lives in memory (a restart turns it off).
+"""
+
+from __future__ import annotations
+
+from ..tools import Tool
+
+PLAN_BLOCKED_TOOLS = frozenset(
+    {
+        "bash",
+        "file",
+        "config_set",
+        "config_file_set",
+        "memory_save",
+        "memory_forget",
+        "kb_add",
+        "clock_create",
+        "clock_update",
+        "clock_delete",
+        "skill_install",
+        "skill_remove",
+        "mcp_add",
+        "mcp_remove",
+        "mcp_reconnect",
+        "subagent_run",
+        "team_run",
+        "team_create",
+        "team_delete",
+    }
+)
+ALWAYS_ALLOWED = frozenset({"todo_write"})
+
+PLAN_NOTE = (
+    "[Plan mode] The user turned on plan mode: only analyse and write a detailed, step-by-step "
+    "plan. Tools with side effects are blocked; the user will leave plan mode (/plan off) to "
+    "have the plan carried out."
+)
+USAGE = "usage: /plan on | off | status"
+
+
+class PlanMode:
+    """Which sessions are in plan mode."""
+
+    def __init__(self) -> None:
+        self._on: set[str] = set()
+
+    def is_on(self, session: str) -> bool:
+        """Whether the session is in plan mode."""
+        return session in self._on
+
+    def set(self, session: str, on: bool) -> bool:
+        """Turn plan mode on or off; returns whether it changed."""
+        changed = self.is_on(session) != on
+        if on:
+            self._on.add(session)
+        else:
+            self._on.discard(session)
+        return changed
+
+    def blocks(self, session: str, name: str, tool: Tool | None) -> str | None:
+        """The block text if plan mode stops this call, else None."""
+        if not self.is_on(session) or name in ALWAYS_ALLOWED:
+            return None
+        if name in PLAN_BLOCKED_TOOLS or (tool is not None and tool.side_effects):
+            return (
+                f"[Plan mode] the tool {name} was blocked. Only analyse and write a detailed "
+                "plan; wait for the user to leave plan mode with /plan off."
+            )
+        return None
+
+    def command(self, session: str, args: str) -> str:
+        """Answer ``/plan <args>``."""
+        arg = args.strip().lower()
+        if arg in ("on", "enable"):
+            if not self.set(session, True):
+                return "Already in plan mode."
+            return "Plan mode on: the AI will only analyse and plan; /plan off to execute."
+        if arg in ("off", "disable"):
+            if not self.set(session, False):
+                return "Not in plan mode."
+            return "Plan mode off: the AI may act again."
+        if arg in ("", "status"):
+            return "Plan mode is " + ("on." if self.is_on(session) else "off.")
+        return USAGE

@@ -1,0 +1,120 @@
+"""Slash commands typed by users: the built-ins and the custom ones from the commands file.
+
+Built-ins (``/stop``, ``/plan``, ``/cmd``, ``/help``) are answered at once, without the model.
+A custom command is expanded into a prompt that then goes through the normal chat path. An
+unknown ``/name`` gets a list of the commands; text whose first word is no command name (a path
+such as ``/usr/bin``) is an ordinary message.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+
+from ..errors import UsageError
+from ..tools.builtin.bash import summarize
+from .commands import BUILTIN_COMMANDS, CommandBook, expand
+from .plan import PlanMode
+
+CMD_USAGE = "usage: /cmd list | /cmd add <name> <template…> | /cmd del <name>"
+HELP = {
+    "stop": "stop the current reply and drop waiting messages",
+    "plan": "/plan on|off|status: plan only, no side effects",
+    "cmd": "/cmd list|add|del: custom commands (add/del: admins only)",
+    "help": "this list",
+}
+
+
+@dataclass(frozen=True)
+class Routed:
+    """A command's outcome: a direct ``reply``, or the ``prompt`` to process as a message."""
+
+    reply: str | None = None
+    prompt: str | None = None
+
+
+class SlashCommands:
+    """Routes ``/name args`` for one Agent."""
+
+    def __init__(
+        self,
+        *,
+        plan: PlanMode,
+        book: CommandBook | None,
+        is_admin: Callable[[str | None], bool],
+        stop: Callable[[str], bool],
+    ) -> None:
+        self.plan = plan
+        self.book = book
+        self.is_admin = is_admin
+        self.stop = stop
+        self._builtins: dict[str, Callable[[str, str, str | None], Awaitable[str]]] = {
+            "stop": self._stop,
+            "plan": self._plan,
+            "cmd": self._cmd,
+            "help": self._help,
+        }
+
+    async def route(self, session: str, name: str, args: str, sender: str | None) -> Routed:
+        """Answer a built-in, expand a custom command, or explain an unknown one."""
+        handler = self._builtins.get(name)
+        if handler is not None:
+            return Routed(reply=await handler(session, args, sender))
+        if name in BUILTIN_COMMANDS:
+            return Routed(reply=f"/{name} is not available in this agent.")
+        custom = await self.book.all() if self.book is not None else {}
+        if name in custom:
+            return Routed(prompt=expand(custom[name], args))
+        return Routed(reply=f"Unknown command /{name}.\n" + await self._help(session, "", sender))
+
+    async def _stop(self, session: str, args: str, sender: str | None) -> str:
+        return "Stopped the reply." if self.stop(session) else "Nothing is running."
+
+    async def _plan(self, session: str, args: str, sender: str | None) -> str:
+        return self.plan.command(session, args)
+
+    async def _help(self, session: str, args: str, sender: str | None) -> str:
+        lines = ["Commands:", *(f"/{name} — {text}" for name, text in HELP.items())]
+        custom = await self.book.all() if self.book is not None else {}
+        lines += [f"/{name} — {_preview(t)}" for name, t in sorted(custom.items())]
+        return "\n".join(lines)
+
+    async def _cmd(self, session: str, args: str, sender: str | None) -> str:
+        if self.book is None:
+            return "Custom commands are turned off (commands.enable)."
+        action, rest = _split(args)
+        action = action.lower()
+        if action in ("", "list"):
+            custom = await self.book.all()
+            if not custom:
+                return "No custom commands."
+            lines = [f"/{name} — {_preview(t)}" for name, t in sorted(custom.items())]
+            return "Custom commands:\n" + "\n".join(lines)
+        if action not in ("add", "del", "delete", "rm"):
+            return CMD_USAGE
+        if not self.is_admin(sender):
+            return f"/cmd {action} is for admins only."
+        name, template = _split(rest)
+        if not name:
+            return CMD_USAGE
+        try:
+            if action == "add":
+                if not template:
+                    return CMD_USAGE
+                added = await self.book.add(name, template)
+                return f"Saved /{added}."
+            if await self.book.delete(name):
+                return f"Deleted /{name.lower()}."
+            return f"There is no custom command /{name.lower()}."
+        except UsageError as exc:
+            return f"Not saved: {exc}"
+
+
+def _split(text: str) -> tuple[str, str]:
+    """First word and the rest (line breaks in the rest kept)."""
+    parts = text.split(None, 1)
+    return (parts[0], parts[1].strip()) if len(parts) == 2 else (text.strip(), "")
+
+
+def _preview(template: str) -> str:
+    return summarize(template, 60)
