@@ -35,6 +35,21 @@ from .tools import BaseTool, Tool, ToolContext, tool
 
 __version__ = "0.1.0"
 
+
+def load_ipython_extension(ipython: object) -> None:
+    """``%load_ext ania_nb``: register the %%agent, %agent and %ania magics."""
+    from .notebook import load_ipython_extension as load
+
+    load(ipython)
+
+
+def unload_ipython_extension(ipython: object) -> None:
+    """``%unload_ext ania_nb``: remove the magics and close the kernel's Agent."""
+    from .notebook import unload_ipython_extension as unload
+
+    unload(ipython)
+
+
 __all__ = [
     "Agent",
     "AgentHooks",

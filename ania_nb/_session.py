@@ -24,6 +24,7 @@ class Pending:
     images: tuple[str, ...]
     callbacks: Callbacks
     future: asyncio.Future[RunResult]
+    model: str | None = None  # a per-run model override
 
 
 @dataclass

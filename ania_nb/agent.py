@@ -10,26 +10,29 @@ import asyncio
 import logging
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from datetime import datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ._runtime import Runtime
-from ._session import Pending, Session, merge_batch, senders_of
+from ._turn import Turn
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .mcp import MCPRegistry
+    from .skills import SkillManager
+from ._session import Pending, Session
 from ._setup import resolve_config
 from .config import Config
-from .engine.callbacks import NO_CALLBACKS, ApprovalRequest, Callbacks, RunEvent, Verdict
+from .engine.callbacks import NO_CALLBACKS, ApprovalRequest, Callbacks, RunEvent
 from .engine.context import PreCompactHook
-from .engine.loop import Gate, LoopHooks, ToolCall, ToolCallResult, ToolLoop
-from .engine.messages import Message, for_storage, timestamped, user_message
-from .engine.usage import Usage
-from .errors import RunError, SessionBusyError, UsageError
+from .engine.loop import Gate
+from .engine.messages import Message
+from .errors import SessionBusyError, UsageError
 from .governance import ApprovalManager, Governance, PythonHook
 from .governance.commands import parse_slash
 from .prompts import DEFAULT_SYSTEM_PROMPT
-from .result import RunResult, RunStatus
-from .store import RunRecord, Store, ToolCallRecord
-from .tools import SessionToolExecutor, Tool, ToolContext, ToolExecutor
+from .result import RunResult
+from .store import RunRecord
+from .tools import SessionToolExecutor, Tool, ToolExecutor
 from .tools.builtin import HttpSource, default_tools, gated_tools, image_viewer
 
 log = logging.getLogger(__name__)
@@ -127,6 +130,16 @@ class Agent:
         return f"{base}\n\n{skills}" if skills else base
 
     @property
+    def mcp(self) -> MCPRegistry | None:
+        """The MCP servers (None before `start` or without an MCP config)."""
+        return self._rt.mcp if self._rt is not None else None
+
+    @property
+    def skills(self) -> SkillManager | None:
+        """The skill registry (None before `start` or without a skills folder)."""
+        return self._rt.skills if self._rt is not None else None
+
+    @property
     def data_dir(self) -> Path:
         """Folder of the embedded store."""
         return Path(self.config.store.data_dir)
@@ -178,8 +191,9 @@ class Agent:
         *,
         sender: str | None = None,
         images: Iterable[str] = (),
+        model: str | None = None,
     ) -> RunResult:
-        """Send a message and wait for the reply.
+        """Send a message and wait for the reply (``model`` overrides the model for this run).
 
         While the session is busy the message waits in its queue (up to ``agent.queue_size``;
         beyond that `SessionBusyError`) and is answered together with the other waiting ones.
@@ -199,7 +213,7 @@ class Agent:
             text = routed.prompt
         loop = asyncio.get_running_loop()
         pending = Pending(
-            text, sender, tuple(images), callbacks or NO_CALLBACKS, loop.create_future()
+            text, sender, tuple(images), callbacks or NO_CALLBACKS, loop.create_future(), model
         )
         if state.busy:
             if len(state.queue) >= self.config.agent.queue_size:
@@ -253,7 +267,7 @@ class Agent:
         """Handle the session's queue until it is empty (one run per batch)."""
         while state.queue:
             batch, state.queue = state.queue, []
-            run = asyncio.create_task(self._run(state, batch), name=f"ania-run-{state.name}")
+            run = asyncio.create_task(self._turn(state, batch), name=f"ania-run-{state.name}")
             state.current = run
             await asyncio.wait([run])
             state.current = None
@@ -267,164 +281,8 @@ class Agent:
             for pending in batch:
                 _resolve(pending, result)
 
-    async def _run(self, state: Session, batch: list[Pending]) -> RunResult:
-        rt = await self._ensure_open()
-        store = rt.store
-        text, images = merge_batch(batch)
-        callbacks = batch[-1].callbacks
-        prepared = await self.governance.before_turn(state.name, text)
-        if prepared.blocked is not None:
-            return await self._refused(state, store, batch, text, prepared.blocked)
-        now = datetime.now().astimezone()
-        turn = user_message(timestamped(prepared.prompt, now), images)
-        # The history keeps what the user said, not the injected hook/plan/todo context.
-        stored_turn = for_storage(user_message(timestamped(text, now), images))
-        run_id, loaded = await store.journal.begin(
-            state.name,
-            text,
-            sender=senders_of(batch),
-            message=stored_turn,
-            load_history=state.history is None,
-        )
-        if loaded is not None:
-            state.history = loaded
-        assert state.history is not None
-        history = list(state.history)  # before this turn
-        state.history.append(stored_turn)
-        usage = Usage()  # one tally: compaction tokens, then every loop call
-        calls: list[ToolCallResult] = []  # finished rounds, in call order
-        await _emit(callbacks, "run_start", state.name, run_id=run_id, text=text)
-
-        def failed(status: RunStatus, error: str) -> RunResult:
-            return RunResult("", status, state.name, usage, calls, run_id, error=error)
-
-        final: list[Message] = []
-        try:
-            async with asyncio.timeout(self.config.agent.run_timeout):
-                if rt.window.needs_compaction(history, state.last_prompt_tokens):
-                    history = await self._compact(state, store, history, stored_turn, usage)
-                messages = [{"role": "system", "content": self.system_prompt}, *history, turn]
-                sender = batch[-1].sender
-                loop = self._make_loop(state, store, callbacks, run_id, calls, usage, sender)
-                result = await loop.run(messages)
-            state.last_prompt_tokens = usage.last_prompt_tokens
-            final = [for_storage(m) for m in result.final_messages]
-            outcome = RunResult(result.text, "success", state.name, usage, calls, run_id)
-        except TimeoutError:
-            limit = self.config.agent.run_timeout
-            outcome = failed("timeout", f"the request took longer than {limit:g} s")
-        except asyncio.CancelledError:
-            await store.journal.finish(
-                state.name, run_id, "stopped", usage=usage.to_dict(), error="stopped by the user"
-            )
-            await _emit(callbacks, "run_end", state.name, status="stopped")
-            raise
-        except RunError as exc:
-            outcome = failed("error", str(exc))
-        await store.journal.finish(
-            state.name,
-            run_id,
-            outcome.status,
-            messages=final,
-            usage=usage.to_dict(),
-            reply=outcome.text or None,
-            error=outcome.error,
-        )
-        state.history.extend(final)
-        await _emit(callbacks, "run_end", state.name, status=outcome.status, error=outcome.error)
-        if outcome.ok:
-            await self.governance.after_run(state.name, outcome.text)
-        return outcome
-
-    async def _refused(
-        self, state: Session, store: Store, batch: list[Pending], text: str, reason: str
-    ) -> RunResult:
-        """A UserPromptSubmit hook blocked the turn: record it; the history is left as it was."""
-        run_id = await store.runs.start(state.name, text, senders_of(batch))
-        error = f"blocked by a UserPromptSubmit hook: {reason}"
-        await store.runs.finish(run_id, "error", error=error)
-        await _emit(batch[-1].callbacks, "run_end", state.name, status="error", error=error)
-        return RunResult("", "error", state.name, run_id=run_id, error=error)
-
-    def _make_loop(
-        self,
-        state: Session,
-        store: Store,
-        callbacks: Callbacks,
-        run_id: int,
-        calls: list[ToolCallResult],
-        usage: Usage,
-        sender: str | None,
-    ) -> ToolLoop:
-        run_state: dict[str, Any] = {}
-
-        async def approve(tool: str, summary: str) -> Verdict:
-            return await self.approvals.request(
-                session=state.name,
-                tool=tool,
-                summary=summary,
-                callbacks=callbacks,
-                requester=sender,
-            )
-
-        def make_context(call: ToolCall) -> ToolContext:
-            return ToolContext(
-                session=state.name,
-                callbacks=callbacks,
-                agent_kind="main",
-                call_id=call.id,
-                executor=state.executor,
-                run_state=run_state,
-                approve=approve,
-                sender=sender,
-            )
-
-        async def on_round(messages: list[Message], results: list[ToolCallResult]) -> None:
-            stored = [for_storage(m) for m in messages]
-            records = [
-                ToolCallRecord(r.name, r.arguments, r.result, r.error, r.duration_ms)
-                for r in results
-            ]
-            await store.journal.record_round(state.name, run_id, stored, records)
-            assert state.history is not None
-            state.history.extend(stored)
-            calls.extend(results)
-
-        return ToolLoop(
-            llm=self._rt.llm,  # type: ignore[union-attr]
-            tools=state.executor,
-            make_context=make_context,
-            session=state.name,
-            callbacks=callbacks,
-            hooks=LoopHooks(
-                gate=self.hooks.tool_gate,
-                after_tool=self.governance.after_tool,
-                on_round=on_round,
-                take_images=lambda: run_state.pop("images", []),
-            ),
-            max_iterations=self.config.agent.max_iterations,
-            stream=self.config.llm.stream,
-            usage=usage,
-        )
-
-    # --------------------------------------------------------------- history
-
-    async def _compact(
-        self,
-        state: Session,
-        store: Store,
-        history: list[Message],
-        stored_turn: Message,
-        usage: Usage,
-    ) -> list[Message]:
-        """Replace an over-budget history (in the store too) by its compaction; return it."""
-        assert self._rt is not None
-        compaction = await self._rt.window.compact(history)
-        await store.history.replace(state.name, [*compaction.messages, stored_turn])
-        state.history = [*compaction.messages, stored_turn]
-        state.last_prompt_tokens = 0
-        usage.merge(compaction.usage)
-        return list(compaction.messages)
+    async def _turn(self, state: Session, batch: list[Pending]) -> RunResult:
+        return await Turn(self, await self._ensure_open(), state, batch).run()
 
     async def history(self, session: str = "nb:default") -> list[Message]:
         """The stored conversation of a session (images as ``[image <hash8>]`` markers)."""

@@ -301,3 +301,11 @@ async def test_a_full_run_never_blocks_the_event_loop(llm, make_agent, caplog):
     assert result.ok
     slow = [r.getMessage() for r in caplog.records if "took" in r.getMessage()]
     assert slow == []
+
+
+async def test_model_can_be_overridden_per_run(llm, make_agent):
+    llm.script(reply("from the big one"), reply("default again"))
+    agent = make_agent()
+    assert (await agent.chat("hi", model="big-model")).text == "from the big one"
+    await agent.chat("hi again")
+    assert [r.model for r in llm.requests] == ["big-model", "scripted"]

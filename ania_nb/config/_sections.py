@@ -244,3 +244,13 @@ class ConfigToolSettings(Section):
     enable: bool = Field(
         False, description="Register the config tools; changes always need an admin's approval."
     )
+
+
+class NotebookSettings(Section):
+    """The notebook face (%load_ext ania_nb)."""
+
+    session: str = Field("", description="Default %%agent session; empty = one per notebook.")
+    python_tool: bool = Field(True, description="Give the model the python tool (runs code here).")
+    python_approval: bool = Field(
+        True, description="Ask before each python tool call (Allow/Deny in the run widget)."
+    )

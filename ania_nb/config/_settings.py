@@ -38,6 +38,7 @@ from ._sections import (
     LLMSettings,
     MCPSettings,
     MemeSettings,
+    NotebookSettings,
     RetrySettings,
     SkillSettings,
     StoreSettings,
@@ -84,6 +85,9 @@ class Config(BaseSettings):
     )
     mcp: MCPSettings = Field(default_factory=MCPSettings, description="MCP servers.")
     skills: SkillSettings = Field(default_factory=SkillSettings, description="SKILL.md skills.")
+    notebook: NotebookSettings = Field(
+        default_factory=NotebookSettings, description="The notebook face."
+    )
     admin: AdminSettings = Field(default_factory=AdminSettings, description="Administrators.")
     hooks: HooksSettings = Field(default_factory=HooksSettings, description="Shell hooks.")
     todo: TodoSettings = Field(default_factory=TodoSettings, description="The todo_write tool.")

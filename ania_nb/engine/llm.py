@@ -12,6 +12,7 @@ that is not JSON is not retried: it is a misconfigured URL or proxy, not a trans
 from __future__ import annotations
 
 import asyncio
+import copy
 import importlib
 import json
 import random
@@ -95,6 +96,7 @@ class LLMClient:
         self._api_key = api_key or "not-set"
         self._http_client = http_client  # injected: its owner closes it, not us
         self._client: AsyncOpenAI | None = None
+        self._shared = False
 
     @classmethod
     def from_config(
@@ -150,6 +152,14 @@ class LLMClient:
                     http_client=self._http_client,
                 )
         return self._client
+
+    async def with_model(self, model: str) -> LLMClient:
+        """A client for another model on the same endpoint, sharing this one's connections."""
+        clone = copy.copy(self)
+        clone.model = model
+        clone._client = await self._openai()
+        clone._shared = True  # the connections belong to self: aclose() on the clone is a no-op
+        return clone
 
     async def complete(
         self,
@@ -345,6 +355,8 @@ class LLMClient:
 
     async def aclose(self) -> None:
         """Close the HTTP connections (and the fallback's); an injected http_client stays open."""
+        if self._shared:
+            return
         if self._client is not None:
             if self._http_client is None:  # openai would close an injected client too
                 await self._client.close()

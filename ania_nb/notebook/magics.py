@@ -1,0 +1,172 @@
+"""``%%agent`` / ``%agent`` (run the agent) and ``%ania`` (manage it).
+
+A cell that starts with ``%%agent`` (or is a single ``%agent …`` / ``%ania …`` line) is rewritten
+by `transform_cell` into ``await run_magic(...)``: IPython's autoawait then runs it on the
+kernel's event loop, so widget clicks (Allow / Deny) are handled while the cell waits. Called any
+other way, the magics fall back to a background task (inside a running loop) or a private loop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import shlex
+from typing import Any
+
+from IPython.core.error import UsageError
+from IPython.core.magic import Magics, cell_magic, line_magic, magics_class
+from IPython.core.magic_arguments import argument, magic_arguments, parse_argstring
+
+from .extension import NotebookState
+from .interpolate import interpolate
+
+
+@magics_class
+class AgentMagics(Magics):
+    """The ania-nb magics; ``state`` holds the kernel's Agent."""
+
+    def __init__(self, shell: Any) -> None:
+        super().__init__(shell)
+        self.state = NotebookState(shell)
+
+    @magic_arguments()
+    @argument("-s", "--session", help="conversation to use (default: one per notebook)")
+    @argument("--new", action="store_true", help="start a fresh conversation (clears history)")
+    @argument("-m", "--model", help="model for this run")
+    @argument("--plan", action="store_true", help="plan mode for this run: no side effects")
+    @argument("--bg", action="store_true", help="return at once; the widget keeps updating")
+    @argument("-q", "--quiet", action="store_true", help="no widget; just return the result")
+    @argument("prompt", nargs="*", help="the prompt (line form); the cell body in %%%%agent")
+    @cell_magic("agent")  # type: ignore[arg-type]  # IPython's decorator typing is too narrow
+    def agent_cell(self, line: str, cell: str) -> Any:
+        """Ask the agent: the cell body is the prompt ({name}, {In[n]}, {Out[n]} interpolated).
+
+        The result (a RunResult) is stored as ``_``. History persists per session, so
+        consecutive cells are one conversation, across kernel restarts too.
+        """
+        return self._fallback(run_agent(self, line, cell))
+
+    @line_magic("agent")  # type: ignore[arg-type]
+    def agent_line(self, line: str) -> Any:
+        """One-line form of %%agent: ``%agent [options] prompt…``."""
+        return self._fallback(run_agent(self, line, None))
+
+    @line_magic("ania")  # type: ignore[arg-type]
+    def ania(self, line: str) -> Any:
+        """Manage the agent: config, mcp, skills, plan, todo, stop, history, tools, log.
+
+        %ania config [key=value …]      show settings (secrets masked) or set overrides
+        %ania mcp [list|add NAME CMD…|remove NAME|reconnect NAME]
+        %ania skills [list|reload]
+        %ania plan on|off|status
+        %ania todo | stop | log
+        %ania history [show|clear]
+        %ania tools                      the tool list the model sees, with sizes
+        """
+        from .manage import run_ania
+
+        return self._fallback(run_ania(self.state, line))
+
+    def _fallback(self, coro: Any) -> Any:
+        try:
+            asyncio.get_running_loop()
+        except RuntimeError:
+            return self.state.run_sync(coro)
+        # A loop is running but this call was not awaited (autoawait off): run in background.
+        self.state.track(asyncio.ensure_future(coro))
+        return None
+
+
+async def run_agent(magics: AgentMagics, line: str, cell: str | None) -> Any:
+    """Parse options, run one agent turn with a live view, store the result as ``_``."""
+    args = parse_argstring(magics.agent_cell, line)
+    shell = magics.shell
+    assert shell is not None
+    raw = cell if cell is not None else " ".join(args.prompt)
+    if cell is not None and args.prompt:
+        raise UsageError("%%agent takes the prompt from the cell body, not the option line")
+    prompt = interpolate(raw, shell.user_ns).strip()
+    if not prompt:
+        raise UsageError("empty prompt: write it in the cell (%%agent) or after %agent")
+    state = magics.state
+    agent = state.agent()
+    session = args.session or state.default_session
+    if args.new:
+        await agent.clear_history(session)
+    view = None
+    if not args.quiet:
+        from IPython.display import display
+
+        from .widgets import RunView
+
+        view = RunView(agent, session=session, prompt=prompt)
+        display(view)
+
+    async def go() -> Any:
+        was_planning = agent.plan_mode(session)
+        if args.plan:
+            agent.set_plan_mode(session, True)
+        try:
+            result = await agent.chat(
+                prompt,
+                session=session,
+                callbacks=view.callbacks if view is not None else None,
+                model=args.model,
+            )
+        finally:
+            if args.plan and not was_planning:
+                agent.set_plan_mode(session, False)
+        if view is not None:
+            view.finish(result)
+        shell.user_ns["_"] = result
+        return result
+
+    if args.bg:
+        state.track(asyncio.ensure_future(go()))
+        return None
+    result = await go()
+    return None if view is not None else result
+
+
+async def run_magic(kind: str, line: str, cell: str | None = None) -> Any:
+    """Entry point of rewritten cells: find this kernel's magics and run one."""
+    from IPython import get_ipython
+
+    shell = get_ipython()
+    magics = shell.magics_manager.registry.get("AgentMagics") if shell else None
+    if magics is None:
+        raise UsageError("ania_nb is not loaded: run %load_ext ania_nb first")
+    if kind == "ania":
+        from .manage import run_ania
+
+        # IPython expands {expr} in line magics; the rewritten path must do the same.
+        return await run_ania(magics.state, interpolate(line, shell.user_ns))
+    return await run_agent(magics, line, cell)
+
+
+def transform_cell(lines: list[str]) -> list[str]:
+    """Rewrite agent cells into an awaited call so they run on the kernel's event loop."""
+    if not lines:
+        return lines
+    first = lines[0]
+    call = "await __import__('ania_nb.notebook.magics', fromlist=['run_magic']).run_magic"
+    if first.startswith("%%agent") and first[7:8] in ("", " ", "\t", "\n"):
+        head = first[7:].strip()
+        body = "".join(lines[1:])
+        return [f"{call}('agent', {head!r}, {body!r})\n"]
+    rest = "".join(lines[1:]).strip()
+    for kind in ("agent", "ania"):
+        prefix = f"%{kind}"
+        if first.startswith(prefix) and first[len(prefix) : len(prefix) + 1] in (" ", "\n", ""):
+            line = first[len(prefix) :].strip()
+            if rest:
+                return lines  # not a lone magic line: leave it to IPython
+            return [f"{call}({kind!r}, {line!r})\n"]
+    return lines
+
+
+def split_words(line: str) -> list[str]:
+    """Shell-like split of a magic's argument line, with a clear error on bad quoting."""
+    try:
+        return shlex.split(line)
+    except ValueError as exc:
+        raise UsageError(f"cannot parse {line!r}: {exc}") from None

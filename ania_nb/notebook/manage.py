@@ -1,0 +1,187 @@
+"""``%ania``: manage the kernel's agent (config, MCP, skills, plan mode, todos, history, tools)."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from IPython.core.error import UsageError
+
+from .extension import NotebookState
+
+USAGE = (
+    "usage: %ania config [key=value …] | mcp [list|add NAME CMD [ARGS…]|remove NAME|"
+    "reconnect NAME] | skills [list|reload] | plan on|off|status | todo | stop | "
+    "history [show|clear] | tools | log"
+)
+
+
+async def run_ania(state: NotebookState, line: str) -> Any:
+    """Run one ``%ania`` sub-command; prints text or displays a widget."""
+    from .magics import split_words
+
+    words = split_words(line)
+    if not words:
+        raise UsageError(USAGE)
+    command, args = words[0], words[1:]
+    handler = _COMMANDS.get(command)
+    if handler is None:
+        raise UsageError(f"unknown %ania command {command!r}\n{USAGE}")
+    return await handler(state, args)
+
+
+async def _config(state: NotebookState, args: list[str]) -> None:
+    if not args:
+        for info in state.agent().config.describe():
+            flag = " (sensitive)" if info.sensitive else ""
+            print(f"{info.key} = {info.value!r}{flag}  # {info.description}")
+        return
+    overrides: dict[str, Any] = {}
+    for item in args:
+        key, sep, raw = item.partition("=")
+        if not sep or not key:
+            raise UsageError(f"expected key=value, got {item!r}")
+        try:
+            overrides[key.strip()] = json.loads(raw)
+        except json.JSONDecodeError:
+            overrides[key.strip()] = raw  # plain strings need no quotes
+    try:
+        await state.reconfigure(overrides)
+    except Exception as exc:
+        raise UsageError(str(exc)) from None
+    print(f"set {', '.join(sorted(overrides))}; the agent restarts with it on the next run")
+
+
+async def _mcp(state: NotebookState, args: list[str]) -> None:
+    agent = await state.agent().start()
+    registry = agent.mcp
+    sub = args[0] if args else "list"
+    if registry is None:
+        raise UsageError(
+            f"no MCP servers are configured (mcp.config_file = {agent.config.mcp.config_file})"
+        )
+    if sub == "list":
+        for s in registry.servers():
+            error = f"  error: {s.error}" if s.error else ""
+            row = f"{s.name:<20} {s.state:<10} {s.tools:>3} tools  {s.transport:<10} {s.target}"
+            print(row + error)
+        if not registry.servers():
+            print("no MCP servers")
+        return
+    if len(args) < 2:
+        raise UsageError(f"%ania mcp {sub} needs a server name")
+    name = args[1]
+    if sub == "add":
+        from ..mcp import MCPServerConfig
+
+        if len(args) < 3:
+            raise UsageError("usage: %ania mcp add NAME COMMAND [ARGS…]")
+        config = MCPServerConfig.model_validate(
+            {"name": name, "transport": "stdio", "command": args[2], "args": args[3:]}
+        )
+        status = await registry.add(config)
+    elif sub == "remove":
+        print("removed" if await registry.remove(name) else f"no server named {name!r}")
+        return
+    elif sub == "reconnect":
+        status = await registry.reconnect(name)
+    else:
+        raise UsageError(f"unknown %ania mcp command {sub!r}")
+    print(
+        f"{status.name}: {status.state}, {status.tools} tools"
+        + (f" ({status.error})" if status.error else "")
+    )
+
+
+async def _skills(state: NotebookState, args: list[str]) -> None:
+    agent = await state.agent().start()
+    manager = agent.skills
+    if manager is None:
+        raise UsageError(f"no skills folder ({agent.config.skills.dir})")
+    if args and args[0] == "reload":
+        await manager.refresh()
+    elif args and args[0] != "list":
+        raise UsageError("usage: %ania skills [list|reload]")
+    print(manager.listing())
+    for error in manager.errors:
+        print(f"broken: {error.path}: {error.reason}")
+
+
+async def _plan(state: NotebookState, args: list[str]) -> None:
+    agent = state.agent()
+    session = state.default_session
+    sub = args[0] if args else "status"
+    if sub in ("on", "off"):
+        agent.set_plan_mode(session, sub == "on")
+    elif sub != "status":
+        raise UsageError("usage: %ania plan on|off|status")
+    print(f"plan mode is {'on' if agent.plan_mode(session) else 'off'} for {session}")
+
+
+async def _todo(state: NotebookState, args: list[str]) -> Any:
+    from IPython.display import display
+
+    from .widgets import TodoView
+
+    view = TodoView(state.agent(), state.default_session)
+    await view.refresh()
+    display(view)
+
+
+async def _log(state: NotebookState, args: list[str]) -> Any:
+    from IPython.display import display
+
+    from .widgets import LogView
+
+    view = LogView(state.agent())
+    await view.refresh()
+    display(view)
+
+
+async def _stop(state: NotebookState, args: list[str]) -> None:
+    stopped = state.agent().stop(state.default_session) if state.agent_created else False
+    for task in list(state.background):
+        task.cancel()
+    print("stopped the running request" if stopped else "nothing was running")
+
+
+async def _history(state: NotebookState, args: list[str]) -> None:
+    agent = state.agent()
+    session = state.default_session
+    if args and args[0] == "clear":
+        print(f"removed {await agent.clear_history(session)} messages from {session}")
+        return
+    if args and args[0] != "show":
+        raise UsageError("usage: %ania history [show|clear]")
+    messages = await agent.history(session)
+    if not messages:
+        print(f"{session} has no history")
+    for m in messages:
+        content = m.get("content") or ""
+        if m.get("tool_calls"):
+            content += " → " + ", ".join(c["function"]["name"] for c in m["tool_calls"])
+        print(f"{m['role']:>9}: {' '.join(str(content).split())[:200]}")
+
+
+async def _tools(state: NotebookState, args: list[str]) -> None:
+    agent = await state.agent().start()
+    executor = agent.session(state.default_session).executor
+    total = 0
+    for definition in executor.definitions():
+        size = len(json.dumps(definition, ensure_ascii=False).encode())
+        total += size
+        print(f"{definition['function']['name']:<28} {size:>6} B")
+    print(f"{'total':<28} {total:>6} B (≈{total // 4} tokens per request)")
+
+
+_COMMANDS = {
+    "config": _config,
+    "mcp": _mcp,
+    "skills": _skills,
+    "plan": _plan,
+    "todo": _todo,
+    "log": _log,
+    "stop": _stop,
+    "history": _history,
+    "tools": _tools,
+}

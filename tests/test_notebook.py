@@ -1,0 +1,125 @@
+"""The notebook face without a kernel: interpolation, the cell rewriter, the notebook tools."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+from ania_nb.notebook.interpolate import interpolate
+from ania_nb.notebook.magics import transform_cell
+from ania_nb.notebook.tools import NotebookVarsTool, PythonTool, run_code
+from ania_nb.testing import reply, tool_call
+
+
+def test_interpolation_fills_names_cells_and_outputs():
+    ns = {"x": 41, "df_name": "sales", "In": ["", "x = 41", "x + 1"], "Out": {2: 42}}
+    assert interpolate("What is {x} + 1?", ns) == "What is 41 + 1?"
+    assert interpolate("Explain {In[1]} which gave {Out[2]}", ns) == "Explain x = 41 which gave 42"
+    assert interpolate("{x:>5}|", ns) == "   41|"
+
+
+def test_interpolation_leaves_unknowns_escapes_and_json_alone():
+    ns = {"x": 1}
+    assert interpolate("{missing} and {x}", ns) == "{missing} and 1"
+    assert interpolate("{{x}} is literal", ns) == "{x} is literal"
+    assert interpolate('parse {"a": 1}', ns) == 'parse {"a": 1}'
+    assert interpolate("{Out[9]}", {"Out": {}}) == "{Out[9]}"
+    assert interpolate("{x.nope}", ns) == "{x.nope}"
+
+
+def test_transform_rewrites_agent_cells_into_an_awaited_call():
+    lines = ["%%agent --session s1\n", "Summarise {df_name}\n", "please\n"]
+    [code] = transform_cell(lines)
+    assert code.startswith("await __import__('ania_nb.notebook.magics'")
+    assert "run_magic('agent', '--session s1', 'Summarise {df_name}\\nplease\\n')" in code
+    [line_form] = transform_cell(["%agent what time is it?\n"])
+    assert "run_magic('agent', 'what time is it?')" in line_form
+    [manage] = transform_cell(["%ania plan on"])
+    assert "run_magic('ania', 'plan on')" in manage
+
+
+def test_transform_leaves_help_other_magics_and_mixed_cells_alone():
+    for lines in (
+        ["%%agent?\n"],
+        ["%agent?\n"],
+        ["%%agents\n", "x\n"],
+        ["%agent hello\n", "x = 1\n"],
+        ["%ania?\n"],
+        ["print('%%agent')\n"],
+        [],
+    ):
+        assert transform_cell(lines) == lines
+
+
+def test_run_code_captures_output_value_and_errors():
+    ns: dict = {}
+    assert run_code("x = 20\nprint('hi')\nx * 2", ns) == "hi\n40"
+    assert ns["x"] == 20
+    assert run_code("1/0", ns).startswith("stderr: Traceback") and "ZeroDivisionError" in run_code(
+        "1/0", ns
+    )
+    assert run_code("def f(:\n  pass", ns).startswith("SyntaxError")
+    assert run_code("pass", ns) == "(no output)"
+    assert run_code("print('x' * 5000)", ns).endswith("...(output truncated)")
+
+
+async def test_notebook_vars_lists_and_describes_variables(llm, make_agent):
+    ns = {"rows": [1, 2, 3], "name": "Ada", "_hidden": 1, "sys": sys, "In": []}
+    llm.script(
+        reply(tool_calls=[tool_call("notebook_vars"), tool_call("notebook_vars", {"name": "rows"})]),
+        reply("ok"),
+    )
+    agent = make_agent(tools=[NotebookVarsTool(ns)])
+    result = await agent.chat("what do I have?")
+    listing, detail = (c.result for c in result.tool_calls)
+    assert listing.splitlines() == ["name: str len=3 = 'Ada'", "rows: list len=3 = [1, 2, 3]"]
+    assert detail == "rows: list len=3 = [1, 2, 3]"
+
+
+async def test_python_tool_needs_approval_and_runs_in_the_namespace(llm, make_agent):
+    from ania_nb import Callbacks
+
+    ns: dict = {}
+    llm.script(reply(tool_calls=[tool_call("python", {"code": "y = 6 * 7\ny"})]), reply("done"))
+    agent = make_agent(tools=[PythonTool(ns)])
+
+    def approve(request):
+        agent.answer_approval(request.id, allow=True)
+
+    result = await agent.chat("compute", callbacks=Callbacks(request_approval=approve))
+    assert result.tool_calls[0].result == "42" and ns["y"] == 42
+
+    llm.script(reply(tool_calls=[tool_call("python", {"code": "z = 1"})]), reply("fine"))
+    denied = await agent.chat("again")  # no front end to ask: refused, nothing ran
+    assert "not approved" in denied.tool_calls[0].result and "z" not in ns
+
+
+def test_load_ext_is_light_and_registers_the_magics():
+    code = (
+        "import sys\n"
+        "from IPython.core.interactiveshell import InteractiveShell\n"
+        "ip = InteractiveShell.instance()\n"
+        "ip.run_line_magic('load_ext', 'ania_nb')\n"
+        "assert 'agent' in ip.magics_manager.magics['cell']\n"
+        "assert {'agent', 'ania'} <= set(ip.magics_manager.magics['line'])\n"
+        "heavy = [m for m in ('openai', 'mcp', 'lancedb', 'ipywidgets') if m in sys.modules]\n"
+        "print(heavy)\n"
+        "ip.run_line_magic('unload_ext', 'ania_nb')\n"
+        "assert 'agent' not in ip.magics_manager.magics['cell']\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip().splitlines()[-1] == "[]"
+
+
+@pytest.mark.parametrize("line", ["--bogus", "--session"])
+def test_bad_options_are_usage_errors(line):
+    from IPython.core.error import UsageError
+    from IPython.core.magic_arguments import parse_argstring
+
+    from ania_nb.notebook.magics import AgentMagics
+
+    with pytest.raises(UsageError):
+        parse_argstring(AgentMagics.agent_cell, line)

@@ -1,0 +1,127 @@
+"""The extension in real Jupyter kernels (nbclient): magics, `_`, --bg, %ania, and history that
+survives a kernel restart."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import nbformat
+import pytest
+from nbclient import NotebookClient
+
+from ania_nb.testing import delay, reply
+
+
+def _write_config(folder: Path, base_url: str) -> None:
+    (folder / "ania.toml").write_text(
+        f"""
+[llm]
+base_url = "{base_url}"
+api_key = "sk-scripted"
+model = "scripted"
+stream = false
+[retry]
+base_delay = 0.01
+[store]
+data_dir = "{folder / "data"}"
+[skills]
+dir = "{folder / "no-skills"}"
+[mcp]
+config_file = "{folder / "no-mcp.json"}"
+"""
+    )
+
+
+def _run(folder: Path, *cells: str, allow_errors: bool = False) -> list[dict]:
+    """Execute cells in a fresh kernel started in ``folder``; return each cell's outputs."""
+    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(c) for c in cells])
+    resources = {"metadata": {"path": str(folder)}}
+    NotebookClient(nb, timeout=90, resources=resources, allow_errors=allow_errors).execute()
+    return [cell.outputs for cell in nb.cells]
+
+
+def _text(outputs: list) -> str:
+    parts = []
+    for out in outputs:
+        if out.get("output_type") == "stream":
+            parts.append(out["text"])
+        elif "data" in out:
+            parts.append(out["data"].get("text/plain", ""))
+    return "".join(parts)
+
+
+@pytest.fixture
+def folder(tmp_path: Path, llm) -> Path:
+    _write_config(tmp_path, llm.base_url)
+    return tmp_path
+
+
+def test_agent_cell_interpolates_shows_a_view_and_sets_underscore(llm, folder):
+    llm.script(reply("It is 42."))
+    outputs = _run(
+        folder,
+        "%load_ext ania_nb",
+        "x = 41",
+        "%%agent\nWhat is {x} + 1?",
+        "print(type(_).__name__, _.status, _.text)",
+    )
+    assert llm.requests[0].messages[-1]["content"].endswith("What is 41 + 1?")
+    view = outputs[2]
+    assert any("application/vnd.jupyter.widget-view+json" in o.get("data", {}) for o in view)
+    assert "It is 42." in _text(view)  # the plain-text fallback of the run view
+    assert _text(outputs[3]).strip() == "RunResult success It is 42."
+
+
+def test_history_survives_a_kernel_restart(llm, folder):
+    llm.script(reply("Noted: blue."), reply("You said blue."))
+    _run(folder, "%load_ext ania_nb", "%%agent -q\nMy favourite colour is blue.")
+    outputs = _run(folder, "%load_ext ania_nb", "%agent -q What is my favourite colour?", "_.text")
+    second = llm.requests[1].messages
+    assert [m["role"] for m in second] == ["system", "user", "assistant", "user"]
+    assert second[1]["content"].endswith("My favourite colour is blue.")
+    assert "You said blue." in _text(outputs[2])
+
+
+def test_background_run_returns_at_once_and_finishes_later(llm, folder):
+    llm.script(delay(0.5, reply("done in the background")))
+    outputs = _run(
+        folder,
+        "%load_ext ania_nb",
+        "%%agent --bg -q\nslow task",
+        "print('cell returned')",
+        "import asyncio\n"
+        "for _i in range(200):\n"
+        "    if getattr(_, 'text', None):\n"
+        "        break\n"
+        "    await asyncio.sleep(0.05)\n"
+        "print(_.text)",
+    )
+    assert _text(outputs[2]).strip() == "cell returned"
+    assert _text(outputs[3]).strip() == "done in the background"
+
+
+def test_ania_management_commands(llm, folder):
+    llm.script(reply("hello"))
+    outputs = _run(
+        folder,
+        "%load_ext ania_nb",
+        "%ania plan on",
+        "%ania plan status",
+        "%ania plan off",
+        "%agent -q hi",
+        "%ania history",
+        "%ania tools",
+        "%ania config",
+        "%ania frobnicate",
+        allow_errors=True,
+    )
+    assert "plan mode is on" in _text(outputs[1])
+    assert "plan mode is off" in _text(outputs[3])
+    history = _text(outputs[5])
+    assert "user:" in history and "assistant: hello" in history
+    tools = _text(outputs[6])
+    assert "notebook_vars" in tools and "python" in tools and "total" in tools
+    assert "llm.api_key = '***'" in _text(outputs[7]) or "llm.api_key = '" in _text(outputs[7])
+    assert "sk-scripted" not in _text(outputs[7])
+    err = outputs[8]
+    assert any("unknown %ania command" in str(o) for o in err)
