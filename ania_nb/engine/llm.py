@@ -126,18 +126,7 @@ class LLMClient:
         if role == "compressor" and config.compressor.model:
             # Every role gets the fallback, as in the original; it never has one of its own.
             return endpoint(config.compressor, fallback)
-        return cls(
-            base_url=llm.base_url,
-            api_key=main_key,
-            model=llm.model,
-            temperature=llm.temperature,
-            top_p=llm.top_p,
-            max_tokens=llm.max_tokens,
-            timeout=llm.timeout,
-            retry=retry,
-            fallback=fallback,
-            http_client=http_client,
-        )
+        return endpoint(llm, fallback)
 
     async def _openai(self) -> AsyncOpenAI:
         if self._client is None:
