@@ -241,3 +241,18 @@ async def test_the_agent_answers_through_its_manager(make_agent):
 async def test_agent_approval_timeout_comes_from_config(make_agent):
     agent = make_agent(overrides={"approval.timeout": 15})
     assert agent.approvals.timeout == 15
+
+
+async def test_allow_for_session_never_covers_admin_only_requests():
+    manager = ApprovalManager(timeout=0.2)
+    manager.allow_for_session("s", "config_set")
+    asked: list[object] = []
+    verdict = await manager.request(
+        session="s",
+        tool="config_set",
+        summary="x",
+        callbacks=Callbacks(request_approval=asked.append),
+        admin_only=True,
+    )
+    assert len(asked) == 1  # asked again despite the session allowance
+    assert not verdict.allowed  # and denied on timeout, since nobody answered

@@ -3,7 +3,10 @@
 The front end is told of a request through the ``request_approval`` callback (a notebook shows
 Allow/Deny buttons, a chat bot posts a message) and answers with `Agent.answer_approval`, so a
 button click and a chat reply take the same path. No answer within the timeout, or a stop,
-denies.
+denies. However a request ends, ``RunEvent("approval_resolved", session, {id, tool, allowed,
+reason, outcome})`` is emitted through its callbacks so the front end can close its card
+(outcome: allowed, denied, timeout, stopped or error). `ApprovalManager.allow_for_session` lets a
+tool through for the rest of a session without asking (the "always allow" button).
 
 Who may answer: ``approver=None`` is the trusted local front end (a notebook button, code in
 the same process) and may answer anything. A named approver (a chat user) must be an admin, or,
@@ -21,7 +24,7 @@ from collections import defaultdict
 from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
-from ..engine.callbacks import ApprovalRequest, Callbacks, Verdict
+from ..engine.callbacks import ApprovalRequest, Callbacks, RunEvent, Verdict
 from ..errors import UsageError
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -31,6 +34,8 @@ log = logging.getLogger(__name__)
 
 ALLOW_WORDS = frozenset({"允许", "同意", "批准", "allow", "approve", "yes", "y"})
 DENY_WORDS = frozenset({"拒绝", "deny", "reject", "no", "n"})
+SESSION_ALLOWED = "allowed for the rest of this session"
+STOPPED = "stopped by the user"
 
 
 def parse_verdict_word(word: str) -> bool | None:
@@ -55,6 +60,7 @@ class ApprovalManager:
         self._answered: set[str] = set()  # ids answered by a human (audited; stops are not)
         self._locks: defaultdict[str, asyncio.Lock] = defaultdict(asyncio.Lock)
         self._pending: dict[str, tuple[ApprovalRequest, asyncio.Future[Verdict]]] = {}
+        self._session_allowed: dict[str, set[str]] = {}
 
     async def request(
         self,
@@ -67,9 +73,15 @@ class ApprovalManager:
         admin_only: bool = False,
     ) -> Verdict:
         """Ask a human and wait for the verdict (denied on timeout, stop or no front end)."""
+        # Admin-only requests (config changes, background runs) are asked every time.
+        if not admin_only and tool in self._session_allowed.get(session, ()):
+            return await self._auto_allow(session, tool, summary, requester, admin_only)
         if not callbacks.has("request_approval"):
             return Verdict(False, "nobody can approve tool calls in this conversation")
         async with self._locks[session]:  # one question at a time per conversation
+            # Checked again: "allow for this session" may have been clicked while we queued.
+            if not admin_only and tool in self._session_allowed.get(session, ()):
+                return await self._auto_allow(session, tool, summary, requester, admin_only)
             request = ApprovalRequest(
                 id=secrets.token_hex(4),
                 session=session,
@@ -81,26 +93,67 @@ class ApprovalManager:
             future: asyncio.Future[Verdict] = asyncio.get_running_loop().create_future()
             self._pending[request.id] = (request, future)
             try:
-                # The timeout also bounds a front end that is slow to show the question.
-                async with asyncio.timeout(self.timeout):
-                    try:
-                        await callbacks.call("request_approval", request)
-                    except Exception as exc:
-                        log.warning("request_approval callback failed", exc_info=True)
-                        return Verdict(False, f"the approval request could not be shown: {exc}")
-                    verdict = await future
-            except TimeoutError:
-                verdict = Verdict(
-                    False, f"no answer within {self.timeout:g} s, denied automatically"
-                )
-                await self._audit(request, verdict, "超时自动拒绝 (timed out)")
-                return verdict
+                verdict, outcome = await self._wait(request, future, callbacks)
+            except asyncio.CancelledError:  # the run was cancelled while the question was open
+                await _resolved(callbacks, request, Verdict(False, STOPPED), "stopped")
+                raise
             finally:
                 self._pending.pop(request.id, None)
-            if request.id in self._answered:
                 self._answered.discard(request.id)
+            if outcome == "timeout":
+                await self._audit(request, verdict, "超时自动拒绝 (timed out)")
+            elif outcome in ("allowed", "denied"):
                 await self._audit(request, verdict, "允许" if verdict.allowed else "拒绝")
+            await _resolved(callbacks, request, verdict, outcome)
             return verdict
+
+    async def _wait(
+        self, request: ApprovalRequest, future: asyncio.Future[Verdict], callbacks: Callbacks
+    ) -> tuple[Verdict, str]:
+        """Show the request and wait; returns the verdict and how the request ended."""
+        try:
+            # The timeout also bounds a front end that is slow to show the question.
+            async with asyncio.timeout(self.timeout):
+                try:
+                    await callbacks.call("request_approval", request)
+                except Exception as exc:
+                    log.warning("request_approval callback failed", exc_info=True)
+                    reason = f"the approval request could not be shown: {exc}"
+                    return Verdict(False, reason), "error"
+                verdict = await future
+        except TimeoutError:
+            reason = f"no answer within {self.timeout:g} s, denied automatically"
+            return Verdict(False, reason), "timeout"
+        if request.id in self._answered:
+            return verdict, "allowed" if verdict.allowed else "denied"
+        return verdict, "stopped"  # only cancel() sets a verdict without answering
+
+    async def _auto_allow(
+        self, session: str, tool: str, summary: str, requester: str | None, admin_only: bool
+    ) -> Verdict:
+        request = ApprovalRequest(
+            secrets.token_hex(4), session, tool, summary, requester, admin_only
+        )
+        verdict = Verdict(True, SESSION_ALLOWED)
+        await self._audit(request, verdict, "允许 (allowed for this session)")
+        return verdict
+
+    def allow_for_session(self, session: str, tool: str) -> None:
+        """Allow ``tool`` in ``session`` from now on without asking (until revoked)."""
+        if not session or not tool:
+            raise UsageError("allow_for_session needs a session and a tool name")
+        self._session_allowed.setdefault(session, set()).add(tool)
+
+    def revoke_for_session(self, session: str, tool: str | None = None) -> int:
+        """Ask again for ``tool`` (or every tool) in ``session``; returns how many were revoked."""
+        allowed = self._session_allowed.get(session, set())
+        revoked = set(allowed) if tool is None else allowed & {tool}
+        allowed -= revoked
+        return len(revoked)
+
+    def allowed_tools(self, session: str) -> list[str]:
+        """Tools allowed without asking in ``session``, sorted."""
+        return sorted(self._session_allowed.get(session, ()))
 
     def pending(self, session: str | None = None) -> list[ApprovalRequest]:
         """Requests waiting for an answer (of one session, or all)."""
@@ -163,7 +216,7 @@ class ApprovalManager:
         except Exception:  # the audit must not turn a verdict into a failure
             log.exception("could not audit the approval of %s", request.tool)
 
-    def cancel(self, session: str, reason: str = "stopped by the user") -> int:
+    def cancel(self, session: str, reason: str = STOPPED) -> int:
         """Deny every pending request of a session (used by stop); returns how many."""
         count = 0
         for request, future in list(self._pending.values()):
@@ -187,3 +240,17 @@ class ApprovalManager:
         if len(matches) > 1:
             raise UsageError("several approval requests are pending; answer one by its id")
         return matches[0]
+
+
+async def _resolved(
+    callbacks: Callbacks, request: ApprovalRequest, verdict: Verdict, outcome: str
+) -> None:
+    """Tell the front end that a request ended (a failing display never fails the call)."""
+    data = {
+        "id": request.id,
+        "tool": request.tool,
+        "allowed": verdict.allowed,
+        "reason": verdict.reason,
+        "outcome": outcome,
+    }
+    await callbacks.emit(RunEvent("approval_resolved", request.session, data))

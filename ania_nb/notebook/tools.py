@@ -142,8 +142,10 @@ def run_code(code: str, namespace: dict[str, Any]) -> str:
     except SyntaxError as exc:
         return f"SyntaxError: {exc.msg} (line {exc.lineno})"
     last = None
-    if tree.body and isinstance(tree.body[-1], ast.Expr):
-        last = ast.Expression(tree.body.pop().value)
+    tail = tree.body[-1] if tree.body else None
+    if isinstance(tail, ast.Expr):  # the value of a trailing expression is shown, as in a cell
+        tree.body.pop()
+        last = ast.Expression(tail.value)
     out, err = io.StringIO(), io.StringIO()
     value: Any = None
     try:

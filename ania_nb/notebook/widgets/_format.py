@@ -1,0 +1,154 @@
+"""Text helpers shared by the widgets: Markdown to HTML, previews, sizes, tokens, media types.
+
+Nothing here imports ipywidgets, so the plain-text renderings work without a front end.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import html
+import json
+import mimetypes
+from collections.abc import Callable, Mapping
+from functools import cache
+from typing import Any
+
+ELLIPSIS = "…"
+STATUS_ICONS = {
+    "running": "◐",
+    "success": "✓",
+    "stopped": "■",
+    "timeout": "⏱",
+    "error": "✗",
+    "interrupted": "■",
+}
+TODO_ICONS = {"pending": "○", "in_progress": "◐", "completed": "●"}
+_IMAGE_MAGIC = (
+    (b"\x89PNG\r\n\x1a\n", "png"),
+    (b"\xff\xd8\xff", "jpeg"),
+    (b"GIF87a", "gif"),
+    (b"GIF89a", "gif"),
+    (b"<svg", "svg+xml"),
+    (b"<?xml", "svg+xml"),
+)
+
+
+def truncate(text: str, limit: int) -> str:
+    """``text`` cut to ``limit`` characters, ending in ``…`` when it was cut."""
+    return text if len(text) <= limit else text[: max(limit - 1, 0)] + ELLIPSIS
+
+
+def one_line(text: str, limit: int = 120) -> str:
+    """The text on one line (whitespace runs collapsed), truncated."""
+    return truncate(" ".join(text.split()), limit)
+
+
+def pretty_arguments(arguments: str, limit: int = 2000) -> str:
+    """Tool arguments as indented JSON when they parse, else verbatim; truncated."""
+    try:
+        text = json.dumps(json.loads(arguments), ensure_ascii=False, indent=2)
+    except (TypeError, ValueError):
+        text = arguments
+    return truncate(text, limit)
+
+
+def pre(text: str) -> str:
+    """Escaped text in a wrapping ``<pre>`` block."""
+    style = "white-space:pre-wrap;word-break:break-word;margin:2px 0"
+    return f'<pre style="{style}">{html.escape(text)}</pre>'
+
+
+@cache
+def _renderer() -> Callable[[str], str]:
+    """The best Markdown renderer installed: mistune, Python-Markdown, or escaped <pre>."""
+    try:
+        import mistune  # comes with nbconvert (so with JupyterLab)
+
+        # escape=True: model output must not inject raw HTML or scripts into the page.
+        md = mistune.create_markdown(escape=True, plugins=["strikethrough", "table"])
+        return lambda text: str(md(text))
+    except ImportError:
+        pass
+    try:
+        import markdown
+
+        # Python-Markdown passes raw HTML through, so escape it first (entities in code spans
+        # then show literally — acceptable for a fallback).
+        return lambda text: markdown.markdown(
+            html.escape(text, quote=False), extensions=["fenced_code", "tables"]
+        )
+    except ImportError:
+        return pre
+
+
+def markdown_html(text: str) -> str:
+    """Markdown rendered to safe HTML (raw HTML in the text is escaped)."""
+    return _renderer()(text) if text else ""
+
+
+def size_text(n: int) -> str:
+    """A byte count for people: 512 B, 1.2 kB, 3.4 MB."""
+    if n < 1000:
+        return f"{n} B"
+    if n < 1_000_000:
+        return f"{n / 1000:.1f} kB"
+    return f"{n / 1_000_000:.1f} MB"
+
+
+def elapsed_text(seconds: float) -> str:
+    """Elapsed time: 0.4 s, 12.3 s, 2 m 05 s."""
+    if seconds < 60:
+        return f"{seconds:.1f} s"
+    minutes, secs = divmod(int(seconds), 60)
+    return f"{minutes} m {secs:02d} s"
+
+
+def duration_text(ms: int | None) -> str:
+    """A duration in milliseconds for a table cell ("" when unknown)."""
+    if ms is None:
+        return ""
+    return f"{ms} ms" if ms < 1000 else elapsed_text(ms / 1000)
+
+
+def usage_text(usage: Mapping[str, Any]) -> str:
+    """Token usage on one line: ``1,234 tokens (in 1,000 · cached 512 · out 234) · 2 LLM calls``."""
+    total = int(usage.get("total_tokens", 0) or 0)
+    if not total and not usage.get("iterations"):
+        return ""
+    prompt = int(usage.get("prompt_tokens", 0) or 0)
+    cached = int(usage.get("cached_tokens", 0) or 0)
+    completion = int(usage.get("completion_tokens", 0) or 0)
+    text = f"{total:,} tokens (in {prompt:,} · cached {cached:,} · out {completion:,})"
+    calls = int(usage.get("iterations", 0) or 0)
+    if calls:
+        text += f" · {calls} LLM call{'s' if calls != 1 else ''}"
+    return text
+
+
+def decode_base64(data: str) -> bytes:
+    """Bytes of base64 text (a ``data:…;base64,`` prefix is accepted); ValueError when invalid."""
+    if data.startswith("data:") and "," in data:
+        data = data.split(",", 1)[1]
+    try:
+        return base64.b64decode(data, validate=True)
+    except (binascii.Error, ValueError) as exc:
+        raise ValueError(f"not valid base64 data: {exc}") from None
+
+
+def image_format(data: bytes) -> str:
+    """The image subtype from the magic bytes (png, jpeg, gif, webp, svg+xml), png if unknown."""
+    for magic, fmt in _IMAGE_MAGIC:
+        if data.startswith(magic):
+            return fmt
+    if data[:4] == b"RIFF" and data[8:12] == b"WEBP":
+        return "webp"
+    return "png"
+
+
+def download_link(name: str, data_b64: str, size: int) -> str:
+    """An ``<a download>`` link carrying the file as a data: URI."""
+    mime = mimetypes.guess_type(name)[0] or "application/octet-stream"
+    href = f"data:{mime};base64,{data_b64}"
+    label = html.escape(f"⬇ {name} ({size_text(size)})")
+    return f'<a download="{html.escape(name)}" href="{href}">{label}</a>'

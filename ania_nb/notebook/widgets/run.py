@@ -1,0 +1,328 @@
+"""`RunView`: the live widget of one agent run, driven by the callbacks bridge.
+
+Header (spinner, status, elapsed time, token usage incl. cached), then the run in order —
+intermediate assistant text, one collapsible row per tool call, approval cards, images and
+files — then the reply, streamed from ``text_delta`` events and rendered as Markdown. Every
+update happens on the event loop that runs the agent (callbacks and a small ticker task), never
+on another thread. ``text()`` renders the same run as plain text.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import html
+import time
+from typing import TYPE_CHECKING, Any
+
+from ...engine.callbacks import ApprovalRequest, Callbacks, RunEvent
+from ._display import Displayable, close_tree
+from ._format import (
+    STATUS_ICONS,
+    decode_base64,
+    download_link,
+    elapsed_text,
+    image_format,
+    markdown_html,
+    one_line,
+    size_text,
+    usage_text,
+)
+from .approval import ApprovalCard
+from .tools import ToolRow
+
+if TYPE_CHECKING:  # pragma: no cover
+    from ...agent import Agent
+    from ...result import RunResult
+    from .todo import TodoView
+
+SPINNER = "⠋⠙⠹⠸⠼⠴⠦⠧⠇⠏"
+TICK = 0.25  # seconds between spinner/elapsed updates
+STATUS_COLORS = {"running": "#1565c0", "success": "#2e7d32"}
+
+
+class _Item:
+    """A finished body entry (text block, image, file link) with its plain-text form."""
+
+    def __init__(self, widget: Any, text: str, kind: str) -> None:
+        self.widget = widget
+        self.kind = kind
+        self._text = text
+
+    def text(self) -> str:
+        """Plain-text line(s)."""
+        return self._text
+
+
+class RunView(Displayable):
+    """Live view of one run: build it, pass ``view.callbacks`` to `Agent.chat`, then `finish`.
+
+    >>> view = RunView(agent, session="nb:x", prompt="…"); display(view)
+    >>> view.finish(await agent.chat("…", session="nb:x", callbacks=view.callbacks))
+    """
+
+    def __init__(
+        self,
+        agent: Agent,
+        session: str = "nb:default",
+        prompt: str = "",
+        *,
+        todo_view: TodoView | None = None,
+    ) -> None:
+        import ipywidgets as w
+
+        self.agent = agent
+        self.session = session
+        self.prompt = prompt
+        self.todo_view = todo_view
+        self.status = "running"
+        self.error: str | None = None
+        self.usage: dict[str, int] = {}
+        self.reply_text = ""  # streamed so far; the final reply after finish
+        self.result: RunResult | None = None
+        self.items: list[Any] = []  # body entries in order: _Item, ToolRow, ApprovalCard
+        self.tool_rows: dict[str, ToolRow] = {}
+        self.cards: dict[str, ApprovalCard] = {}
+        self._last_assistant = ""
+        self._rendered = 0  # characters of the streamed reply rendered so far
+        self._started = time.monotonic()
+        self._stopped_at: float | None = None
+        self._frame = 0
+        self._ticker: asyncio.Task[None] | None = None
+
+        self.spinner = w.Label(SPINNER[0], layout=w.Layout(margin="0 6px"))
+        self.status_label = w.HTML(layout=w.Layout(margin="0 6px"))
+        self.elapsed_label = w.Label(elapsed_text(0), layout=w.Layout(margin="0 6px"))
+        self.usage_label = w.Label("", layout=w.Layout(margin="0 6px"))
+        self.header = w.HBox(
+            [self.spinner, self.status_label, self.elapsed_label, self.usage_label],
+            layout=w.Layout(align_items="center"),
+        )
+        self.prompt_html = w.HTML(
+            f"<small>› {html.escape(one_line(prompt, 200))}</small>" if prompt else ""
+        )
+        self.body = w.VBox([])
+        self.reply = w.HTML("")
+        self.error_html = w.HTML("")
+        self.widget = w.VBox(
+            [self.header, self.prompt_html, self.body, self.reply, self.error_html],
+            layout=w.Layout(border="1px solid #ddd", padding="4px"),
+        )
+        self.callbacks = Callbacks(
+            send_text=self.send_text,
+            send_image=self.send_image,
+            send_file=self.send_file,
+            request_approval=self.request_approval,
+            on_event=self.on_event,
+        )
+        self._render_header()
+        self._start_ticker()
+
+    # ------------------------------------------------------------- callbacks
+
+    def on_event(self, event: RunEvent) -> None:
+        """Apply one progress event from the run."""
+        data = event.data
+        kind = event.kind
+        if event.session != self.session and kind != "approval_resolved":
+            return  # e.g. a subagent's own loop: its text and usage are not this run's
+        if kind == "text_delta":
+            self.reply_text += str(data.get("text", ""))
+            # Re-rendering the whole reply per delta is quadratic: render on 25 % growth here
+            # and let the ticker flush the rest.
+            if len(self.reply_text) - self._rendered >= self._rendered // 4:
+                self._render_stream()
+        elif kind == "assistant_text":  # the round's text came with tool calls: intermediate
+            self._last_assistant = str(data.get("text", ""))
+            self._clear_stream()
+            self._add_text(self._last_assistant)
+        elif kind == "tool_start":
+            self._clear_stream()  # e.g. streamed <think> text the model did not keep
+            row = ToolRow(str(data.get("id", "")), str(data["name"]), str(data["arguments"]))
+            self.tool_rows[row.id] = row
+            self._add(row)
+        elif kind == "tool_end":
+            self._tool_end(data)
+        elif kind == "usage":
+            self.usage = {k: int(v) for k, v in data.items()}
+            self.usage_label.value = usage_text(self.usage)
+        elif kind == "approval_resolved":
+            card = self.cards.get(str(data.get("id")))
+            if card is not None:
+                card.resolve(str(data.get("outcome", "error")), str(data.get("reason", "")))
+        elif kind == "todos" and self.todo_view is not None:
+            self.todo_view.callbacks_hook(event)
+        elif kind == "run_start":
+            self._start_ticker()
+        elif kind == "run_end":
+            self._render_stream()
+            self.status = str(data.get("status", "error"))
+            self.error = data.get("error") or self.error
+            self._stop_ticker()
+            self._render_header()
+
+    def send_text(self, text: str) -> None:
+        """A message for the user (the loop's copy of intermediate text is already shown)."""
+        if text and text != self._last_assistant:
+            self._add_text(text)
+
+    def send_image(self, data: str) -> None:
+        """Show an image sent as base64 (or a data: URI, or an http(s) URL) inline."""
+        import ipywidgets as w
+
+        layout = w.Layout(max_width="100%")
+        if data.startswith(("http://", "https://")):
+            self._add(_Item(w.Image.from_url(data), f"  [image {data}]", "image"))
+            return
+        try:
+            raw = decode_base64(data)
+        except ValueError as exc:
+            self._add_text(f"(an image could not be shown: {exc})")
+            return
+        fmt = image_format(raw)
+        image = w.Image(value=raw, format=fmt, layout=layout)
+        self._add(_Item(image, f"  [image {fmt}, {size_text(len(raw))}]", "image"))
+
+    def send_file(self, name: str, data: str) -> None:
+        """Offer a file sent as base64 as a download link."""
+        import ipywidgets as w
+
+        try:
+            raw = decode_base64(data)
+        except ValueError as exc:
+            self._add_text(f"(the file {name} could not be offered: {exc})")
+            return
+        link = download_link(name, base64.b64encode(raw).decode("ascii"), len(raw))
+        self._add(_Item(w.HTML(link), f"  [file {name}, {size_text(len(raw))}]", "file"))
+
+    def request_approval(self, request: ApprovalRequest) -> None:
+        """Show an approval card; its buttons answer through the Agent."""
+        card = ApprovalCard(self.agent, request)
+        self.cards[request.id] = card
+        self._add(card)
+
+    # ---------------------------------------------------------------- finish
+
+    def finish(self, result: RunResult) -> None:
+        """Show the final state: status, the reply as Markdown, usage; stops the ticker."""
+        self.result = result
+        self.status = result.status
+        self.error = result.error
+        self.usage = result.usage.to_dict()
+        self.reply_text = result.text
+        self.reply.value = markdown_html(result.text)
+        self._rendered = len(result.text)
+        self.usage_label.value = usage_text(self.usage)
+        for card in self.cards.values():
+            if card.state == "pending":
+                card.resolve("stopped", f"the run ended ({result.status})")
+        for row in self.tool_rows.values():
+            if row.state == "running":
+                row.finish(f"the run ended ({result.status})", "not finished", 0, False)
+        self._stop_ticker()
+        self._render_header()
+        self.refresh_display()
+
+    def close(self) -> None:
+        """Stop the ticker and close the widgets (the view cannot be shown again)."""
+        self._stop_ticker()
+        close_tree(self.widget)
+
+    @property
+    def elapsed(self) -> float:
+        """Seconds since the view was created (frozen when the run ends)."""
+        end = self._stopped_at if self._stopped_at is not None else time.monotonic()
+        return end - self._started
+
+    def text(self) -> str:
+        """The whole run as plain text: status line, prompt, tools, approvals, reply."""
+        head = f"{STATUS_ICONS.get(self.status, '?')} {self.status} · {self.session}"
+        head += f" · {elapsed_text(self.elapsed)}"
+        if self.usage:
+            head += f" · {usage_text(self.usage)}"
+        lines = [head]
+        if self.prompt:
+            lines.append(f"› {one_line(self.prompt, 200)}")
+        lines += [item.text() for item in self.items]
+        if self.reply_text:
+            lines.append(self.reply_text)
+        if self.error:
+            lines.append(f"error: {self.error}")
+        return "\n".join(lines)
+
+    # -------------------------------------------------------------- internals
+
+    def _add(self, item: Any) -> None:
+        self.items.append(item)
+        self.body.children = (*self.body.children, item.widget)
+
+    def _add_text(self, text: str) -> None:
+        import ipywidgets as w
+
+        block = w.HTML(f'<div style="opacity:0.75">{markdown_html(text)}</div>')
+        self._add(_Item(block, "  … " + one_line(text, 200), "text"))
+
+    def _render_stream(self) -> None:
+        if self._rendered != len(self.reply_text):
+            self.reply.value = markdown_html(self.reply_text)
+            self._rendered = len(self.reply_text)
+
+    def _clear_stream(self) -> None:
+        if self.reply_text and self.status == "running":
+            self.reply_text = ""
+            self.reply.value = ""
+            self._rendered = 0
+
+    def _tool_end(self, data: dict[str, Any]) -> None:
+        row = self.tool_rows.get(str(data.get("id", "")))
+        if row is None:  # its start was missed: show it anyway
+            row = ToolRow(str(data.get("id", "")), str(data["name"]), str(data["arguments"]))
+            self.tool_rows[row.id] = row
+            self._add(row)
+        row.finish(
+            str(data.get("result", "")),
+            data.get("error"),
+            int(data.get("duration_ms", 0) or 0),
+            bool(data.get("blocked")),
+        )
+
+    def _render_header(self) -> None:
+        color = STATUS_COLORS.get(self.status, "#c62828")
+        icon = STATUS_ICONS.get(self.status, "?")
+        self.status_label.value = (
+            f'<b style="color:{color}">{icon} {html.escape(self.status)}</b>'
+            f" <small>{html.escape(self.session)}</small>"
+        )
+        self.spinner.value = SPINNER[self._frame % len(SPINNER)] if self._ticking else ""
+        self.elapsed_label.value = elapsed_text(self.elapsed)
+        self.error_html.value = (
+            f'<span style="color:#c62828">{html.escape(self.error)}</span>' if self.error else ""
+        )
+
+    @property
+    def _ticking(self) -> bool:
+        return self._stopped_at is None
+
+    def _start_ticker(self) -> None:
+        if self._ticker is not None or not self._ticking:
+            return
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:
+            return  # no loop yet: the first event (on the agent's loop) starts it
+        self._ticker = loop.create_task(self._tick(), name="ania-run-view-ticker")
+
+    async def _tick(self) -> None:
+        while True:
+            await asyncio.sleep(TICK)
+            self._frame += 1
+            self.spinner.value = SPINNER[self._frame % len(SPINNER)]
+            self.elapsed_label.value = elapsed_text(self.elapsed)
+            self._render_stream()
+
+    def _stop_ticker(self) -> None:
+        if self._stopped_at is None:
+            self._stopped_at = time.monotonic()
+        if self._ticker is not None:
+            self._ticker.cancel()
+            self._ticker = None
