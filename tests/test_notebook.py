@@ -68,7 +68,9 @@ def test_run_code_captures_output_value_and_errors():
 async def test_notebook_vars_lists_and_describes_variables(llm, make_agent):
     ns = {"rows": [1, 2, 3], "name": "Ada", "_hidden": 1, "sys": sys, "In": []}
     llm.script(
-        reply(tool_calls=[tool_call("notebook_vars"), tool_call("notebook_vars", {"name": "rows"})]),
+        reply(
+            tool_calls=[tool_call("notebook_vars"), tool_call("notebook_vars", {"name": "rows"})]
+        ),
         reply("ok"),
     )
     agent = make_agent(tools=[NotebookVarsTool(ns)])
