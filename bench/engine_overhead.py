@@ -552,7 +552,13 @@ def build_sides(args: argparse.Namespace, base_url: str, data_root: Path) -> dic
     """Every variant's side against `base_url`, keyed by variant name (3-tool ones first)."""
     from ania_nb import Agent, tool
 
-    overrides = {"llm.stream": False, "agent.max_context_tokens": 0, "agent.builtin_tools": False}
+    overrides = {
+        "llm.stream": False,
+        "agent.max_context_tokens": 0,
+        "agent.builtin_tools": False,  # both sides send exactly the same three tools
+        "skills.dir": str(data_root / "no-skills"),  # ignore ./skills and ./mcp.json
+        "mcp.config_file": str(data_root / "no-mcp.json"),
+    }
     specs = extra_specs(args.extra_tools)
 
     def make_agent(label: str, extra: bool) -> Agent:
