@@ -99,7 +99,7 @@ async def test_streamed_run_shows_deltas_tool_rows_usage_and_the_reply(llm, make
     [intermediate, row] = view.items
     assert intermediate.kind == "text" and "Let me add those." in intermediate.widget.value
     assert row is view.tool_rows[row.id] and row.state == "ok" and row.result == "5"
-    assert row.widget.titles[0].startswith('✓ add({"a": 2, "b": 3}) → 5 · ')
+    assert row.widget.titles[0].startswith("✓ add(a=2, b=3) → 5 · ")
     assert "<b>result</b>" in row.detail.value and "&quot;a&quot;: 2" in row.detail.value
     assert view.status == "success" and "✓ success" in view.status_label.value
     assert view.usage["cached_tokens"] == 160 and view.usage["total_tokens"] == 282
@@ -157,7 +157,7 @@ async def test_agent_stop_shows_stopped_and_ends_the_running_tool_row(llm, make_
     task = start(agent, view)
     await until(lambda: view.tool_rows, "the tool row")
     [row] = view.tool_rows.values()
-    assert row.state == "running" and row.widget.titles[0] == "⚙ slow({}) · running…"
+    assert row.state == "running" and row.widget.titles[0] == "⚙ slow() · running…"
     assert agent.stop("nb:s")
     result = await task
     view.finish(result)
@@ -309,7 +309,7 @@ async def test_plain_text_rendering_and_mime_bundle(llm, make_agent):
         lines[3],
         "It is **42**.",
     ]
-    assert lines[3].startswith('  ✓ add({"a": 20, "b": 22}) → 42 · ')
+    assert lines[3].startswith("  ✓ add(a=20, b=22) → 42 · ")
     bundle = view._repr_mimebundle_()
     assert bundle["text/plain"] == view.text()
     widget_view = bundle["application/vnd.jupyter.widget-view+json"]

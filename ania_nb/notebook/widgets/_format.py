@@ -44,6 +44,21 @@ def one_line(text: str, limit: int = 120) -> str:
     return truncate(" ".join(text.split()), limit)
 
 
+def brief_arguments(arguments: str, limit: int = 60) -> str:
+    """Tool arguments for a one-line title: ``code=totals = {} for row…`` (strings decoded)."""
+    try:
+        parsed = json.loads(arguments) if arguments.strip() else {}
+    except (TypeError, ValueError):
+        return one_line(arguments, limit)
+    if not isinstance(parsed, dict):
+        return one_line(arguments, limit)
+    parts = [
+        f"{key}={value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)}"
+        for key, value in parsed.items()
+    ]
+    return one_line(", ".join(parts), limit)
+
+
 def pretty_arguments(arguments: str, limit: int = 2000) -> str:
     """Tool arguments as indented JSON when they parse, else verbatim; truncated."""
     try:

@@ -238,8 +238,9 @@ class RunView(Displayable):
         """The whole run as plain text: status line, prompt, tools, approvals, reply."""
         head = f"{STATUS_ICONS.get(self.status, '?')} {self.status} · {self.session}"
         head += f" · {elapsed_text(self.elapsed)}"
-        if self.usage:
-            head += f" · {usage_text(self.usage)}"
+        usage = usage_text(self.usage) if self.usage else ""
+        if usage:
+            head += f" · {usage}"
         lines = [head]
         if self.prompt:
             lines.append(f"› {one_line(self.prompt, 200)}")

@@ -5,7 +5,7 @@ from __future__ import annotations
 import html
 
 from ...governance.gate import NOT_APPROVED, NOT_APPROVED_BY_ADMIN
-from ._format import duration_text, one_line, pre, pretty_arguments, truncate
+from ._format import brief_arguments, duration_text, one_line, pre, pretty_arguments, truncate
 
 ICONS = {"running": "⚙", "ok": "✓", "error": "✗", "blocked": "⛔", "denied": "🚫"}
 RESULT_CHARS = 2000  # shown when the row is expanded; the title carries a one-line preview
@@ -43,7 +43,7 @@ class ToolRow:
 
     def title(self) -> str:
         """The row's one-line heading (Accordion titles are plain text)."""
-        head = f"{ICONS[self.state]} {self.name}({one_line(self.arguments, 60)})"
+        head = f"{ICONS[self.state]} {self.name}({brief_arguments(self.arguments)})"
         if self.state == "running":
             return f"{head} · running…"
         tail = f" · {duration_text(self.duration_ms)}" if self.state in ("ok", "error") else ""
