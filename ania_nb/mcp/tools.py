@@ -16,7 +16,7 @@ from ania_nb.errors import ToolError
 from ania_nb.mcp.manager import MCPToolManager
 from ania_nb.mcp.transport import RemoteTool
 from ania_nb.tools.base import FunctionTool, ToolContext
-from ania_nb.tools.schema import normalize_input_schema
+from ania_nb.tools.schema import function_definition, normalize_input_schema
 
 __all__ = ["MCPTool", "MCPToolset"]
 
@@ -49,15 +49,8 @@ class MCPTool:
         return self._schema
 
     def definition(self) -> dict[str, Any]:
-        """The OpenAI function-tool entry."""
-        return {
-            "type": "function",
-            "function": {
-                "name": self.name,
-                "description": self.description,
-                "parameters": self._schema,
-            },
-        }
+        """Return the OpenAI function-tool entry."""
+        return function_definition(self.name, self.description, self._schema)
 
     async def invoke(self, arguments: dict[str, Any], ctx: ToolContext) -> str:
         """Call the tool on its server (arguments are validated by the server)."""

@@ -34,7 +34,12 @@ from pydantic import BaseModel, Field, ValidationError, create_model
 
 from ania_nb.engine.callbacks import NO_CALLBACKS, Callbacks, Verdict
 from ania_nb.errors import ToolDefinitionError, ToolError
-from ania_nb.tools.schema import has_description, model_schema, parse_docstring
+from ania_nb.tools.schema import (
+    function_definition,
+    has_description,
+    model_schema,
+    parse_docstring,
+)
 
 if TYPE_CHECKING:
     from ania_nb.tools.executor import SessionToolExecutor
@@ -195,15 +200,8 @@ class _ModelTool:
         return self._schema
 
     def definition(self) -> dict[str, Any]:
-        """Return the OpenAI function-tool entry; the one place its key order is decided."""
-        return {
-            "type": "function",
-            "function": {
-                "name": self.name,
-                "description": self.description,
-                "parameters": self._schema,
-            },
-        }
+        """Return the OpenAI function-tool entry."""
+        return function_definition(self.name, self.description, self._schema)
 
     def _validate(self, arguments: dict[str, Any]) -> Any:
         try:

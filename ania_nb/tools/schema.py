@@ -286,3 +286,11 @@ def _fix_property(name: str, prop: dict[str, Any]) -> None:
 
 def _dumps_value(value: Any) -> str:
     return json.dumps(value, ensure_ascii=False, default=str)
+
+
+def function_definition(name: str, description: str, parameters: dict[str, Any]) -> dict[str, Any]:
+    """The OpenAI function-tool entry; the one place its key order is decided (stable bytes)."""
+    return {
+        "type": "function",
+        "function": {"name": name, "description": description, "parameters": parameters},
+    }
