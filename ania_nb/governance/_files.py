@@ -10,12 +10,12 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-import os
-import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Generic, TypeVar
+
+from .._atomic import write_text_atomic
 
 log = logging.getLogger(__name__)
 
@@ -114,18 +114,4 @@ def read_text(path: Path) -> str:
 
 async def write_atomic(path: Path, text: str) -> None:
     """Replace ``path`` with ``text`` in one step (temporary file + rename), off the loop."""
-    await asyncio.to_thread(_write_atomic, path, text)
-
-
-def _write_atomic(path: Path, text: str) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            handle.write(text)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    await asyncio.to_thread(write_text_atomic, path, text)

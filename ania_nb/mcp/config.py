@@ -25,13 +25,13 @@ from __future__ import annotations
 import json
 import os
 import re
-import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from ania_nb._atomic import write_text_atomic
 from ania_nb.errors import ConfigError
 from ania_nb.mcp.filters import ToolFilter
 
@@ -328,20 +328,4 @@ def _unique(servers: list[MCPServerConfig], where: str) -> list[MCPServerConfig]
 
 def save_config_file(path: str | os.PathLike[str], data: dict[str, Any]) -> None:
     """Write the servers file atomically (temp file + ``os.replace``; blocking: use a thread)."""
-    file = Path(path)
-    file.parent.mkdir(parents=True, exist_ok=True)
-    text = json.dumps(data, ensure_ascii=False, indent=2) + "\n"
-    fd, tmp = tempfile.mkstemp(prefix=f".{file.name}.", suffix=".tmp", dir=file.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as out:
-            out.write(text)
-            out.flush()
-            os.fsync(out.fileno())
-        try:
-            os.chmod(tmp, file.stat().st_mode & 0o777)  # keep the old file's permissions
-        except FileNotFoundError:
-            os.chmod(tmp, 0o644)  # mkstemp creates 0600; a new config file is ordinary
-        os.replace(tmp, file)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    write_text_atomic(path, json.dumps(data, ensure_ascii=False, indent=2) + "\n")
