@@ -96,7 +96,7 @@ class RunView(Displayable):
         self.usage_label = w.Label("", layout=w.Layout(margin="0 6px"))
         self.header = w.HBox(
             [self.spinner, self.status_label, self.elapsed_label, self.usage_label],
-            layout=w.Layout(align_items="center"),
+            layout=w.Layout(align_items="center", flex_flow="row wrap"),  # narrow cells wrap
         )
         self.prompt_html = w.HTML(
             f"<small>› {html.escape(one_line(prompt, 200))}</small>" if prompt else ""
