@@ -171,6 +171,7 @@ class Turn:
                 take_images=lambda: run_state.pop("images", []),
             ),
             max_iterations=agent.config.agent.max_iterations,
+            max_result_chars=agent.config.agent.max_tool_result_chars,
             stream=agent.config.llm.stream,
             usage=usage,
         )

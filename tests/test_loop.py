@@ -251,3 +251,19 @@ async def test_no_tools_means_a_single_call_without_tools_field(llm, make_agent)
     assert result.text == "hello"
     assert llm.requests[0].tools is None
     assert "tool_choice" not in llm.requests[0].body
+
+
+async def test_huge_tool_results_are_cut_before_the_model_sees_them(llm, make_agent):
+    @tool
+    def firehose() -> str:
+        """Return far too much."""
+        return "x" * 50_000
+
+    llm.script(reply(tool_calls=[tool_call("firehose")]), reply("ok"))
+    agent = make_agent(tools=[firehose], overrides={"agent.max_tool_result_chars": 1000})
+    result = await agent.chat("go")
+    sent = llm.requests[1].messages[-1]["content"]
+    assert sent == "x" * 1000 + "\n...(tool result truncated: 50000 characters in total)"
+    assert result.tool_calls[0].result == sent
+    stored = (await agent.history())[-2]["content"]
+    assert len(stored) < 1100

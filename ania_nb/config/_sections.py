@@ -71,6 +71,11 @@ class AgentSettings(Section):
         True,
         description="Register the built-in tools (time, web, meme, images, gated tools, todo).",
     )
+    max_tool_result_chars: int = Field(
+        20000,
+        ge=1000,
+        description="Longer tool results are cut before the model sees them (protects context).",
+    )
 
 
 class StoreSettings(Section):

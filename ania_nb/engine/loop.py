@@ -74,6 +74,13 @@ class ToolCallResult:
     blocked: bool = False
 
 
+def cap_result(text: str, limit: int) -> str:
+    """Cut an oversized tool result (it would stay in the history and crowd the context)."""
+    if len(text) <= limit:
+        return text
+    return text[:limit] + f"\n...(tool result truncated: {len(text)} characters in total)"
+
+
 Gate = Callable[[ToolCall, Any], Awaitable[str | None]]
 """Returns a block text (the call does not run; the text is its result) or None to proceed."""
 
@@ -116,6 +123,7 @@ class ToolLoop:
     callbacks: Callbacks = NO_CALLBACKS
     hooks: LoopHooks = field(default_factory=LoopHooks)
     max_iterations: int = 20
+    max_result_chars: int = 20000
     stream: bool = False
     usage: Usage = field(default_factory=Usage)
     results: list[ToolCallResult] = field(default_factory=list)
@@ -196,8 +204,9 @@ class ToolLoop:
                 result = ToolCallResult(call.id, call.name, call.arguments, text, text)
             else:
                 out = await self.tools.execute(call.name, call.arguments, ctx)
+                text = cap_result(out.text, self.max_result_chars)
                 result = ToolCallResult(
-                    call.id, call.name, call.arguments, out.text, out.error, out.duration_ms
+                    call.id, call.name, call.arguments, text, out.error, out.duration_ms
                 )
         except Exception as exc:  # a broken gate must not take the round down
             text = f"Error executing tool: {type(exc).__name__}: {exc}"
