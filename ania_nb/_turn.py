@@ -124,7 +124,7 @@ class Turn:
         sender: str | None,
     ) -> ToolLoop:
         agent, state, store = self.agent, self.state, self.store
-        run_state: dict[str, Any] = {}
+        run_state: dict[str, Any] = {"usage": usage}  # tools that call models add to it
 
         async def approve(tool: str, summary: str) -> Verdict:
             return await agent.approvals.request(

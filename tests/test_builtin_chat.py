@@ -12,7 +12,7 @@ import pytest
 from ania_nb import Callbacks, Config, tool
 from ania_nb.engine.loop import LOADED_IMAGES_TEXT
 from ania_nb.engine.messages import image_hash, image_marker
-from ania_nb.testing import ScriptedLLM, reply, tool_call
+from ania_nb.testing import ScriptedLLM, reply, tool_call, usage
 from ania_nb.tools.builtin import HttpSource, default_tools, gated_tools, image_viewer
 
 pytest_plugins = ["_http_fixtures"]
@@ -322,10 +322,13 @@ async def test_text_only_model_gets_descriptions_from_the_vision_model(llm, make
     def describe(request: Any) -> Any:
         parts = request.messages[-1]["content"]
         url = next(p["image_url"]["url"] for p in parts if p["type"] == "image_url")
-        return reply(f"a picture at {url[:22]}")
+        return reply(f"a picture at {url[:22]}", usage=usage(50, 5))
 
     with ScriptedLLM(responder=describe) as vision:
-        llm.script(reply(tool_calls=[tool_call("load_images")]), reply("described"))
+        llm.script(
+            reply(tool_calls=[tool_call("load_images")], usage=usage(100, 10)),
+            reply("described", usage=usage(100, 10)),
+        )
         agent = make_agent(
             overrides={
                 **BUILTINS,
@@ -352,6 +355,9 @@ async def test_text_only_model_gets_descriptions_from_the_vision_model(llm, make
         assert f"\n<{tag}>\na picture at {url[:22]}\n</{tag}>" in text
     # the main model never received an image part
     assert all(not isinstance(m["content"], list) for r in llm.requests for m in r.messages)
+    # the vision model's tokens (2 × 55) count in the run's usage, but not as loop iterations
+    assert result.usage.total_tokens == 2 * 110 + 2 * 55
+    assert result.usage.iterations == 2
 
 
 async def test_without_multimodal_or_vision_model_images_cannot_be_viewed(make_agent, run_tool):

@@ -45,10 +45,10 @@ class ImageViewer:
             return f"loaded {what} ({labels}); you will see them in the next step"
         if self.describer is None:
             return CANNOT_VIEW
-        described = await asyncio.gather(*(self._describe(url) for url in urls))
+        described = await asyncio.gather(*(self._describe(url, ctx) for url in urls))
         return "the main model cannot view images; descriptions follow:" + "".join(described)
 
-    async def _describe(self, url: str) -> str:
+    async def _describe(self, url: str, ctx: ToolContext) -> str:
         assert self.describer is not None
         tag = f"image {image_hash(url)}"
         parts = [
@@ -59,6 +59,9 @@ class ImageViewer:
             completion = await self.describer.complete([{"role": "user", "content": parts}])
         except AniaError as exc:
             return f"\n<{tag}>description failed: {exc}</{tag}>"
+        usage = ctx.run_state.get("usage")  # the run's tally: vision tokens count as the run's
+        if usage is not None:
+            usage.add_call(completion.usage, count_iteration=False)
         text = (completion.message.get("content") or "").strip() or "(no description)"
         return f"\n<{tag}>\n{text}\n</{tag}>"
 
