@@ -4,8 +4,11 @@ Python hooks, and the events an Agent fires during a run."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
+import os
+import signal
 from pathlib import Path
 
 import pytest
@@ -13,7 +16,7 @@ import pytest
 from ania_nb import UsageError, tool
 from ania_nb.config import HooksSettings
 from ania_nb.governance import HookResult, HookRunner, ShellHook, parse_hooks, payload_for
-from ania_nb.testing import reply, tool_call
+from ania_nb.testing import delay, error, reply, tool_call
 
 
 def write_hooks(path: Path, hooks: dict) -> Path:
@@ -384,3 +387,111 @@ async def test_agent_add_hook_sees_events(llm, make_agent):
     await agent.chat("hi there")
     assert seen == [("UserPromptSubmit", "hi there")]
     assert llm.requests[0].messages[-1]["content"].split("] ", 1)[1] == "py-context\n\nhi there"
+
+
+# ------------------------------------------------------------------ guards (issue 10 item 9)
+
+
+async def test_timeout_bounds_a_hook_whose_child_left_its_process_group(tmp_path, hook_script):
+    """A child started with ``setsid`` escapes the group kill and keeps stdout open; the hook
+    must still end at its timeout (the pipes are closed, not read to their end)."""
+    pids = tmp_path / "escaped"
+    exits = hook_script("exits.sh", f"setsid sleep 100 &\necho $! >> {pids}\necho early\n")
+    stays = hook_script("stays.sh", f"setsid sleep 100 &\necho $! >> {pids}\nsleep 100\n")
+    hooks = {
+        "SessionStart": [
+            {"command": str(exits), "timeout_sec": 0.5},
+            {"command": str(stays), "timeout_sec": 0.5},
+            {"command": "echo still-ran"},
+        ]
+    }
+    runner = runner_for(write_hooks(tmp_path / "h.json", hooks))
+    try:
+        # The bound only turns a hang (the escaped child sleeps 100 s) into a failure.
+        outcome = await asyncio.wait_for(
+            runner.run("SessionStart", payload_for("SessionStart", "s")), 30
+        )
+    finally:
+        for pid in pids.read_text().split():
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(int(pid), signal.SIGKILL)
+    assert len(outcome.errors) == 2
+    assert all("timed out after 0.5 s and was killed" in e for e in outcome.errors)
+    assert outcome.context == "still-ran"
+
+
+async def test_hooks_timeout_from_the_config_bounds_hooks_without_their_own(tmp_path, hook_script):
+    slow = hook_script("slow.sh", "sleep 5\necho LATE-CONTEXT\n")
+    runner = runner_for(
+        write_hooks(tmp_path / "h.json", {"Stop": [{"command": str(slow)}]}), timeout=0.3
+    )
+    outcome = await asyncio.wait_for(runner.run("Stop", payload_for("Stop", "s")), 30)
+    assert outcome.context == ""
+    assert outcome.errors and "timed out after 0.3 s" in outcome.errors[0]
+
+
+async def test_agent_passes_hooks_timeout_to_its_hooks(llm, make_agent, tmp_path, hook_script):
+    slow = hook_script("slow.sh", "sleep 5\necho LATE-CONTEXT\n")
+    hooks = {"UserPromptSubmit": [{"command": str(slow)}]}
+    agent = hooked_agent(make_agent, tmp_path, hooks, **{"hooks.timeout": 0.3})
+    llm.script(reply("fine"))
+    result = await asyncio.wait_for(agent.chat("hello", session="nb:t"), 30)
+    assert result.ok
+    assert "LATE-CONTEXT" not in llm.requests[0].messages[-1]["content"]
+
+
+async def test_stop_fires_after_successful_runs_only(llm, make_agent, tmp_path):
+    fired = tmp_path / "stop-fired"
+    agent = hooked_agent(make_agent, tmp_path, {"Stop": [{"command": f"cat >> {fired}"}]})
+    llm.script(error(400, "bad request"))
+    failed = await agent.chat("first", session="nb:s")
+    assert failed.status == "error"
+    assert not fired.exists()
+    llm.script(delay(30, reply("too late")))
+    running = asyncio.create_task(agent.chat("second", session="nb:s"))
+    await asyncio.to_thread(llm.wait_for_requests, 2)  # the run is waiting for the model
+    assert agent.stop("nb:s")
+    assert (await running).status == "stopped"
+    assert not fired.exists()
+    llm.script(reply("done"))
+    assert (await agent.chat("third", session="nb:s")).ok
+    assert json.loads(fired.read_text())["prompt"] == "done"  # the hook is wired: it fires now
+
+
+async def test_post_tool_use_does_not_fire_for_blocked_calls(
+    llm, make_agent, tmp_path, hook_script
+):
+    posts = tmp_path / "post"
+    posts.mkdir()
+    guard = hook_script("guard.sh", 'echo "lookup is off limits" >&2\nexit 2\n')
+    hooks = {
+        "PreToolUse": [{"matcher": "^lookup$", "command": str(guard)}],
+        "PostToolUse": [{"command": f'cat > "$(mktemp {posts}/XXXXXX)"'}],  # one file a call
+    }
+    agent = hooked_agent(make_agent, tmp_path, hooks)
+
+    @tool(side_effects=True)
+    def write_note(text: str) -> str:
+        """Write a note (a side effect)."""
+        return "written"
+
+    @tool
+    def peek(key: str) -> str:
+        """Read a value."""
+        return f"peeked {key}"
+
+    for t in (lookup, write_note, peek):
+        agent.add_tool(t)
+    agent.set_plan_mode("nb:p", True)  # blocks write_note
+    calls = [
+        tool_call("lookup", {"key": "a"}),
+        tool_call("write_note", {"text": "x"}),
+        tool_call("peek", {"key": "b"}),
+    ]
+    llm.script(reply(tool_calls=calls), reply("ok"))
+    result = await agent.chat("go", session="nb:p")
+    by_name = {c.name: c for c in result.tool_calls}
+    assert "off limits" in by_name["lookup"].result
+    assert "[Plan mode]" in by_name["write_note"].result
+    events = [json.loads(p.read_text()) for p in posts.iterdir()]
+    assert [e["tool_name"] for e in events] == ["peek"]

@@ -8,6 +8,9 @@ file order, each with the event as JSON on stdin:
 - exit 2: block; the reason is the trimmed stderr (else stdout);
 - any other exit, a timeout or a failure to start: a logged, non-blocking error.
 
+The timeout bounds the whole hook: at its end the hook's process group is killed and its
+pipes are closed, so even a child that left the group (``setsid``) cannot hold the run.
+
 The first block ends the event's run. Contexts of all hooks are joined with newlines. Whether a
 block or a context is honoured depends on the event (see `Governance`).
 """
@@ -38,6 +41,8 @@ log = logging.getLogger(__name__)
 MAX_CONTEXT_CHARS = 2000
 MAX_PAYLOAD_TEXT = 1000
 DEFAULT_BLOCK_REASON = "a hook blocked this"
+MAX_OUTPUT_BYTES = 64 * 1024  # kept per pipe; the context is cut to 2000 characters anyway
+KILL_GRACE = 2.0  # seconds the killed shell gets to be reaped
 
 
 @dataclass(frozen=True)
@@ -156,8 +161,10 @@ class HookRunner:
     ) -> HookResult | None:
         timeout = spec.effective_timeout(self.settings.timeout)
         data = json.dumps(payload, ensure_ascii=False).encode("utf-8")
+        loop = asyncio.get_running_loop()
         try:
-            proc = await asyncio.create_subprocess_exec(
+            transport, proc = await loop.subprocess_exec(
+                _HookProcess,
                 "sh",
                 "-c",
                 spec.command,
@@ -170,22 +177,68 @@ class HookRunner:
             _error(outcome, spec, f"cannot start: {exc}")
             return None
         try:
-            stdout, stderr = await asyncio.wait_for(proc.communicate(data), timeout)
-        except TimeoutError:
-            await _kill(proc)
-            _error(outcome, spec, f"timed out after {timeout:g} s and was killed")
-            return None
+            stdin = transport.get_pipe_transport(0)
+            if isinstance(stdin, asyncio.WriteTransport):
+                stdin.write(data)
+                stdin.close()
+            # Done once the shell exited and its output pipes closed; the timeout bounds both.
+            if not (await asyncio.wait({proc.finished}, timeout=timeout))[0]:
+                _kill_group(transport.get_pid())
+                # A child that left the group (setsid) may still hold a pipe open: wait for the
+                # shell only, then close the pipes ourselves (finally) instead of reading on.
+                await asyncio.wait({proc.exited}, timeout=KILL_GRACE)
+                _error(outcome, spec, f"timed out after {timeout:g} s and was killed")
+                return None
         except BaseException:
-            await _kill(proc)
+            _kill_group(transport.get_pid())
             raise
-        out = stdout.decode("utf-8", "replace").strip()
-        err = stderr.decode("utf-8", "replace").strip()
-        if proc.returncode == 0:
+        finally:
+            transport.close()
+        out = bytes(proc.output[1]).decode("utf-8", "replace").strip()
+        err = bytes(proc.output[2]).decode("utf-8", "replace").strip()
+        code = transport.get_returncode()
+        if code == 0:
             return HookResult(context=cut(out, MAX_CONTEXT_CHARS))
-        if proc.returncode == 2:
+        if code == 2:
             return HookResult(block=True, reason=cut(err or out, MAX_CONTEXT_CHARS))
-        _error(outcome, spec, f"exit code {proc.returncode}: {cut(err, 200)}")
+        _error(outcome, spec, f"exit code {code}: {cut(err, 200)}")
         return None
+
+
+class _HookProcess(asyncio.SubprocessProtocol):
+    """A hook's output (capped), with ``exited`` and ``finished`` futures.
+
+    ``exited``: the shell ended; ``finished``: its output pipes closed too (children it left
+    behind may hold them open).
+    """
+
+    def __init__(self) -> None:
+        loop = asyncio.get_running_loop()
+        self.output = {1: bytearray(), 2: bytearray()}
+        self.exited: asyncio.Future[None] = loop.create_future()
+        self.finished: asyncio.Future[None] = loop.create_future()
+        self._open = {1, 2}
+
+    def pipe_data_received(self, fd: int, data: bytes) -> None:
+        """Keep the first `MAX_OUTPUT_BYTES` of stdout and stderr (a flood cannot fill memory)."""
+        buffer = self.output.get(fd)
+        if buffer is not None:
+            buffer += data[: max(0, MAX_OUTPUT_BYTES - len(buffer))]
+
+    def pipe_connection_lost(self, fd: int, exc: Exception | None) -> None:
+        """Note that stdout or stderr reached its end."""
+        self._open.discard(fd)
+        self._check()
+
+    def process_exited(self) -> None:
+        """Note that the shell exited."""
+        if not self.exited.done():
+            self.exited.set_result(None)
+        self._check()
+
+    def _check(self) -> None:
+        if self.exited.done() and not self._open and not self.finished.done():
+            self.finished.set_result(None)
 
 
 def _apply(result: HookResult, outcome: HookOutcome, contexts: list[str]) -> bool:
@@ -206,11 +259,9 @@ def _error(outcome: HookOutcome, spec: ShellHook, problem: str) -> None:
     outcome.errors.append(text)
 
 
-async def _kill(proc: asyncio.subprocess.Process) -> None:
+def _kill_group(pid: int) -> None:
     with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(proc.pid, signal.SIGKILL)
-    with contextlib.suppress(Exception):
-        await asyncio.shield(proc.communicate())  # reap it and close its pipes
+        os.killpg(pid, signal.SIGKILL)
 
 
 def cut(text: str, limit: int) -> str:
