@@ -6,6 +6,7 @@ import asyncio
 import math
 import os
 import sqlite3
+import sys
 import threading
 import time
 from collections.abc import AsyncIterator
@@ -17,7 +18,7 @@ import ania_nb.store as store_pkg
 from ania_nb.errors import StoreError, UsageError
 from ania_nb.store import Database, RunLog, Store, ToolCallRecord
 from ania_nb.store import history as history_mod
-from ania_nb.store._db import MIGRATIONS
+from ania_nb.store._db import BUSY_TIMEOUT_S, MIGRATIONS
 from ania_nb.store.runlog import INTERRUPTED_ERROR
 
 
@@ -60,7 +61,7 @@ async def test_pragmas_wal_and_schema_version(store: Store) -> None:
     assert store.db.path.is_file()
     assert await store.db.run(_scalar("PRAGMA journal_mode")) == "wal"
     assert await store.db.run(_scalar("PRAGMA foreign_keys")) == 1
-    assert await store.db.run(_scalar("PRAGMA busy_timeout")) == 5000
+    assert await store.db.run(_scalar("PRAGMA busy_timeout")) == BUSY_TIMEOUT_S * 1000
     assert await store.db.run(_scalar("PRAGMA synchronous")) == 1  # NORMAL
     assert await store.db.run(_scalar("PRAGMA user_version")) == len(MIGRATIONS)
 
@@ -428,9 +429,12 @@ async def test_runlog_list_filters_and_order(store: Store) -> None:
         await runs.list(limit=0)
 
 
-async def test_runlog_evicts_oldest_beyond_max_entries(store: Store) -> None:
+async def test_runlog_evicts_oldest_finished_beyond_max_entries(store: Store) -> None:
     runs = RunLog(store.db, max_entries=3)
-    ids = [await runs.start("s", f"run {i}") for i in range(5)]
+    ids = []
+    for i in range(5):
+        ids.append(await runs.start("s", f"run {i}"))
+        await runs.finish(ids[-1], "success")
     assert await runs.count() == 3
     assert [r.id for r in await runs.list()] == ids[:1:-1]
     assert await runs.get(ids[0]) is None
@@ -442,10 +446,35 @@ async def test_runlog_evicts_oldest_beyond_max_entries(store: Store) -> None:
         RunLog(store.db, max_entries=0)
 
 
+async def test_pruning_never_evicts_a_running_run(store: Store) -> None:
+    runs = RunLog(store.db, max_entries=3)
+    long = await runs.start("long", "a long job")
+    in_flight = [await runs.start("s", f"concurrent {i}") for i in range(4)]
+    # Five runs in flight, max three rows: nothing may go while all of them run.
+    assert await runs.count() == 5
+    for run_id in in_flight:
+        await runs.finish(run_id, "success")
+    for i in range(20):
+        await runs.finish(await runs.start("s", f"later {i}"), "success")
+    await runs.add_tool_call(long, ToolCallRecord("bash", "{}", "ok", None, 1))
+    await runs.finish(long, "success", reply="done")
+    record = await runs.get(long)
+    assert record is not None
+    assert (record.status, record.reply, record.tool_calls_total) == ("success", "done", 1)
+    # Finished rows were pruned around it; now it is the oldest finished row, so it goes next.
+    assert await runs.count() == 3
+    await runs.finish(await runs.start("s", "one more"), "success")
+    assert await runs.count() == 3
+    assert await runs.get(long) is None
+
+
 async def test_store_passes_run_log_max_entries(tmp_path: Path) -> None:
     s = await Store.open(tmp_path, run_log_max_entries=2)
     try:
-        ids = [await s.runs.start("s", str(i)) for i in range(3)]
+        ids = []
+        for i in range(3):
+            ids.append(await s.runs.start("s", str(i)))
+            await s.runs.finish(ids[-1], "success")
         assert [r.id for r in await s.runs.list()] == [ids[2], ids[1]]
     finally:
         await s.close()
@@ -453,13 +482,33 @@ async def test_store_passes_run_log_max_entries(tmp_path: Path) -> None:
         await Store.open(tmp_path, run_log_max_entries=0)  # and leaks no connection
 
 
-async def test_mark_interrupted_after_a_crash(tmp_path: Path) -> None:
+_CRASHING_PROCESS = """
+import asyncio, os, sys
+from ania_nb.store import Store, ToolCallRecord
+
+async def main():
+    s = await Store.open(sys.argv[1])
+    run_id = await s.runs.start("s", "long job")
+    await s.runs.add_tool_call(run_id, ToolCallRecord("bash", "{}", "ok", None, 5))
+    print(run_id, flush=True)
+    os._exit(0)  # dies without finishing the run or closing the store
+
+asyncio.run(main())
+"""
+
+
+async def test_mark_interrupted_after_the_owning_process_died(tmp_path: Path) -> None:
     s = await Store.open(tmp_path)
-    crashed = await s.runs.start("s", "long job")
-    await s.runs.add_tool_call(crashed, ToolCallRecord("bash", "{}", "ok", None, 5))
+    mine = await s.runs.start("s", "still running here")
     done = await s.runs.start("s", "quick")
     await s.runs.finish(done, "success")
-    await s.close()  # the process "dies" without finishing the first run
+    await s.close()
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-c", _CRASHING_PROCESS, str(tmp_path), stdout=asyncio.subprocess.PIPE
+    )
+    out, _ = await proc.communicate()
+    assert proc.returncode == 0
+    crashed = int(out)
 
     s = await Store.open(tmp_path)
     try:
@@ -473,8 +522,13 @@ async def test_mark_interrupted_after_a_crash(tmp_path: Path) -> None:
         finished = await s.runs.get(done)
         assert finished is not None
         assert finished.status == "success"
+        # This process is alive: its own run is not touched, on this store or any other.
+        still = await s.runs.get(mine)
+        assert still is not None
+        assert still.status == "running"
         with pytest.raises(UsageError, match="already finished with status 'interrupted'"):
             await s.runs.finish(crashed, "success")
+        await s.runs.finish(mine, "success")
     finally:
         await s.close()
 

@@ -8,7 +8,10 @@ statements are serialised without locks. The schema lives in one migration list 
 from __future__ import annotations
 
 import asyncio
+import json
+import re
 import sqlite3
+import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
@@ -30,24 +33,25 @@ T = TypeVar("T")
 
 DB_FILENAME = "ania.db"
 
-# Each entry upgrades the schema by one version; append, never edit a released step.
+# Each entry upgrades the schema by one version; append, never change what a released step does
+# (``IF NOT EXISTS`` was added to the first two later: it changes nothing on a fresh file).
 MIGRATIONS: tuple[tuple[str, ...], ...] = (
     (
-        """CREATE TABLE kv (
+        """CREATE TABLE IF NOT EXISTS kv (
             ns TEXT NOT NULL,
             key TEXT NOT NULL,
             value TEXT NOT NULL,
             updated_at REAL NOT NULL,
             PRIMARY KEY (ns, key)
         )""",
-        """CREATE TABLE chat_history (
+        """CREATE TABLE IF NOT EXISTS chat_history (
             id INTEGER PRIMARY KEY AUTOINCREMENT,
             session TEXT NOT NULL,
             message TEXT NOT NULL,
             created_at REAL NOT NULL
         )""",
-        "CREATE INDEX chat_history_session ON chat_history (session, id)",
-        """CREATE TABLE runs (
+        "CREATE INDEX IF NOT EXISTS chat_history_session ON chat_history (session, id)",
+        """CREATE TABLE IF NOT EXISTS runs (
             id INTEGER PRIMARY KEY AUTOINCREMENT,
             session TEXT NOT NULL,
             sender TEXT,
@@ -66,12 +70,12 @@ MIGRATIONS: tuple[tuple[str, ...], ...] = (
             reply TEXT,
             error TEXT
         )""",
-        "CREATE INDEX runs_session ON runs (session, id)",
-        "CREATE INDEX runs_status ON runs (status)",
-        "CREATE INDEX runs_started_at ON runs (started_at)",
+        "CREATE INDEX IF NOT EXISTS runs_session ON runs (session, id)",
+        "CREATE INDEX IF NOT EXISTS runs_status ON runs (status)",
+        "CREATE INDEX IF NOT EXISTS runs_started_at ON runs (started_at)",
     ),
     (
-        """CREATE TABLE oplog (
+        """CREATE TABLE IF NOT EXISTS oplog (
             id INTEGER PRIMARY KEY AUTOINCREMENT,
             at REAL NOT NULL,
             category TEXT NOT NULL,
@@ -81,7 +85,16 @@ MIGRATIONS: tuple[tuple[str, ...], ...] = (
             detail TEXT NOT NULL DEFAULT ''
         )""",
     ),
+    # Who started each run (see ``_owner``), so that opening a store marks only orphaned runs.
+    (
+        "ALTER TABLE runs ADD COLUMN owner_host TEXT",
+        "ALTER TABLE runs ADD COLUMN owner_pid INTEGER",
+        "ALTER TABLE runs ADD COLUMN owner_start TEXT",
+    ),
 )
+
+# Several processes may open one directory at once; a writer waits this long for the lock.
+BUSY_TIMEOUT_S = 30.0
 
 _OWN_TABLES = frozenset({"kv", "chat_history", "runs", "oplog", "sqlite_sequence"})
 
@@ -97,6 +110,26 @@ def transaction(conn: sqlite3.Connection) -> Iterator[sqlite3.Connection]:
         conn.execute("ROLLBACK")
         raise
     conn.execute("COMMIT")
+
+
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def clean_text(text: str) -> str:
+    """``text`` with lone surrogates (which UTF-8, hence SQLite, cannot hold) replaced by U+FFFD."""
+    return _SURROGATE.sub("\ufffd", text)
+
+
+def to_json(value: Any) -> str:
+    """JSON text SQLite can store: non-ASCII kept as is, lone surrogates as JSON escapes.
+
+    Raises ``TypeError``/``ValueError`` like ``json.dumps`` (non-serialisable value, NaN).
+    """
+    raw = json.dumps(value, ensure_ascii=False, allow_nan=False)
+    if _SURROGATE.search(raw):
+        # Escaped, the surrogate survives the round trip: json.loads gives back the same str.
+        raw = json.dumps(value, ensure_ascii=True, allow_nan=False)
+    return raw
 
 
 class Database:
@@ -227,20 +260,43 @@ def _connect(path: Path) -> tuple[Path, sqlite3.Connection]:
         raise StoreError(f"cannot create the directory for the store at {path}: {exc}") from exc
     try:
         # Autocommit mode: transactions are explicit (see ``transaction``), never implicit.
-        conn = sqlite3.connect(path, isolation_level=None)
+        # ``timeout`` installs the busy handler before the first statement: another process
+        # may be creating or migrating the same file right now.
+        conn = sqlite3.connect(path, isolation_level=None, timeout=BUSY_TIMEOUT_S)
     except sqlite3.Error as exc:
         raise StoreError(f"cannot open the store at {path}: {exc}") from exc
     try:
+        conn.execute(f"PRAGMA busy_timeout={int(BUSY_TIMEOUT_S * 1000)}")
         _check_is_database(conn, path)
-        conn.execute("PRAGMA journal_mode=WAL")
+        _set_wal(conn, path)
         conn.execute("PRAGMA synchronous=NORMAL")
         conn.execute("PRAGMA foreign_keys=ON")
-        conn.execute("PRAGMA busy_timeout=5000")
         _migrate(conn, path)
     except BaseException:
         conn.close()
         raise
     return path, conn
+
+
+def _set_wal(conn: sqlite3.Connection, path: Path) -> None:
+    """Switch to WAL; a fresh file opened by many processes at once may need a few tries."""
+    # Changing the journal mode needs an exclusive lock and does not always wait on the busy
+    # handler, so a concurrent opener can get "database is locked" here: wait and retry.
+    deadline = time.monotonic() + BUSY_TIMEOUT_S
+    while True:
+        try:
+            mode = conn.execute("PRAGMA journal_mode=WAL").fetchone()[0]
+        except sqlite3.OperationalError as exc:
+            if "locked" not in str(exc) or time.monotonic() > deadline:
+                raise StoreError(f"cannot switch the store at {path} to WAL mode: {exc}") from exc
+            time.sleep(0.01)
+            continue
+        if str(mode).lower() != "wal":
+            raise StoreError(
+                f"the store at {path} cannot use WAL mode (journal mode is {mode!r}); is it on "
+                "a network file system? Put the data directory on a local disk"
+            )
+        return
 
 
 def _check_is_database(conn: sqlite3.Connection, path: Path) -> None:
@@ -265,15 +321,27 @@ def _check_is_database(conn: sqlite3.Connection, path: Path) -> None:
 
 
 def _migrate(conn: sqlite3.Connection, path: Path) -> None:
-    """Apply every migration step past ``PRAGMA user_version``, each in its own transaction."""
-    version = conn.execute("PRAGMA user_version").fetchone()[0]
-    for number, step in enumerate(MIGRATIONS[version:], start=version + 1):
-        try:
-            with transaction(conn):
+    """Apply every migration step past ``PRAGMA user_version`` in one write transaction.
+
+    The version is read again after taking the write lock: another process opening the same
+    directory may have migrated it while this one waited.
+    """
+    if conn.execute("PRAGMA user_version").fetchone()[0] >= len(MIGRATIONS):
+        return  # up to date: no write lock, so parallel opens of a migrated file never queue
+    number = 0
+    try:
+        with transaction(conn):
+            version = conn.execute("PRAGMA user_version").fetchone()[0]
+            if version > len(MIGRATIONS):
+                raise StoreError(
+                    f"the store at {path} has schema version {version}, newer than this "
+                    f"ania-nb understands ({len(MIGRATIONS)}); upgrade ania-nb"
+                )
+            for number, step in enumerate(MIGRATIONS[version:], start=version + 1):
                 for statement in step:
                     conn.execute(statement)
                 conn.execute(f"PRAGMA user_version = {number}")
-        except sqlite3.Error as exc:
-            raise StoreError(
-                f"migrating the store at {path} to schema version {number} failed: {exc}"
-            ) from exc
+    except sqlite3.Error as exc:
+        raise StoreError(
+            f"migrating the store at {path} to schema version {number or '?'} failed: {exc}"
+        ) from exc

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 from ania_nb.errors import UsageError
 
-from ._db import transaction
+from ._db import clean_text, to_json, transaction
 
 if TYPE_CHECKING:
     from ._db import Database
@@ -70,7 +70,7 @@ def encode_messages(messages: Sequence[dict[str, Any]]) -> list[str]:
                 f"{', '.join(sorted(ROLES))}; nothing was stored"
             )
         try:
-            encoded.append(json.dumps(message, ensure_ascii=False, allow_nan=False))
+            encoded.append(to_json(message))
         except (TypeError, ValueError) as exc:
             raise UsageError(
                 f"message {index} ({role}) is not JSON-serialisable ({exc}); nothing was stored"
@@ -82,6 +82,11 @@ def check_session(session: object) -> str:
     """Session ids are non-empty strings."""
     if not isinstance(session, str) or not session:
         raise UsageError(f"session must be a non-empty string, got {session!r}")
+    if clean_text(session) != session:
+        raise UsageError(
+            f"session {session!r} holds a lone surrogate (not valid Unicode text); "
+            "use a valid string as the session id"
+        )
     return session
 
 

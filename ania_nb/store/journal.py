@@ -4,18 +4,34 @@ A run touches both the chat history and its run record. Doing each write separat
 thread hop and a transaction apiece (nine for a two-round run); the journal groups them by the
 run's natural steps — begin, each finished tool round, finish — so a typical run makes three.
 Each step is atomic: a crash leaves whole rounds, never half of one.
+
+Bookkeeping never fails a run: the history is what the model's work produced and is always
+written, while the run record is best effort. Inside a step the record update runs in a
+savepoint; if it cannot be written (its row was deleted, say by hand or by an older ania-nb
+pruning the log) the row is re-created from what ``begin`` saw, or the record is skipped with a
+warning — the step's history rows are committed either way. Malformed bookkeeping values
+(non-numeric usage, non-string reply) are stored as far as they are valid, never raised.
 """
 
 from __future__ import annotations
 
 import json
+import logging
+import math
+import sqlite3
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
+
+from ania_nb.errors import UsageError
 
 from ._db import transaction
 from .history import check_session, encode_messages, insert_rows, load_rows
 from .runlog import (
+    FINAL_STATUSES,
+    RUNNING,
+    USAGE_KEYS,
     ToolCallRecord,
     add_tool_call_row,
     finish_run,
@@ -26,11 +42,22 @@ from .runlog import (
 )
 
 if TYPE_CHECKING:
-    import sqlite3
-
     from ._db import Database
 
 Message = dict[str, Any]
+Outcome = tuple[str, dict[str, int], str | None, str | None]
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class _Begun:
+    """What ``begin`` stored, kept until ``finish`` so a lost record row can be re-created."""
+
+    session: str
+    sender: str | None
+    text: str
+    started_at: float
 
 
 class RunJournal:
@@ -40,6 +67,7 @@ class RunJournal:
         """Write into ``db``; the run log keeps ``max_entries`` rows."""
         self._db = db
         self._max_entries = max_entries
+        self._begun: dict[int, _Begun] = {}
 
     async def begin(
         self,
@@ -56,9 +84,12 @@ class RunJournal:
         """
         started = prepare_start(session, input, sender)
         encoded = encode_messages([message])
-        return await self._db.run(
-            _begin, started, encoded, time.time(), self._max_entries, load_history
+        now = time.time()
+        run_id, history = await self._db.run(
+            _begin, started, encoded, now, self._max_entries, load_history
         )
+        self._begun[run_id] = _Begun(*started, now)
+        return run_id, history
 
     async def record_round(
         self,
@@ -67,10 +98,19 @@ class RunJournal:
         messages: Sequence[Message],
         tool_calls: Sequence[ToolCallRecord],
     ) -> None:
-        """Store a finished tool round: its messages and its tool-call records."""
+        """Store a finished tool round: its messages and (best effort) its tool-call records."""
         encoded = encode_messages(messages)
-        records = [prepare_tool_call(r) for r in tool_calls]
-        await self._db.run(_round, check_session(session), run_id, encoded, records, time.time())
+        records = [_tool_call_json(r) for r in tool_calls]
+        await self._db.run(
+            _round,
+            check_session(session),
+            run_id,
+            encoded,
+            records,
+            self._begun.get(run_id),
+            self._max_entries,
+            time.time(),
+        )
 
     async def finish(
         self,
@@ -83,10 +123,86 @@ class RunJournal:
         reply: str | None = None,
         error: str | None = None,
     ) -> None:
-        """Store the last messages (final answer) and close the run record."""
+        """Store the last messages (final answer) and (best effort) close the run record."""
         encoded = encode_messages(messages)
-        outcome = prepare_finish(status, usage, reply, error)
-        await self._db.run(_finish, check_session(session), run_id, encoded, outcome, time.time())
+        outcome = _outcome(status, usage, reply, error)
+        try:
+            await self._db.run(
+                _finish,
+                check_session(session),
+                run_id,
+                encoded,
+                outcome,
+                self._begun.get(run_id),
+                self._max_entries,
+                time.time(),
+            )
+        finally:
+            self._begun.pop(run_id, None)
+
+
+# Lenient preparation: bookkeeping values that fail validation are kept as far as they are valid.
+
+
+def _outcome(status: str, usage: Mapping[str, Any] | None, reply: object, error: object) -> Outcome:
+    """``prepare_finish``'s result; malformed usage/reply/error are repaired, not raised."""
+    if status not in FINAL_STATUSES:
+        return prepare_finish(status, None, None, None)  # a caller bug: raises UsageError
+    try:
+        return prepare_finish(status, usage, reply, error)  # type: ignore[arg-type]
+    except UsageError as exc:
+        log.warning("run record: %s; storing the valid parts", exc)
+    counts: dict[str, int] = {}
+    if isinstance(usage, Mapping):
+        for key in USAGE_KEYS:
+            value = _as_count(usage.get(key))
+            if value is not None:
+                counts[key] = value
+    return prepare_finish(status, counts, _as_text(reply), _as_text(error))
+
+
+def _tool_call_json(record: object) -> str:
+    """``prepare_tool_call``'s JSON; a malformed record is stored with its fields as text."""
+    try:
+        return prepare_tool_call(record)  # type: ignore[arg-type]
+    except UsageError as exc:
+        log.warning("run record: %s; storing the call with its fields as text", exc)
+
+    def field(name: str) -> Any:
+        return getattr(record, name, None)
+
+    repaired = ToolCallRecord(
+        name=_as_text(field("name")) or "",
+        arguments=_as_text(field("arguments")) or "",
+        result=_as_text(field("result")) or "",
+        error=_as_text(field("error")),
+        duration_ms=_as_count(field("duration_ms")) or 0,
+    )
+    return prepare_tool_call(repaired)
+
+
+def _as_count(value: object) -> int | None:
+    """An int from an int or a whole finite float; None for anything else."""
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int):
+        return value
+    if isinstance(value, float) and math.isfinite(value):
+        return round(value)
+    return None
+
+
+def _as_text(value: object) -> str | None:
+    """Text as is, None as None, anything else as its ``str()``."""
+    if value is None or isinstance(value, str):
+        return value
+    try:
+        return str(value)
+    except Exception:  # a hostile __str__ must not fail the bookkeeping
+        return f"<unprintable {type(value).__name__}>"
+
+
+# Store-thread functions: each receives the connection first (see ``Database.run``).
 
 
 def _begin(
@@ -111,12 +227,19 @@ def _round(
     run_id: int,
     encoded: list[str],
     records: list[str],
+    begun: _Begun | None,
+    max_entries: int,
     now: float,
 ) -> None:
     with transaction(conn):
         insert_rows(conn, session, encoded, now, replace=False)
-        for raw in records:
-            add_tool_call_row(conn, run_id, raw)
+        if records:
+
+            def add_calls() -> None:
+                for raw in records:
+                    add_tool_call_row(conn, run_id, raw)
+
+            _best_effort(conn, run_id, begun, max_entries, "its tool calls", add_calls)
 
 
 def _finish(
@@ -124,10 +247,65 @@ def _finish(
     session: str,
     run_id: int,
     encoded: list[str],
-    outcome: tuple[str, dict[str, int], str | None, str | None],
+    outcome: Outcome,
+    begun: _Begun | None,
+    max_entries: int,
     now: float,
 ) -> None:
     with transaction(conn):
         if encoded:
             insert_rows(conn, session, encoded, now, replace=False)
-        finish_run(conn, run_id, *outcome, now)
+
+        def close() -> None:
+            row = conn.execute("SELECT status FROM runs WHERE id = ?", (run_id,)).fetchone()
+            if row is not None and row[0] not in (RUNNING, "interrupted"):
+                log.warning(
+                    "run %d already finished with status %r; its record keeps that status, not %r",
+                    run_id,
+                    row[0],
+                    outcome[0],
+                )
+                return
+            if row is not None and row[0] == "interrupted":
+                log.warning(
+                    "run %d was marked interrupted while its process still ran it; "
+                    "recording its real outcome %r",
+                    run_id,
+                    outcome[0],
+                )
+            finish_run(conn, run_id, *outcome, now, reopen=True)
+
+        _best_effort(conn, run_id, begun, max_entries, f"its outcome {outcome[0]!r}", close)
+
+
+def _best_effort(
+    conn: sqlite3.Connection,
+    run_id: int,
+    begun: _Begun | None,
+    max_entries: int,
+    what: str,
+    write: Callable[[], None],
+) -> None:
+    """Run ``write`` on the run's record in a savepoint; on failure undo only it and warn."""
+    conn.execute("SAVEPOINT run_record")
+    try:
+        exists = conn.execute("SELECT 1 FROM runs WHERE id = ?", (run_id,)).fetchone()
+        if exists is None:
+            if begun is None:
+                log.warning(
+                    "run %d has no record (deleted from the run log?) and was not begun by "
+                    "this store; %s was not recorded, the history was",
+                    run_id,
+                    what,
+                )
+                conn.execute("RELEASE run_record")
+                return
+            log.warning("run %d's record was deleted while it ran; re-creating it", run_id)
+            insert_run(
+                conn, begun.session, begun.sender, begun.text, begun.started_at, max_entries, run_id
+            )
+        write()
+    except (sqlite3.Error, UsageError) as exc:
+        conn.execute("ROLLBACK TO run_record")
+        log.warning("run %d: recording %s failed (%s); the history was stored", run_id, what, exc)
+    conn.execute("RELEASE run_record")

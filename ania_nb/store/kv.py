@@ -10,6 +10,8 @@ from typing import TYPE_CHECKING, Any
 
 from ania_nb.errors import UsageError
 
+from ._db import to_json
+
 if TYPE_CHECKING:
     from ._db import Database
 
@@ -39,7 +41,7 @@ class KVNamespace:
         _check_key(key)
         # Serialise before touching the database so a bad value never replaces a good one.
         try:
-            raw = json.dumps(value, ensure_ascii=False, allow_nan=False)
+            raw = to_json(value)
         except (TypeError, ValueError) as exc:
             raise UsageError(
                 f"cannot store KV key {key!r} in namespace {self.namespace!r}: the value is not "

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 from ania_nb.errors import UsageError
 
-from ._db import transaction
+from ._db import clean_text, transaction
 from .runlog import truncate
 
 if TYPE_CHECKING:
@@ -97,7 +97,7 @@ def _text(name: str, value: object) -> str:
     """Reject non-string fields with a message naming the field."""
     if not isinstance(value, str):
         raise UsageError(f"op log {name} must be a string, got {type(value).__name__}")
-    return value
+    return clean_text(value)
 
 
 def _label(name: str, value: object) -> str:

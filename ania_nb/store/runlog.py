@@ -12,7 +12,9 @@ from typing import TYPE_CHECKING, Any
 
 from ania_nb.errors import UsageError
 
-from ._db import transaction
+from ._db import clean_text, transaction
+from ._owner import Owner, current_owner, is_alive
+from .history import check_session
 
 if TYPE_CHECKING:
     from ._db import Database
@@ -28,7 +30,7 @@ ELLIPSIS = "…"
 RUNNING = "running"
 FINAL_STATUSES = frozenset({"success", "stopped", "timeout", "error", "interrupted"})
 STATUSES = FINAL_STATUSES | {RUNNING}
-INTERRUPTED_ERROR = "process restarted while the run was in progress"
+INTERRUPTED_ERROR = "the process running it ended before the run finished"
 USAGE_KEYS = ("prompt_tokens", "completion_tokens", "total_tokens", "cached_tokens", "iterations")
 
 _COLUMNS = (
@@ -124,9 +126,19 @@ class RunLog:
         outcome = prepare_finish(status, usage, reply, error)
         await self._db.run(finish_run, _check_int("run_id", run_id), *outcome, time.time())
 
-    async def mark_interrupted(self) -> int:
-        """Mark every run left ``running`` by a previous process as interrupted; return count."""
-        return await self._db.run(_mark_interrupted)
+    async def mark_interrupted(self, *, stale_after: float | None = None) -> int:
+        """Mark as interrupted the running runs whose owning process is gone; return how many.
+
+        A run started by a live process on this host (this one included) is never touched.
+        Runs started on another host cannot be checked: they are marked only when
+        ``stale_after`` is given and they started more than that many seconds ago.
+        """
+        stale_before = None
+        if stale_after is not None:
+            if isinstance(stale_after, bool) or not isinstance(stale_after, int | float):
+                raise UsageError(f"stale_after must be seconds, got {stale_after!r}")
+            stale_before = time.time() - stale_after
+        return await self._db.run(_mark_interrupted, stale_before)
 
     async def get(self, run_id: int) -> RunRecord | None:
         """One run by id, or None."""
@@ -176,12 +188,11 @@ class RunLog:
 
 def prepare_start(session: str, input: str, sender: str | None) -> tuple[str, str | None, str]:
     """Checked ``(session, sender, input)`` for a new run, the input truncated."""
-    if not isinstance(session, str) or not session:
-        raise UsageError(f"session must be a non-empty string, got {session!r}")
+    check_session(session)
     _check_str("input", input)
     if sender is not None:
-        _check_str("sender", sender)
-    return session, sender, truncate(input, MAX_INPUT_CHARS)
+        sender = clean_text(_check_str("sender", sender))
+    return session, sender, truncate(clean_text(input), MAX_INPUT_CHARS)
 
 
 def prepare_tool_call(record: ToolCallRecord) -> str:
@@ -193,10 +204,12 @@ def prepare_tool_call(record: ToolCallRecord) -> str:
     if record.error is not None:
         _check_str("tool call error", record.error)
     kept = {
-        "name": record.name,
-        "arguments": truncate(record.arguments, MAX_ARGUMENTS_CHARS),
-        "result": truncate(record.result, MAX_RESULT_CHARS),
-        "error": None if record.error is None else truncate(record.error, MAX_ERROR_CHARS),
+        "name": clean_text(record.name),
+        "arguments": truncate(clean_text(record.arguments), MAX_ARGUMENTS_CHARS),
+        "result": truncate(clean_text(record.result), MAX_RESULT_CHARS),
+        "error": None
+        if record.error is None
+        else truncate(clean_text(record.error), MAX_ERROR_CHARS),
         "duration_ms": _check_int("tool call duration_ms", record.duration_ms),
     }
     return json.dumps(kept, ensure_ascii=False)
@@ -217,9 +230,9 @@ def prepare_finish(
         if usage is not None and key in usage:
             counts[key] = _check_int(f"usage[{key!r}]", usage[key])
     if reply is not None:
-        reply = truncate(_check_str("reply", reply), MAX_REPLY_CHARS)
+        reply = truncate(clean_text(_check_str("reply", reply)), MAX_REPLY_CHARS)
     if error is not None:
-        error = truncate(_check_str("error", error), MAX_ERROR_CHARS)
+        error = truncate(clean_text(_check_str("error", error)), MAX_ERROR_CHARS)
     return status, counts, reply, error
 
 
@@ -260,19 +273,34 @@ def insert_run(
     text: str,
     now: float,
     max_entries: int,
+    run_id: int | None = None,
 ) -> int:
-    """Insert a running row and evict beyond ``max_entries`` (inside the caller's transaction)."""
+    """Insert a running row owned by this process, then prune (inside the caller's transaction).
+
+    ``run_id`` re-creates a row under a known id (see ``RunJournal``); None picks a new one.
+    """
+    owner = current_owner()
     cursor = conn.execute(
-        "INSERT INTO runs (session, sender, input, status, started_at) VALUES (?, ?, ?, ?, ?)",
-        (session, sender, text, RUNNING, now),
+        "INSERT INTO runs (id, session, sender, input, status, started_at, "
+        "owner_host, owner_pid, owner_start) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+        (run_id, session, sender, text, RUNNING, now, owner.host, owner.pid, owner.start),
     )
-    run_id = cursor.lastrowid
+    prune(conn, max_entries)
+    assert cursor.lastrowid is not None  # an INSERT always sets lastrowid
+    return cursor.lastrowid
+
+
+def prune(conn: sqlite3.Connection, max_entries: int) -> None:
+    """Delete the oldest *finished* rows beyond ``max_entries``; a running row is never touched.
+
+    While more than ``max_entries`` runs are in flight the table holds all of them and shrinks
+    back once they finish.
+    """
     conn.execute(
-        "DELETE FROM runs WHERE id IN (SELECT id FROM runs ORDER BY id DESC LIMIT -1 OFFSET ?)",
-        (max_entries,),
+        "DELETE FROM runs WHERE id IN (SELECT id FROM runs WHERE status != ? ORDER BY id "
+        "LIMIT max(0, (SELECT count(*) FROM runs) - ?))",
+        (RUNNING, max_entries),
     )
-    assert run_id is not None  # an INSERT always sets lastrowid
-    return run_id
 
 
 def add_tool_call_row(conn: sqlite3.Connection, run_id: int, raw: str) -> None:
@@ -295,15 +323,21 @@ def finish_run(
     reply: str | None,
     error: str | None,
     now: float,
+    *,
+    reopen: bool = False,
 ) -> None:
-    """Set the outcome of a running row; explain why when the row is missing or finished."""
+    """Set the outcome of a running row; explain why when the row is missing or finished.
+
+    ``reopen`` also accepts a row already marked ``interrupted``: its owner, still alive,
+    knows the real outcome better than whoever marked it.
+    """
     updated = conn.execute(
         "UPDATE runs SET status = :status, finished_at = :now, "
         "duration_ms = MAX(0, CAST(ROUND((:now - started_at) * 1000) AS INTEGER)), "
         "iterations = :iterations, prompt_tokens = :prompt_tokens, "
         "completion_tokens = :completion_tokens, total_tokens = :total_tokens, "
         "cached_tokens = :cached_tokens, reply = :reply, error = :error "
-        "WHERE id = :id AND status = :running",
+        "WHERE id = :id AND status IN (:running, :interrupted)",
         {
             **counts,
             "status": status,
@@ -312,6 +346,7 @@ def finish_run(
             "error": error,
             "id": run_id,
             "running": RUNNING,
+            "interrupted": "interrupted" if reopen else RUNNING,
         },
     ).rowcount
     if updated:
@@ -322,12 +357,33 @@ def finish_run(
     raise UsageError(f"run {run_id} already finished with status {row[0]!r}")
 
 
-def _mark_interrupted(conn: sqlite3.Connection) -> int:
-    """Turn every running row into an interrupted one."""
-    return conn.execute(
-        "UPDATE runs SET status = ?, error = ? WHERE status = ?",
-        ("interrupted", INTERRUPTED_ERROR, RUNNING),
-    ).rowcount
+def _mark_interrupted(conn: sqlite3.Connection, stale_before: float | None) -> int:
+    """Mark the running rows whose owning process is gone (see ``_owner``); return how many."""
+    me = current_owner()
+    with transaction(conn):
+        rows = conn.execute(
+            "SELECT id, owner_host, owner_pid, owner_start, started_at FROM runs WHERE status = ?",
+            (RUNNING,),
+        ).fetchall()
+        alive: dict[Owner, bool] = {}
+        orphaned: list[int] = []
+        for run_id, host, pid, start, started_at in rows:
+            if host is None or pid is None:
+                orphaned.append(run_id)  # written before owners were recorded
+            elif host == me.host:
+                owner = Owner(host, pid, start)
+                if owner not in alive:
+                    alive[owner] = is_alive(owner)
+                if not alive[owner]:
+                    orphaned.append(run_id)
+            elif stale_before is not None and started_at < stale_before:
+                orphaned.append(run_id)  # another host's run, past its lease
+        for run_id in orphaned:
+            conn.execute(
+                "UPDATE runs SET status = ?, error = ? WHERE id = ? AND status = ?",
+                ("interrupted", INTERRUPTED_ERROR, run_id, RUNNING),
+            )
+    return len(orphaned)
 
 
 def _count(conn: sqlite3.Connection) -> int:
