@@ -1,32 +1,70 @@
 """The LLM client: Chat Completions through `openai.AsyncOpenAI`, with retries and one fallback.
 
-Retries cover HTTP 429, 5xx and network errors (timeouts included) with a delay of
-``base·2ⁿ`` capped at ``max_delay`` plus uniform jitter in ``[0, delay)``. Nothing is retried after
-cancellation, and nothing after a stream has passed content to ``on_delta`` (that would duplicate
-text the user already saw); a stream that breaks before any content is retried. When the main
-model still fails for any reason (a 400 included: the fallback may accept what the main model
-rejects), the fallback model gets one call with its own retries and no further fallback. A body
-that is not JSON is not retried: it is a misconfigured URL or proxy, not a transient fault.
+Requests go through the SDK's low-level ``post`` as plain JSON and responses (bodies and
+stream chunks) are parsed as plain JSON too, then validated and normalised by `_llm_wire`
+before anything else sees them: every malformed response is an `LLMError` that says what was
+wrong, every `Completion.message` is valid to store and to send back (see `_llm_wire` for the
+rules: ids, names, arguments, usage, surrogates).
+
+Retries cover HTTP 429, 5xx, network errors (timeouts included), a body without choices, an
+error the provider reports inside a 200 body or a stream, and a stream cut short (no
+``finish_reason`` and no ``[DONE]``: never a stored half reply). The delay is ``base·2ⁿ``
+capped at ``max_delay`` plus uniform jitter in ``[0, delay)``; a ``Retry-After`` header
+(seconds or HTTP date, or ``retry-after-ms``) replaces it when it is at most ``max_delay``,
+and a longer one ends the retries at once (waiting less would only be refused again). Nothing
+is retried after cancellation. A stream whose text already reached ``on_delta`` is not retried
+(that would duplicate what the user saw, `LLMStreamError`) unless the caller passed
+``on_retry``: it is told before every retry and may take the partial text back. Without
+``on_delta`` nobody saw anything, so a stream that breaks is always retried.
+
+When the main model still fails for any reason (a 400 included: the fallback may accept what
+the main model rejects), the fallback model gets its call with its own retries and no further
+fallback. `LLMClient.for_run` gives a view for one run: once the fallback has answered there,
+later calls of that run ask the fallback first. A body that is not JSON is not retried: it is a
+misconfigured URL or proxy, not a transient fault.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import copy
+import email.utils
 import importlib
 import json
+import logging
+import math
 import random
+import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
+from datetime import UTC
 from typing import TYPE_CHECKING, Any
 
 from ..errors import LLMError, LLMStreamError
+from . import _llm_wire as wire
+from ._llm_wire import INVALID_TOOL_NAME, Completion, clean_text, safe_arguments
 from .messages import Message
 
 if TYPE_CHECKING:  # pragma: no cover
     from openai import AsyncOpenAI
 
     from ..config import Config
+
+__all__ = [
+    "INVALID_TOOL_NAME",
+    "Completion",
+    "DeltaHandler",
+    "LLMClient",
+    "RetryHandler",
+    "RetryNotice",
+    "RetryPolicy",
+    "clean_text",
+    "retry_after_seconds",
+    "safe_arguments",
+]
+
+_log = logging.getLogger(__name__)
 
 DeltaHandler = Callable[[str], Awaitable[None] | None]
 
@@ -39,16 +77,32 @@ _HINTS = {
 }
 _SERVER_HINT = "the provider failed on its side; try again later or configure a fallback model"
 _NETWORK_HINT = "check llm.base_url and the network; a slow model may need a larger llm.timeout"
+_SHAPE_HINT = (
+    "the server's answer does not follow the Chat Completions format; "
+    "try another model or server version, or configure a fallback model"
+)
 
 
-@dataclass
-class Completion:
-    """One model answer: the assistant message (plain dict), raw usage and finish reason."""
+@dataclass(frozen=True)
+class RetryNotice:
+    """What ``on_retry`` is told before the client asks again.
 
-    message: Message
-    usage: Any
+    ``discard_output``: text given to ``on_delta`` since the last notice is not part of any
+    answer; take it back (the next attempt streams from the start).
+    """
+
     model: str
-    finish_reason: str | None = None
+    """The model about to be asked (the fallback's, when switching to it)."""
+    attempt: int
+    """1-based attempt number on that model."""
+    delay: float
+    """Seconds the client waits before asking."""
+    error: str
+    """Why the previous attempt failed."""
+    discard_output: bool
+
+
+RetryHandler = Callable[[RetryNotice], Awaitable[None] | None]
 
 
 @dataclass(frozen=True)
@@ -64,6 +118,24 @@ class RetryPolicy:
         base = min(self.base_delay * (2**attempt), self.max_delay)
         # random() is in [0, 1) where uniform(0, base) may return base itself
         return base + random.random() * base
+
+
+@dataclass
+class _RunState:
+    """Shared by the calls of one run (`LLMClient.for_run`)."""
+
+    prefer_fallback: bool = False
+
+
+@dataclass
+class _CallState:
+    """One `complete` call: whether text reached ``on_delta`` since the last retry notice."""
+
+    shown: bool = False
+
+    def take_shown(self) -> bool:
+        shown, self.shown = self.shown, False
+        return shown
 
 
 class LLMClient:
@@ -97,6 +169,8 @@ class LLMClient:
         self._http_client = http_client  # injected: its owner closes it, not us
         self._client: AsyncOpenAI | None = None
         self._shared = False
+        self._owner: LLMClient | None = None  # views (for_run) use their owner's connections
+        self._run: _RunState | None = None
 
     @classmethod
     def from_config(
@@ -129,6 +203,8 @@ class LLMClient:
         return endpoint(llm, fallback)
 
     async def _openai(self) -> AsyncOpenAI:
+        if self._owner is not None:
+            return await self._owner._openai()
         if self._client is None:
             # Importing openai takes a while: do it off the loop so a kernel stays responsive.
             openai = await asyncio.to_thread(importlib.import_module, "openai")
@@ -150,6 +226,17 @@ class LLMClient:
         clone._shared = True  # the connections belong to self: aclose() on the clone is a no-op
         return clone
 
+    def for_run(self) -> LLMClient:
+        """A view of this client for one run: after the fallback answered, it is asked first.
+
+        The view shares this client's connections and fallback; ``aclose()`` on it is a no-op.
+        """
+        view = copy.copy(self)
+        view._owner = self._owner or self
+        view._shared = True
+        view._run = _RunState()
+        return view
+
     async def complete(
         self,
         messages: list[Message],
@@ -157,25 +244,42 @@ class LLMClient:
         tools: list[dict[str, Any]] | None = None,
         stream: bool = False,
         on_delta: DeltaHandler | None = None,
+        on_retry: RetryHandler | None = None,
     ) -> Completion:
-        """Ask the model once (retries per policy, then the fallback); `LLMError` on failure."""
-        try:
-            return await self._with_retries(messages, tools, stream, on_delta)
-        except LLMStreamError:
-            raise  # the user saw output: a second model would repeat it
-        except LLMError as main_error:
-            if self.fallback is None:
-                raise
+        """Ask the model once (retries per policy, then the fallback); `LLMError` on failure.
+
+        Passing ``on_retry`` says the caller can take back text given to ``on_delta``: a
+        stream that breaks after output is then retried too, and ``on_retry`` is told first.
+        """
+        clients = [self] if self.fallback is None else [self, self.fallback]
+        run = self._run
+        if run is not None and run.prefer_fallback and len(clients) == 2:
+            clients.reverse()
+        state = _CallState()
+        errors: list[LLMError] = []
+        for client in clients:
+            if errors and on_retry is not None:
+                notice = RetryNotice(client.model, 1, 0.0, str(errors[-1]), state.take_shown())
+                await _notify(on_retry, notice)
             try:
-                return await self.fallback._with_retries(messages, tools, stream, on_delta)
+                completion = await client._with_retries(
+                    messages, tools, stream, on_delta, on_retry, state
+                )
             except LLMStreamError:
-                raise
-            except LLMError as fb_error:
-                raise LLMError(
-                    f"{main_error}; the fallback model failed too: {fb_error}",
-                    status_code=fb_error.status_code,
-                    model=self.fallback.model,
-                ) from fb_error
+                raise  # the user saw output: a second model would repeat it
+            except LLMError as exc:
+                errors.append(exc)
+                continue
+            if run is not None:
+                run.prefer_fallback = client is not self
+            return completion
+        if len(errors) == 1:
+            raise errors[0]
+        first, last = errors
+        other = "the fallback model" if clients[1] is self.fallback else "the main model"
+        raise LLMError(
+            f"{first}; {other} failed too: {last}", status_code=last.status_code, model=last.model
+        ) from last
 
     async def _with_retries(
         self,
@@ -183,23 +287,41 @@ class LLMClient:
         tools: list[dict[str, Any]] | None,
         stream: bool,
         on_delta: DeltaHandler | None,
+        on_retry: RetryHandler | None,
+        state: _CallState,
     ) -> Completion:
         client = await self._openai()
         params = self._params(messages, tools)
+        turn = len(messages)  # the index the answer will have: generated call ids use it
         attempts = self.retry.max_attempts
         for attempt in range(attempts):
             try:
                 if stream:
-                    return await self._stream(client, params, on_delta)
-                return await self._once(client, params)
-            except LLMStreamError:
-                raise
+                    completion = await self._stream(client, params, on_delta, state, turn)
+                else:
+                    completion = await self._once(client, params, turn)
             except _HandlerFailed as failed:
                 raise failed.error from None  # the caller's on_delta bug, not a model failure
             except Exception as exc:  # CancelledError is a BaseException: never caught here
-                if not _retryable(exc) or attempt == attempts - 1:
+                if state.shown and on_retry is None:
+                    raise LLMStreamError(
+                        f"the stream from {self.model} broke after output had started "
+                        f"({_describe(exc)}); not retried to avoid duplicated output",
+                        model=self.model,
+                    ) from exc
+                delay = self._backoff(exc, attempt) if attempt < attempts - 1 else None
+                if delay is None:
                     raise self._error(exc, attempt + 1) from exc
-                await asyncio.sleep(self.retry.delay(attempt))
+                if on_retry is not None:
+                    notice = RetryNotice(
+                        self.model, attempt + 2, delay, _describe(exc), state.take_shown()
+                    )
+                    await _notify(on_retry, notice)
+                await asyncio.sleep(delay)
+                continue
+            if completion.notes:
+                _log.info("%s: repaired the answer: %s", self.model, "; ".join(completion.notes))
+            return completion
         raise AssertionError("unreachable")  # pragma: no cover
 
     def _params(
@@ -216,123 +338,123 @@ class LLMClient:
             params.update(self.extra_body)
         return params
 
-    async def _once(self, client: AsyncOpenAI, params: dict[str, Any]) -> Completion:
+    async def _post(self, client: AsyncOpenAI, body: dict[str, Any], stream: bool) -> Any:
         # The body goes to the SDK's low-level `post` as plain JSON: the typed `create()` walks
         # every message and tool definition through its TypedDict transform on each call (about
         # 40 % of the client's CPU in bench/engine_overhead.py), and ours are plain JSON already.
-        # Responses are still parsed into the SDK's typed models.
-        chat = importlib.import_module("openai.types.chat")
-        response = await client.post("/chat/completions", cast_to=chat.ChatCompletion, body=params)
-        if not getattr(response, "choices", None):
-            raise LLMError(
-                f"no choices returned by {self.model} at {self.base_url}", model=self.model
+        # The response comes back as the raw httpx response: we parse it ourselves.
+        response_type = importlib.import_module("httpx2").Response
+        try:
+            return await client.post(
+                "/chat/completions", cast_to=response_type, body=body, stream=stream
             )
-        choice = response.choices[0]
-        msg = choice.message
-        message: Message = {"role": "assistant", "content": msg.content}
-        if msg.tool_calls:
-            message["tool_calls"] = [
-                {
-                    "id": call.id,
-                    "type": "function",
-                    "function": {"name": call.function.name, "arguments": call.function.arguments},
-                }
-                for call in msg.tool_calls
-            ]
-        reasoning = (msg.model_extra or {}).get("reasoning_content")
-        if reasoning:
-            message["reasoning_content"] = reasoning
-        return Completion(message, response.usage, response.model, choice.finish_reason)
+        except UnicodeEncodeError:
+            # A lone surrogate somewhere in the conversation (a tool result, pasted text) makes
+            # the body unencodable: send it with U+FFFD in its place rather than fail the run.
+            return await client.post(
+                "/chat/completions",
+                cast_to=response_type,
+                body=wire.clean_json(body),
+                stream=stream,
+            )
+
+    async def _once(self, client: AsyncOpenAI, params: dict[str, Any], turn: int) -> Completion:
+        response = await self._post(client, params, False)
+        return wire.from_body(wire.loads(response.content), self.model, turn)
 
     async def _stream(
-        self, client: AsyncOpenAI, params: dict[str, Any], on_delta: DeltaHandler | None
+        self,
+        client: AsyncOpenAI,
+        params: dict[str, Any],
+        on_delta: DeltaHandler | None,
+        state: _CallState,
+        turn: int,
     ) -> Completion:
-        openai = importlib.import_module("openai")
-        chat = importlib.import_module("openai.types.chat")
-        stream = await client.post(
-            "/chat/completions",
-            cast_to=chat.ChatCompletion,
-            body={**params, "stream": True, "stream_options": {"include_usage": True}},
-            stream=True,
-            stream_cls=openai.AsyncStream[chat.ChatCompletionChunk],
-        )
-        content: list[str] = []
-        reasoning: list[str] = []
-        calls: dict[int, dict[str, Any]] = {}
-        usage: Any = None
-        finish: str | None = None
-        model = self.model
-        started = False
+        body = {**params, "stream": True, "stream_options": {"include_usage": True}}
+        response = await self._post(client, body, True)
         try:
-            async with stream:
-                async for chunk in stream:
-                    started = True  # a chunk arrived; output starts with the first content
-                    model = chunk.model or model
-                    if chunk.usage is not None:
-                        usage = chunk.usage
-                    if not chunk.choices:
-                        continue
-                    choice = chunk.choices[0]
-                    finish = choice.finish_reason or finish
-                    delta = choice.delta
-                    piece = (delta.model_extra or {}).get("reasoning_content")
-                    if piece:
-                        reasoning.append(piece)
-                    if delta.content:
-                        content.append(delta.content)
-                        if on_delta is not None:
-                            try:
-                                result = on_delta(delta.content)
-                                if result is not None:
-                                    await result
-                            except Exception as exc:
-                                raise _HandlerFailed(exc) from exc
-                    for tc in delta.tool_calls or ():
-                        slot = calls.setdefault(
-                            tc.index,
-                            {
-                                "id": "",
-                                "type": "function",
-                                "function": {"name": "", "arguments": ""},
-                            },
-                        )
-                        if tc.id:
-                            slot["id"] = tc.id
-                        if tc.function is not None:
-                            slot["function"]["name"] += tc.function.name or ""
-                            slot["function"]["arguments"] += tc.function.arguments or ""
-        except _HandlerFailed:
-            raise
-        except Exception as exc:
-            if content:
-                raise LLMStreamError(
-                    f"the stream from {self.model} broke after output had started "
-                    f"({type(exc).__name__}: {exc}); not retried to avoid duplicated output",
-                    model=self.model,
-                ) from exc
-            raise
-        if not started:
-            raise LLMError(
-                f"no choices returned by {self.model} at {self.base_url} (empty stream)",
-                model=self.model,
-            )
-        if finish is None and not content and not calls:
-            # A real cut raises above (chunked framing); a clean end with nothing in it is not
-            # an answer, and nothing reached the user yet, so a retry is safe.
-            raise _BrokenStream("the stream ended before the model produced any output")
-        # Some local servers omit finish_reason on a complete stream: accept what arrived.
-        message: Message = {"role": "assistant", "content": "".join(content) or None}
-        if calls:
-            message["tool_calls"] = [calls[i] for i in sorted(calls)]
-        if reasoning:
-            message["reasoning_content"] = "".join(reasoning)
-        return Completion(message, usage, model, finish)
+            content_type = response.headers.get("content-type", "")
+            if "json" in content_type and "event-stream" not in content_type:
+                # The server ignored stream=true and sent one body: take it as the answer.
+                raw = await self._read(response, response.aread())
+                completion = wire.from_body(wire.loads(raw), self.model, turn)
+                text = completion.message.get("content")
+                if text and on_delta is not None:
+                    await _deliver(on_delta, text, state)
+                return completion
+            return await self._read(response, self._events(response, on_delta, state, turn))
+        finally:
+            await response.aclose()
+
+    async def _events(
+        self, response: Any, on_delta: DeltaHandler | None, state: _CallState, turn: int
+    ) -> Completion:
+        acc = wire.StreamState()
+        done = False
+        chunks = response.aiter_bytes()
+        events = wire.sse_data(chunks)
+        try:
+            async for payload in events:
+                if payload == wire.DONE:
+                    done = True
+                    break
+                try:
+                    chunk = wire.loads(payload)
+                except ValueError as exc:
+                    if not acc.chunks:
+                        raise  # the first event is garbage: a wrong URL, not a glitch
+                    raise wire.Malformed(
+                        f"a stream event is not valid JSON ({exc})", retryable=True
+                    ) from exc
+                piece = acc.feed(chunk)
+                if piece is not None and on_delta is not None:
+                    await _deliver(on_delta, piece, state)
+        finally:
+            await events.aclose()
+        if done:
+            # Read what follows [DONE] (normally only the end of the body) so the connection
+            # can be reused, but never wait for a server that keeps it open.
+            with contextlib.suppress(Exception):
+                async with asyncio.timeout(0.1):
+                    async for _ in chunks:
+                        pass
+        return acc.finish_completion(done=done, default_model=self.model, turn=turn)
+
+    @staticmethod
+    async def _read(response: Any, work: Awaitable[Any]) -> Any:
+        """Await reading the body; httpx errors become the SDK's, as for the request itself."""
+        httpx2 = importlib.import_module("httpx2")
+        openai = importlib.import_module("openai")
+        try:
+            return await work
+        except httpx2.TimeoutException as exc:
+            raise openai.APITimeoutError(request=response.request) from exc
+        except httpx2.RequestError as exc:
+            raise openai.APIConnectionError(
+                message=f"the connection broke while reading the answer: {exc}",
+                request=response.request,
+            ) from exc
+
+    def _backoff(self, exc: Exception, attempt: int) -> float | None:
+        """Seconds to wait before retrying after ``exc``, or None: do not retry."""
+        if not _retryable(exc):
+            return None
+        wait = _retry_after(exc)  # the provider's word beats our backoff, within max_delay
+        if wait is None:
+            return self.retry.delay(attempt)
+        return wait if wait <= self.retry.max_delay else None
 
     def _error(self, exc: Exception, attempts: int) -> LLMError:
         if isinstance(exc, LLMError):
             return exc
         status = getattr(exc, "status_code", None)
         detail = _describe(exc)
+        wait = _retry_after(exc)
+        if wait is not None and wait > self.retry.max_delay and _retryable(exc):
+            detail += (
+                f"; the provider asked to wait {wait:g} s (Retry-After), more than "
+                f"retry.max_delay ({self.retry.max_delay:g} s), so it was not retried"
+            )
         tries = f"after {attempts} attempt{'s' if attempts != 1 else ''}"
         hint = _hint(exc, status)
         return LLMError(
@@ -354,10 +476,6 @@ class LLMClient:
             await self.fallback.aclose()
 
 
-class _BrokenStream(Exception):
-    """A stream that broke before any output reached the user: safe to retry."""
-
-
 class _HandlerFailed(Exception):
     """Carries an exception raised by the caller's ``on_delta`` past the retry logic."""
 
@@ -366,8 +484,59 @@ class _HandlerFailed(Exception):
         self.error = error
 
 
+async def _deliver(on_delta: DeltaHandler, piece: str, state: _CallState) -> None:
+    state.shown = True
+    try:
+        result = on_delta(piece)
+        if result is not None:
+            await result
+    except Exception as exc:
+        raise _HandlerFailed(exc) from exc
+
+
+async def _notify(on_retry: RetryHandler, notice: RetryNotice) -> None:
+    result = on_retry(notice)
+    if result is not None:
+        await result
+
+
+def retry_after_seconds(value: str | None, now: float | None = None) -> float | None:
+    """Seconds a ``Retry-After`` value asks for (delta-seconds or HTTP date); None if unusable."""
+    if not value or not value.strip():
+        return None
+    try:
+        seconds = float(value.strip())
+    except ValueError:
+        try:
+            when = email.utils.parsedate_to_datetime(value.strip())
+        except (TypeError, ValueError, IndexError):
+            return None
+        if when.tzinfo is None:
+            when = when.replace(tzinfo=UTC)
+        seconds = when.timestamp() - (time.time() if now is None else now)
+    if not math.isfinite(seconds):
+        return None
+    return max(0.0, seconds)
+
+
+def _retry_after(exc: Exception) -> float | None:
+    response = getattr(exc, "response", None)
+    headers = getattr(response, "headers", None)
+    if headers is None:
+        return None
+    millis = headers.get("retry-after-ms")
+    if millis:
+        with contextlib.suppress(ValueError):
+            value = float(millis) / 1000
+            if math.isfinite(value):
+                return max(0.0, value)
+    return retry_after_seconds(headers.get("retry-after"))
+
+
 def _retryable(exc: Exception) -> bool:
-    if isinstance(exc, _BrokenStream):
+    if isinstance(exc, wire.Malformed):
+        return exc.retryable
+    if isinstance(exc, wire.ProviderError):
         return True
     openai = importlib.import_module("openai")
     if isinstance(exc, openai.APIStatusError):
@@ -380,6 +549,10 @@ def _hint(exc: Exception, status: int | None) -> str | None:
         return _HINTS.get(status) or (_SERVER_HINT if status >= 500 else None)
     if isinstance(exc, json.JSONDecodeError):
         return "check llm.base_url: it should be an OpenAI-compatible API, usually ending in /v1"
+    if isinstance(exc, wire.Malformed):
+        return _SERVER_HINT if exc.retryable else _SHAPE_HINT
+    if isinstance(exc, wire.ProviderError):
+        return _SERVER_HINT
     if _retryable(exc):
         return _NETWORK_HINT
     return None
@@ -387,8 +560,12 @@ def _hint(exc: Exception, status: int | None) -> str | None:
 
 def _describe(exc: Exception) -> str:
     if isinstance(exc, json.JSONDecodeError):
-        # openai lets a non-JSON body surface as a bare JSONDecodeError
+        # a non-JSON body (a login page, a proxy error) surfaces as a bare JSONDecodeError
         return f"the endpoint returned a body that is not Chat Completions JSON ({exc})"
+    if isinstance(exc, wire.Malformed):
+        return f"malformed response: {exc}"
+    if isinstance(exc, wire.ProviderError):
+        return f"the provider reported an error: {exc}"
     status = getattr(exc, "status_code", None)
     body = getattr(exc, "body", None)
     message = None
