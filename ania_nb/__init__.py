@@ -11,7 +11,7 @@
 Importing the package is cheap: openai, mcp and lancedb load only when first needed.
 """
 
-from .agent import Agent, AgentHooks
+from .agent import Agent
 from .config import Config
 from .engine.callbacks import ApprovalRequest, Callbacks, RunEvent
 from .engine.loop import ToolCallResult
@@ -19,17 +19,23 @@ from .engine.usage import Usage
 from .errors import (
     AniaError,
     ConfigError,
+    FrontmatterError,
     LLMError,
     LLMStreamError,
+    MCPServerError,
+    MissingExtraError,
+    ResourceError,
     RunError,
     SessionBusyError,
+    SkillError,
+    SkillInstallError,
     StoreError,
     ToolDefinitionError,
-    ToolDenied,
     ToolError,
     ToolSignal,
     UsageError,
 )
+from .governance.hooks import HookResult
 from .result import RunResult
 from .tools import BaseTool, Tool, ToolContext, tool
 
@@ -38,6 +44,9 @@ __version__ = "0.1.0"
 
 def load_ipython_extension(ipython: object) -> None:
     """``%load_ext ania_nb``: register the %%agent, %agent and %ania magics."""
+    from ._extras import require_extra
+
+    require_extra("notebook", "%load_ext ania_nb")  # before IPython-only imports fail obscurely
     from .notebook import load_ipython_extension as load
 
     load(ipython)
@@ -52,25 +61,30 @@ def unload_ipython_extension(ipython: object) -> None:
 
 __all__ = [
     "Agent",
-    "AgentHooks",
     "AniaError",
     "ApprovalRequest",
     "BaseTool",
     "Callbacks",
     "Config",
     "ConfigError",
+    "FrontmatterError",
+    "HookResult",
     "LLMError",
     "LLMStreamError",
+    "MCPServerError",
+    "MissingExtraError",
+    "ResourceError",
     "RunError",
     "RunEvent",
     "RunResult",
     "SessionBusyError",
+    "SkillError",
+    "SkillInstallError",
     "StoreError",
     "Tool",
     "ToolCallResult",
     "ToolContext",
     "ToolDefinitionError",
-    "ToolDenied",
     "ToolError",
     "ToolSignal",
     "Usage",

@@ -8,47 +8,42 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ._runtime import Runtime
-from ._turn import Turn
-
-if TYPE_CHECKING:  # pragma: no cover
-    from .mcp import MCPRegistry
-    from .skills import SkillManager
-from ._session import Pending, Session
-from ._setup import resolve_config
 from .config import Config
-from .engine.callbacks import NO_CALLBACKS, ApprovalRequest, Callbacks, RunEvent
-from .engine.context import PreCompactHook
-from .engine.loop import Gate
+from .engine.callbacks import NO_CALLBACKS, ApprovalRequest, Callbacks
+from .engine.context import BeforeCompact
+from .engine.loop import Gate, GateDecision, ToolCall
 from .engine.messages import Message
 from .errors import SessionBusyError, UsageError
 from .governance import ApprovalManager, Governance, PythonHook
 from .governance.commands import parse_slash
+from .orchestration import (
+    Conversation,
+    Pending,
+    RunLimits,
+    RunServices,
+    RunSpec,
+    Runtime,
+    Session,
+    SessionTable,
+    answer_batch,
+    resolve_config,
+)
 from .prompts import DEFAULT_SYSTEM_PROMPT
 from .result import RunResult
 from .store import RunRecord
 from .tools import SessionToolExecutor, Tool, ToolExecutor
 from .tools.builtin import HttpSource, default_tools, gated_tools, image_viewer
 
+if TYPE_CHECKING:  # pragma: no cover
+    from .mcp import MCPRegistry
+    from .skills import SkillManager
+
 log = logging.getLogger(__name__)
-
-
-@dataclass
-class AgentHooks:
-    """Engine hook points that governance fills (plan mode, hooks, approvals).
-
-    ``tool_gate(call, ctx)`` runs inside each tool call's own task before the tool; returning a
-    text blocks the call and that text becomes its result. ``pre_compact(history)`` is told before
-    a history is compacted.
-    """
-
-    tool_gate: Gate | None = None
-    pre_compact: PreCompactHook | None = None
 
 
 class Agent:
@@ -78,7 +73,9 @@ class Agent:
             timeout=self.config.approval.timeout, admins=self.config.admin.ids
         )
         self.governance = Governance(self.config, self.tools, self.approvals, stop=self.stop)
-        self.hooks = AgentHooks(self.governance.gate, self.governance.pre_compact)
+        # Where governance plugs into every run; replaceable (e.g. by tests or embedders).
+        self.tool_gate: Gate | None = self.governance.gate
+        self.before_compact: BeforeCompact | None = self.governance.pre_compact
         self._session_tools: list[Callable[[str], Iterable[Tool]]] = [self.governance.session_tools]
         self._web = HttpSource(web_client)
         self._viewer = image_viewer(self.config)
@@ -90,9 +87,16 @@ class Agent:
         for t in tools:
             self.tools.add(t, replace=True)  # your tools win over built-ins of the same name
         self._http_client = http_client
-        self._sessions: dict[str, Session] = {}
+        self.sessions = SessionTable(
+            self._new_session,
+            max_sessions=self.config.agent.max_sessions,
+            idle_seconds=self.config.agent.session_idle_seconds,
+            in_use=lambda name: bool(self.approvals.pending(name)),
+        )
         self._rt: Runtime | None = None
-        self._open_lock = asyncio.Lock()
+        self._services: RunServices | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._open_lock: asyncio.Lock | None = None
         self._closed = False
 
     # ----------------------------------------------------------------- set-up
@@ -147,39 +151,78 @@ class Agent:
     async def _ensure_open(self) -> Runtime:
         if self._closed:
             raise UsageError("this Agent was closed; create a new one")
+        self._check_loop()
         if self._rt is None:
+            if self._open_lock is None:
+                self._open_lock = asyncio.Lock()
             async with self._open_lock:
                 if self._rt is None:
-                    self._rt = await Runtime.open(
+                    rt = await Runtime.open(
                         self.config,
                         self.tools,
                         http_client=self._http_client,
-                        pre_compact=self._pre_compact,
+                        before_compact=self._before_compact,
                     )
-                    self.governance.attach(self._rt.store)
+                    self.governance.attach(rt.store)
+                    self._services = self._run_services(rt)
+                    self._rt = rt
         return self._rt
+
+    def _check_loop(self) -> None:
+        """An Agent lives on the event loop it was first used on (its tasks and locks do)."""
+        loop = asyncio.get_running_loop()
+        if self._loop is None:
+            self._loop = loop
+        elif loop is not self._loop:
+            raise UsageError(
+                "this Agent is bound to the event loop it was first used on and cannot be used "
+                "from another one (e.g. a second asyncio.run()); create one Agent per event loop"
+            )
+
+    def _run_services(self, rt: Runtime) -> RunServices:
+        agent = self.config.agent
+        return RunServices(
+            llm=rt.llm,
+            window=rt.window,
+            limits=RunLimits(
+                agent.max_iterations, agent.max_tool_result_chars, self.config.llm.stream
+            ),
+            gate=self._gate,
+            after_tool=self.governance.after_tool,
+            after_run=self._after_run,
+        )
 
     async def start(self) -> Agent:
         """Open the store, load skills and connect MCP servers now (else on the first chat)."""
         await self._ensure_open()
         return self
 
-    async def _pre_compact(self, history: list[Message]) -> None:
-        if self.hooks.pre_compact is not None:
-            await self.hooks.pre_compact(history)
+    async def _gate(self, call: ToolCall, ctx: Any) -> GateDecision | None:
+        return await self.tool_gate(call, ctx) if self.tool_gate is not None else None
+
+    async def _before_compact(self, history: list[Message]) -> None:
+        if self.before_compact is not None:
+            await self.before_compact(history)
+
+    async def _after_run(self, spec: RunSpec, result: RunResult) -> None:
+        await self.governance.after_run(spec.kind, spec.session, result)
+
+    def _new_session(self, name: str) -> Session:
+        state = Session(name, SessionToolExecutor(self.tools))
+        for factory in self._session_tools:
+            for t in factory(name):
+                state.executor.add(t, replace=True)
+        return state
 
     def session(self, name: str) -> Session:
-        """The state of a session, created on first use."""
+        """The state of a session, created on first use.
+
+        Idle sessions are evicted from memory (``agent.max_sessions``,
+        ``agent.session_idle_seconds``); their history stays in the store.
+        """
         if not name or not isinstance(name, str):
             raise UsageError(f"session must be a non-empty string, got {name!r}")
-        found = self._sessions.get(name)
-        if found is None:
-            found = Session(name, SessionToolExecutor(self.tools))
-            for factory in self._session_tools:
-                for t in factory(name):
-                    found.executor.add(t, replace=True)
-            self._sessions[name] = found
-        return found
+        return self.sessions.open(name)
 
     # ------------------------------------------------------------------ chat
 
@@ -197,7 +240,8 @@ class Agent:
 
         While the session is busy the message waits in its queue (up to ``agent.queue_size``;
         beyond that `SessionBusyError`) and is answered together with the other waiting ones.
-        Cancelling this call stops the session's run, like `stop`. A message starting with a
+        Cancelling this call withdraws only this message: queued, it is dropped; being
+        answered, the run stops unless other callers' messages share it. A message starting with a
         command (``/stop``, ``/plan on``, ``/help``, a custom ``/name``) is routed first;
         ``sender`` identifies the user (admin rights; None is the trusted local user).
         """
@@ -211,9 +255,13 @@ class Agent:
             if routed.prompt is None:
                 return RunResult(routed.reply or "", "success", session)
             text = routed.prompt
-        loop = asyncio.get_running_loop()
         pending = Pending(
-            text, sender, tuple(images), callbacks or NO_CALLBACKS, loop.create_future(), model
+            text,
+            sender,
+            tuple(images),
+            callbacks or NO_CALLBACKS,
+            asyncio.get_running_loop().create_future(),
+            model,
         )
         if state.busy:
             if len(state.queue) >= self.config.agent.queue_size:
@@ -229,12 +277,26 @@ class Agent:
         try:
             return await asyncio.shield(pending.future)
         except asyncio.CancelledError:
-            self.stop(session)
+            self._withdraw(state, pending)
             raise
+
+    def _withdraw(self, state: Session, pending: Pending) -> None:
+        """A caller gave up (cancelled): stop only its own message.
+
+        Queued, it leaves the queue; answered by the running batch, the run is stopped only if
+        nobody else still waits for it.
+        """
+        _resolve(pending, RunResult("", "stopped", state.name, error="the caller cancelled"))
+        if pending in state.queue:
+            state.queue.remove(pending)
+        elif pending in state.batch and all(p.future.done() for p in state.batch):
+            self.approvals.cancel(state.name)
+            if state.current is not None and not state.current.done():
+                state.current.cancel()
 
     def stop(self, session: str = "nb:default") -> bool:
         """Cancel the session's running request and drop its queue; False if nothing ran."""
-        state = self._sessions.get(session)
+        state = self.sessions.get(session)
         if state is None or not state.busy:
             return False
         self.approvals.cancel(session)
@@ -267,22 +329,34 @@ class Agent:
         """Handle the session's queue until it is empty (one run per batch)."""
         while state.queue:
             batch, state.queue = state.queue, []
-            run = asyncio.create_task(self._turn(state, batch), name=f"ania-run-{state.name}")
+            state.batch = batch
+            run = asyncio.create_task(self._answer(state, batch), name=f"ania-run-{state.name}")
             state.current = run
             await asyncio.wait([run])
-            state.current = None
+            state.current, state.batch = None, []
+            state.last_used = time.monotonic()
             if run.cancelled():
                 result = RunResult("", "stopped", state.name, error="stopped by the user")
-            elif run.exception() is not None:
-                exc = run.exception()
+            elif (exc := run.exception()) is not None:
+                log.error("a run of %s failed outside the run path", state.name, exc_info=exc)
                 result = RunResult("", "error", state.name, error=f"{type(exc).__name__}: {exc}")
             else:
                 result = run.result()
             for pending in batch:
                 _resolve(pending, result)
 
-    async def _turn(self, state: Session, batch: list[Pending]) -> RunResult:
-        return await Turn(self, await self._ensure_open(), state, batch).run()
+    async def _answer(self, state: Session, batch: list[Pending]) -> RunResult:
+        rt = await self._ensure_open()
+        assert self._services is not None
+        return await answer_batch(
+            state,
+            batch,
+            governance=self.governance,
+            services=self._services,
+            store=rt.store,
+            system_prompt=self.system_prompt,
+            run_timeout=self.config.agent.run_timeout,
+        )
 
     async def history(self, session: str = "nb:default") -> list[Message]:
         """The stored conversation of a session (images as ``[image <hash8>]`` markers)."""
@@ -293,10 +367,9 @@ class Agent:
         """Forget a session's conversation; returns the number of messages removed."""
         store = (await self._ensure_open()).store
         removed = await store.history.clear(session)
-        state = self._sessions.get(session)
+        state = self.sessions.get(session)
         if state is not None:
-            state.history = None
-            state.last_prompt_tokens = 0
+            state.conversation = Conversation()
         return removed
 
     async def runs(
@@ -321,9 +394,9 @@ class Agent:
         if self._closed:
             return
         self._closed = True
-        workers = [s.worker for s in self._sessions.values() if s.worker is not None]
-        for name in list(self._sessions):
-            self.stop(name)
+        workers = [s.worker for s in self.sessions if s.worker is not None]
+        for state in self.sessions:
+            self.stop(state.name)
         if workers:
             await asyncio.gather(*workers, return_exceptions=True)
         if self._rt is not None:
@@ -345,7 +418,3 @@ class Agent:
 def _resolve(pending: Pending, result: RunResult) -> None:
     if not pending.future.done():
         pending.future.set_result(result)
-
-
-async def _emit(callbacks: Callbacks, kind: str, session: str, **data: Any) -> None:
-    await callbacks.emit(RunEvent(kind, session, data))

@@ -240,7 +240,8 @@ async def test_denied_command_does_not_run(bash_agent, run_tool, tmp_path):
     call = await run_tool(
         agent, "bash", {"command": f"touch {marker}"}, callbacks=approver.callbacks
     )
-    assert call.error == "bash: command not approved: denied by alice"
+    assert call.error == "Tool call not approved: denied by alice"
+    assert (call.outcome, call.stage) == ("denied", "human")
     assert not marker.exists()
     assert len(approver.requests) == 1
 
@@ -260,7 +261,7 @@ async def test_answer_words_through_the_agent(bash_agent, run_tool, tmp_path, wo
     if runs:
         assert call.result == "made"
     else:
-        assert call.error == "bash: command not approved: denied"
+        assert call.error == "Tool call not approved: denied"
 
 
 async def test_approval_enabled_without_a_request_callback_refuses(bash_agent, run_tool, tmp_path):
@@ -268,7 +269,7 @@ async def test_approval_enabled_without_a_request_callback_refuses(bash_agent, r
     agent = bash_agent(**{"approval.enable": True})
     call = await run_tool(agent, "bash", {"command": f"touch {marker}"})
     assert call.error == (
-        "bash: command not approved: nobody can approve tool calls in this conversation"
+        "Tool call not approved: nobody can approve tool calls in this conversation"
     )
     assert not marker.exists()
 
@@ -281,7 +282,8 @@ async def test_unanswered_approval_times_out_as_denied(bash_agent, run_tool, tmp
     call = await run_tool(
         agent, "bash", {"command": f"touch {marker}"}, callbacks=approver.callbacks
     )
-    assert call.error == "bash: command not approved: no answer within 0.3 s, denied automatically"
+    assert call.error == "Tool call not approved: no answer within 0.3 s, denied automatically"
+    assert (call.outcome, call.stage) == ("timeout", "human")
     assert not marker.exists()
     assert agent.approvals.pending() == []
 

@@ -30,7 +30,7 @@ async def test_history_over_the_budget_is_summarised_into_one_user_message(llm, 
     async def pre_compact(history):
         seen_by_hook.append(len(history))
 
-    agent.hooks.pre_compact = pre_compact
+    agent.before_compact = pre_compact
     await agent.chat("capital of France?")
     result = await agent.chat("remind me?")
 

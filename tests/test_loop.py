@@ -7,7 +7,7 @@ import json
 import threading
 
 from ania_nb import Callbacks, RunEvent, tool
-from ania_nb.engine.loop import LOADED_IMAGES_TEXT
+from ania_nb.engine.loop import LOADED_IMAGES_TEXT, GateDecision
 from ania_nb.engine.messages import LIMIT_MESSAGE, image_marker
 from ania_nb.testing import reply, tool_call, usage
 
@@ -203,7 +203,7 @@ async def test_gate_blocks_a_call_without_delaying_its_sibling(llm, make_agent):
         if call.name == "risky":
             await release.wait()  # a human thinking it over
             order.append("risky verdict")
-            return "blocked: the user denied this call"
+            return GateDecision("blocked: the user denied this call", "denied", "human")
         return None
 
     @tool
@@ -221,11 +221,13 @@ async def test_gate_blocks_a_call_without_delaying_its_sibling(llm, make_agent):
 
     llm.script(reply(tool_calls=[tool_call("risky"), tool_call("quick")]), reply("ok"))
     agent = make_agent(tools=[risky, quick])
-    agent.hooks.tool_gate = gate
+    agent.tool_gate = gate
     result = await agent.chat("do both")
     assert order == ["quick ran", "risky verdict"]
     risky_call, quick_call = result.tool_calls
     assert risky_call.blocked and risky_call.result == "blocked: the user denied this call"
+    assert (risky_call.outcome, risky_call.stage) == ("denied", "human")
+    assert (quick_call.outcome, quick_call.stage) == ("ok", None)
     assert quick_call.result == "quick result" and not quick_call.blocked
     tool_msgs = [m["content"] for m in llm.requests[1].messages if m["role"] == "tool"]
     assert tool_msgs == ["blocked: the user denied this call", "quick result"]

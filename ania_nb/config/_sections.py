@@ -76,6 +76,15 @@ class AgentSettings(Section):
         ge=1000,
         description="Longer tool results are cut before the model sees them (protects context).",
     )
+    max_sessions: int = Field(
+        1000,
+        ge=1,
+        description="Sessions kept in memory; the least recently used idle ones are evicted "
+        "(their history stays in the store).",
+    )
+    session_idle_seconds: float = Field(
+        3600.0, gt=0, description="An idle session is evicted from memory after this long."
+    )
 
 
 class StoreSettings(Section):

@@ -49,6 +49,7 @@ class Verdict:
     allowed: bool
     reason: str = ""
     approver: str | None = None
+    outcome: str = ""  # allowed, denied, timeout, stopped or error ("" when not asked)
 
 
 @dataclass(frozen=True)
@@ -56,7 +57,9 @@ class RunEvent:
     """A progress event for live front ends (run widget, logs).
 
     kinds: ``run_start``, ``text_delta`` (data: text), ``assistant_text`` (data: text),
-    ``tool_start`` / ``tool_end`` (data: call id, name, arguments, result, error, duration),
+    ``tool_start`` / ``tool_end`` (data: call id, name, arguments, result, error, duration; on
+    ``tool_end`` also ``outcome`` — ok, error, denied, blocked, timeout, stopped — and ``stage``,
+    the gate stage that stopped the call: plan, hook, admin, human or None),
     ``usage`` (data: Usage dict), ``run_end`` (data: status).
     """
 
@@ -112,8 +115,8 @@ class Callbacks:
             return None
 
     def background(self) -> Callbacks:
-        """A copy that drops intermediate text (for clock runs and subagents)."""
-        return replace(self, send_text=None)
+        """A copy that drops intermediate text and live events (clock runs, subagents, teams)."""
+        return replace(self, send_text=None, on_event=None)
 
     def provided(self) -> list[str]:
         """Names of the callbacks that are set, sorted."""

@@ -26,7 +26,7 @@ SUMMARISER_PROMPT = (
 )
 EMPTY_SUMMARY = "(the earlier conversation had no text content)"
 
-PreCompactHook = Callable[[list[Message]], Awaitable[None]]
+BeforeCompact = Callable[[list[Message]], Awaitable[None]]
 
 
 @dataclass(frozen=True)
@@ -48,12 +48,12 @@ class ContextWindow:
         max_context_tokens: int,
         compressor: LLMClient,
         ratio: float = 0.8,
-        pre_compact: PreCompactHook | None = None,
+        before_compact: BeforeCompact | None = None,
     ) -> None:
         self.max_context_tokens = max_context_tokens
         self.ratio = ratio
         self.compressor = compressor
-        self.pre_compact = pre_compact
+        self.before_compact = before_compact
 
     @property
     def threshold(self) -> int:
@@ -69,11 +69,11 @@ class ContextWindow:
 
     async def compact(self, history: list[Message]) -> Compaction:
         """Summarise the history into one user message, or drop the oldest half on failure."""
-        if self.pre_compact is not None:
+        if self.before_compact is not None:
             try:
-                await self.pre_compact(history)
+                await self.before_compact(history)
             except Exception:  # a notification hook must not stop compaction
-                log.exception("PreCompact hook failed")
+                log.exception("before_compact (PreCompact hooks) failed")
         usage = Usage()
         transcript = render_transcript(history)
         if not transcript:

@@ -11,11 +11,12 @@ import asyncio
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, Literal, Protocol
 
 from .callbacks import NO_CALLBACKS, Callbacks, RunEvent
 from .llm import Completion, LLMClient
 from .messages import LIMIT_MESSAGE, Message, strip_think, user_message
+from .repair import clean_text
 from .usage import Usage
 
 LOADED_IMAGES_TEXT = "These are the images you asked to load, each labelled by its marker:"
@@ -61,9 +62,30 @@ class ToolCall:
     arguments: str
 
 
+ToolOutcomeKind = Literal["ok", "error", "denied", "blocked", "timeout", "stopped"]
+"""How a call ended: ran fine, failed, or was stopped by the gate (denied by a person, blocked
+by plan mode or a hook, or an approval that timed out or was stopped)."""
+
+GateStage = Literal["plan", "hook", "admin", "human"]
+"""Which gate stage decided a call that did not run."""
+
+
+@dataclass(frozen=True)
+class GateDecision:
+    """The gate stopped a call: ``text`` becomes its result; ``outcome`` and ``stage`` say why."""
+
+    text: str
+    outcome: ToolOutcomeKind = "blocked"
+    stage: GateStage = "hook"
+
+
 @dataclass
 class ToolCallResult:
-    """What happened to one call: its result text as the model sees it, and how it went."""
+    """What happened to one call: its result text as the model sees it, and how it went.
+
+    ``outcome`` is the structured verdict front ends show (never parse ``result``); ``stage`` is
+    the gate stage that decided a call that did not run.
+    """
 
     id: str
     name: str
@@ -71,7 +93,13 @@ class ToolCallResult:
     result: str
     error: str | None = None
     duration_ms: int = 0
-    blocked: bool = False
+    outcome: ToolOutcomeKind = "ok"
+    stage: GateStage | None = None
+
+    @property
+    def blocked(self) -> bool:
+        """Whether the gate stopped the call before it ran."""
+        return self.stage is not None
 
 
 def cap_result(text: str, limit: int) -> str:
@@ -81,21 +109,8 @@ def cap_result(text: str, limit: int) -> str:
     return text[:limit] + f"\n...(tool result truncated: {len(text)} characters in total)"
 
 
-Gate = Callable[[ToolCall, Any], Awaitable[str | None]]
-"""Returns a block text (the call does not run; the text is its result) or None to proceed."""
-
-
-@dataclass
-class LoopHooks:
-    """Points where governance, logging and persistence plug into the loop; all optional."""
-
-    gate: Gate | None = None
-    after_tool: Callable[[ToolCallResult, Any], Awaitable[None]] | None = None
-    on_round: Callable[[list[Message], list[ToolCallResult]], Awaitable[None]] | None = None
-    """Told of each finished tool round: its messages (assistant, tool results, loaded images)
-    and its calls in call order — the point to persist them."""
-    take_images: Callable[[], list[str]] | None = None
-    """Images that tools of the round queued (URLs / data URIs), shown to the model next round."""
+Gate = Callable[[ToolCall, Any], Awaitable[GateDecision | None]]
+"""Returns a decision that stops the call (its text becomes the result) or None to proceed."""
 
 
 @dataclass
@@ -121,7 +136,15 @@ class ToolLoop:
     make_context: Callable[[ToolCall], Any]
     session: str = "default"
     callbacks: Callbacks = NO_CALLBACKS
-    hooks: LoopHooks = field(default_factory=LoopHooks)
+    gate: Gate | None = None
+    after_tool: Callable[[ToolCallResult, Any], Awaitable[None]] | None = None
+    on_round: Callable[[list[Message], list[ToolCallResult]], Awaitable[None]] | None = None
+    """Told of each finished tool round: its messages (assistant, tool results, loaded images)
+    and its calls in call order — the point to persist them."""
+    take_images: Callable[[], list[str]] | None = None
+    """Images that tools of the round queued (URLs / data URIs), shown to the model next round."""
+    before_call: Callable[[list[Message]], Awaitable[None]] | None = None
+    """Told before each model call with the full message list (which it may compact in place)."""
     max_iterations: int = 20
     max_result_chars: int = 20000
     stream: bool = False
@@ -145,19 +168,21 @@ class ToolLoop:
             round_messages += [
                 {"role": "tool", "tool_call_id": r.id, "content": r.result} for r in results
             ]
-            images = list(self.hooks.take_images() if self.hooks.take_images else ())
+            images = list(self.take_images() if self.take_images else ())
             images += await self.callbacks.call("take_loaded_images") or ()
             if images:
                 round_messages.append(user_message(LOADED_IMAGES_TEXT, list(images)))
             messages.extend(round_messages)
-            if self.hooks.on_round is not None:
-                await self.hooks.on_round(round_messages, results)
+            if self.on_round is not None:
+                await self.on_round(round_messages, results)
         limit = user_message(LIMIT_MESSAGE)
         messages.append(limit)
         completion = await self._call(messages, [])
         return self._finish(messages, [limit], completion.message)
 
     async def _call(self, messages: list[Message], definitions: list[dict[str, Any]]) -> Completion:
+        if self.before_call is not None:
+            await self.before_call(messages)
         on_delta = None
         if self.stream and self.callbacks.has("on_event"):
 
@@ -196,24 +221,40 @@ class ToolLoop:
             await self._emit("tool_start", id=call.id, name=call.name, arguments=call.arguments)
         started = time.perf_counter()
         try:
-            block = await self.hooks.gate(call, ctx) if self.hooks.gate is not None else None
-            if block is not None:
-                result = ToolCallResult(call.id, call.name, call.arguments, block, block, 0, True)
+            decision = await self.gate(call, ctx) if self.gate is not None else None
+            if decision is not None:
+                result = ToolCallResult(
+                    call.id,
+                    call.name,
+                    call.arguments,
+                    decision.text,
+                    decision.text,
+                    outcome=decision.outcome,
+                    stage=decision.stage,
+                )
             elif self.tools is None:
                 text = f"Error executing tool: tool '{call.name}' not found. Available tools: []"
-                result = ToolCallResult(call.id, call.name, call.arguments, text, text)
+                result = ToolCallResult(call.id, call.name, call.arguments, text, text, 0, "error")
             else:
                 out = await self.tools.execute(call.name, call.arguments, ctx)
-                text = cap_result(out.text, self.max_result_chars)
+                text = cap_result(clean_text(out.text), self.max_result_chars)
                 result = ToolCallResult(
-                    call.id, call.name, call.arguments, text, out.error, out.duration_ms
+                    call.id,
+                    call.name,
+                    call.arguments,
+                    text,
+                    out.error,
+                    out.duration_ms,
+                    "error" if out.error is not None else "ok",
                 )
         except Exception as exc:  # a broken gate must not take the round down
             text = f"Error executing tool: {type(exc).__name__}: {exc}"
             elapsed = int((time.perf_counter() - started) * 1000)
-            result = ToolCallResult(call.id, call.name, call.arguments, text, text, elapsed)
-        if self.hooks.after_tool is not None:
-            await self.hooks.after_tool(result, ctx)
+            result = ToolCallResult(
+                call.id, call.name, call.arguments, text, text, elapsed, "error"
+            )
+        if self.after_tool is not None:
+            await self.after_tool(result, ctx)
         if self.callbacks.on_event is not None:
             await self._emit(
                 "tool_end",
@@ -224,6 +265,8 @@ class ToolLoop:
                 error=result.error,
                 duration_ms=result.duration_ms,
                 blocked=result.blocked,
+                outcome=result.outcome,
+                stage=result.stage,
             )
         return result
 

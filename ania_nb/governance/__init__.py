@@ -1,7 +1,7 @@
 """Governance: hooks, the tool gate, approvals, plan mode, todos, slash commands, config tools."""
 
 from .approval import ALLOW_WORDS, DENY_WORDS, ApprovalManager, parse_verdict_word
-from .core import Governance, Turn
+from .core import Governance, PreparedPrompt
 from .hook_config import HOOK_EVENTS, ShellHook, parse_hooks
 from .hooks import HookOutcome, HookResult, HookRunner, PythonHook, payload_for
 from .plan import PLAN_BLOCKED_TOOLS, PLAN_NOTE, PlanMode
@@ -19,11 +19,11 @@ __all__ = [
     "HookResult",
     "HookRunner",
     "PlanMode",
+    "PreparedPrompt",
     "PythonHook",
     "ShellHook",
     "TodoBook",
     "TodoWriteTool",
-    "Turn",
     "parse_hooks",
     "parse_verdict_word",
     "payload_for",

@@ -22,6 +22,7 @@ import logging
 import secrets
 from collections import defaultdict
 from collections.abc import Iterable
+from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from ..engine.callbacks import ApprovalRequest, Callbacks, RunEvent, Verdict
@@ -77,7 +78,9 @@ class ApprovalManager:
         if not admin_only and tool in self._session_allowed.get(session, ()):
             return await self._auto_allow(session, tool, summary, requester, admin_only)
         if not callbacks.has("request_approval"):
-            return Verdict(False, "nobody can approve tool calls in this conversation")
+            return Verdict(
+                False, "nobody can approve tool calls in this conversation", None, "error"
+            )
         async with self._locks[session]:  # one question at a time per conversation
             # Checked again: "allow for this session" may have been clicked while we queued.
             if not admin_only and tool in self._session_allowed.get(session, ()):
@@ -105,7 +108,7 @@ class ApprovalManager:
             elif outcome in ("allowed", "denied"):
                 await self._audit(request, verdict, "允许" if verdict.allowed else "拒绝")
             await _resolved(callbacks, request, verdict, outcome)
-            return verdict
+            return replace(verdict, outcome=outcome)
 
     async def _wait(
         self, request: ApprovalRequest, future: asyncio.Future[Verdict], callbacks: Callbacks
@@ -134,7 +137,7 @@ class ApprovalManager:
         request = ApprovalRequest(
             secrets.token_hex(4), session, tool, summary, requester, admin_only
         )
-        verdict = Verdict(True, SESSION_ALLOWED)
+        verdict = Verdict(True, SESSION_ALLOWED, None, "allowed")
         await self._audit(request, verdict, "允许 (allowed for this session)")
         return verdict
 

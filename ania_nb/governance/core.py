@@ -9,7 +9,7 @@ The Agent calls it at fixed points of a run, which is where the hook events fire
   leads the prompt.
 - PreToolUse: in the tool gate. PostToolUse: after a call that actually ran.
 - Stop: after a successful run, with the reply. PreCompact: before the history is compacted.
-- SubagentStop: reserved for the subagent layer (`HookRunner.run` it when one finishes).
+- SubagentStop: after every subagent or team-member run (with its status).
 
 The prompt the model gets is, outermost first: UserPromptSubmit context, plan-mode note, todo
 reminder, SessionStart context, the user's text. Only the user's text is stored in the history.
@@ -37,6 +37,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from ..config import Config
     from ..engine.loop import ToolCallResult
     from ..engine.messages import Message
+    from ..result import RunResult
     from ..store import Store
     from ..tools import Tool, ToolContext, ToolExecutor
     from .approval import ApprovalManager
@@ -50,7 +51,7 @@ _running_session: contextvars.ContextVar[str | None] = contextvars.ContextVar(
 
 
 @dataclass(frozen=True)
-class Turn:
+class PreparedPrompt:
     """A prepared user turn: the prompt for the model, or why a hook refused it."""
 
     prompt: str
@@ -106,7 +107,7 @@ class Governance:
 
     # ------------------------------------------------------------------ events
 
-    async def before_turn(self, session: str, text: str) -> Turn:
+    async def before_turn(self, session: str, text: str) -> PreparedPrompt:
         """Fire SessionStart (once) and UserPromptSubmit; assemble the prompt."""
         _running_session.set(session)
         if session not in self._started:
@@ -118,7 +119,7 @@ class Governance:
             "UserPromptSubmit", payload_for("UserPromptSubmit", session, prompt=text)
         )
         if submitted.blocked:
-            return Turn(text, blocked=submitted.reason)
+            return PreparedPrompt(text, blocked=submitted.reason)
         parts = [
             submitted.context,
             PLAN_NOTE if self.plan.is_on(session) else "",
@@ -126,7 +127,7 @@ class Governance:
             self._session_context.pop(session, ""),
             text,
         ]
-        return Turn("\n\n".join(p for p in parts if p))
+        return PreparedPrompt("\n\n".join(p for p in parts if p))
 
     async def after_tool(self, result: ToolCallResult, ctx: ToolContext) -> None:
         """PostToolUse, for calls that ran (not for blocked ones)."""
@@ -142,10 +143,19 @@ class Governance:
         )
         await self.hooks.run("PostToolUse", payload)
 
-    async def after_run(self, session: str, reply: str) -> None:
-        """Stop, after a successful run."""
-        prompt = cut(reply, MAX_STOP_PROMPT)
-        await self.hooks.run("Stop", payload_for("Stop", session, prompt=prompt))
+    async def after_run(self, kind: str, session: str, result: RunResult) -> None:
+        """Fire Stop or SubagentStop for a finished run.
+
+        Stop follows a successful main or clock run; SubagentStop every subagent or team-member
+        run, whatever its outcome.
+        """
+        prompt = cut(result.text or result.error or "", MAX_STOP_PROMPT)
+        if kind in ("subagent", "team_member"):
+            payload = payload_for("SubagentStop", session, kind, prompt=prompt)
+            payload["status"] = result.status
+            await self.hooks.run("SubagentStop", payload)
+        elif result.ok:
+            await self.hooks.run("Stop", payload_for("Stop", session, kind, prompt=prompt))
 
     async def pre_compact(self, history: list[Message]) -> None:
         """PreCompact, before the running session's history is compacted."""

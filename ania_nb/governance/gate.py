@@ -1,16 +1,23 @@
 """The tool gate: what every tool call passes, inside its own task, before it runs.
 
 In order: plan mode → PreToolUse hooks → an admin's approval for ``config_set`` and
-``config_file_set`` (always; being the requester is not enough) → a human's approval for the
-tools in ``approval.tools`` (when ``approval.enable``). The first stage that stops a call returns
-the text that becomes the call's result; the loop goes on with the other calls. Because the gate
-runs inside each call's task, a call waiting for a human never delays its siblings.
+``config_file_set`` (always; being the requester is not enough) → a person's approval for the
+tools in ``approval.tools`` (when ``approval.enable``) and for tools that say a call needs one
+(``tool.needs_approval(arguments)``: ``bash`` outside its lists, ``python``). A call is asked
+about at most once, and when nobody stands behind the run (clock, subagent, team member:
+``ctx.admin_only_approval``) only an admin may answer, whatever the tool. The first stage that
+stops a call returns a `GateDecision` whose text becomes the call's result; the loop goes on with
+the other calls. Because the gate runs inside each call's task, a call waiting for a person never
+delays its siblings.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+import json
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
 
+from ..engine.loop import GateDecision, ToolOutcomeKind
 from ..tools import ToolContext
 from ..tools.builtin.bash import summarize
 from .hooks import payload_for
@@ -18,6 +25,7 @@ from .hooks import payload_for
 if TYPE_CHECKING:  # pragma: no cover
     from ..config import ApprovalSettings
     from ..engine.loop import ToolCall
+    from ..tools import Tool
     from .approval import ApprovalManager
     from .hooks import HookRunner
     from .plan import PlanMode
@@ -30,9 +38,12 @@ HOOK_BLOCKED = "Tool call blocked by a hook: "
 NOT_APPROVED = "Tool call not approved: "
 NOT_APPROVED_BY_ADMIN = "Tool call not approved by an admin: "
 
+# How an approval request ended → the call's outcome.
+_VERDICT_OUTCOMES: dict[str, ToolOutcomeKind] = {"timeout": "timeout", "stopped": "stopped"}
+
 
 class ToolGate:
-    """The gate pipeline; set as ``agent.hooks.tool_gate``."""
+    """The gate pipeline; set as ``agent.tool_gate``."""
 
     def __init__(
         self,
@@ -47,12 +58,12 @@ class ToolGate:
         self.approvals = approvals
         self.approval = approval
 
-    async def __call__(self, call: ToolCall, ctx: ToolContext) -> str | None:
-        """The block text for this call, or None to let it run."""
+    async def __call__(self, call: ToolCall, ctx: ToolContext) -> GateDecision | None:
+        """The decision that stops this call, or None to let it run."""
         tool = ctx.executor.get(call.name) if ctx.executor is not None else None
         blocked = self.plan.blocks(ctx.session, call.name, tool)
         if blocked is not None:
-            return blocked
+            return GateDecision(blocked, "blocked", "plan")
         payload = payload_for(
             "PreToolUse",
             ctx.session,
@@ -62,25 +73,59 @@ class ToolGate:
         )
         outcome = await self.hooks.run("PreToolUse", payload)
         if outcome.blocked:
-            return HOOK_BLOCKED + outcome.reason
+            return GateDecision(HOOK_BLOCKED + outcome.reason, "blocked", "hook")
         if call.name in ADMIN_APPROVAL_TOOLS:
-            return await self._ask(call, ctx, admin_only=True, prefix=NOT_APPROVED_BY_ADMIN)
-        if self.approval.enable and call.name in self.approval.tools:
-            # Nobody stands behind a clock run or a subagent: only an admin may answer.
-            admin_only = ctx.agent_kind != "main"
-            return await self._ask(call, ctx, admin_only=admin_only, prefix=NOT_APPROVED)
+            return await self._ask(call, tool, ctx, admin_only=True)
+        if self._needs_approval(call, tool):
+            return await self._ask(call, tool, ctx, admin_only=ctx.admin_only_approval)
         return None
 
+    def _needs_approval(self, call: ToolCall, tool: Tool | None) -> bool:
+        if self.approval.enable and call.name in self.approval.tools:
+            return True
+        asks = getattr(tool, "needs_approval", None)
+        if asks is None:
+            return False
+        arguments = _arguments(call.arguments)
+        # Unparseable arguments never run (the executor refuses them), so nothing to ask.
+        return arguments is not None and bool(asks(arguments))
+
     async def _ask(
-        self, call: ToolCall, ctx: ToolContext, *, admin_only: bool, prefix: str
-    ) -> str | None:
-        limit = LONG_SUMMARY_CHARS if call.name == "config_file_set" else SUMMARY_CHARS
+        self, call: ToolCall, tool: Tool | None, ctx: ToolContext, *, admin_only: bool
+    ) -> GateDecision | None:
         verdict = await self.approvals.request(
             session=ctx.session,
             tool=call.name,
-            summary=summarize(call.arguments, limit),
+            summary=_summary(call, tool),
             callbacks=ctx.callbacks,
             requester=ctx.sender,
             admin_only=admin_only,
         )
-        return None if verdict.allowed else prefix + (verdict.reason or "denied")
+        if verdict.allowed:
+            ctx.approved = True
+            return None
+        prefix = NOT_APPROVED_BY_ADMIN if admin_only else NOT_APPROVED
+        kind = _VERDICT_OUTCOMES.get(verdict.outcome, "denied")
+        return GateDecision(
+            prefix + (verdict.reason or "denied"), kind, "admin" if admin_only else "human"
+        )
+
+
+def _arguments(raw: str) -> Mapping[str, Any] | None:
+    if not raw.strip():
+        return {}
+    try:
+        value = json.loads(raw)
+    except json.JSONDecodeError:
+        return None
+    return value if isinstance(value, dict) else None
+
+
+def _summary(call: ToolCall, tool: Tool | None) -> str:
+    """What the person is shown: the tool's own summary, else the arguments."""
+    describe = getattr(tool, "approval_summary", None)
+    arguments = _arguments(call.arguments)
+    if describe is not None and arguments is not None:
+        return str(describe(arguments))
+    limit = LONG_SUMMARY_CHARS if call.name == "config_file_set" else SUMMARY_CHARS
+    return summarize(call.arguments, limit)

@@ -6,6 +6,7 @@ import ast
 import contextlib
 import io
 import traceback
+from collections.abc import Mapping
 from typing import Annotated, Any
 
 from pydantic import BaseModel, Field
@@ -118,18 +119,19 @@ class PythonTool(BaseTool[PythonParams]):
         self.namespace = namespace
         self.ask = ask
 
+    def needs_approval(self, arguments: Mapping[str, Any]) -> bool:
+        """The gate asks the user before any code runs (unless created with ``ask=False``)."""
+        return self.ask
+
+    def approval_summary(self, arguments: Mapping[str, Any]) -> str:
+        """What the approval request shows."""
+        return "run Python: " + " ".join(str(arguments.get("code", "")).split())[:300]
+
     async def execute(self, params: PythonParams, ctx: ToolContext) -> str:
         """Run the code like a cell would: on the kernel's thread, in the user namespace."""
-        if self.ask:
-            if ctx.approve is None:
-                raise ToolError(
-                    "python: running code needs the user's approval; nobody can be asked"
-                )
-            verdict = await ctx.approve(
-                self.name, "run Python: " + " ".join(params.code.split())[:300]
-            )
-            if not verdict.allowed:
-                raise ToolError(f"python: not approved: {verdict.reason or 'denied'}")
+        if self.ask and not ctx.approved:
+            # The tool gate asks; reaching here unapproved means the gate was bypassed.
+            raise ToolError("python: running code needs the user's approval, and it was not given")
         # Deliberately on the loop thread, as a cell runs: user objects (plots, GUI handles,
         # DataFrames being mutated) are not safe to touch from a worker thread.
         return run_code(params.code, self.namespace)

@@ -2,7 +2,8 @@
 
 Every tool (class-based, function-based via `ania_nb.tools.tool`, MCP) satisfies `Tool`: a
 name, a description, a parameters schema, and ``invoke`` which validates the model's arguments
-and returns the text fed back to the model. Sync tool code always runs in a worker thread.
+and returns the text fed back to the model. Sync tool code runs in a worker thread (or, with
+``@tool(process=True)``, in a child process that can be killed).
 """
 
 from __future__ import annotations
@@ -32,9 +33,11 @@ from typing import (
 
 from pydantic import BaseModel, Field, ValidationError, create_model
 
-from ania_nb.engine.callbacks import NO_CALLBACKS, Callbacks, Verdict
+from ania_nb.engine.callbacks import NO_CALLBACKS, Callbacks
 from ania_nb.errors import ToolDefinitionError, ToolError
+from ania_nb.tools._process import ProcessTarget, check_resolves, process_target, run_in_process
 from ania_nb.tools.schema import (
+    accepted_arguments,
     function_definition,
     has_description,
     model_schema,
@@ -68,14 +71,14 @@ class ToolContext:
 
     session: str = "default"
     callbacks: Callbacks = NO_CALLBACKS
-    agent_kind: str = "main"  # main / subagent / clock / team
+    agent_kind: str = "main"  # main / clock / subagent / team_member
     call_id: str = ""
     executor: SessionToolExecutor | None = None
     run_state: dict[str, Any] = field(default_factory=dict)  # shared by the tools of one run
     extras: dict[str, Any] = field(default_factory=dict)
-    # Ask a human (tool name, argument summary); None when nobody can be asked.
-    approve: Callable[[str, str], Awaitable[Verdict]] | None = None
     sender: str | None = None  # who asked (approvals name them as the requester)
+    admin_only_approval: bool = False  # nobody stands behind the run: only an admin may approve
+    approved: bool = False  # set by the gate once a person allowed this very call
 
     def queue_image(self, url: str) -> None:
         """Queue an image (URL or data URI) for the model to see after this tool round."""
@@ -125,22 +128,39 @@ class ToolArgumentsError(ToolError):
     @classmethod
     def from_validation_error(cls, tool: str, exc: ValidationError) -> ToolArgumentsError:
         """Explain each pydantic error on its own line, naming the field and what was sent."""
-        lines: list[str] = []
-        fields: list[str] = []
-        for err in exc.errors(include_url=False):
-            loc = ".".join(str(part) for part in err["loc"])
-            fields.append(loc)
-            subject = f"field '{loc}'" if loc else "arguments"
-            if err["type"] == "missing":
-                lines.append(f"{subject} is required")
-            else:
-                lines.append(f"{subject}: {err['msg']} (got {_show(err.get('input'))})")
+        return cls.from_problems(tool, _explain(exc))
+
+    @classmethod
+    def from_problems(cls, tool: str, problems: list[tuple[str, str]]) -> ToolArgumentsError:
+        """Build the error from (field, explanation) pairs: one line each, the first field kept."""
+        lines = [line for _, line in problems]
         head = f"invalid arguments for tool '{tool}'"
         if len(lines) == 1:
             message = f"{head}: {lines[0]}"
         else:
             message = f"{head} ({len(lines)} errors):\n" + "\n".join(lines)
-        return cls(message, tool=tool, field=fields[0] if fields else None)
+        return cls(message, tool=tool, field=problems[0][0] if problems else None)
+
+
+def _explain(exc: ValidationError) -> list[tuple[str, str]]:
+    problems: list[tuple[str, str]] = []
+    for err in exc.errors(include_url=False):
+        loc = ".".join(str(part) for part in err["loc"])
+        subject = f"field '{loc}'" if loc else "arguments"
+        if err["type"] == "missing":
+            problems.append((loc, f"{subject} is required"))
+        else:
+            problems.append((loc, f"{subject}: {err['msg']} (got {_show(err.get('input'))})"))
+    return problems
+
+
+def _unknown_keys(unknown: list[str], schema: dict[str, Any]) -> str:
+    shown = ", ".join(_show(key) for key in unknown)
+    noun = "argument" if len(unknown) == 1 else "arguments"
+    names = list(schema.get("properties", {}))
+    if not names:
+        return f"unknown {noun} {shown} (this tool takes no arguments)"
+    return f"unknown {noun} {shown} (accepted: {', '.join(repr(n) for n in names)})"
 
 
 def _show(value: Any) -> str:
@@ -194,6 +214,7 @@ class _ModelTool:
     description: str
     params_model: type[BaseModel]
     _schema: dict[str, Any]
+    _accepted: frozenset[str] | None  # top-level keys the validator takes; None: any
 
     def parameters_schema(self) -> dict[str, Any]:
         """Return the OpenAI ``parameters`` object, computed once (shared: do not mutate)."""
@@ -204,10 +225,20 @@ class _ModelTool:
         return function_definition(self.name, self.description, self._schema)
 
     def _validate(self, arguments: dict[str, Any]) -> Any:
+        # Unknown keys are reported, never silently dropped: the model believes it set them.
+        problems: list[tuple[str, str]] = []
+        accepted = self._accepted
+        if accepted is not None and any(key not in accepted for key in arguments):
+            unknown = [key for key in arguments if key not in accepted]
+            problems.append((str(unknown[0]), _unknown_keys(unknown, self._schema)))
+            arguments = {k: v for k, v in arguments.items() if k in accepted}
         try:
-            return self.params_model.model_validate(arguments)
+            params = self.params_model.model_validate(arguments)
         except ValidationError as exc:
-            raise ToolArgumentsError.from_validation_error(self.name, exc) from None
+            problems += _explain(exc)
+        if problems:
+            raise ToolArgumentsError.from_problems(self.name, problems)
+        return params
 
 
 class BaseTool(_ModelTool, Generic[P]):
@@ -244,11 +275,13 @@ class BaseTool(_ModelTool, Generic[P]):
             )
         if cls.execute is BaseTool.execute:
             raise ToolDefinitionError(f"{owner} does not implement execute()", tool=cls.name)
+        _refuse_generator(cls.execute, f"{owner}: execute()", cls.name)
         cls.params_model = params
         try:
             cls._schema = model_schema(params)
         except ToolDefinitionError as exc:
             raise ToolDefinitionError(f"{owner}: {exc}", tool=cls.name) from exc
+        cls._accepted = accepted_arguments(params)
 
     def execute(self, params: P, ctx: ToolContext) -> Any | Awaitable[Any]:
         """Run the tool with validated parameters (override as ``def`` or ``async def``)."""
@@ -261,6 +294,15 @@ class BaseTool(_ModelTool, Generic[P]):
 
     def __repr__(self) -> str:
         return f"<{type(self).__name__} tool {self.name!r}>"
+
+
+def _refuse_generator(fn: Callable[..., Any], owner: str, name: str) -> None:
+    if inspect.isgeneratorfunction(fn) or inspect.isasyncgenfunction(fn):
+        raise ToolDefinitionError(
+            f"{owner} is a generator (it yields); a tool must return its result, "
+            "e.g. collect the items into a list and return that",
+            tool=name,
+        )
 
 
 def _params_from_bases(cls: type) -> type[BaseModel] | None:
@@ -294,6 +336,7 @@ class FunctionTool(_ModelTool):
         name: str | None = None,
         description: str | None = None,
         side_effects: bool = False,
+        process: bool = False,
     ) -> None:
         fname = getattr(func, "__qualname__", repr(func))
         owner = f"tool function {fname}"
@@ -307,6 +350,7 @@ class FunctionTool(_ModelTool):
                 tool=self.name,
             )
         self.side_effects: bool = side_effects
+        _refuse_generator(func, owner, self.name)
         self._ctx_param: str | None = None
         self._field_to_param: dict[str, str] = {}
         self.params_model = self._build_model(func, owner, arg_docs)
@@ -314,6 +358,17 @@ class FunctionTool(_ModelTool):
             self._schema = model_schema(self.params_model)
         except ToolDefinitionError as exc:
             raise ToolDefinitionError(f"{owner}: {exc}", tool=self.name) from exc
+        self._accepted = accepted_arguments(self.params_model)
+        self.process: bool = process
+        self._target: ProcessTarget | None = None
+        if process:
+            self._target = process_target(func, owner, self.name)
+            if self._ctx_param is not None:
+                raise ToolDefinitionError(
+                    f"{owner}: process=True tools cannot take a ToolContext "
+                    f"({self._ctx_param!r}): it does not cross into the child process",
+                    tool=self.name,
+                )
         functools.update_wrapper(self, func)
 
     def _build_model(
@@ -377,10 +432,22 @@ class FunctionTool(_ModelTool):
     async def invoke(self, arguments: dict[str, Any], ctx: ToolContext) -> str:
         """Validate the arguments, call the function (sync ones in a thread), return text."""
         params = self._validate(arguments)
+        if self._target is not None:
+            check_resolves(self._target, self.func)
+            # The child validates the model's own arguments again: they always pickle.
+            return await run_in_process(self._target, dict(arguments))
+        return result_to_text(await invoke_callable(self.func, **self._kwargs(params, ctx)))
+
+    def call_here(self, arguments: dict[str, Any]) -> str:
+        """Validate and call in this thread (the child side of ``process=True``)."""
+        params = self._validate(arguments)
+        return result_to_text(self.func(**self._kwargs(params, None)))
+
+    def _kwargs(self, params: Any, ctx: ToolContext | None) -> dict[str, Any]:
         kwargs = {param: getattr(params, fld) for fld, param in self._field_to_param.items()}
         if self._ctx_param is not None:
             kwargs[self._ctx_param] = ctx
-        return result_to_text(await invoke_callable(self.func, **kwargs))
+        return kwargs
 
     def __repr__(self) -> str:
         return f"<FunctionTool {self.name!r}>"
@@ -390,7 +457,11 @@ class FunctionTool(_ModelTool):
 def tool(func: Callable[..., Any], /) -> FunctionTool: ...
 @overload
 def tool(
-    *, name: str | None = None, description: str | None = None, side_effects: bool = False
+    *,
+    name: str | None = None,
+    description: str | None = None,
+    side_effects: bool = False,
+    process: bool = False,
 ) -> Callable[[Callable[..., Any]], FunctionTool]: ...
 def tool(
     func: Callable[..., Any] | None = None,
@@ -399,8 +470,20 @@ def tool(
     name: str | None = None,
     description: str | None = None,
     side_effects: bool = False,
+    process: bool = False,
 ) -> FunctionTool | Callable[[Callable[..., Any]], FunctionTool]:
     """Turn a typed sync or async function into a tool: ``@tool`` or ``@tool(name=...)``.
+
+    The parameters schema is pydantic's own for the signature (``$ref``-free); parameters it
+    cannot describe (``*args``, callables, iterators, ...) are refused here, and argument keys
+    the function does not take are reported back to the model.
+
+    A sync tool runs in a worker thread and **cannot be interrupted**: after ``stop()``, a run
+    timeout or a cancelled call, the run moves on but the thread keeps running the function to
+    its end. Prefer ``async def`` tools for work that waits, or pass ``process=True`` to run each
+    call in a child process that is killed on stop, timeout or cancellation (the function must
+    be defined at module level in an importable ``.py`` file, takes no `ToolContext`, and each
+    call pays for starting a Python process).
 
     Example::
 
@@ -411,6 +494,8 @@ def tool(
     """
 
     def wrap(fn: Callable[..., Any]) -> FunctionTool:
-        return FunctionTool(fn, name=name, description=description, side_effects=side_effects)
+        return FunctionTool(
+            fn, name=name, description=description, side_effects=side_effects, process=process
+        )
 
     return wrap(func) if func is not None else wrap

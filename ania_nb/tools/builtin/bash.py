@@ -2,7 +2,8 @@
 
 1. a blacklist regex matches → refused (the rule is named);
 2. a whitelist regex matches → runs;
-3. otherwise → a human is asked when approval is enabled; when it is not, the command runs.
+3. otherwise → a person is asked (by the tool gate, see `needs_approval`) when approval is
+   enabled; when it is not, the command runs.
 
 Regexes search anywhere in the raw command. The command runs in its own process group so a
 timeout or a stop kills everything it started.
@@ -15,7 +16,7 @@ import contextlib
 import os
 import re
 import signal
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from typing import Annotated, Any
 
 from pydantic import BaseModel, Field
@@ -94,16 +95,22 @@ class BashTool(BaseTool[BashParams]):
         verdict = self.verdict(command)
         if verdict.startswith("deny:"):
             raise ToolError(f'bash: command refused by rule "{verdict[5:]}"')
-        if verdict == "ask" and self.approval_enabled:
-            if ctx.approve is None:
-                raise ToolError(
-                    "bash: this command needs a human's approval, but nobody can be asked in "
-                    "this conversation"
-                )
-            answer = await ctx.approve(self.name, "run command: " + summarize(command))
-            if not answer.allowed:
-                raise ToolError(f"bash: command not approved: {answer.reason or 'denied'}")
+        if verdict == "ask" and self.approval_enabled and not ctx.approved:
+            # The tool gate asks (once, with the admin-only rule of the run); reaching here
+            # unapproved means the call bypassed the gate, so it must not run.
+            raise ToolError(
+                "bash: this command needs a person's approval, and this call was not approved"
+            )
         return await self._run(command)
+
+    def needs_approval(self, arguments: Mapping[str, Any]) -> bool:
+        """Whether the gate must ask a person before this call runs (neither listed nor refused)."""
+        command = arguments.get("command")
+        return self.approval_enabled and isinstance(command, str) and self.verdict(command) == "ask"
+
+    def approval_summary(self, arguments: Mapping[str, Any]) -> str:
+        """What the approval request shows."""
+        return "run command: " + summarize(str(arguments.get("command", "")))
 
     async def _run(self, command: str) -> str:
         env = dict(os.environ)

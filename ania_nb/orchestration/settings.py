@@ -10,9 +10,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from .config import Config
-from .errors import UsageError
-from .governance.config_tools import apply_persisted, read_persisted_overrides
+from ..config import Config
+from ..errors import UsageError
+from ..governance.config_tools import apply_persisted, read_persisted_overrides
 
 SHORTCUTS = {
     "base_url": "llm.base_url",

@@ -13,15 +13,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from .engine.context import ContextWindow, PreCompactHook
-from .engine.llm import LLMClient
-from .store import Store
+from ..engine.context import BeforeCompact, ContextWindow
+from ..engine.llm import LLMClient
+from ..store import Store
 
 if TYPE_CHECKING:  # pragma: no cover
-    from .config import Config
-    from .mcp import MCPRegistry
-    from .skills import SkillManager
-    from .tools import ToolExecutor
+    from ..config import Config
+    from ..mcp import MCPRegistry
+    from ..skills import SkillManager
+    from ..tools import ToolExecutor
 
 log = logging.getLogger(__name__)
 
@@ -43,7 +43,7 @@ class Runtime:
         tools: ToolExecutor,
         *,
         http_client: Any = None,
-        pre_compact: PreCompactHook | None = None,
+        before_compact: BeforeCompact | None = None,
     ) -> Runtime:
         """Open the store (marking crashed runs), build clients, load skills, start MCP."""
         store = await Store.open(
@@ -64,7 +64,7 @@ class Runtime:
                 max_context_tokens=config.agent.max_context_tokens,
                 ratio=config.agent.compress_ratio,
                 compressor=compressor,
-                pre_compact=pre_compact,
+                before_compact=before_compact,
             )
             runtime = cls(store, llm, window)
             runtime.skills = await _open_skills(config, tools, store)
@@ -96,7 +96,7 @@ async def _open_skills(config: Config, tools: ToolExecutor, store: Store) -> Ski
     folder = Path(config.skills.dir)
     if not await asyncio.to_thread(folder.is_dir) and not config.skills.self_manage:
         return None
-    from .skills import SkillManager, skill_tools
+    from ..skills import SkillManager, skill_tools
 
     manager = SkillManager(folder, whitelist=config.skills.whitelist)
     await manager.reload()
@@ -110,7 +110,7 @@ async def _open_mcp(config: Config, tools: ToolExecutor) -> MCPRegistry | None:
     exists = await asyncio.to_thread(Path(config.mcp.config_file).is_file)
     if not exists and not config.mcp.self_manage:
         return None
-    from .mcp import MCPRegistry
+    from ..mcp import MCPRegistry
 
     registry = MCPRegistry(config.mcp, tools)
     await registry.start()

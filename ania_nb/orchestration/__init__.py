@@ -1,0 +1,41 @@
+"""Orchestration: how agent runs are described, started and executed.
+
+Every run — a main chat turn, a clock run, a subagent, a team member — is a `RunSpec` executed by
+`execute_run` (the one run path: loop, gate, hooks, compaction, persistence). The `Agent`
+façade builds main-turn specs from its session queues (`answer_batch`); the clock and the
+agents packages will build the other kinds. This layer sits above the engine, the capabilities
+(tools, MCP, skills) and governance, and below the front ends; it never imports them.
+"""
+
+from .main_turn import answer_batch
+from .records import RecordOnly, RunRecorder, SessionRecord
+from .run import RunLimits, RunServices, execute_run
+from .runtime import Runtime
+from .sessions import Pending, Session, SessionTable, merge_batch, senders_of
+from .settings import SHORTCUTS, resolve_config
+from .spec import ONE_SHOT_KINDS, AgentKind, Conversation, RunSpec, callbacks_for
+from .tool_view import ToolView
+
+__all__ = [
+    "ONE_SHOT_KINDS",
+    "SHORTCUTS",
+    "AgentKind",
+    "Conversation",
+    "Pending",
+    "RecordOnly",
+    "RunLimits",
+    "RunRecorder",
+    "RunServices",
+    "RunSpec",
+    "Runtime",
+    "Session",
+    "SessionRecord",
+    "SessionTable",
+    "ToolView",
+    "answer_batch",
+    "callbacks_for",
+    "execute_run",
+    "merge_batch",
+    "resolve_config",
+    "senders_of",
+]

@@ -1,0 +1,67 @@
+"""Main chat turns: a batch of a session's waiting messages becomes one `RunSpec`.
+
+Governance prepares the prompt first (SessionStart, UserPromptSubmit, plan note, todo reminder);
+a UserPromptSubmit block is recorded as a refused run and the history is left as it was.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from ..engine.callbacks import RunEvent
+from ..result import RunResult
+from .records import SessionRecord
+from .run import RunServices, execute_run
+from .sessions import Pending, Session, merge_batch, senders_of
+from .spec import RunSpec
+
+if TYPE_CHECKING:  # pragma: no cover
+    from ..governance import Governance
+    from ..store import Store
+
+
+async def answer_batch(
+    state: Session,
+    batch: list[Pending],
+    *,
+    governance: Governance,
+    services: RunServices,
+    store: Store,
+    system_prompt: str,
+    run_timeout: float,
+) -> RunResult:
+    """Answer every message of ``batch`` with one main run."""
+    text, images = merge_batch(batch)
+    callbacks = batch[-1].callbacks
+    prepared = await governance.before_turn(state.name, text)
+    if prepared.blocked is not None:
+        return await _refused(store, state.name, text, batch, prepared.blocked)
+    spec = RunSpec(
+        kind="main",
+        session=state.name,
+        text=text,
+        prompt=prepared.prompt,
+        images=images,
+        system_prompt=system_prompt,
+        tools=state.executor,
+        record=SessionRecord(store, state.name),
+        conversation=state.conversation,
+        sender=senders_of(batch),
+        requester=batch[-1].sender,
+        callbacks=callbacks,
+        timeout=run_timeout,
+        model=batch[-1].model,
+    )
+    return await execute_run(spec, services)
+
+
+async def _refused(
+    store: Store, session: str, text: str, batch: list[Pending], reason: str
+) -> RunResult:
+    """A UserPromptSubmit hook blocked the turn: record it; the history is left as it was."""
+    run_id = await store.runs.start(session, text, senders_of(batch))
+    error = f"blocked by a UserPromptSubmit hook: {reason}"
+    await store.runs.finish(run_id, "error", error=error)
+    event = RunEvent("run_end", session, {"status": "error", "error": error})
+    await batch[-1].callbacks.emit(event)
+    return RunResult("", "error", session, run_id=run_id, error=error)

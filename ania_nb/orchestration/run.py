@@ -1,0 +1,266 @@
+"""The one run path: any `RunSpec` through the loop, gate, hooks, compaction and persistence.
+
+Whatever happens — success, timeout, a model or store failure, a bug, a stop — the run ends
+with a closed record and a ``run_end`` event, and the caller gets a `RunResult` (a stop is
+recorded, announced, then re-raised as cancellation). A failed record write is logged and never
+fails the model's work.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from ..engine.callbacks import RunEvent
+from ..engine.context import ContextWindow
+from ..engine.llm import LLMClient
+from ..engine.loop import Gate, ToolCall, ToolCallResult, ToolLoop
+from ..engine.messages import Message, estimate_tokens, for_storage, timestamped, user_message
+from ..engine.repair import clean_text, repair_history
+from ..errors import RunError
+from ..result import RunResult, RunStatus
+from ..tools import ToolContext
+from .spec import RunSpec
+from .tool_view import ToolView
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class RunLimits:
+    """Per-run limits taken from the config."""
+
+    max_iterations: int = 20
+    max_tool_result_chars: int = 20000
+    stream: bool = False
+
+
+@dataclass
+class RunServices:
+    """What a run needs from its agent: model clients, context window, governance points, limits.
+
+    Built once per Agent and shared by every kind of run; nothing here is the whole Agent.
+    """
+
+    llm: LLMClient
+    window: ContextWindow
+    limits: RunLimits = field(default_factory=RunLimits)
+    gate: Gate | None = None
+    after_tool: Callable[[ToolCallResult, Any], Awaitable[None]] | None = None
+    after_run: Callable[[RunSpec, RunResult], Awaitable[None]] | None = None
+
+
+async def execute_run(spec: RunSpec, services: RunServices) -> RunResult:
+    """Run ``spec`` to its end and return the outcome (see the module docstring)."""
+    return await _Run(spec, services).execute()
+
+
+class _Run:
+    """The state of one executing run."""
+
+    def __init__(self, spec: RunSpec, services: RunServices) -> None:
+        self.spec = spec
+        self.services = services
+        self.usage = spec.usage
+        self.calls: list[ToolCallResult] = []
+        self.run_id: int | None = None
+        self.run_state: dict[str, Any] = {"usage": self.usage, "deadline": spec.deadline}
+        self.older = 0  # how many messages of the history came before this run's turn
+        self.sent = 0  # length of the message list at the last model call
+
+    async def execute(self) -> RunResult:
+        spec = self.spec
+        text = clean_text(spec.text)
+        now = datetime.now().astimezone()
+        turn = user_message(timestamped(clean_text(spec.prompt or text), now), list(spec.images))
+        stored_turn = for_storage(user_message(timestamped(text, now), list(spec.images)))
+        conv = spec.conversation
+        try:
+            self.run_id, loaded = await spec.record.begin(
+                text,
+                spec.sender,
+                stored_turn,
+                load_history=conv is not None and conv.history is None,
+            )
+        except Exception as exc:  # nothing was stored: the run cannot start
+            log.exception("could not start the record of a %s run", spec.kind)
+            return await self._end(self._failed("error", f"could not record the run: {exc}"))
+        history: list[Message] = []
+        if conv is not None:
+            if loaded is not None:
+                conv.history = await self._repaired(loaded)
+            conv.history = conv.history or []
+            history = list(conv.history)  # before this turn
+            conv.history.append(stored_turn)
+        await self._emit("run_start", run_id=self.run_id, text=text)
+        final: list[Message] = []
+        try:
+            async with asyncio.timeout(spec.seconds_left):
+                history = await self._fit(history, turn)
+                self.older = len(history)
+                messages = [{"role": "system", "content": spec.system_prompt}, *history, turn]
+                loop = await self._loop()
+                result = await loop.run(messages)
+            final = [for_storage(m) for m in result.final_messages]
+            outcome = RunResult(result.text, "success", spec.session, self.usage, self.calls)
+        except TimeoutError:
+            outcome = self._failed("timeout", f"the request took longer than {spec.timeout:g} s")
+        except asyncio.CancelledError:
+            stopped = self._failed("stopped", "stopped by the user")
+            await asyncio.shield(self._close(stopped, []))
+            await self._emit("run_end", status="stopped", error=stopped.error)
+            raise
+        except RunError as exc:
+            outcome = self._failed("error", str(exc))
+        except Exception as exc:  # a bug must still end the run cleanly
+            log.exception("a %s run failed unexpectedly", spec.kind)
+            outcome = self._failed("error", f"internal error: {type(exc).__name__}: {exc}")
+        outcome.run_id = self.run_id
+        await self._close(outcome, final)
+        if conv is not None and conv.history is not None:
+            conv.history.extend(final)
+            conv.last_prompt_tokens = self.usage.last_prompt_tokens
+            conv.pending_tokens = estimate_tokens(final)
+        return await self._end(outcome)
+
+    def _failed(self, status: RunStatus, error: str) -> RunResult:
+        return RunResult(
+            "", status, self.spec.session, self.usage, self.calls, self.run_id, error=error
+        )
+
+    async def _end(self, outcome: RunResult) -> RunResult:
+        await self._emit("run_end", status=outcome.status, error=outcome.error)
+        if self.services.after_run is not None:
+            try:
+                await self.services.after_run(self.spec, outcome)
+            except Exception:
+                log.exception("after-run hooks failed")
+        return outcome
+
+    async def _close(self, outcome: RunResult, final: Sequence[Message]) -> None:
+        """Close the record; a failed write is logged, never raised."""
+        try:
+            await self.spec.record.finish(
+                self.run_id,
+                outcome.status,
+                messages=final,
+                usage=self.usage.to_dict(),
+                reply=outcome.text or None,
+                error=outcome.error,
+            )
+        except Exception:
+            log.exception("could not close the record of run %s", self.run_id)
+
+    async def _repaired(self, history: list[Message]) -> list[Message]:
+        """A stored history made valid again (and stored so), if it was not."""
+        fixed, problems = repair_history(history)
+        if problems:
+            log.warning("repaired the history of %s: %s", self.spec.session, "; ".join(problems))
+            try:
+                await self.spec.record.replace_history(fixed)
+            except Exception:
+                log.exception("could not store the repaired history of %s", self.spec.session)
+        return fixed
+
+    # ---------------------------------------------------------------- context window
+
+    async def _fit(self, history: list[Message], turn: Message) -> list[Message]:
+        """Compact the history first when the next request would be over budget."""
+        conv, window = self.spec.conversation, self.services.window
+        if conv is None or not history:
+            return history
+        size = conv.last_prompt_tokens + conv.pending_tokens + estimate_tokens([turn])
+        if not conv.last_prompt_tokens:
+            size = estimate_tokens([*history, turn])
+        if not window.needs_compaction(history, size):
+            return history
+        return await self._compact(history)
+
+    async def _compact(self, history: list[Message]) -> list[Message]:
+        """Replace the older history (in the store too) by its compaction; return it."""
+        conv = self.spec.conversation
+        assert conv is not None and conv.history is not None
+        compaction = await self.services.window.compact(history)
+        self.usage.merge(compaction.usage)
+        conv.history = [*compaction.messages, *conv.history[len(history) :]]
+        conv.last_prompt_tokens = conv.pending_tokens = 0
+        try:
+            await self.spec.record.replace_history(conv.history)
+        except Exception:
+            log.exception("could not store the compacted history of %s", self.spec.session)
+        return list(compaction.messages)
+
+    async def _before_call(self, messages: list[Message]) -> None:
+        """Before each model call: repair the sequence, compact older history when over budget.
+
+        The budget check counts the provider's last prompt size plus what this run appended.
+        """
+        fixed, problems = repair_history(messages)
+        if problems:
+            log.warning("repaired a request of %s: %s", self.spec.session, "; ".join(problems))
+            messages[:] = fixed
+        if self.sent and self.older:  # the first call was sized by `_fit`
+            # Last prompt as counted by the provider + what this run appended since.
+            size = self.usage.last_prompt_tokens + estimate_tokens(messages[self.sent :])
+            if self.services.window.needs_compaction(messages, size):
+                compacted = await self._compact(messages[1 : 1 + self.older])
+                messages[1 : 1 + self.older] = compacted
+                self.older = len(compacted)
+        self.sent = len(messages)
+
+    # ---------------------------------------------------------------- loop wiring
+
+    async def _loop(self) -> ToolLoop:
+        spec, services = self.spec, self.services
+        # Tools that register tools (mcp_load_*) reach the session table under a ToolView.
+        executor = spec.tools.table if isinstance(spec.tools, ToolView) else spec.tools
+
+        def make_context(call: ToolCall) -> ToolContext:
+            return ToolContext(
+                session=spec.session,
+                callbacks=spec.callbacks,
+                agent_kind=spec.kind,
+                call_id=call.id,
+                executor=executor,
+                run_state=self.run_state,
+                sender=spec.requester,
+                admin_only_approval=spec.admin_only_approval,
+            )
+
+        async def on_round(messages: list[Message], results: list[ToolCallResult]) -> None:
+            stored = [for_storage(m) for m in messages]
+            self.calls.extend(results)
+            conv = spec.conversation
+            if conv is not None and conv.history is not None:
+                conv.history.extend(stored)
+            try:
+                await spec.record.round(self.run_id, stored, results)
+            except Exception:
+                log.exception("could not record a tool round of run %s", self.run_id)
+
+        loop = ToolLoop(
+            llm=services.llm,
+            tools=spec.tools,
+            make_context=make_context,
+            session=spec.session,
+            callbacks=spec.callbacks,
+            gate=services.gate,
+            after_tool=services.after_tool,
+            on_round=on_round,
+            take_images=lambda: self.run_state.pop("images", []),
+            before_call=self._before_call,
+            max_iterations=services.limits.max_iterations,
+            max_result_chars=services.limits.max_tool_result_chars,
+            stream=services.limits.stream,
+            usage=self.usage,
+        )
+        if spec.model:
+            loop.llm = await services.llm.with_model(spec.model)
+        return loop
+
+    async def _emit(self, kind: str, **data: Any) -> None:
+        await self.spec.callbacks.emit(RunEvent(kind, self.spec.session, data))
