@@ -162,7 +162,7 @@ async def test_agent_stop_shows_stopped_and_ends_the_running_tool_row(llm, make_
     result = await task
     view.finish(result)
     assert result.status == "stopped" and view.status == "stopped"
-    assert row.state == "error" and "the run ended (stopped)" in row.result
+    assert row.state == "stopped" and "the run ended (stopped)" in row.result
 
 
 # ------------------------------------------------------------------- approvals
@@ -251,7 +251,7 @@ async def test_an_unanswered_card_times_out(llm, make_agent):
     assert card.state == "timeout" and ran == []
     expected = "Tool call not approved: no answer within 0.2 s, denied automatically"
     assert tool_messages(llm.requests[-1]) == [expected]
-    assert next(iter(view.tool_rows.values())).state == "denied"
+    assert next(iter(view.tool_rows.values())).state == "timeout"
 
 
 async def test_stop_while_a_card_waits_shows_stopped_on_the_card(llm, make_agent):

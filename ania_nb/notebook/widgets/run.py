@@ -218,7 +218,7 @@ class RunView(Displayable):
                 card.resolve("stopped", f"the run ended ({result.status})")
         for row in self.tool_rows.values():
             if row.state == "running":
-                row.finish(f"the run ended ({result.status})", "not finished", 0, False)
+                row.finish(f"the run ended ({result.status})", "not finished", 0, "stopped")
         self._stop_ticker()
         self._render_header()
         self.refresh_display()
@@ -284,7 +284,7 @@ class RunView(Displayable):
             str(data.get("result", "")),
             data.get("error"),
             int(data.get("duration_ms", 0) or 0),
-            bool(data.get("blocked")),
+            str(data.get("outcome") or ""),
         )
 
     def _render_header(self) -> None:

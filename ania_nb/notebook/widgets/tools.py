@@ -4,17 +4,25 @@ from __future__ import annotations
 
 import html
 
-from ...governance.gate import NOT_APPROVED, NOT_APPROVED_BY_ADMIN
 from ._format import brief_arguments, duration_text, one_line, pre, pretty_arguments, truncate
 
-ICONS = {"running": "⚙", "ok": "✓", "error": "✗", "blocked": "⛔", "denied": "🚫"}
+ICONS = {
+    "running": "⚙",
+    "ok": "✓",
+    "error": "✗",
+    "blocked": "⛔",
+    "denied": "🚫",
+    "timeout": "⏱",
+    "stopped": "■",
+}
 RESULT_CHARS = 2000  # shown when the row is expanded; the title carries a one-line preview
 
 
 class ToolRow:
     """A tool call: name, arguments, result preview, duration and state.
 
-    ``state`` is running, ok, error, blocked (plan mode or a hook) or denied (approval).
+    ``state`` is running, or the call's outcome: ok, error, blocked (plan mode or a hook),
+    denied (a person or an admin said no), timeout or stopped (the approval went unanswered).
     """
 
     def __init__(self, call_id: str, name: str, arguments: str) -> None:
@@ -29,15 +37,11 @@ class ToolRow:
         self.detail = w.HTML(self._detail_html())
         self.widget = w.Accordion(children=[self.detail], titles=(self.title(),))
 
-    def finish(self, result: str, error: str | None, duration_ms: int, blocked: bool) -> None:
-        """Show how the call ended."""
+    def finish(self, result: str, error: str | None, duration_ms: int, outcome: str) -> None:
+        """Show how the call ended (``outcome`` as in `ToolCallResult.outcome`)."""
         self.result = result
         self.duration_ms = duration_ms
-        if blocked:
-            denied = result.startswith((NOT_APPROVED, NOT_APPROVED_BY_ADMIN))
-            self.state = "denied" if denied else "blocked"
-        else:
-            self.state = "error" if error else "ok"
+        self.state = outcome if outcome in ICONS else ("error" if error else "ok")
         self.detail.value = self._detail_html()
         self.widget.titles = (self.title(),)
 
