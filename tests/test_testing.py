@@ -27,6 +27,7 @@ from ania_nb.testing import (
     disconnect,
     error,
     garbage,
+    raw,
     reply,
     script_from_json,
     script_to_json,
@@ -286,6 +287,127 @@ async def test_cut_stream_breaks_the_client_stream(llm: ScriptedLLM, aclient: op
         await aclient.chat.completions.create(model="m", messages=HI)
 
 
+def _post(llm: ScriptedLLM, *, stream: bool) -> tuple[int, dict[str, str], bytes]:
+    """POST a chat request with the stdlib; status, headers and the whole raw body."""
+    body = json.dumps({"model": "m", "messages": HI, "stream": stream}).encode()
+    url = f"{llm.base_url}/chat/completions"
+    try:
+        with urllib.request.urlopen(urllib.request.Request(url, data=body), timeout=5) as resp:
+            return resp.status, {k.lower(): v for k, v in resp.headers.items()}, resp.read()
+    except urllib.error.HTTPError as exc:
+        with exc:
+            return exc.code, {k.lower(): v for k, v in exc.headers.items()}, exc.read()
+
+
+def _events(data: bytes) -> list[Any]:
+    """The data payloads of an SSE body: parsed JSON, or the raw text ("[DONE]")."""
+    out: list[Any] = []
+    for line in data.decode().splitlines():
+        if line.startswith("data: "):
+            payload = line.removeprefix("data: ")
+            out.append(payload if payload == "[DONE]" else json.loads(payload))
+    return out
+
+
+ODD_CALLS = [
+    tool_call("f", {"a": 1}, wire={"id": None}),
+    tool_call("g", omit=["id"]),
+    tool_call("h", wire={"id": "", "name": None}),
+    tool_call("k", wire={"arguments": {"city": "Oslo"}}),
+    tool_call("m", wire={"arguments": None}, omit=["index"]),
+]
+
+
+def test_odd_tool_call_shapes_non_streamed(llm: ScriptedLLM):
+    llm.script(reply(tool_calls=ODD_CALLS))
+    status, _, data = _post(llm, stream=False)
+    assert status == 200
+    calls = json.loads(data)["choices"][0]["message"]["tool_calls"]
+    fn = "function"
+    assert calls == [
+        {"id": None, "type": fn, fn: {"name": "f", "arguments": '{"a": 1}'}},
+        {"type": fn, fn: {"name": "g", "arguments": "{}"}},
+        {"id": "", "type": fn, fn: {"name": None, "arguments": "{}"}},
+        {"id": "call_0_3", "type": fn, fn: {"name": "k", "arguments": {"city": "Oslo"}}},
+        {"id": "call_0_4", "type": fn, fn: {"name": "m", "arguments": None}},
+    ]
+
+
+def test_odd_tool_call_shapes_streamed():
+    with ScriptedLLM(chunk_size=4) as llm:
+        llm.script(reply(tool_calls=ODD_CALLS))
+        status, _, data = _post(llm, stream=True)
+    assert status == 200
+    deltas = [
+        call
+        for event in _events(data)
+        if isinstance(event, dict) and event["choices"]
+        for call in event["choices"][0]["delta"].get("tool_calls", [])
+    ]
+    fn = "function"
+    assert deltas == [
+        {"index": 0, "id": None, "type": fn, fn: {"name": "f", "arguments": ""}},
+        {"index": 0, fn: {"arguments": '{"a"'}},
+        {"index": 0, fn: {"arguments": ": 1}"}},
+        {"index": 1, "type": fn, fn: {"name": "g", "arguments": ""}},
+        {"index": 1, fn: {"arguments": "{}"}},
+        {"index": 2, "id": "", "type": fn, fn: {"name": None, "arguments": ""}},
+        {"index": 2, fn: {"arguments": "{}"}},
+        # arguments that are not a string are sent whole in the opener
+        {
+            "index": 3,
+            "id": "call_0_3",
+            "type": fn,
+            fn: {"name": "k", "arguments": {"city": "Oslo"}},
+        },
+        {"id": "call_0_4", "type": fn, fn: {"name": "m", "arguments": None}},
+    ]
+    assert _events(data)[-1] == "[DONE]"
+
+
+def test_retry_after_header_seconds_or_verbatim_date(llm: ScriptedLLM):
+    date = "Wed, 21 Oct 2015 07:28:00 GMT"
+    llm.script(error(503, retry_after=0.5), error(429, retry_after=date), error(500))
+    assert [_post(llm, stream=False)[1].get("retry-after") for _ in range(3)] == ["0.5", date, None]
+
+
+def test_clean_cut_stream_ends_without_finish_reason_or_done():
+    with ScriptedLLM(chunk_size=4) as llm:
+        calls = [tool_call("f", {"city": "Oslo"})]
+        llm.script(cut_stream(reply(tool_calls=calls), after_chunks=3, clean=True))
+        status, _, data = _post(llm, stream=True)  # a complete HTTP body: no read error
+    events = _events(data)
+    assert status == 200 and len(events) == 3  # role, call opener, one arguments piece
+    assert "[DONE]" not in events
+    assert all(e["choices"][0]["finish_reason"] is None for e in events)
+    assert events[-1]["choices"][0]["delta"]["tool_calls"][0]["function"]["arguments"] == '{"ci'
+
+
+def test_raw_sends_any_json_verbatim(llm: ScriptedLLM):
+    no_choices = {"id": "x", "object": "chat.completion", "model": "m", "choices": []}
+    chunks = [{"choices": [{"index": 0, "delta": {"content": 5}}]}, [1, 2]]
+    llm.script(
+        raw(no_choices),
+        raw(no_choices),  # to a stream: the body is the only event
+        raw(chunks=chunks, done=False),
+    )
+    status, headers, data = _post(llm, stream=False)
+    assert (status, headers["content-type"], json.loads(data)) == (
+        200,
+        "application/json",
+        no_choices,
+    )
+    assert _events(_post(llm, stream=True)[2]) == [no_choices, "[DONE]"]
+    assert _events(_post(llm, stream=True)[2]) == chunks
+
+
+def test_lone_surrogates_are_sent_escaped(llm: ScriptedLLM):
+    # Python servers escape them (ensure_ascii): the client must cope, the server must not crash.
+    llm.script(reply("a\ud800b"), reply("c\udfffd"))
+    assert b'"a\\ud800b"' in _post(llm, stream=False)[2]
+    assert b'"c\\udfffd"' in _post(llm, stream=True)[2]
+
+
 def test_disconnect_is_a_connection_error(llm: ScriptedLLM, client: openai.OpenAI):
     llm.script(disconnect(), reply("after"))
     with pytest.raises(openai.APIConnectionError):
@@ -462,6 +584,8 @@ def test_builders_validate_their_arguments(llm: ScriptedLLM):
         llm.script("hello")  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="chunk_size"):
         ScriptedLLM(chunk_size=0)
+    with pytest.raises(ValueError, match=r"unknown wire keys \['ID'\]"):
+        tool_call("f", wire={"ID": None})
 
 
 def test_script_json_round_trip():
@@ -479,10 +603,15 @@ def test_script_json_round_trip():
         delay(0.1),
         cut_stream(reply("partial"), after_chunks=3),
         disconnect(),
+        reply(tool_calls=[tool_call("f", wire={"id": None, "arguments": {"a": 1}}, omit=["type"])]),
+        error(503, retry_after="Wed, 21 Oct 2015 07:28:00 GMT"),
+        cut_stream(reply("quiet"), after_chunks=1, clean=True),
+        raw({"choices": []}, chunks=[{"choices": []}], done=False),
     ]
     text = script_to_json(items)
     assert [entry["kind"] for entry in json.loads(text)] == [
         "reply", "reply", "error", "garbage", "delay", "delay", "cut_stream", "disconnect",
+        "reply", "error", "cut_stream", "raw",
     ]  # fmt: skip
     assert script_from_json(text) == items
     with pytest.raises(ValueError, match=r"script item #0: unknown kind 'nope'"):

@@ -4,6 +4,12 @@ Each item answers exactly one request. Builders (`reply`, `tool_call`, `error`, 
 plain functions returning frozen dataclasses, so a script is just data: it can be written
 to JSON with `script_to_json` and served from another process by the CLI. A `Reply` is
 rendered to the Chat Completions wire format by `completion_body` / `stream_chunks`.
+
+Misbehaving providers are scripted too: `tool_call(..., wire={...}, omit=[...])` sends odd
+tool-call shapes (null or missing ids, null names, arguments as an object),
+`error(..., retry_after=)` adds a `Retry-After` header (seconds or an HTTP date),
+`cut_stream(..., clean=True)` ends a stream properly but without `finish_reason` or `[DONE]`,
+and `raw(...)` sends any JSON verbatim (no choices, non-string content, an error in a 200).
 """
 
 from __future__ import annotations
@@ -22,16 +28,26 @@ if TYPE_CHECKING:
 #: Usage marker meaning "estimate the token counts from the request and reply sizes".
 AUTO_USAGE: Literal["auto"] = "auto"
 
+_OMIT = "<omit>"  # a `ToolCallSpec.wire` value: leave the key out (`tool_call(omit=...)`)
+
+_WIRE_KEYS = frozenset({"id", "type", "name", "arguments", "index"})
+
 UsageSpec: TypeAlias = dict[str, Any] | Literal["auto"] | None
 
 
 @dataclass(frozen=True)
 class ToolCallSpec:
-    """One function call the scripted assistant makes; `arguments` is sent verbatim."""
+    """One function call the scripted assistant makes; `arguments` is sent verbatim.
+
+    `wire` replaces fields on the wire with any JSON value (or leaves them out): "id", "type",
+    "name", "arguments", and in a stream "index". Arguments that are not a string are sent
+    whole in the call's first stream delta.
+    """
 
     name: str
     arguments: str = "{}"
     id: str | None = None
+    wire: dict[str, Any] | None = None
 
 
 @dataclass(frozen=True)
@@ -63,7 +79,8 @@ class ErrorItem:
     message: str | None = None
     type: str | None = None
     code: str | None = None
-    retry_after: float | None = None
+    retry_after: float | str | None = None
+    """`Retry-After` header: seconds, or a string sent verbatim (e.g. an HTTP date)."""
 
     def body(self) -> dict[str, Any]:
         """Return the `{"error": {...}}` body, with defaults derived from the status."""
@@ -98,11 +115,28 @@ class Delay:
 
 @dataclass(frozen=True)
 class CutStream:
-    """Send the first `after_chunks` SSE chunks of `then`, then drop the connection."""
+    """Send the first `after_chunks` SSE chunks of `then`, then drop the connection.
+
+    With `clean`, the response ends properly instead (no `finish_reason`, no `[DONE]`): only
+    the missing end tells the client the answer was cut.
+    """
 
     kind: ClassVar[str] = "cut_stream"
     then: Reply
     after_chunks: int = 2
+    clean: bool = False
+
+
+@dataclass(frozen=True)
+class Raw:
+    """Any JSON sent verbatim: `body` as a 200 response, or `chunks` as SSE events."""
+
+    kind: ClassVar[str] = "raw"
+    body: Any = None
+    chunks: tuple[Any, ...] | None = None
+    """Stream events; None sends `body` as the only event."""
+    done: bool = True
+    """End a stream with `[DONE]`."""
 
 
 @dataclass(frozen=True)
@@ -112,11 +146,18 @@ class Disconnect:
     kind: ClassVar[str] = "disconnect"
 
 
-ScriptItem: TypeAlias = Reply | ErrorItem | Garbage | Delay | CutStream | Disconnect
+ScriptItem: TypeAlias = Reply | ErrorItem | Garbage | Delay | CutStream | Disconnect | Raw
 
-_KINDS: dict[str, type[ScriptItem]] = {
-    cls.kind: cls for cls in (Reply, ErrorItem, Garbage, Delay, CutStream, Disconnect)
-}
+ITEM_TYPES: tuple[type[ScriptItem], ...] = (
+    Reply,
+    ErrorItem,
+    Garbage,
+    Delay,
+    CutStream,
+    Disconnect,
+    Raw,
+)
+_KINDS: dict[str, type[ScriptItem]] = {cls.kind: cls for cls in ITEM_TYPES}
 _DEFAULT_CODES = {429: "rate_limit_exceeded"}
 
 
@@ -160,9 +201,26 @@ def usage(
 
 
 def tool_call(
-    name: str, arguments: Mapping[str, Any] | str | None = None, *, id: str | None = None
+    name: str,
+    arguments: Mapping[str, Any] | str | None = None,
+    *,
+    id: str | None = None,
+    wire: Mapping[str, Any] | None = None,
+    omit: Iterable[str] = (),
 ) -> ToolCallSpec:
-    """Build a tool call; a str is sent verbatim (even malformed JSON), a mapping is dumped."""
+    """Build a tool call; a str is sent verbatim (even malformed JSON), a mapping is dumped.
+
+    Odd shapes for fault tests: `wire` sends other values instead of the well-formed fields,
+    e.g. ``{"id": None}``, ``{"name": ""}``, ``{"arguments": {"city": "Oslo"}}``; `omit`
+    leaves keys out, e.g. ``("id",)`` or ``("index",)`` (stream chunks only).
+    """
+    wire = {**(wire or {}), **dict.fromkeys(omit, _OMIT)}
+    unknown = set(wire) - _WIRE_KEYS
+    if unknown:
+        raise ValueError(
+            f"tool_call({name!r}): unknown wire keys {sorted(unknown)}; "
+            f"expected some of {sorted(_WIRE_KEYS)}"
+        )
     if arguments is None:
         text = "{}"
     elif isinstance(arguments, str):
@@ -174,7 +232,7 @@ def tool_call(
             f"tool_call({name!r}): arguments must be a dict or a str, "
             f"got {type(arguments).__name__}"
         )
-    return ToolCallSpec(name=name, arguments=text, id=id)
+    return ToolCallSpec(name=name, arguments=text, id=id, wire=wire or None)
 
 
 def reply(
@@ -228,13 +286,18 @@ def delay(seconds: float, then: ScriptItem | None = None) -> Delay:
     return Delay(seconds, then)
 
 
-def cut_stream(then: Reply, after_chunks: int = 2) -> CutStream:
-    """Build a stream that breaks after `after_chunks` chunks of `then`."""
+def cut_stream(then: Reply, after_chunks: int = 2, *, clean: bool = False) -> CutStream:
+    """Build a stream that breaks after `after_chunks` chunks of `then` (`clean`: ends quietly)."""
     if not isinstance(then, Reply):
         raise TypeError(f"cut_stream(): `then` must be a reply(...), got {then!r}")
     if after_chunks < 0:
         raise ValueError(f"cut_stream(): after_chunks must be >= 0, got {after_chunks}")
-    return CutStream(then, after_chunks)
+    return CutStream(then, after_chunks, clean)
+
+
+def raw(body: Any = None, *, chunks: Iterable[Any] | None = None, done: bool = True) -> Raw:
+    """Build a 200 reply sending `body` (or, to a stream, `chunks`) verbatim, valid or not."""
+    return Raw(body, None if chunks is None else tuple(chunks), done)
 
 
 def disconnect() -> Disconnect:
@@ -275,6 +338,8 @@ def _item_from_dict(data: Any, where: str) -> ScriptItem:
             raise ValueError(f"{where}: bad tool call: {exc}") from None
     if fields.get("then") is not None:
         fields["then"] = _item_from_dict(fields["then"], f"{where}.then")
+    if kind == "raw" and isinstance(fields.get("chunks"), list):
+        fields["chunks"] = tuple(fields["chunks"])
     try:
         return cls(**fields)
     except TypeError as exc:
@@ -328,17 +393,29 @@ def _call_id(request: RecordedRequest, reply: Reply, position: int) -> str:
     return reply.tool_calls[position].id or f"call_{request.index}_{position}"
 
 
+def _override(target: dict[str, Any], key: str, value: Any) -> None:
+    if value == _OMIT:
+        target.pop(key, None)
+    else:
+        target[key] = value
+
+
+def _wire_call(request: RecordedRequest, reply: Reply, position: int) -> dict[str, Any]:
+    call = reply.tool_calls[position]
+    function = {"name": call.name, "arguments": call.arguments}
+    out = {"id": _call_id(request, reply, position), "type": "function", "function": function}
+    for key, value in (call.wire or {}).items():
+        if key != "index":  # a non-streamed call has no index
+            _override(function if key in ("name", "arguments") else out, key, value)
+    return out
+
+
 def completion_body(reply: Reply, request: RecordedRequest) -> dict[str, Any]:
     """Render a reply as a non-streamed `chat.completion` object."""
     message: dict[str, Any] = {"role": "assistant", "content": reply.content}
     if reply.tool_calls:
         message["tool_calls"] = [
-            {
-                "id": _call_id(request, reply, i),
-                "type": "function",
-                "function": {"name": call.name, "arguments": call.arguments},
-            }
-            for i, call in enumerate(reply.tool_calls)
+            _wire_call(request, reply, i) for i in range(len(reply.tool_calls))
         ]
     if reply.reasoning_content is not None:
         message["reasoning_content"] = reply.reasoning_content
@@ -358,13 +435,25 @@ def stream_chunks(reply: Reply, request: RecordedRequest, chunk_size: int) -> li
     deltas += [{"reasoning_content": p} for p in _pieces(reply.reasoning_content or "", chunk_size)]
     deltas += [{"content": p} for p in _pieces(reply.content or "", chunk_size)]
     for i, call in enumerate(reply.tool_calls):
+        wire = call.wire or {}
+        function: dict[str, Any] = {"name": call.name, "arguments": ""}
         opener = {"index": i, "id": _call_id(request, reply, i), "type": "function"}
-        opener["function"] = {"name": call.name, "arguments": ""}
+        opener["function"] = function
+        arguments = wire.get("arguments", call.arguments)
+        for key, value in wire.items():
+            if key != "arguments":
+                _override(function if key == "name" else opener, key, value)
+            elif not isinstance(value, str) or value == _OMIT:
+                _override(function, key, value)  # sent whole (or not at all)
         deltas.append({"tool_calls": [opener]})
-        deltas += [
-            {"tool_calls": [{"index": i, "function": {"arguments": p}}]}
-            for p in _pieces(call.arguments, chunk_size)
-        ]
+        if isinstance(arguments, str) and arguments != _OMIT:
+            piece: dict[str, Any] = {"index": i} if "index" not in wire else {}
+            if wire.get("index", _OMIT) != _OMIT:
+                piece["index"] = wire["index"]
+            deltas += [
+                {"tool_calls": [{**piece, "function": {"arguments": p}}]}
+                for p in _pieces(arguments, chunk_size)
+            ]
     envelope = _envelope(request, reply, "chat.completion.chunk")
     chunks = [
         {**envelope, "choices": [{"index": 0, "delta": delta, "finish_reason": None}]}

@@ -20,11 +20,12 @@ from types import TracebackType
 from typing import Any, Self
 
 from ania_nb.testing._script import (
+    ITEM_TYPES,
     CutStream,
     Delay,
-    Disconnect,
     ErrorItem,
     Garbage,
+    Raw,
     Reply,
     ScriptItem,
     completion_body,
@@ -129,7 +130,10 @@ class _Handler(BaseHTTPRequestHandler):
 
     def _answer(self, item: ScriptItem, request: RecordedRequest) -> None:
         if isinstance(item, ErrorItem):
-            headers = {} if item.retry_after is None else {"Retry-After": f"{item.retry_after:g}"}
+            after = item.retry_after
+            headers = {}
+            if after is not None:
+                headers["Retry-After"] = after if isinstance(after, str) else f"{after:g}"
             self._send_json(item.status, item.body(), headers)
         elif isinstance(item, Garbage):
             if request.stream and item.status == 200:
@@ -145,13 +149,17 @@ class _Handler(BaseHTTPRequestHandler):
                 self._send_json(200, completion_body(item, request))
         elif isinstance(item, CutStream) and request.stream:
             chunks = stream_chunks(item.then, request, self.server.llm.chunk_size)
-            self._stream(chunks[: item.after_chunks], done=False)
+            self._stream(chunks[: item.after_chunks], done=False, end=item.clean)
+        elif isinstance(item, Raw):
+            if request.stream:
+                self._stream(list(item.chunks or [item.body]), done=item.done, end=True)
+            else:
+                self._send_json(200, item.body)
         else:  # Disconnect, or CutStream on a non-streaming request: no response at all
             self.close_connection = True
 
     def _send_json(self, status: int, body: Any, headers: dict[str, str] | None = None) -> None:
-        data = json.dumps(body, ensure_ascii=False).encode()
-        self._send_bytes(status, data, "application/json", headers)
+        self._send_bytes(status, _dumps(body), "application/json", headers)
 
     def _send_bytes(
         self, status: int, data: bytes, ctype: str, headers: dict[str, str] | None = None
@@ -183,13 +191,22 @@ class _Handler(BaseHTTPRequestHandler):
         self.wfile.write(b"%x\r\n%s\r\n" % (len(data), data))
         self.wfile.flush()
 
-    def _stream(self, chunks: list[dict[str, Any]], *, done: bool) -> None:
+    def _stream(self, chunks: list[Any], *, done: bool, end: bool = True) -> None:
+        """Send SSE events; `done` adds `[DONE]`; without `end` the connection just drops."""
         self._start_stream()
         for chunk in chunks:
-            self._write_chunk(b"data: %s\n\n" % json.dumps(chunk, ensure_ascii=False).encode())
+            self._write_chunk(b"data: %s\n\n" % _dumps(chunk))
         if done:
             self._write_chunk(b"data: [DONE]\n\n")
+        if done or end:
             self._write_chunk(b"")  # the terminating zero-length chunk
+
+
+def _dumps(body: Any) -> bytes:
+    try:
+        return json.dumps(body, ensure_ascii=False).encode()
+    except UnicodeEncodeError:  # lone surrogates (scripted on purpose): send them \u-escaped
+        return json.dumps(body).encode()
 
 
 class _Server(ThreadingHTTPServer):
@@ -321,7 +338,7 @@ class ScriptedLLM:
     def script(self, *items: ScriptItem) -> Self:
         """Append items to the queue; returns self for chaining."""
         for item in items:
-            if not isinstance(item, Reply | ErrorItem | Garbage | Delay | CutStream | Disconnect):
+            if not isinstance(item, ITEM_TYPES):
                 raise TypeError(
                     f"ScriptedLLM.script(): expected reply(), error(), delay(), ... got {item!r}"
                 )
@@ -404,6 +421,6 @@ class ScriptedLLM:
             item = responder(request)
         except Exception as exc:
             return ErrorItem(500, f"ScriptedLLM responder raised {type(exc).__name__}: {exc}")
-        if not isinstance(item, Reply | ErrorItem | Garbage | Delay | CutStream | Disconnect):
+        if not isinstance(item, ITEM_TYPES):
             return ErrorItem(500, f"ScriptedLLM responder must return reply(...), got {item!r}")
         return item
