@@ -1,19 +1,32 @@
 """Exceptions raised by ania-nb.
 
-Three families, kept apart so callers can catch exactly what they mean::
+Four families, kept apart so callers can catch exactly what they mean (attributes in brackets)::
 
     AniaError
-    ├── UsageError            developer misuse: bad config, bad tool definition, bad argument
-    │   ├── ConfigError
-    │   └── ToolDefinitionError
-    ├── RunError              a run failed: carries the session and, where known, the cause
-    │   ├── LLMError          the model endpoint failed (after retries and fallback)
-    │   │   └── LLMStreamError    a stream broke after output had started (never retried)
-    │   ├── SessionBusyError  the session's queue is full
-    │   └── StoreError        the embedded store could not be read or written
-    └── ToolSignal            raised *inside* a tool to steer the loop; never escapes a run
-        ├── ToolError         the tool failed with a message meant for the model
-        └── ToolDenied        the call was blocked (gate, hook, approval)
+    ├── UsageError              developer misuse: bad config, bad tool definition, bad argument
+    │   ├── ConfigError         a setting or a config file is missing or invalid [key]
+    │   ├── ToolDefinitionError a tool cannot become a function schema [tool]
+    │   └── MissingExtraError   an optional dependency is not installed; also an ImportError
+    │                           [extra, name]
+    ├── RunError                a run failed [session]
+    │   ├── LLMError            the model endpoint failed after retries and fallback
+    │   │   │                   [status_code, model]
+    │   │   └── LLMStreamError  a stream broke after output had started (never retried)
+    │   └── SessionBusyError    the session's queue is full
+    ├── ResourceError           something the agent relies on failed, inside a run or outside
+    │   ├── StoreError          the embedded store could not be opened, read or written
+    │   ├── MCPServerError      an MCP server could not be connected or is closed [server]
+    │   └── SkillError          a skill could not be read, installed or removed [skill]
+    │       ├── FrontmatterError    a SKILL.md frontmatter block is invalid; also a ValueError
+    │       └── SkillInstallError   bad source, unsafe archive or failed download
+    │                               [source, status_code]
+    └── ToolSignal              raised inside a tool to steer the loop; never escapes a run
+        └── ToolError           the tool failed with a message meant for the model
+            └── ToolArgumentsError  (ania_nb.tools.base) the model's arguments do not fit [tool]
+
+A run that fails because of a `ResourceError` (say, the store) is reported through its
+`RunResult` like any other failed run; the exception itself is raised where no run is involved
+(opening the store, connecting an MCP server, installing a skill).
 
 Messages say the likely cause and the fix; context is attached as attributes.
 """
@@ -23,6 +36,9 @@ from __future__ import annotations
 
 class AniaError(Exception):
     """Root of every exception raised by ania-nb."""
+
+
+# ---------------------------------------------------------------------------- usage
 
 
 class UsageError(AniaError):
@@ -43,6 +59,20 @@ class ToolDefinitionError(UsageError):
     def __init__(self, message: str, *, tool: str | None = None) -> None:
         super().__init__(message)
         self.tool = tool
+
+
+class MissingExtraError(UsageError, ImportError):
+    """An optional dependency is missing; the message names the ``pip install`` that adds it.
+
+    ``extra`` is the ania-nb extra to install (``"notebook"``), ``name`` the missing module.
+    """
+
+    def __init__(self, message: str, *, extra: str, name: str) -> None:
+        super().__init__(message, name=name)  # ImportError keeps ``name``
+        self.extra = extra
+
+
+# ---------------------------------------------------------------------------- runs
 
 
 class RunError(AniaError):
@@ -77,8 +107,58 @@ class SessionBusyError(RunError):
     """The session is handling a request and its queue of waiting messages is full."""
 
 
-class StoreError(RunError):
-    """The embedded store failed."""
+# ---------------------------------------------------------------------------- resources
+
+
+class ResourceError(AniaError):
+    """Something the agent relies on (the store, an MCP server, a skill source) failed."""
+
+
+class StoreError(ResourceError):
+    """The embedded store could not be opened, read or written."""
+
+
+class MCPServerError(ResourceError):
+    """An MCP server could not be connected (spawn, HTTP connect, handshake, tool listing)."""
+
+    def __init__(self, message: str, *, server: str) -> None:
+        super().__init__(message)
+        self.server = server
+
+
+class SkillError(ResourceError):
+    """A skill could not be read, installed or removed; ``skill`` names it when known."""
+
+    def __init__(self, message: str, *, skill: str | None = None) -> None:
+        super().__init__(message)
+        self.skill = skill
+
+
+class FrontmatterError(SkillError, ValueError):
+    """A SKILL.md frontmatter block cannot be read; the message says what to fix."""
+
+
+class SkillInstallError(SkillError):
+    """A skill could not be installed or removed; nothing on disk was changed.
+
+    ``source`` is the URL (or ``"content"``) being installed; ``status_code`` the HTTP status
+    when a download was refused.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        source: str | None = None,
+        status_code: int | None = None,
+        skill: str | None = None,
+    ) -> None:
+        super().__init__(message, skill=skill)
+        self.source = source
+        self.status_code = status_code
+
+
+# ---------------------------------------------------------------------------- tool signals
 
 
 class ToolSignal(AniaError):
@@ -87,7 +167,3 @@ class ToolSignal(AniaError):
 
 class ToolError(ToolSignal):
     """A tool failed; the message is shown to the model as the tool's result."""
-
-
-class ToolDenied(ToolSignal):
-    """A tool call was blocked before it ran (plan mode, hook, approval)."""

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -125,3 +126,77 @@ def test_bad_options_are_usage_errors(line):
 
     with pytest.raises(UsageError):
         parse_argstring(AgentMagics.agent_cell, line)
+
+
+# ---------------------------------------------------------------------------- errors in magics
+
+
+def _ipython(code: str, cwd: Path, *, setup: str = "") -> str:
+    """Run ``code`` in a fresh InteractiveShell in a subprocess; return its stdout + stderr."""
+    script = (
+        f"{setup}\n"
+        "from IPython.core.interactiveshell import InteractiveShell\n"
+        "ip = InteractiveShell.instance()\n"
+        f"{code}\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=60, cwd=cwd
+    )
+    assert done.returncode == 0, done.stderr
+    return done.stdout + done.stderr
+
+
+@pytest.mark.parametrize(
+    "cell",
+    [
+        "%%agent\nhello",  # rewritten into an awaited call
+        "%agent hello",
+        "%ania plan on",
+        "x = 1\n%ania plan on",  # not rewritten: IPython calls the magic itself
+    ],
+)
+def test_usage_errors_in_magics_print_one_line_without_a_traceback(tmp_path, cell):
+    (tmp_path / "ania.toml").write_text('[agent]\nrun_timeout = "soon"\n')
+    code = f"ip.run_line_magic('load_ext', 'ania_nb')\nip.run_cell({cell!r})\n"
+    out = _ipython(code, tmp_path)
+    assert "UsageError: invalid configuration" in out
+    assert "agent.run_timeout" in out and "'soon'" in out
+    assert "Traceback" not in out and "ConfigError" not in out and "File " not in out
+
+
+@pytest.mark.parametrize("missing", ["ipywidgets", "ipykernel"])
+def test_load_ext_without_the_notebook_extra_names_the_pip_install(tmp_path, missing):
+    # sys.modules[name] = None makes `import name` fail as if the package were not installed.
+    setup = f"import sys; sys.modules[{missing!r}] = None"
+    code = (
+        "ip.run_cell('%load_ext ania_nb')\n"
+        "print('registered:', 'agent' in ip.magics_manager.magics['cell'])\n"
+        "try:\n"
+        "    import ania_nb; ania_nb.load_ipython_extension(ip)\n"
+        "except ImportError as exc:\n"
+        "    print('ImportError', type(exc).__name__, exc.name)\n"
+    )
+    out = _ipython(code, tmp_path, setup=setup)
+    assert 'pip install "ania-nb[notebook]"' in out
+    assert f"needs the {missing!r} package" in out
+    assert "registered: False" in out
+    assert f"ImportError MissingExtraError {missing}" in out
+
+
+def test_ania_mcp_add_reports_bad_input_and_failed_servers_without_a_traceback(tmp_path):
+    (tmp_path / "mcp.json").write_text('{"servers": []}')
+    (tmp_path / "ania.toml").write_text(
+        f'[store]\ndata_dir = "{tmp_path / "data"}"\n[skills]\ndir = "{tmp_path / "none"}"\n'
+        f'[mcp]\nconfig_file = "{tmp_path / "mcp.json"}"\n'
+    )
+    missing = tmp_path / "no-such-server.py"
+    code = (
+        "ip.run_line_magic('load_ext', 'ania_nb')\n"
+        "ip.run_cell(\"%ania mcp add 'bad name!' uvx\")\n"
+        f"ip.run_cell('%ania mcp add gone {sys.executable} {missing}')\n"
+        "ip.run_cell('%unload_ext ania_nb')\n"
+    )
+    out = _ipython(code, tmp_path)
+    assert "UsageError: %ania mcp add: server 'bad name!': field 'name'" in out
+    assert "MCP server 'gone' (stdio" in out and "could not be connected" in out
+    assert "Traceback" not in out and "ValidationError" not in out

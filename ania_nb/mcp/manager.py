@@ -17,7 +17,7 @@ import contextlib
 import logging
 from typing import TYPE_CHECKING, Any, Literal
 
-from ania_nb.errors import AniaError, ToolError
+from ania_nb.errors import MCPServerError, ToolError
 from ania_nb.mcp.config import MCPServerConfig
 from ania_nb.mcp.transport import (
     RemoteTool,
@@ -39,14 +39,6 @@ _log = logging.getLogger(__name__)
 
 ServerState = Literal["idle", "connecting", "connected", "disconnected", "failed", "closed"]
 _STOP_GRACE = 10.0  # seconds a runner gets to unwind (stdio shutdown is itself bounded by ~6 s)
-
-
-class MCPServerError(AniaError):
-    """An MCP server could not be connected (spawn, HTTP connect, handshake or tool listing)."""
-
-    def __init__(self, message: str, *, server: str) -> None:
-        super().__init__(message)
-        self.server = server
 
 
 def describe(exc: BaseException) -> str:

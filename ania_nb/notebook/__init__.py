@@ -14,6 +14,9 @@ __all__ = ["AgentMagics", "load_ipython_extension", "transform_cell", "unload_ip
 
 def load_ipython_extension(shell: Any) -> None:
     """Register the magics and the cell rewriter (idempotent)."""
+    from .._extras import require_extra
+
+    require_extra("notebook", "%load_ext ania_nb")
     if "AgentMagics" in shell.magics_manager.registry:
         return
     shell.register_magics(AgentMagics(shell))

@@ -10,14 +10,18 @@ from __future__ import annotations
 
 import asyncio
 import shlex
-from typing import Any
+from collections.abc import Awaitable
+from typing import Any, TypeVar
 
 from IPython.core.error import UsageError
 from IPython.core.magic import Magics, cell_magic, line_magic, magics_class
 from IPython.core.magic_arguments import argument, magic_arguments, parse_argstring
 
+from ..errors import UsageError as AniaUsageError
 from .extension import NotebookState
 from .interpolate import interpolate
+
+T = TypeVar("T")
 
 
 @magics_class
@@ -43,12 +47,12 @@ class AgentMagics(Magics):
         The result (a RunResult) is stored as ``_``. History persists per session, so
         consecutive cells are one conversation, across kernel restarts too.
         """
-        return self._fallback(run_agent(self, line, cell))
+        return self._fallback(shown_cleanly(run_agent(self, line, cell)))
 
     @line_magic("agent")  # type: ignore[arg-type]
     def agent_line(self, line: str) -> Any:
         """One-line form of %%agent: ``%agent [options] prompt…``."""
-        return self._fallback(run_agent(self, line, None))
+        return self._fallback(shown_cleanly(run_agent(self, line, None)))
 
     @line_magic("ania")  # type: ignore[arg-type]
     def ania(self, line: str) -> Any:
@@ -64,7 +68,7 @@ class AgentMagics(Magics):
         """
         from .manage import run_ania
 
-        return self._fallback(run_ania(self.state, line))
+        return self._fallback(shown_cleanly(run_ania(self.state, line)))
 
     def _fallback(self, coro: Any) -> Any:
         try:
@@ -74,6 +78,15 @@ class AgentMagics(Magics):
         # A loop is running but this call was not awaited (autoawait off): run in background.
         self.state.track(asyncio.ensure_future(coro))
         return None
+
+
+async def shown_cleanly(work: Awaitable[T]) -> T:
+    """Await ``work``, turning ania-nb's `UsageError` into IPython's (one line, no traceback)."""
+    try:
+        return await work
+    except AniaUsageError as exc:
+        # IPython prints only `UsageError` itself (not subclasses) without a traceback.
+        raise UsageError(str(exc)) from None
 
 
 async def run_agent(magics: AgentMagics, line: str, cell: str | None) -> Any:
@@ -139,8 +152,8 @@ async def run_magic(kind: str, line: str, cell: str | None = None) -> Any:
         from .manage import run_ania
 
         # IPython expands {expr} in line magics; the rewritten path must do the same.
-        return await run_ania(magics.state, interpolate(line, shell.user_ns))
-    return await run_agent(magics, line, cell)
+        return await shown_cleanly(run_ania(magics.state, interpolate(line, shell.user_ns)))
+    return await shown_cleanly(run_agent(magics, line, cell))
 
 
 def transform_cell(lines: list[str]) -> list[str]:

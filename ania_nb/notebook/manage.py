@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import json
+import sys
 from typing import Any
 
 from IPython.core.error import UsageError
 
+from ..errors import MCPServerError
 from .extension import NotebookState
 
 USAGE = (
@@ -71,22 +73,24 @@ async def _mcp(state: NotebookState, args: list[str]) -> None:
     if len(args) < 2:
         raise UsageError(f"%ania mcp {sub} needs a server name")
     name = args[1]
-    if sub == "add":
-        from ..mcp import MCPServerConfig
+    try:
+        if sub == "add":
+            from ..mcp.config import validate_server
 
-        if len(args) < 3:
-            raise UsageError("usage: %ania mcp add NAME COMMAND [ARGS…]")
-        config = MCPServerConfig.model_validate(
-            {"name": name, "transport": "stdio", "command": args[2], "args": args[3:]}
-        )
-        status = await registry.add(config)
-    elif sub == "remove":
-        print("removed" if await registry.remove(name) else f"no server named {name!r}")
+            if len(args) < 3:
+                raise UsageError("usage: %ania mcp add NAME COMMAND [ARGS…]")
+            entry = {"name": name, "transport": "stdio", "command": args[2], "args": args[3:]}
+            status = await registry.add(validate_server(entry, "%ania mcp add", f"server {name!r}"))
+        elif sub == "remove":
+            print("removed" if await registry.remove(name) else f"no server named {name!r}")
+            return
+        elif sub == "reconnect":
+            status = await registry.reconnect(name)
+        else:
+            raise UsageError(f"unknown %ania mcp command {sub!r}")
+    except MCPServerError as exc:  # the server's fault, not the user's: said, not a traceback
+        print(exc, file=sys.stderr)
         return
-    elif sub == "reconnect":
-        status = await registry.reconnect(name)
-    else:
-        raise UsageError(f"unknown %ania mcp command {sub!r}")
     print(
         f"{status.name}: {status.state}, {status.tools} tools"
         + (f" ({status.error})" if status.error else "")

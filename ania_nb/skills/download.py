@@ -36,12 +36,15 @@ class Downloader:
         except TimeoutError:
             raise SkillInstallError(
                 f"downloading {url} took longer than {self.timeout:g} s; try again later or "
-                "use a smaller or closer source"
+                "use a smaller or closer source",
+                source=url,
             ) from None
-        except httpx.HTTPError as exc:
+        except (httpx.HTTPError, httpx.InvalidURL, httpx.StreamError, OSError) as exc:
             raise SkillInstallError(
-                f"downloading {url} failed: {type(exc).__name__}: {exc or 'no details'}"
-            ) from None
+                f"downloading {url} failed: {type(exc).__name__}: {exc or 'no details'}; check "
+                "the URL and the network, then try again",
+                source=url,
+            ) from exc
 
     async def _fetch(self, client: httpx.AsyncClient, url: str, limit: int, what: str) -> bytes:
         # identity: a compressed transfer could inflate far past the cap inside one chunk.
@@ -51,6 +54,7 @@ class Downloader:
                 raise SkillInstallError(
                     f"downloading {url} failed: HTTP {response.status_code} "
                     f"{response.reason_phrase}".rstrip(),
+                    source=url,
                     status_code=response.status_code,
                 )
             declared = response.headers.get("content-length", "")

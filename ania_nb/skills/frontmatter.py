@@ -9,14 +9,12 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from ania_nb.errors import FrontmatterError
+
 __all__ = ["FrontmatterError", "SkillMeta", "one_line", "parse_frontmatter"]
 
 _FENCE = "---"
 _SPACE_RE = re.compile(r"\s+")
-
-
-class FrontmatterError(ValueError):
-    """A SKILL.md frontmatter block cannot be read; the message says what to fix."""
 
 
 @dataclass(frozen=True)

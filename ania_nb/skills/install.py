@@ -121,6 +121,7 @@ class SkillInstaller:
             result = await self._install(url, content, name)
         except SkillInstallError as exc:
             exc.source = source
+            exc.skill = exc.skill or (name.strip() if name and name.strip() else None)
             await audit(f"failed ({source}): {exc}")
             raise
         verb = "replaced" if result.replaced else "installed"
@@ -140,6 +141,7 @@ class SkillInstaller:
         try:
             removed = await self._remove(name)
         except SkillInstallError as exc:
+            exc.skill = exc.skill or name.strip() or None
             await audit(f"failed ({name!r}): {exc}")
             raise
         what = removed.location if isinstance(removed, Skill) else removed.name + "/"
@@ -159,7 +161,11 @@ class SkillInstaller:
         folder_name = check_dir_name(name) if name is not None and name.strip() else None
         if content:
             return await self._from_text(content, folder_name, hint=None)
-        parts = urlsplit(url)
+        try:
+            parts = urlsplit(url)
+            parts.port  # noqa: B018  # raises ValueError for a port outside 0-65535
+        except ValueError as exc:
+            raise SkillInstallError(f"{url!r} is not a valid URL: {exc}") from None
         if parts.scheme not in ("http", "https") or not parts.hostname:
             raise SkillInstallError(f"only http:// and https:// URLs can be installed, got {url!r}")
         segments = [s for s in parts.path.split("/") if s]
@@ -359,7 +365,10 @@ def _swap_in(staging: Path, target: Path) -> bool:
     aside: Path | None = None
     if target.exists():
         aside = target.with_name(f".old-{target.name}-{secrets.token_hex(4)}")
-        os.rename(target, aside)
+        try:
+            os.rename(target, aside)
+        except OSError as exc:
+            raise SkillInstallError(f"cannot replace {target.name}: {exc}") from None
     try:
         os.rename(staging, target)
     except OSError as exc:

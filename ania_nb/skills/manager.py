@@ -18,7 +18,7 @@ from os import PathLike
 from pathlib import Path
 from typing import NamedTuple
 
-from ania_nb.errors import UsageError
+from ania_nb.errors import SkillError, UsageError
 
 from .frontmatter import FrontmatterError, parse_frontmatter
 
@@ -230,8 +230,8 @@ def scan_skills(
     return dict(sorted(found.items())), errors
 
 
-class _Skip(Exception):
-    """Internal: why a candidate skill could not be loaded."""
+class _Skip(SkillError):
+    """Internal: why a candidate skill could not be loaded (becomes a `SkillLoadError`)."""
 
 
 def _load(root: Path, location: str, path: Path, folder: Path | None) -> Skill:
