@@ -78,7 +78,8 @@ async def test_tool_definitions_are_sent_sorted_and_identical_each_round(llm, ma
     assert first.tools_bytes == second.tools_bytes
     assert first.tools[0]["function"]["parameters"] == {
         "type": "object",
-        "properties": {"a": {"type": "number"}, "b": {"type": "number"}},
+        "additionalProperties": False,
+        "properties": {"a": {"type": "integer"}, "b": {"type": "integer"}},
         "required": ["a", "b"],
     }
 

@@ -41,7 +41,12 @@ async def test_lazy_discover_load_call_in_one_session_only(tmp_path: Path):
         discover = shared.get("mcp_discover_demo")
         assert discover is not None and not discover.side_effects
         assert "MCP server 'a demo server'" in discover.description
-        assert discover.parameters_schema() == {"type": "object", "properties": {}, "required": []}
+        assert discover.parameters_schema() == {
+            "type": "object",
+            "additionalProperties": False,
+            "properties": {},
+            "required": [],
+        }
         load = shared.get("mcp_load_demo")
         assert load is not None and load.parameters_schema()["required"] == ["tool_name"]
 

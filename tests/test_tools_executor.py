@@ -5,13 +5,14 @@ from __future__ import annotations
 import asyncio
 import json
 import threading
+from collections.abc import AsyncIterator, Callable, Iterable, Iterator
 from typing import Annotated, Any
 
 import pytest
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, ConfigDict, Field
 
 import ania_nb.tools as tools_pkg
-from ania_nb.errors import ToolDefinitionError, ToolDenied, ToolError
+from ania_nb.errors import ToolDefinitionError, ToolError, ToolSignal
 from ania_nb.tools import (
     BaseTool,
     FunctionTool,
@@ -34,7 +35,7 @@ def add(a: int, b: int) -> int:
     return a + b
 
 
-ADD_SCHEMA = '{"type":"object","properties":{"a":{"type":"number"},"b":{"type":"number"}},"required":["a","b"]}'  # noqa: E501
+ADD_SCHEMA = '{"type":"object","additionalProperties":false,"properties":{"a":{"type":"integer"},"b":{"type":"integer"}},"required":["a","b"]}'  # noqa: E501
 
 
 @tool
@@ -52,7 +53,7 @@ def fail_tool_error() -> str:
 @tool
 def fail_denied() -> str:
     """Be denied."""
-    raise ToolDenied("blocked by plan mode")
+    raise ToolSignal("blocked by plan mode")  # any tool signal passes its message on
 
 
 @tool
@@ -132,9 +133,10 @@ def test_docstring_summary_and_args_section() -> None:
             "description": "Search the web.",
             "parameters": {
                 "type": "object",
+                "additionalProperties": False,
                 "properties": {
                     "query": {"type": "string", "description": "what to look for."},
-                    "page": {"type": "number", "description": "1-based page number."},
+                    "page": {"type": "integer", "description": "1-based page number."},
                 },
                 "required": ["query"],
             },
@@ -219,6 +221,10 @@ async def test_lax_coercion() -> None:
         (lambda: tool(_unannotated), r"_unannotated, parameter 'b' has no type annotation"),
         (lambda: tool(_posonly), r"_posonly, parameter 'a': positional-only"),
         (lambda: tool(_undocumented), r"_undocumented has no description"),
+        (lambda: tool(_generator), r"_generator is a generator \(it yields\); a tool must return"),
+        (lambda: tool(_async_generator), r"_async_generator is a generator"),
+        (lambda: tool(_lazy_param), r"_lazy_param: parameter 'items' .* use list\[\.\.\.\]"),
+        (lambda: tool(_callable_param), r"_callable_param: parameter 'fn' .* cannot be described"),
     ],
 )
 def test_bad_function_definitions(build: Any, match: str) -> None:
@@ -244,6 +250,26 @@ def _posonly(a: int, /) -> None:
 
 def _undocumented(a: int) -> None:
     pass
+
+
+def _generator(n: int) -> Iterator[int]:
+    """Doc."""
+    yield n
+
+
+async def _async_generator(n: int) -> AsyncIterator[int]:
+    """Doc."""
+    yield n
+
+
+def _lazy_param(items: Iterable[int]) -> int:
+    """Doc."""
+    return sum(items)
+
+
+def _callable_param(fn: Callable[[int], int]) -> int:
+    """Doc."""
+    return fn(1)
 
 
 # --------------------------------------------------------------------------- BaseTool
@@ -323,6 +349,16 @@ def test_base_tool_bad_definitions() -> None:
             """Doc."""
 
             name = "no_execute"
+
+    with pytest.raises(ToolDefinitionError, match=r"Yields: execute\(\) is a generator"):
+
+        class Yields(BaseTool[Greeting]):
+            """Doc."""
+
+            name = "yields"
+
+            def execute(self, params: Greeting, ctx: ToolContext) -> Iterator[str]:
+                yield params.who
 
 
 def test_recursive_params_model_is_a_definition_error() -> None:
@@ -427,6 +463,25 @@ async def test_malformed_json(shared: ToolExecutor) -> None:
     )
 
 
+async def test_arguments_the_engine_stored_wrapped_are_reported_as_sent(
+    shared: ToolExecutor,
+) -> None:
+    # engine/_llm_wire.py stores non-object arguments as {"_raw": text} to keep history valid
+    outcome = await shared.execute("add", json.dumps({"_raw": "[1, 2]"}))
+    assert outcome.text == (
+        "Error executing tool: failed to parse arguments for tool 'add': "
+        "arguments must be a JSON object, got array\n"
+        "Arguments: [1, 2]\n"
+        f"Expected schema: {ADD_SCHEMA}"
+    )
+    from_mapping = await shared.execute("add", {"_raw": '{"a": 1,'})
+    assert from_mapping.error is not None
+    assert from_mapping.error.startswith("failed to parse arguments for tool 'add': Expecting")
+    # a real key next to it is not the engine's wrapping: reported as an unknown argument
+    mixed = await shared.execute("add", {"_raw": "x", "a": 1, "b": 2})
+    assert mixed.error is not None and "unknown argument '_raw'" in mixed.error
+
+
 async def test_raw_arguments_truncated_to_500(shared: ToolExecutor) -> None:
     raw = "{" + "x" * 1000
     outcome = await shared.execute("add", raw)
@@ -460,6 +515,68 @@ async def test_missing_fields_one_line_each(shared: ToolExecutor) -> None:
         "field 'b': Input should be a valid integer (got [1])\n"
         f"Expected schema: {ADD_SCHEMA}"
     )
+
+
+async def test_unknown_keys_are_reported_with_the_accepted_ones(shared: ToolExecutor) -> None:
+    outcome = await shared.execute("add", '{"a": 1, "b": 2, "c": 3, "verbose": true}')
+    assert outcome.text == (
+        "Error executing tool: invalid arguments for tool 'add': unknown arguments 'c', "
+        "'verbose' (accepted: 'a', 'b')\n"
+        f"Expected schema: {ADD_SCHEMA}"
+    )
+    lone = await shared.execute("ping", '{"x": 1}')
+    assert lone.error == (
+        "invalid arguments for tool 'ping': unknown argument 'x' (this tool takes no arguments)\n"
+        'Expected schema: {"type":"object","additionalProperties":false,"properties":{},'
+        '"required":[]}'
+    )
+
+
+async def test_unknown_keys_and_field_errors_come_together(shared: ToolExecutor) -> None:
+    outcome = await shared.execute("add", '{"a": "x", "sum": 3}')
+    assert outcome.error == (
+        "invalid arguments for tool 'add' (3 errors):\n"
+        "unknown argument 'sum' (accepted: 'a', 'b')\n"
+        "field 'a': Input should be a valid integer, unable to parse string as an integer "
+        "(got 'x')\n"
+        "field 'b' is required\n"
+        f"Expected schema: {ADD_SCHEMA}"
+    )
+
+
+async def test_unknown_keys_for_class_tools_and_aliases() -> None:
+    with pytest.raises(
+        ToolArgumentsError, match=r"unknown argument 'whom' \(accepted: 'who', 'times'\)"
+    ):
+        await AsyncGreet().invoke({"who": "x", "whom": "y"}, ToolContext())
+
+    @tool
+    def shadow(json: str) -> str:
+        """A parameter that travels under an alias."""
+        return json
+
+    assert await shadow.invoke({"json": "j"}, ToolContext()) == "j"
+    with pytest.raises(ToolArgumentsError, match=r"unknown argument 'param_json'") as info:
+        await shadow.invoke({"param_json": "j"}, ToolContext())
+    assert info.value.field == "param_json"
+
+
+async def test_a_model_that_allows_extra_keys_still_gets_them() -> None:
+    class Open(BaseModel):
+        model_config = ConfigDict(extra="allow")
+        who: str
+
+    class OpenTool(BaseTool[Open]):
+        """Echo every argument."""
+
+        name = "open_tool"
+
+        def execute(self, params: Open, ctx: ToolContext) -> dict[str, Any]:
+            return params.model_dump()
+
+    assert "additionalProperties" in OpenTool().parameters_schema()
+    text = await OpenTool().invoke({"who": "a", "more": 1}, ToolContext())
+    assert json.loads(text) == {"who": "a", "more": 1}
 
 
 async def test_nested_field_path_is_dotted() -> None:

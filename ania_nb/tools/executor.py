@@ -28,6 +28,9 @@ _log = logging.getLogger(__name__)
 
 _RAW_ARGUMENTS_LIMIT = 500
 _ERROR_PREFIX = "Error executing tool: "
+# The engine stores arguments that are not a JSON object as {"_raw": text} (engine/_llm_wire.py
+# safe_arguments) so the history stays valid; the model must hear about the text it sent.
+_WRAPPED_KEY = "_raw"
 
 
 @dataclass(frozen=True)
@@ -201,7 +204,7 @@ def _parse_arguments(
     if arguments is None:
         return {}
     if isinstance(arguments, Mapping):
-        return dict(arguments)
+        return _unwrap(name, dict(arguments), found)
     raw = arguments if isinstance(arguments, str) else json.dumps(arguments, default=str)
     if not raw.strip():
         return {}  # some providers send "" for a call without arguments
@@ -212,7 +215,7 @@ def _parse_arguments(
         value, problem = None, str(exc)
     if problem is None:
         if isinstance(value, dict):
-            return value
+            return _unwrap(name, value, found)
         problem = f"arguments must be a JSON object, got {_JSON_TYPES.get(type(value), 'null')}"
     shown = raw if len(raw) <= _RAW_ARGUMENTS_LIMIT else raw[:_RAW_ARGUMENTS_LIMIT] + "..."
     return (
@@ -220,3 +223,14 @@ def _parse_arguments(
         f"Arguments: {shown}\n"
         f"Expected schema: {dumps_canonical(found.parameters_schema())}"
     )
+
+
+def _unwrap(name: str, value: dict[str, Any], found: Tool) -> dict[str, Any] | str:
+    wrapped = value.get(_WRAPPED_KEY)
+    if (
+        len(value) == 1
+        and isinstance(wrapped, str)
+        and _WRAPPED_KEY not in found.parameters_schema().get("properties", {})
+    ):
+        return _parse_arguments(name, wrapped, found)
+    return value

@@ -1,29 +1,31 @@
 """Function-parameter schemas: from pydantic models, docstrings and MCP ``inputSchema``.
 
-Tool definitions are resent on every request, so the bytes must never change between calls:
-the schemas here are built by our own small rules (no ``$ref``, ``title`` or ``anyOf``, no
-defaults) and serialised by the single function `dumps_canonical`.
+Tool definitions are resent on every request, so the bytes must never change between calls.
+Parameter schemas are pydantic's own validation-mode JSON schema (so they say exactly what the
+validator accepts), made self-contained and canonical here: ``$ref``s inlined, ``title`` and
+``default`` noise removed, ``oneOf``/``const`` spelt ``anyOf``/``enum``, ``required`` sorted and
+keys in one fixed order; the single function `dumps_canonical` serialises them.
 """
 
 from __future__ import annotations
 
 import copy
-import enum
 import inspect
 import json
 import re
-import types
 from collections.abc import Mapping, Sequence
-from collections.abc import Set as AbstractSet
-from decimal import Decimal
-from typing import Annotated, Any, Literal, Union, get_args, get_origin
+from typing import Annotated, Any, get_args, get_origin
 
-from pydantic import BaseModel
+from pydantic import AliasChoices, AliasPath, BaseModel, TypeAdapter
+from pydantic.errors import PydanticInvalidForJsonSchema, PydanticUserError
 from pydantic.fields import FieldInfo
+from pydantic.json_schema import GenerateJsonSchema, JsonSchemaValue
+from pydantic_core import core_schema
 
 from ania_nb.errors import ToolDefinitionError
 
 __all__ = [
+    "accepted_arguments",
     "dumps_canonical",
     "has_description",
     "model_schema",
@@ -31,49 +33,123 @@ __all__ = [
     "parse_docstring",
 ]
 
-_ARRAY_ORIGINS: tuple[type, ...] = (list, tuple, set, frozenset, Sequence, AbstractSet)
-_UNION_ORIGINS: tuple[Any, ...] = (Union, types.UnionType)
-
 
 def dumps_canonical(obj: Any) -> str:
     """Serialise a tool definition (or list of them) the one way used on the wire."""
     return json.dumps(obj, ensure_ascii=False, separators=(",", ":"), sort_keys=False)
 
 
-def model_schema(model: type[BaseModel]) -> dict[str, Any]:
-    """Build the OpenAI function ``parameters`` object for a pydantic model."""
-    return _object_schema(model, ())
+# --------------------------------------------------------------------------- pydantic models
 
 
-def _object_schema(model: type[BaseModel], stack: tuple[type, ...]) -> dict[str, Any]:
-    if model in stack:
-        chain = " -> ".join(m.__name__ for m in (*stack, model))
-        raise ToolDefinitionError(
-            f"parameter model {model.__name__!r} refers to itself ({chain}); recursive models "
-            "cannot be expressed as a tool schema, flatten the structure or use a dict field"
+class _Unsupported(Exception):
+    """A type pydantic validates but a tool schema cannot honestly describe."""
+
+
+class _ToolSchemaGenerator(GenerateJsonSchema):
+    """Pydantic's generator, refusing lazy iterables and reading ``Annotated[T, "text"]``."""
+
+    def generator_schema(self, schema: core_schema.GeneratorSchema) -> JsonSchemaValue:
+        """Refuse: Iterable/Iterator/Generator arguments are validated lazily, inside the tool."""
+        raise _Unsupported(
+            "Iterable/Iterator/Generator parameters are validated only while the tool iterates "
+            "them, so bad items would fail the tool instead of being reported; use list[...]"
         )
-    stack = (*stack, model)
-    properties: dict[str, Any] = {}
-    required: list[str] = []
+
+    def model_schema(self, schema: core_schema.ModelSchema) -> JsonSchemaValue:
+        """Pydantic's model schema plus descriptions given as plain ``Annotated`` strings."""
+        json_schema = super().model_schema(schema)
+        properties = json_schema.get("properties")
+        if isinstance(properties, dict):
+            for name, info in schema["cls"].model_fields.items():
+                prop = properties.get(wire_name(name, info))
+                text = None if info.description else _str_metadata(info.metadata)
+                if isinstance(prop, dict) and text and "description" not in prop:
+                    prop["description"] = text
+        return json_schema
+
+
+def model_schema(model: type[BaseModel]) -> dict[str, Any]:
+    """Build the OpenAI function ``parameters`` object for a pydantic model.
+
+    Raises `ToolDefinitionError` for models that cannot be described (self-referencing models,
+    callables, arbitrary classes, lazy iterables, non-finite constraints).
+    """
+    try:
+        raw = model.model_json_schema(by_alias=True, schema_generator=_ToolSchemaGenerator)
+    except (_Unsupported, PydanticInvalidForJsonSchema, PydanticUserError) as exc:
+        raise ToolDefinitionError(_explain_unsupported(model, exc)) from None
+    defs = raw.pop("$defs", {})
+    schema = _clean(_inline(raw, defs, ()))
+    schema.pop("description", None)  # the params model's docstring: the tool has its own
+    schema.pop("type", None)
+    schema.setdefault("properties", {})
+    schema["required"] = sorted(schema.get("required", []))
+    if accepted_arguments(model) is not None:
+        schema["additionalProperties"] = False  # unknown keys are refused (see base._ModelTool)
+    try:
+        json.dumps(schema, allow_nan=False)
+    except ValueError as exc:
+        raise ToolDefinitionError(
+            f"parameter model {model.__name__!r} puts a value JSON cannot carry in its schema ({exc})"
+        ) from None
+    return _ordered({"type": "object", **schema})
+
+
+def _explain_unsupported(model: type[BaseModel], exc: Exception) -> str:
+    # Name the offending parameter: retry field by field (only on this error path).
     for name, info in model.model_fields.items():
-        key = _wire_name(name, info)
-        prop = _type_schema(info.annotation, stack)
-        description = info.description or _str_metadata(info.metadata)
-        if description and "description" not in prop:
-            prop = _with_description(prop, description)
-        elif description:
-            prop["description"] = description
-        properties[key] = prop
-        if info.is_required():
-            required.append(key)
-    return {"type": "object", "properties": properties, "required": required}
+        try:
+            TypeAdapter(info.rebuild_annotation()).json_schema(
+                schema_generator=_ToolSchemaGenerator
+            )
+        except (_Unsupported, PydanticInvalidForJsonSchema, PydanticUserError) as field_exc:
+            return (
+                f"parameter {wire_name(name, info)!r} of type {_type_name(info.annotation)} "
+                f"cannot be described to the model: {_first_line(field_exc)}"
+            )
+        except Exception:  # a field that fails alone for another reason: keep looking
+            continue
+    return (
+        f"parameter model {model.__name__!r} cannot be described to the model: {_first_line(exc)}"
+    )
 
 
-def _wire_name(name: str, info: FieldInfo) -> str:
-    # The model validates by alias, so the model must be told the alias.
+def _first_line(exc: Exception) -> str:
+    # pydantic appends "For further information visit <url>" on later lines.
+    return str(exc).strip().splitlines()[0]
+
+
+def _type_name(tp: Any) -> str:
+    return tp.__name__ if isinstance(tp, type) else repr(tp).replace("typing.", "")
+
+
+def wire_name(name: str, info: FieldInfo) -> str:
+    """The key the model must send for field ``name`` (the model validates by alias)."""
     if isinstance(info.validation_alias, str):
         return info.validation_alias
     return info.alias or name
+
+
+def accepted_arguments(model: type[BaseModel]) -> frozenset[str] | None:
+    """Every top-level key the validator accepts, or None when the model allows extra keys."""
+    config = model.model_config
+    if config.get("extra") == "allow":
+        return None
+    by_name = bool(config.get("populate_by_name") or config.get("validate_by_name"))
+    names: set[str] = set()
+    for name, info in model.model_fields.items():
+        names.add(wire_name(name, info))
+        if by_name:
+            names.add(name)
+        alias = info.validation_alias
+        choices = alias.choices if isinstance(alias, AliasChoices) else [alias]
+        for choice in choices:
+            if isinstance(choice, str):
+                names.add(choice)
+            elif isinstance(choice, AliasPath) and isinstance(choice.path[0], str):
+                names.add(choice.path[0])
+    return frozenset(names)
 
 
 def _str_metadata(metadata: Sequence[Any]) -> str | None:
@@ -85,93 +161,97 @@ def _str_metadata(metadata: Sequence[Any]) -> str | None:
     return None
 
 
-def _with_description(schema: dict[str, Any], description: str) -> dict[str, Any]:
-    # Keep "type" first and "description" second so generated schemas read naturally.
+# Keywords whose values are subschemas (everything else is data and is copied as it is).
+_SCHEMA_MAPS = ("properties", "patternProperties", "dependentSchemas")
+_SCHEMA_LISTS = ("anyOf", "oneOf", "allOf", "prefixItems")
+_SCHEMA_ONE = (
+    "items",
+    "additionalProperties",
+    "additionalItems",
+    "unevaluatedItems",
+    "unevaluatedProperties",
+    "contains",
+    "propertyNames",
+    "not",
+    "if",
+    "then",
+    "else",
+)
+# Noise for the model (title), values pydantic fills in itself (default), or OpenAPI-only.
+_DROPPED = ("title", "default", "$defs", "discriminator", "$schema")
+
+
+def _walk(node: dict[str, Any], fn: Any) -> dict[str, Any]:
+    """Apply ``fn`` to every direct subschema of ``node`` (returns a new dict)."""
     out: dict[str, Any] = {}
-    if "type" in schema:
-        out["type"] = schema["type"]
-    out["description"] = description
-    out.update((k, v) for k, v in schema.items() if k != "type")
+    for key, value in node.items():
+        if key in _SCHEMA_MAPS and isinstance(value, dict):
+            out[key] = {k: fn(v) if isinstance(v, dict) else v for k, v in value.items()}
+        elif key in _SCHEMA_LISTS and isinstance(value, list):
+            out[key] = [fn(v) if isinstance(v, dict) else v for v in value]
+        elif key in _SCHEMA_ONE and isinstance(value, dict):
+            out[key] = fn(value)
+        else:
+            out[key] = copy.deepcopy(value)
     return out
 
 
-def _type_schema(tp: Any, stack: tuple[type, ...]) -> dict[str, Any]:
-    origin = get_origin(tp)
-    if origin is Annotated:
-        inner, *metadata = get_args(tp)
-        schema = _type_schema(inner, stack)
-        description = _str_metadata(metadata)
-        return _with_description(schema, description) if description else schema
-    if origin in _UNION_ORIGINS:
-        return _union_schema([a for a in get_args(tp) if a is not type(None)], stack)
-    if origin is Literal:
-        return _enum_schema(list(get_args(tp)))
-    if origin is not None:
-        return _generic_schema(tp, origin, stack)
-    if isinstance(tp, type):
-        return _class_schema(tp, stack)
-    return {"type": "string"}
+def _inline(node: dict[str, Any], defs: dict[str, Any], stack: tuple[str, ...]) -> dict[str, Any]:
+    ref = node.get("$ref")
+    if not isinstance(ref, str):
+        return _walk(node, lambda sub: _inline(sub, defs, stack))
+    key = ref.rsplit("/", 1)[-1]
+    target = defs.get(key)
+    if not isinstance(target, dict):
+        raise ToolDefinitionError(f"cannot resolve schema reference {ref!r}")
+    if key in stack:
+        names = [str(defs[k].get("title", k)) for k in (*stack[stack.index(key) :], key)]
+        raise ToolDefinitionError(
+            f"parameter model {names[0]!r} refers to itself ({' -> '.join(names)}); recursive "
+            "models cannot be expressed as a tool schema, flatten the structure or use a dict field"
+        )
+    # Keys beside the $ref (a field's own description) win over the referenced definition's.
+    siblings = {k: v for k, v in node.items() if k != "$ref"}
+    return {**_inline(target, defs, (*stack, key)), **_inline(siblings, defs, stack)}
 
 
-def _union_schema(members: list[Any], stack: tuple[type, ...]) -> dict[str, Any]:
-    schemas = [_type_schema(m, stack) for m in members]
-    if not schemas:
-        return {"type": "string"}
-    # Never anyOf: one shape if the members agree on a JSON type, else the lenient string.
-    if len({json.dumps(s.get("type")) for s in schemas}) == 1:
-        return schemas[0]
-    return {"type": "string"}
+def _clean(node: dict[str, Any]) -> dict[str, Any]:
+    node = _walk(node, _clean)
+    for key in _DROPPED:
+        node.pop(key, None)
+    if "const" in node and "enum" not in node:
+        node["enum"] = [node.pop("const")]  # Literal["x"] reads like every other Literal
+    if "oneOf" in node:
+        node["anyOf"] = node.get("anyOf", []) + node.pop("oneOf")
+    all_of = node.get("allOf")
+    if isinstance(all_of, list) and len(all_of) == 1 and isinstance(all_of[0], dict):
+        del node["allOf"]
+        node = {**all_of[0], **node}
+    any_of = node.get("anyOf")
+    if isinstance(any_of, list):
+        node["anyOf"] = _flat_any_of(any_of)
+        if len(node["anyOf"]) == 1 and isinstance(node["anyOf"][0], dict):
+            node = {**node.pop("anyOf")[0], **node}
+    if isinstance(node.get("required"), list):
+        node["required"] = sorted(node["required"])
+    return _ordered(node)
 
 
-def _generic_schema(tp: Any, origin: Any, stack: tuple[type, ...]) -> dict[str, Any]:
-    args = get_args(tp)
-    if isinstance(origin, type) and issubclass(origin, Mapping):
-        return {"type": "object"}
-    if isinstance(origin, type) and issubclass(origin, _ARRAY_ORIGINS):
-        item_types = [a for a in args if a is not Ellipsis]
-        items = _union_schema(item_types, stack) if item_types else {"type": "string"}
-        return {"type": "array", "items": items}
-    if isinstance(origin, type):
-        return _class_schema(origin, stack)
-    return {"type": "string"}
+def _flat_any_of(members: list[Any]) -> list[Any]:
+    flat: list[Any] = []
+    for member in members:
+        if isinstance(member, dict) and list(member) == ["anyOf"]:
+            flat.extend(member["anyOf"])
+        elif member not in flat:
+            flat.append(member)
+    return flat
 
 
-def _class_schema(tp: type, stack: tuple[type, ...]) -> dict[str, Any]:
-    # Order matters: Enum before int (IntEnum), bool before int (bool subclasses int).
-    if issubclass(tp, enum.Enum):
-        return _enum_schema([member.value for member in tp])
-    if issubclass(tp, bool):
-        return {"type": "boolean"}
-    if issubclass(tp, int | float | Decimal):
-        return {"type": "number"}
-    if issubclass(tp, BaseModel):
-        return _object_schema(tp, stack)
-    if issubclass(tp, Mapping):
-        return {"type": "object"}
-    if issubclass(tp, str | bytes):
-        return {"type": "string"}
-    if issubclass(tp, _ARRAY_ORIGINS):
-        return {"type": "array", "items": {"type": "string"}}
-    return {"type": "string"}
-
-
-def _json_type(value: Any) -> str:
-    if value is None:
-        return "null"
-    if isinstance(value, bool):
-        return "boolean"
-    if isinstance(value, int | float | Decimal):
-        return "number"
-    return "string"
-
-
-def _enum_schema(values: list[Any]) -> dict[str, Any]:
-    values = [v.value if isinstance(v, enum.Enum) else v for v in values]
-    # Values JSON cannot carry natively (dates, bytes, ...) travel as their string form.
-    values = [v if isinstance(v, str | int | float | bool | None) else str(v) for v in values]
-    kinds = list(dict.fromkeys(_json_type(v) for v in values))
-    kind: str | list[str] = kinds[0] if len(kinds) == 1 else kinds
-    return {"type": kind, "enum": values}
+def _ordered(node: dict[str, Any]) -> dict[str, Any]:
+    # One key order everywhere: type, description, then alphabetical (properties keep their
+    # declaration order, enum and anyOf their declared order: both are data, not keys).
+    head = [k for k in ("type", "description") if k in node]
+    return {k: node[k] for k in [*head, *sorted(k for k in node if k not in head)]}
 
 
 # --------------------------------------------------------------------------- docstrings
