@@ -408,6 +408,56 @@ def test_lone_surrogates_are_sent_escaped(llm: ScriptedLLM):
     assert b'"c\\udfffd"' in _post(llm, stream=True)[2]
 
 
+def _assistant(*calls: dict[str, Any]) -> dict[str, Any]:
+    return {"role": "assistant", "content": None, "tool_calls": list(calls)}
+
+
+def _call(id: Any = "c1", name: Any = "f", arguments: Any = "{}") -> dict[str, Any]:
+    return {"id": id, "type": "function", "function": {"name": name, "arguments": arguments}}
+
+
+def _result(id: str = "c1") -> dict[str, Any]:
+    return {"role": "tool", "tool_call_id": id, "content": "ok"}
+
+
+USER = {"role": "user", "content": "hi"}
+
+
+@pytest.mark.parametrize(
+    ("messages", "problem"),
+    [
+        ([USER, _assistant(_call(id=None)), _result()], "id must be a non-empty string"),
+        ([USER, _assistant(_call(id="")), _result("")], "id must be a non-empty string"),
+        ([USER, _assistant(_call(), _call()), _result(), _result()], "'c1' is used twice"),
+        ([USER, _assistant(_call(name=None)), _result()], "function name must be"),
+        ([USER, _assistant(_call(arguments="{bad")), _result()], "arguments are not valid JSON"),
+        ([USER, _assistant(_call(arguments="NaN")), _result()], "not valid JSON"),
+        ([USER, _assistant(_call(arguments="[1]")), _result()], "must be a JSON object"),
+        ([USER, _assistant(_call(arguments={"a": 1})), _result()], "must be a string"),
+        ([USER, _assistant(_call()), USER], r"\['c1'\] of an earlier message have no result"),
+        ([USER, _assistant(_call())], r"\['c1'\] have no result"),
+        ([USER, _result()], "'c1' answers no call"),
+        ([USER, _assistant(_call()), USER, _result()], "have no result"),
+        ([{"role": "user", "content": 5}], "content must be a string"),
+        ([], "non-empty array"),
+    ],
+)
+def test_strict_server_refuses_invalid_conversations(messages: list[Any], problem: str):
+    with (
+        ScriptedLLM(strict=True) as llm,
+        openai.OpenAI(base_url=llm.base_url, api_key=llm.api_key, max_retries=0) as client,
+    ):
+        llm.script(reply("valid at last"))
+        with pytest.raises(openai.BadRequestError, match=problem) as info:
+            client.chat.completions.create(model="m", messages=messages)
+        assert "invalid conversation" in str(info.value)
+        assert llm.pending == 1  # a refused request consumes no script item
+        valid = [USER, _assistant(_call("a"), _call("b", arguments='{"x": 1}')), _result("b")]
+        valid += [_result("a"), {"role": "assistant", "content": "done"}, USER]
+        answer = client.chat.completions.create(model="m", messages=valid)
+    assert answer.choices[0].message.content == "valid at last"
+
+
 def test_disconnect_is_a_connection_error(llm: ScriptedLLM, client: openai.OpenAI):
     llm.script(disconnect(), reply("after"))
     with pytest.raises(openai.APIConnectionError):

@@ -29,6 +29,7 @@ from ania_nb.testing._script import (
     Reply,
     ScriptItem,
     completion_body,
+    conversation_problem,
     stream_chunks,
 )
 
@@ -111,6 +112,11 @@ class _Handler(BaseHTTPRequestHandler):
         request = llm._record(self.path, {k.lower(): v for k, v in self.headers.items()}, raw)
         if not isinstance(request.body, dict):
             message = f"ScriptedLLM: request #{request.index} body is not a JSON object"
+            self._send_json(400, ErrorItem(400, message, "invalid_request_error").body())
+            return
+        problem = conversation_problem(request.messages) if llm.strict else None
+        if problem is not None:  # refused before the script is consulted: no item is used
+            message = f"ScriptedLLM (strict): invalid conversation: {problem}"
             self._send_json(400, ErrorItem(400, message, "invalid_request_error").body())
             return
         item = llm._take(request)
@@ -247,7 +253,10 @@ class ScriptedLLM:
 
     Each request to `/v1/chat/completions` consumes the next queued item; when the queue is
     empty the `responder` (if any) answers, else the request fails with a 400 that names the
-    request. With `loop=True` the script is cycled instead of consumed.
+    request. With `loop=True` the script is cycled instead of consumed. With `strict=True` a
+    request whose conversation real servers would reject (see `conversation_problem`: tool
+    calls without ids or names, arguments that are not JSON objects, results that answer no
+    call) gets a 400 naming the problem, and consumes no script item.
     """
 
     api_key = "sk-scripted"
@@ -259,12 +268,14 @@ class ScriptedLLM:
         chunk_size: int = 8,
         port: int = 0,
         responder: Responder | None = None,
+        strict: bool = False,
     ) -> None:
         if chunk_size < 1:
             raise ValueError(f"ScriptedLLM: chunk_size must be >= 1, got {chunk_size}")
         self.loop = loop
         self.chunk_size = chunk_size
         self.responder = responder
+        self.strict = strict
         self._port = port
         self._queue: deque[ScriptItem] = deque()
         self._requests: list[RecordedRequest] = []
