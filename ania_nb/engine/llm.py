@@ -47,6 +47,7 @@ from ._llm_wire import INVALID_TOOL_NAME, Completion, clean_text, safe_arguments
 from .messages import Message
 
 if TYPE_CHECKING:  # pragma: no cover
+    import httpx2
     from openai import AsyncOpenAI
 
     from ..config import Config
@@ -153,7 +154,7 @@ class LLMClient:
         timeout: float = 120.0,
         retry: RetryPolicy | None = None,
         fallback: LLMClient | None = None,
-        http_client: Any = None,
+        http_client: httpx2.AsyncClient | None = None,
         extra_body: dict[str, Any] | None = None,
     ) -> None:
         self.base_url = base_url
@@ -174,14 +175,20 @@ class LLMClient:
 
     @classmethod
     def from_config(
-        cls, config: Config, *, role: str = "main", http_client: Any = None
+        cls,
+        config: Config,
+        *,
+        role: str = "main",
+        http_client: httpx2.AsyncClient | None = None,
     ) -> LLMClient:
-        """Build the main client (with its fallback) or the ``compressor`` client from config."""
+        """Build the main client (with its fallback), the ``compressor`` or ``vision`` client."""
         llm = config.llm
         retry = RetryPolicy(**config.retry.model_dump())
         main_key = llm.api_key.get_secret_value() if llm.api_key else None
 
-        def endpoint(section: Any, fallback: LLMClient | None = None) -> LLMClient:
+        def endpoint(
+            section: Any, fallback: LLMClient | None = None, max_tokens: int | None = llm.max_tokens
+        ) -> LLMClient:
             key = section.api_key.get_secret_value() if section.api_key else main_key
             return cls(
                 base_url=section.base_url or llm.base_url,
@@ -189,13 +196,17 @@ class LLMClient:
                 model=section.model,
                 temperature=llm.temperature,
                 top_p=llm.top_p,
-                max_tokens=llm.max_tokens,
+                max_tokens=max_tokens,
                 timeout=llm.timeout,
                 retry=retry,
                 fallback=fallback,
                 http_client=http_client,
             )
 
+        if role == "vision":
+            # A few hundred tokens per image (the original's OCR model: 600); no fallback, since
+            # a text model cannot describe an image, and a failed description is reported as such.
+            return endpoint(config.vision, max_tokens=600)
         fallback = endpoint(config.fallback) if config.fallback.model else None
         if role == "compressor" and config.compressor.model:
             # Every role gets the fallback, as in the original; it never has one of its own.

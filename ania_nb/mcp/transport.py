@@ -21,7 +21,10 @@ from typing import TYPE_CHECKING, Any
 from ania_nb.mcp.config import MCPServerConfig
 
 if TYPE_CHECKING:
+    import httpx2
     from mcp import ClientSession
+
+    from ania_nb._http import MCPClientFactory
 
 __all__ = [
     "RemoteTool",
@@ -117,7 +120,7 @@ def _child_env(extra: dict[str, str]) -> dict[str, str]:
     return env
 
 
-def _http_timeout(seconds: float) -> Any:
+def _http_timeout(seconds: float) -> httpx2.Timeout:
     import httpx2
 
     # Connect, write and pool waits are bounded; reads are not, because an SSE stream (and a
@@ -131,8 +134,12 @@ async def open_session(
     config: MCPServerConfig,
     connect_timeout: float,
     stderr: StderrTail | None = None,
+    client_factory: MCPClientFactory | None = None,
 ) -> ClientSession:
-    """Enter the transport and an initialised `ClientSession` on ``stack`` (in this task)."""
+    """Enter the transport and an initialised `ClientSession` on ``stack`` (in this task).
+
+    HTTP transports get their client from ``client_factory`` (default: the SDK's own).
+    """
     import mcp_types
     from mcp import ClientSession, StdioServerParameters, stdio_client
     from mcp.client.sse import sse_client
@@ -155,23 +162,27 @@ async def open_session(
             if stderr is not None:
                 stderr.close_writer()
     elif config.transport == "streamable-http":
-        client = create_mcp_http_client(
-            headers=config.headers, timeout=_http_timeout(connect_timeout)
-        )
+        make_client = client_factory or create_mcp_http_client
+        client = make_client(headers=config.headers, timeout=_http_timeout(connect_timeout))
         await stack.enter_async_context(client)
         streams = await stack.enter_async_context(
             streamable_http_client(config.endpoint or "", http_client=client)
         )
     else:
-
-        def client_factory(headers: Any = None, timeout: Any = None, auth: Any = None) -> Any:
-            # sse_client would impose a read timeout on the event stream; ours has none.
-            return create_mcp_http_client(headers=headers, timeout=http_timeout, auth=auth)
-
+        make_client = client_factory or create_mcp_http_client
         http_timeout = _http_timeout(connect_timeout)
+
+        def sse_factory(
+            headers: dict[str, str] | None = None,
+            timeout: httpx2.Timeout | None = None,
+            auth: httpx2.Auth | None = None,
+        ) -> httpx2.AsyncClient:
+            # sse_client would impose a read timeout on the event stream; ours has none.
+            return make_client(headers=headers, timeout=http_timeout, auth=auth)
+
         streams = await stack.enter_async_context(
             sse_client(
-                config.endpoint or "", headers=config.headers, httpx_client_factory=client_factory
+                config.endpoint or "", headers=config.headers, httpx_client_factory=sse_factory
             )
         )
     read_stream, write_stream = streams

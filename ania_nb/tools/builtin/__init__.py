@@ -23,6 +23,8 @@ from .messages import MessageHistoryTool, PrivateFileUrlTool
 from .web import WebExploreTool, WebSearchTool
 
 if TYPE_CHECKING:  # pragma: no cover
+    import httpx2
+
     from ...config import Config
 
 __all__ = [
@@ -45,22 +47,14 @@ __all__ = [
 ]
 
 
-def image_viewer(config: Config) -> ImageViewer:
+def image_viewer(config: Config, http_client: httpx2.AsyncClient | None = None) -> ImageViewer:
     """How this config lets the model see images (multimodal, vision model, or not at all)."""
-    from ...engine.llm import LLMClient, RetryPolicy
+    from ...engine.llm import LLMClient
 
     vision = config.vision
     describer = None
     if vision.model and not vision.multimodal:
-        main_key = config.llm.api_key.get_secret_value() if config.llm.api_key else None
-        describer = LLMClient(
-            base_url=vision.base_url or config.llm.base_url,
-            api_key=vision.api_key.get_secret_value() if vision.api_key else main_key,
-            model=vision.model,
-            max_tokens=600,
-            timeout=config.llm.timeout,
-            retry=RetryPolicy(**config.retry.model_dump()),
-        )
+        describer = LLMClient.from_config(config, role="vision", http_client=http_client)
     return ImageViewer(multimodal=vision.multimodal, describer=describer, prompt=vision.prompt)
 
 

@@ -1,30 +1,30 @@
-"""Shared HTTP plumbing for the web-facing built-in tools: one lazily created httpx client."""
+"""Shared HTTP plumbing for the web-facing built-in tools: one lazily created httpx2 client."""
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # pragma: no cover
-    import httpx
+    import httpx2
 
 USER_AGENT = "Mozilla/5.0 (X11; Linux x86_64) AppleWebKit/537.36 (KHTML, like Gecko) ania-nb"
 
 
 class HttpSource:
-    """Hands out an `httpx.AsyncClient`: the injected one, or one created on first use."""
+    """Hands out an `httpx2.AsyncClient`: the injected one, or one created on first use."""
 
-    def __init__(self, client: httpx.AsyncClient | None = None) -> None:
+    def __init__(self, client: httpx2.AsyncClient | None = None) -> None:
         self._client = client
-        self._owned: httpx.AsyncClient | None = None
+        self._owned: httpx2.AsyncClient | None = None
 
-    def get(self) -> httpx.AsyncClient:
+    def get(self) -> httpx2.AsyncClient:
         """The client to use (created lazily so importing tools stays cheap)."""
         if self._client is not None:
             return self._client
         if self._owned is None:
-            import httpx
+            import httpx2
 
-            self._owned = httpx.AsyncClient(
+            self._owned = httpx2.AsyncClient(
                 follow_redirects=True, headers={"User-Agent": USER_AGENT}
             )
         return self._owned

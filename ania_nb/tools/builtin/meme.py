@@ -83,11 +83,11 @@ class MemeTool(BaseTool[MemeParams]):
         return f"sent a sticker about {text!r} to the user"
 
     async def _fetch_json(self, url: str) -> Any:
-        import httpx
+        import httpx2
 
         try:
             response = await self.http.get().get(url, timeout=self.settings.timeout)
-        except httpx.HTTPError as exc:
+        except httpx2.HTTPError as exc:
             raise ToolError(f"meme API request failed: {type(exc).__name__}: {exc}") from None
         if response.status_code != 200:
             raise ToolError(status_error("meme API", response))
@@ -97,11 +97,11 @@ class MemeTool(BaseTool[MemeParams]):
             raise ToolError("meme API answered with something that is not JSON") from None
 
     async def _download(self, url: str) -> bytes:
-        import httpx
+        import httpx2
 
         try:
             response = await self.http.get().get(url, timeout=self.settings.timeout)
-        except httpx.HTTPError as exc:
+        except httpx2.HTTPError as exc:
             raise ToolError(f"sticker download failed: {type(exc).__name__}: {exc}") from None
         if response.status_code != 200:
             raise ToolError(status_error("sticker download", response))

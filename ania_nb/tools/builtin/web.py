@@ -48,13 +48,13 @@ class _JinaTool:
         return {"Authorization": f"Bearer {token}"} if token else {}
 
     async def _get(self, what: str, url: str, **kwargs: object) -> str:
-        import httpx
+        import httpx2
 
         try:
             response = await self.http.get().get(url, timeout=self.settings.timeout, **kwargs)  # type: ignore[arg-type]
-        except httpx.TimeoutException:
+        except httpx2.TimeoutException:
             raise ToolError(f"{what} timed out after {self.settings.timeout:g} s") from None
-        except httpx.HTTPError as exc:
+        except httpx2.HTTPError as exc:
             raise ToolError(f"{what} failed: {type(exc).__name__}: {exc}") from None
         if response.status_code != 200:
             raise ToolError(status_error(what, response))
