@@ -190,6 +190,23 @@ async def test_finish_overrides_a_wrong_interrupted_mark_but_not_a_real_outcome(
     assert (await small.history.load("s"))[-1] == {"role": "assistant", "content": "z"}
 
 
+async def test_a_record_only_run_through_the_journal(small: Store) -> None:
+    journal = small.journal
+    run_id = await journal.start("task", "one shot", sender="clock")
+
+    def delete(conn: sqlite3.Connection) -> None:
+        conn.execute("DELETE FROM runs WHERE id = ?", (run_id,))
+
+    await small.db.run(delete)
+    await journal.record_round("task", run_id, [], [ToolCallRecord("f", "{}", "r", None, 2)])
+    await journal.finish("task", run_id, "success", usage={"total_tokens": 5}, reply="ok")
+    record = await small.runs.get(run_id)
+    assert record is not None
+    assert (record.status, record.sender, record.reply) == ("success", "clock", "ok")
+    assert (record.tool_calls_total, record.total_tokens) == (1, 5)
+    assert await small.history.load("task") == []
+
+
 async def test_malformed_bookkeeping_values_are_stored_not_raised(small: Store) -> None:
     journal = small.journal
     run_id, _ = await journal.begin("s", "work", sender=None, message=USER, load_history=False)

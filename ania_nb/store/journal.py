@@ -91,6 +91,17 @@ class RunJournal:
         self._begun[run_id] = _Begun(*started, now)
         return run_id, history
 
+    async def start(self, session: str, input: str, *, sender: str | None = None) -> int:
+        """Start a run record with no history (one-shot runs); then ``record_round``/``finish``.
+
+        Like ``RunLog.start``, but the later steps are best effort as for ``begin``'s runs.
+        """
+        started = prepare_start(session, input, sender)
+        now = time.time()
+        run_id = await self._db.run(_start, started, now, self._max_entries)
+        self._begun[run_id] = _Begun(*started, now)
+        return run_id
+
     async def record_round(
         self,
         session: str,
@@ -98,7 +109,7 @@ class RunJournal:
         messages: Sequence[Message],
         tool_calls: Sequence[ToolCallRecord],
     ) -> None:
-        """Store a finished tool round: its messages and (best effort) its tool-call records."""
+        """Store a finished tool round: its messages (may be none) and its tool-call records."""
         encoded = encode_messages(messages)
         records = [_tool_call_json(r) for r in tool_calls]
         await self._db.run(
@@ -219,6 +230,16 @@ def _begin(
         run_id = insert_run(conn, session, sender, text, now, max_entries)
         insert_rows(conn, session, encoded, now, replace=False)
     return run_id, history
+
+
+def _start(
+    conn: sqlite3.Connection,
+    started: tuple[str, str | None, str],
+    now: float,
+    max_entries: int,
+) -> int:
+    with transaction(conn):
+        return insert_run(conn, *started, now, max_entries)
 
 
 def _round(
