@@ -21,7 +21,7 @@ from ..engine.llm import LLMClient
 from ..engine.loop import Gate, ToolCall, ToolCallResult, ToolLoop
 from ..engine.messages import Message, estimate_tokens, for_storage, timestamped, user_message
 from ..engine.repair import clean_text, repair_history
-from ..errors import RunError
+from ..errors import ResourceError, RunError
 from ..result import RunResult, RunStatus
 from ..tools import ToolContext
 from .spec import RunSpec
@@ -57,6 +57,22 @@ class RunServices:
 async def execute_run(spec: RunSpec, services: RunServices) -> RunResult:
     """Run ``spec`` to its end and return the outcome (see the module docstring)."""
     return await _Run(spec, services).execute()
+
+
+async def _uncancellable(work: Awaitable[None]) -> None:
+    """Finish ``work`` even if cancelled again meanwhile (a second stop, a close).
+
+    A stopped run's record must not stay ``running``.
+    """
+    task = asyncio.ensure_future(work)
+    cancelled = False
+    while not task.done():
+        try:
+            await asyncio.shield(task)
+        except asyncio.CancelledError:
+            cancelled = True
+    if cancelled:
+        raise asyncio.CancelledError
 
 
 class _Run:
@@ -111,10 +127,10 @@ class _Run:
             outcome = self._failed("timeout", f"the request took longer than {spec.timeout:g} s")
         except asyncio.CancelledError:
             stopped = self._failed("stopped", "stopped by the user")
-            await asyncio.shield(self._close(stopped, []))
+            await _uncancellable(self._close(stopped, []))
             await self._emit("run_end", status="stopped", error=stopped.error)
             raise
-        except RunError as exc:
+        except (RunError, ResourceError) as exc:
             outcome = self._failed("error", str(exc))
         except Exception as exc:  # a bug must still end the run cleanly
             log.exception("a %s run failed unexpectedly", spec.kind)
