@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
-import httpx
+import httpx2
 import pytest
 
 from ania_nb.errors import ToolError
@@ -448,7 +448,7 @@ async def test_tools_install_list_and_remove_through_an_injected_client(
     manager: SkillManager, server: Server, store: Store, skills_dir: Path
 ) -> None:
     url = server.serve("/t.zip", make_zip({"SKILL.md": GOOD_MD.format(name="t", desc="Tee.")}))
-    async with httpx.AsyncClient() as client:
+    async with httpx2.AsyncClient() as client:
         tools = {
             t.name: t
             for t in skill_tools(manager, self_manage=True, oplog=store.oplog, http_client=client)

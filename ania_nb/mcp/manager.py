@@ -31,6 +31,7 @@ from ania_nb.mcp.transport import (
 if TYPE_CHECKING:
     from mcp import ClientSession
 
+    from ania_nb._http import MCPClientFactory
     from ania_nb.config import MCPSettings
 
 __all__ = ["MCPServerError", "MCPToolManager", "ServerState"]
@@ -52,9 +53,16 @@ def describe(exc: BaseException) -> str:
 class MCPToolManager:
     """One MCP server: connect, list and filter its tools, call them, reconnect, close."""
 
-    def __init__(self, config: MCPServerConfig, settings: MCPSettings) -> None:
+    def __init__(
+        self,
+        config: MCPServerConfig,
+        settings: MCPSettings,
+        *,
+        client_factory: MCPClientFactory | None = None,
+    ) -> None:
         self.config = config
         self.settings = settings
+        self.client_factory = client_factory  # HTTP transports' clients; None = the SDK's
         self.generation = 0
         self._state: ServerState = "idle"
         self._error: str | None = None
@@ -175,7 +183,9 @@ class MCPToolManager:
         session: ClientSession | None = None
         try:
             async with contextlib.AsyncExitStack() as stack:
-                session = await open_session(stack, self.config, self.timeout, stderr)
+                session = await open_session(
+                    stack, self.config, self.timeout, stderr, self.client_factory
+                )
                 tools = await list_remote_tools(session)
                 self._session = session
                 ready.set_result(tools)

@@ -20,6 +20,7 @@ from ania_nb.mcp.manager import MCPServerError, MCPToolManager, ServerState
 from ania_nb.mcp.tools import MCPToolset
 
 if TYPE_CHECKING:
+    from ania_nb._http import MCPClientFactory
     from ania_nb.config import MCPSettings
     from ania_nb.tools.base import Tool
     from ania_nb.tools.executor import ToolExecutor
@@ -45,9 +46,16 @@ class MCPServerStatus:
 class MCPRegistry:
     """Runs the MCP servers of the config file and keeps their tools in ``shared``."""
 
-    def __init__(self, settings: MCPSettings, shared: ToolExecutor) -> None:
+    def __init__(
+        self,
+        settings: MCPSettings,
+        shared: ToolExecutor,
+        *,
+        client_factory: MCPClientFactory | None = None,
+    ) -> None:
         self.settings = settings
         self.shared = shared
+        self.client_factory = client_factory  # for every HTTP/SSE server; None = the SDK's
         self._managers: dict[str, MCPToolManager] = {}  # config order (eager: first wins)
         self._toolsets: dict[str, MCPToolset] = {}
         self._owned: dict[str, list[str]] = {}  # server -> names it registered in ``shared``
@@ -81,7 +89,7 @@ class MCPRegistry:
         async with self._lock:
             for server in config.servers:
                 if not server.disabled:
-                    self._managers[server.name] = MCPToolManager(server, self.settings)
+                    self._managers[server.name] = self._manager(server)
             await asyncio.gather(*(self._try_connect(m) for m in self._managers.values()))
             for manager in self._managers.values():
                 if manager.state == "connected":
@@ -125,7 +133,7 @@ class MCPRegistry:
                 raise UsageError(
                     f"an MCP server named {server.name!r} already exists; remove it first"
                 )
-            manager = MCPToolManager(server, self.settings)
+            manager = self._manager(server)
             await manager.connect()  # nothing is registered unless this succeeds
             self._managers[server.name] = manager
             self._register(manager)
@@ -166,6 +174,9 @@ class MCPRegistry:
             self._admin.clear()
             self._managers.clear()
             await asyncio.gather(*(m.aclose() for m in managers), return_exceptions=True)
+
+    def _manager(self, server: MCPServerConfig) -> MCPToolManager:
+        return MCPToolManager(server, self.settings, client_factory=self.client_factory)
 
     def _status(self, name: str) -> MCPServerStatus:
         return next(s for s in self.servers() if s.name == name)

@@ -29,7 +29,7 @@ from .frontmatter import FrontmatterError, SkillMeta, parse_frontmatter
 from .manager import SKILL_FILE, Skill, SkillManager
 
 if TYPE_CHECKING:
-    import httpx
+    import httpx2
 
     from ania_nb.store import OpLog
 
@@ -83,7 +83,7 @@ class SkillInstaller:
         self,
         manager: SkillManager,
         *,
-        http_client: httpx.AsyncClient | None = None,
+        http_client: httpx2.AsyncClient | None = None,
         oplog: OpLog | None = None,
         codeload_base: str = "https://codeload.github.com",
         max_download_bytes: int = 64 * MiB,

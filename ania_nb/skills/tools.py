@@ -19,7 +19,7 @@ from .install import SkillInstaller
 from .manager import SKILL_FILE, Skill, SkillManager
 
 if TYPE_CHECKING:
-    import httpx
+    import httpx2
 
     from ania_nb.store import OpLog
 
@@ -286,7 +286,7 @@ def skill_tools(
     *,
     self_manage: bool,
     oplog: OpLog | None = None,
-    http_client: httpx.AsyncClient | None = None,
+    http_client: httpx2.AsyncClient | None = None,
     installer: SkillInstaller | None = None,
 ) -> list[Tool]:
     """The skill tools for ``manager``, sorted by name; admin tools only with ``self_manage``."""
