@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import threading
 from pathlib import Path
 
 import pytest
@@ -200,3 +201,192 @@ def test_ania_mcp_add_reports_bad_input_and_failed_servers_without_a_traceback(t
     assert "UsageError: %ania mcp add: server 'bad name!': field 'name'" in out
     assert "MCP server 'gone' (stdio" in out and "could not be connected" in out
     assert "Traceback" not in out and "ValidationError" not in out
+
+
+# ------------------------------------------------------------------ the magics in a live shell
+# IPython's own InteractiveShell: cells go through the rewriter and run on IPython's loop, as in a
+# terminal. Each test fails when the option or sub-command it names is ignored.
+
+
+@pytest.fixture
+def shell(llm, tmp_path, monkeypatch):
+    """A shell with ania_nb loaded and its Agent pointed at the scripted server."""
+    from IPython.core.interactiveshell import InteractiveShell
+
+    monkeypatch.delenv("JPY_SESSION_NAME", raising=False)  # the default session: nb:default
+    ip = InteractiveShell.instance()
+    ip.run_line_magic("load_ext", "ania_nb")
+    state = ip.magics_manager.registry["AgentMagics"].state
+    state.overrides.update(
+        {
+            "llm.base_url": llm.base_url,
+            "llm.api_key": llm.api_key,
+            "llm.model": "scripted",
+            "llm.stream": False,
+            "retry.base_delay": 0.01,
+            "store.data_dir": str(tmp_path / "data"),
+            "skills.dir": str(tmp_path / "no-skills"),
+            "mcp.config_file": str(tmp_path / "no-mcp.json"),
+        }
+    )
+    ip.user_ns.pop("_", None)
+    ip.user_ns["background"] = lambda: list(state.background)
+    yield ip
+    llm.responder = None
+    if "AgentMagics" in ip.magics_manager.registry:
+        ip.run_line_magic("unload_ext", "ania_nb")
+
+
+def run(ip, code: str):
+    """Run one cell; return (its value, captured output); fail on an error in the cell."""
+    from IPython.utils.capture import capture_output
+
+    with capture_output() as captured:
+        result = ip.run_cell(code)
+    result.raise_error()
+    return result.result, captured
+
+
+def state_of(ip):
+    return ip.magics_manager.registry["AgentMagics"].state
+
+
+def widgets(captured) -> list:
+    return [o for o in captured.outputs if "application/vnd.jupyter.widget-view+json" in o.data]
+
+
+def held(llm) -> threading.Event:
+    """Hold every model request until the returned event is set; then answer "late answer"."""
+    release = threading.Event()
+
+    def answer(request):
+        release.wait(20)
+        return reply("late answer")
+
+    llm.responder = answer
+    return release
+
+
+def last_run(ip):
+    """The RunResult a run stored as ``_`` (None if ``_`` holds anything else)."""
+    from ania_nb import RunResult
+
+    value = ip.user_ns.get("_")
+    return value if isinstance(value, RunResult) else None
+
+
+def roles(request) -> list[str]:
+    return [m["role"] for m in request.messages]
+
+
+def test_session_option_picks_the_conversation(shell, llm):
+    llm.script(reply("noted A"), reply("noted B"), reply("A it was"))
+    run(shell, "%%agent -q\nremember A")
+    value, _ = run(shell, "%%agent -q --session other\nremember B")
+    assert value.session == "other"
+    assert roles(llm.requests[1]) == ["system", "user"]  # none of nb:default's history
+    run(shell, "%agent -q what did I say?")
+    third = llm.requests[2].messages
+    assert roles(llm.requests[2]) == ["system", "user", "assistant", "user"]
+    assert third[1]["content"].endswith("remember A") and third[2]["content"] == "noted A"
+
+
+def test_new_option_starts_a_fresh_conversation(shell, llm):
+    llm.script(reply("hi"), reply("fresh"))
+    run(shell, "%%agent -q\nhello")
+    run(shell, "%%agent -q --new\nstart over")
+    assert roles(llm.requests[1]) == ["system", "user"]
+    _, captured = run(shell, "%ania history")  # only the new exchange is stored
+    assert "hello" not in captured.stdout and "start over" in captured.stdout
+
+
+def test_model_option_reaches_the_request_for_that_cell_only(shell, llm):
+    llm.script(reply("one"), reply("two"))
+    run(shell, "%%agent -q --model other-model\nhi")
+    run(shell, "%%agent -q\nhi again")
+    assert [r.model for r in llm.requests] == ["other-model", "scripted"]
+
+
+def test_plan_option_is_on_during_the_cell_and_off_after_it(shell, llm):
+    llm.script(reply("a plan"), reply("done"), reply("still planning"))
+    run(shell, "%%agent -q --plan\nplan the work")
+    assert "[Plan mode]" in llm.requests[0].messages[-1]["content"]
+    agent = state_of(shell).agent()
+    assert not agent.plan_mode("nb:default")
+    run(shell, "%%agent -q\ndo the work")
+    assert "[Plan mode]" not in llm.requests[1].messages[-1]["content"]
+    run(shell, "%ania plan on")  # plan mode the user turned on stays on after a --plan cell
+    run(shell, "%%agent -q --plan\nmore planning")
+    assert agent.plan_mode("nb:default")
+
+
+def test_quiet_option_shows_no_widget_and_returns_the_result(shell, llm):
+    llm.script(reply("shown"), reply("quiet"))
+    value, captured = run(shell, "%%agent\nwith a view")
+    assert value is None and widgets(captured)
+    assert shell.user_ns["_"].text == "shown"
+    value, captured = run(shell, "%%agent -q\nwithout")
+    assert value.text == "quiet" and widgets(captured) == []
+
+
+def test_bg_option_returns_while_the_reply_is_still_held(shell, llm):
+    release = held(llm)
+    value, _ = run(shell, "%%agent --bg -q\nslow task")
+    # The model has not answered (it cannot until release), yet the cell is done.
+    assert value is None and last_run(shell) is None
+    run(shell, "tasks = background()")
+    assert len(shell.user_ns["tasks"]) == 1
+    shell.user_ns["first_request"] = lambda: llm.wait_for_requests(1)
+    run(shell, "import asyncio\nseen = await asyncio.to_thread(first_request)")
+    assert last_run(shell) is None  # the run is under way, its reply still held
+    release.set()
+    run(shell, "import asyncio\ndone, pending = await asyncio.wait(tasks, timeout=20)")
+    assert shell.user_ns["pending"] == set()
+    assert last_run(shell).text == "late answer"
+
+
+def test_ania_stop_ends_a_background_run(shell, llm):
+    release = held(llm)
+    shell.user_ns["first_request"] = lambda: llm.wait_for_requests(1)
+    try:
+        run(shell, "%%agent --bg -q\nslow task")
+        # The run is under way: its request reached the model, whose reply is held.
+        run(shell, "import asyncio\nseen = await asyncio.to_thread(first_request)")
+        run(shell, "tasks = background()")
+        _, captured = run(shell, "%ania stop")
+        assert "stopped the running request" in captured.stdout
+        run(shell, "done, pending = await asyncio.wait(tasks, timeout=20)")
+        assert shell.user_ns["pending"] == set()
+        assert last_run(shell) is None  # the run never finished
+    finally:
+        release.set()
+    shell.user_ns["agent"] = state_of(shell).agent()
+    run(shell, "runs = await agent.runs(session='nb:default')")
+    assert [r.status for r in shell.user_ns["runs"]] == ["stopped"]
+    _, captured = run(shell, "%ania stop")
+    assert "nothing was running" in captured.stdout
+
+
+def test_ania_history_clear_forgets_the_conversation(shell, llm):
+    llm.script(reply("first reply"), reply("second reply"))
+    run(shell, "%%agent -q\nfirst")
+    _, captured = run(shell, "%ania history clear")
+    assert "removed 2 messages from nb:default" in captured.stdout
+    run(shell, "%%agent -q\nsecond")
+    assert roles(llm.requests[1]) == ["system", "user"]
+
+
+def test_unload_ext_removes_the_cell_rewriter_and_closes_the_agent(shell, llm):
+    from ania_nb.notebook.magics import transform_cell
+
+    llm.script(reply("hi"))
+    run(shell, "%agent -q hello")  # the Agent now lives on IPython's loop
+    assert "run_magic" in shell.transform_cell("%%agent\nhi\n")
+    state = state_of(shell)
+    shell.run_line_magic("unload_ext", "ania_nb")
+    assert not state.agent_created
+    assert transform_cell not in shell.input_transformers_cleanup
+    assert "run_magic" not in shell.transform_cell("%%agent\nhi\n")
+    assert "run_magic" not in shell.transform_cell("%agent hi\n")
+    shell.run_line_magic("load_ext", "ania_nb")  # and loading again adds it once
+    assert shell.input_transformers_cleanup.count(transform_cell) == 1

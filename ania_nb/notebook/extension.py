@@ -27,7 +27,6 @@ class NotebookState:
         self.overrides: dict[str, Any] = {}
         self._agent: Agent | None = None
         self.background: set[asyncio.Task[Any]] = set()
-        self._sync_loop: asyncio.AbstractEventLoop | None = None
 
     @property
     def agent_created(self) -> bool:
@@ -77,7 +76,9 @@ class NotebookState:
             await agent.aclose()
 
     def run_sync(self, coro: Any) -> Any:
-        """Run a coroutine where no loop is running (plain IPython without autoawait)."""
-        if self._sync_loop is None or self._sync_loop.is_closed():
-            self._sync_loop = asyncio.new_event_loop()
-        return self._sync_loop.run_until_complete(coro)
+        """Run a coroutine where no loop is running (plain IPython, e.g. ``%unload_ext``)."""
+        # IPython's own loop: rewritten cells run there in a terminal, so the Agent they made
+        # (its locks, clients, store threads) stays on one loop.
+        from IPython.core.async_helpers import get_asyncio_loop
+
+        return get_asyncio_loop().run_until_complete(coro)
