@@ -13,6 +13,7 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from ._http import HttpClients
 from .config import Config
 from .engine.callbacks import NO_CALLBACKS, ApprovalRequest, Callbacks
 from .engine.context import BeforeCompact
@@ -37,9 +38,11 @@ from .prompts import DEFAULT_SYSTEM_PROMPT
 from .result import RunResult
 from .store import RunRecord
 from .tools import SessionToolExecutor, Tool, ToolExecutor
-from .tools.builtin import HttpSource, default_tools, gated_tools, image_viewer
+from .tools.builtin import HttpSource, ImageViewer, default_tools, gated_tools, image_viewer
 
 if TYPE_CHECKING:  # pragma: no cover
+    import httpx2
+
     from .mcp import MCPRegistry
     from .skills import SkillManager
 
@@ -63,30 +66,31 @@ class Agent:
         *,
         tools: Iterable[Tool | Callable[..., Any]] = (),
         overrides: dict[str, Any] | None = None,
-        http_client: Any = None,
-        web_client: Any = None,
+        http: HttpClients | None = None,
+        http_client: httpx2.AsyncClient | None = None,
+        web_client: httpx2.AsyncClient | None = None,
         **shortcuts: Any,
     ) -> None:
-        self.config = resolve_config(config, shortcuts, overrides)
+        self._layers = resolve_config(config, shortcuts, overrides)
+        self.config = self._layers.resolve()  # + the values saved by config_set once opened
+        if http is not None and (http_client is not None or web_client is not None):
+            raise UsageError("pass either http=HttpClients(...) or http_client/web_client")
+        self.http = http or HttpClients(llm=http_client, web=web_client)
         self.tools = ToolExecutor()
-        self.approvals = ApprovalManager(
-            timeout=self.config.approval.timeout, admins=self.config.admin.ids
-        )
-        self.governance = Governance(self.config, self.tools, self.approvals, stop=self.stop)
-        # Where governance plugs into every run; replaceable (e.g. by tests or embedders).
-        self.tool_gate: Gate | None = self.governance.gate
-        self.before_compact: BeforeCompact | None = self.governance.pre_compact
-        self._session_tools: list[Callable[[str], Iterable[Tool]]] = [self.governance.session_tools]
-        self._web = HttpSource(web_client)
-        self._viewer = image_viewer(self.config)
-        if self.config.agent.builtin_tools:
-            for builtin in default_tools(self.config, self._web, self._viewer):
-                self.tools.add(builtin)
-            for builtin in gated_tools(self.config, self._viewer):
-                self.tools.add(builtin)
+        self._user_tools: set[str] = set()
         for t in tools:
-            self.tools.add(t, replace=True)  # your tools win over built-ins of the same name
-        self._http_client = http_client
+            self.add_tool(t, replace=True)
+        self.approvals = ApprovalManager(timeout=self.config.approval.timeout)
+        # Where governance plugs into every run; replaceable (e.g. by tests or embedders).
+        self.tool_gate: Gate | None = None
+        self.before_compact: BeforeCompact | None = None
+        self._session_tools: list[Callable[[str], Iterable[Tool]]] = [
+            lambda name: self.governance.session_tools(name)
+        ]
+        self._web = HttpSource(self.http.web)
+        self._builtins: set[str] = set()
+        self._viewers: list[ImageViewer] = []
+        self._assemble(self.config)
         self.sessions = SessionTable(
             self._new_session,
             max_sessions=self.config.agent.max_sessions,
@@ -99,11 +103,46 @@ class Agent:
         self._open_lock: asyncio.Lock | None = None
         self._closed = False
 
+    def _assemble(self, config: Config) -> None:
+        """Build what the settings decide: governance, approval rules and the built-in tools.
+
+        Runs at construction and again when the store's saved values change the config;
+        plan mode, todos, Python hooks, session approvals and your own tools carry over.
+        """
+        self.config = config
+        self.approvals.timeout = config.approval.timeout
+        self.approvals.admins = frozenset(config.admin.ids)
+        old: Governance | None = getattr(self, "governance", None)
+        self.governance = Governance(
+            config, self.tools, self.approvals, stop=self.stop, previous=old
+        )
+        if old is None or self.tool_gate is old.gate:
+            self.tool_gate = self.governance.gate
+        if old is None or self.before_compact == old.pre_compact:
+            self.before_compact = self.governance.pre_compact
+        viewer = image_viewer(config, self.http.vision_client)
+        self._viewers.append(viewer)
+        wanted: list[Tool] = []
+        if config.agent.builtin_tools:
+            wanted = [
+                *default_tools(config, self._web, viewer),
+                *gated_tools(config, viewer),
+            ]
+        names = {t.name for t in wanted}
+        for gone in self._builtins - names - self._user_tools:
+            self.tools.remove(gone)
+        for builtin in wanted:
+            if builtin.name not in self._user_tools:  # your tools win over built-ins
+                self.tools.add(builtin, replace=True)
+        self._builtins = names
+
     # ----------------------------------------------------------------- set-up
 
     def add_tool(self, tool: Tool | Callable[..., Any], *, replace: bool = False) -> Tool:
         """Register a shared tool (a `BaseTool`, an ``@tool`` function or a typed function)."""
-        return self.tools.add(tool, replace=replace)
+        added = self.tools.add(tool, replace=replace)
+        self._user_tools.add(added.name)
+        return added
 
     def add_session_tools(self, factory: Callable[[str], Iterable[Tool]]) -> None:
         """Give every main session, when it is created, the tools ``factory(session)`` makes."""
@@ -158,11 +197,13 @@ class Agent:
             async with self._open_lock:
                 if self._rt is None:
                     rt = await Runtime.open(
-                        self.config,
+                        self._layers,
                         self.tools,
-                        http_client=self._http_client,
+                        http=self.http,
                         before_compact=self._before_compact,
                     )
+                    if rt.config != self.config:  # values saved by config_set apply
+                        self._assemble(rt.config)
                     self.governance.attach(rt.store)
                     self._services = self._run_services(rt)
                     self._rt = rt
@@ -401,8 +442,9 @@ class Agent:
             await asyncio.gather(*workers, return_exceptions=True)
         if self._rt is not None:
             await self._rt.aclose()
-        if self._viewer.describer is not None:
-            await self._viewer.describer.aclose()
+        for viewer in self._viewers:
+            if viewer.describer is not None:
+                await viewer.describer.aclose()
         await self._web.aclose()
 
     async def __aenter__(self) -> Agent:

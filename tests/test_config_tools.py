@@ -74,11 +74,16 @@ async def test_config_set_validates_saves_and_applies_at_the_next_start(make_age
     await agent.aclose()
 
     restarted = config_agent(make_agent, tmp_path)
+    assert restarted.config.agent.max_iterations == 20  # saved values are read when it opens
+    await restarted.start()
     assert restarted.config.agent.max_iterations == 7
+    assert restarted.governance.gate.approval.tools == ["bash", "file"]  # rebuilt with them
     assert restarted.config.web.token.get_secret_value() == SECRET
     assert restarted.config.approval.tools == ["bash", "file"]
     explicit = config_agent(make_agent, tmp_path, **{"agent.max_iterations": 3})
+    await explicit.start()
     assert explicit.config.agent.max_iterations == 3  # constructor overrides still win
+    assert explicit.config.approval.tools == ["bash", "file"]
 
     store = await Store.open(restarted.data_dir)
     try:
@@ -163,3 +168,26 @@ async def test_changes_wait_for_an_admin_and_a_refusal_changes_nothing(
     assert (
         result.tool_calls[0].result.startswith("agent.queue_size = 20") and len(inbox.requests) == 1
     )
+
+
+async def test_saved_values_rebuild_built_ins_and_keep_state(make_agent, tmp_path):
+    """Saved settings apply when the store opens; your tools, plan mode and hooks survive."""
+    agent = config_agent(make_agent, tmp_path, **{"agent.builtin_tools": True})
+    await run_tool(agent, "config_set", key="bash.enable", value="true")
+    await run_tool(agent, "config_set", key="config_tool.enable", value="false")  # explicit wins
+    await agent.aclose()
+
+    def mine() -> str:
+        """My own tool."""
+        return "mine"
+
+    again = config_agent(make_agent, tmp_path, **{"agent.builtin_tools": True})
+    again.add_tool(mine)
+    seen: list[str] = []
+    again.add_hook("Stop", lambda event, payload: seen.append(event))
+    again.set_plan_mode("nb:p", True)
+    assert "bash" not in again.tools and "config_set" in again.tools
+    await again.start()
+    assert "bash" in again.tools and "mine" in again.tools
+    assert "config_set" in again.tools  # the constructor's override beats the saved value
+    assert again.plan_mode("nb:p") and again.governance.hooks._python["Stop"]

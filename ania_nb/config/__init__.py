@@ -1,5 +1,6 @@
 """Configuration: `Config` and its sections."""
 
+from ._layers import SAVED_CONFIG_NAMESPACE, UNSAVABLE_KEYS, ConfigLayers
 from ._sections import (
     AdminSettings,
     AgentSettings,
@@ -26,12 +27,15 @@ from ._settings import DEFAULT_CONFIG_FILE, Config, KeyInfo, mask
 
 __all__ = [
     "DEFAULT_CONFIG_FILE",
+    "SAVED_CONFIG_NAMESPACE",
+    "UNSAVABLE_KEYS",
     "AdminSettings",
     "AgentSettings",
     "ApprovalSettings",
     "BashSettings",
     "CommandsSettings",
     "Config",
+    "ConfigLayers",
     "ConfigToolSettings",
     "EndpointSettings",
     "FileSettings",

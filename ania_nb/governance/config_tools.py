@@ -11,20 +11,17 @@ within seconds, mcp after a restart). The tool gate makes every ``config_set`` a
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
 import logging
-import sqlite3
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
 from pydantic import BaseModel, Field
 
-from ..config import Config
+from ..config import SAVED_CONFIG_NAMESPACE, UNSAVABLE_KEYS, Config
 from ..errors import ConfigError, ToolError
-from ..store._db import DB_FILENAME
 from ..tools import BaseTool, Tool, ToolContext
 from ._files import read_text, write_atomic
 
@@ -33,8 +30,8 @@ if TYPE_CHECKING:  # pragma: no cover
 
 log = logging.getLogger(__name__)
 
-CONFIG_NAMESPACE = "config"
-NOT_SETTABLE = frozenset({"store.data_dir"})  # the overrides live there: it cannot move itself
+CONFIG_NAMESPACE = SAVED_CONFIG_NAMESPACE
+NOT_SETTABLE = UNSAVABLE_KEYS  # the saved values live in the data directory: it cannot move
 MAX_LISTING_CHARS = 12000
 MAX_FILE_CHARS = 20000
 RESTART = "It takes effect after a restart (a new Agent: restart the kernel or the runner)."
@@ -50,36 +47,6 @@ class ConfigFile:
     effect: str
     validate: Callable[[str], object] | None = None  # raises ValueError on bad content
     changed: Callable[[], None] | None = None  # told after a write
-
-
-def read_persisted_overrides(data_dir: Path) -> dict[str, Any]:
-    """Values saved by ``config_set`` (one small synchronous read, like ``ania.toml``)."""
-    path = Path(data_dir) / DB_FILENAME
-    if not path.is_file():
-        return {}
-    uri = path.resolve().as_uri() + "?mode=ro"
-    try:
-        with contextlib.closing(sqlite3.connect(uri, uri=True)) as c:
-            rows = c.execute("SELECT key, value FROM kv WHERE ns = ?", (CONFIG_NAMESPACE,))
-            return {key: json.loads(raw) for key, raw in rows}
-    except (sqlite3.Error, ValueError) as exc:
-        log.warning("cannot read saved config overrides from %s: %s", path, exc)
-        return {}
-
-
-def apply_persisted(
-    base: Config, persisted: Mapping[str, Any], explicit: Mapping[str, Any]
-) -> Config:
-    """``base`` with the saved values (each validated; a bad one is skipped), then ``explicit``."""
-    config = base
-    for key, value in sorted(persisted.items()):
-        if key in explicit or key in NOT_SETTABLE:
-            continue
-        try:
-            config = config.with_overrides({key: value})
-        except ConfigError as exc:
-            log.warning("ignoring saved config value for %s: %s", key, exc)
-    return config.with_overrides(explicit) if explicit else config
 
 
 class ConfigCenter:

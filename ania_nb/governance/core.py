@@ -68,12 +68,23 @@ class Governance:
         approvals: ApprovalManager,
         *,
         stop: Callable[[str], bool],
+        previous: Governance | None = None,
     ) -> None:
+        """Build for ``config``.
+
+        ``previous`` (the same Agent's, before its settings changed) hands over plan mode,
+        todos, Python hooks and which sessions have started.
+        """
         self.config = config
         self.admins = frozenset(config.admin.ids)
         self.hooks = HookRunner(config.hooks)
-        self.plan = PlanMode()
-        self.todos = TodoBook()
+        self.plan: PlanMode = previous.plan if previous else PlanMode()
+        self.todos: TodoBook = previous.todos if previous else TodoBook()
+        if previous is not None:
+            self.hooks.adopt_python_hooks(previous.hooks)
+            if previous.center is not None and not config.config_tool.enable:
+                for tool in previous.center.tools():
+                    tools.remove(tool.name)
         self.approvals = approvals
         self.gate = ToolGate(
             plan=self.plan, hooks=self.hooks, approvals=approvals, approval=config.approval
@@ -86,8 +97,9 @@ class Governance:
             self.center = ConfigCenter(config, self._config_files(book))
             for tool in self.center.tools():
                 tools.add(tool, replace=True)
-        self._started: set[str] = set()
-        self._session_context: dict[str, str] = {}  # SessionStart context for the next turn
+        self._started: set[str] = previous._started if previous else set()
+        # SessionStart context for the next turn
+        self._session_context: dict[str, str] = previous._session_context if previous else {}
 
     def is_admin(self, who: str | None) -> bool:
         """Admins are the configured ids; None is the trusted local user (a notebook)."""

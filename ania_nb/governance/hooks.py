@@ -114,6 +114,11 @@ class HookRunner:
         )
         self._python: defaultdict[str, list[PythonHook]] = defaultdict(list)
 
+    def adopt_python_hooks(self, other: HookRunner) -> None:
+        """Take over the Python hooks registered on ``other`` (a runner being replaced)."""
+        for event, hooks in other._python.items():
+            self._python[event].extend(hooks)
+
     def add(self, event: str, hook: PythonHook) -> None:
         """Register a Python hook for an event."""
         if event not in HOOK_EVENTS:

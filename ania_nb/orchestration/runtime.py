@@ -11,14 +11,15 @@ import asyncio
 import logging
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
+from .._http import HttpClients
+from ..config import SAVED_CONFIG_NAMESPACE, Config, ConfigLayers
 from ..engine.context import BeforeCompact, ContextWindow
 from ..engine.llm import LLMClient
 from ..store import Store
 
 if TYPE_CHECKING:  # pragma: no cover
-    from ..config import Config
     from ..mcp import MCPRegistry
     from ..skills import SkillManager
     from ..tools import ToolExecutor
@@ -30,6 +31,7 @@ log = logging.getLogger(__name__)
 class Runtime:
     """The opened parts of an Agent; `aclose` releases them in reverse order."""
 
+    config: Config  # effective: with the values saved by config_set
     store: Store
     llm: LLMClient
     window: ContextWindow
@@ -39,24 +41,31 @@ class Runtime:
     @classmethod
     async def open(
         cls,
-        config: Config,
+        layers: ConfigLayers,
         tools: ToolExecutor,
         *,
-        http_client: Any = None,
+        http: HttpClients | None = None,
         before_compact: BeforeCompact | None = None,
     ) -> Runtime:
-        """Open the store (marking crashed runs), build clients, load skills, start MCP."""
+        """Open the store, resolve the config with its saved values, build clients, start tiers.
+
+        Runs of ended processes are marked interrupted; skills are loaded and MCP started.
+        """
+        base = layers.resolve()
         store = await Store.open(
-            Path(config.store.data_dir), run_log_max_entries=config.store.run_log_max_entries
+            Path(base.store.data_dir), run_log_max_entries=base.store.run_log_max_entries
         )
+        http = http or HttpClients()
         runtime: Runtime | None = None
         try:
+            saved = dict(await store.kv(SAVED_CONFIG_NAMESPACE).items())
+            config = layers.resolve(saved) if saved else base
             interrupted = await store.runs.mark_interrupted()
             if interrupted:
-                log.warning("%d run(s) were interrupted by a restart", interrupted)
-            llm = LLMClient.from_config(config, http_client=http_client)
+                log.warning("%d run(s) of ended processes were marked interrupted", interrupted)
+            llm = LLMClient.from_config(config, http_client=http.llm)
             compressor = (
-                LLMClient.from_config(config, role="compressor", http_client=http_client)
+                LLMClient.from_config(config, role="compressor", http_client=http.llm)
                 if config.compressor.model
                 else llm
             )
@@ -66,9 +75,9 @@ class Runtime:
                 compressor=compressor,
                 before_compact=before_compact,
             )
-            runtime = cls(store, llm, window)
+            runtime = cls(config, store, llm, window)
             runtime.skills = await _open_skills(config, tools, store)
-            runtime.mcp = await _open_mcp(config, tools)
+            runtime.mcp = await _open_mcp(config, tools, http)
             return runtime
         except BaseException:
             if runtime is not None:
@@ -105,13 +114,13 @@ async def _open_skills(config: Config, tools: ToolExecutor, store: Store) -> Ski
     return manager
 
 
-async def _open_mcp(config: Config, tools: ToolExecutor) -> MCPRegistry | None:
+async def _open_mcp(config: Config, tools: ToolExecutor, http: HttpClients) -> MCPRegistry | None:
     """The MCP tier: only when the MCP servers file exists."""
     exists = await asyncio.to_thread(Path(config.mcp.config_file).is_file)
     if not exists and not config.mcp.self_manage:
         return None
     from ..mcp import MCPRegistry
 
-    registry = MCPRegistry(config.mcp, tools)
+    registry = MCPRegistry(config.mcp, tools, client_factory=http.mcp)
     await registry.start()
     return registry

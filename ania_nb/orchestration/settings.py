@@ -1,18 +1,12 @@
-"""How an Agent's settings are assembled from their layers.
-
-Lowest first: the given `Config` (else ``ania.toml`` + ``ANIA_…`` environment), the values the AI
-saved with ``config_set`` (read from the data directory's store), then the keyword shortcuts
-and ``overrides`` passed to `Agent`.
-"""
+"""How an Agent's arguments become its config layers (the precedence lives in `ConfigLayers`)."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 from typing import Any
 
-from ..config import Config
+from ..config import Config, ConfigLayers
 from ..errors import UsageError
-from ..governance.config_tools import apply_persisted, read_persisted_overrides
 
 SHORTCUTS = {
     "base_url": "llm.base_url",
@@ -24,8 +18,8 @@ SHORTCUTS = {
 
 def resolve_config(
     config: Config | None, shortcuts: Mapping[str, Any], overrides: Mapping[str, Any] | None
-) -> Config:
-    """The Agent's effective config; unknown shortcut names raise `UsageError`."""
+) -> ConfigLayers:
+    """The Agent's config layers; unknown shortcut names or keys raise `UsageError`."""
     unknown = sorted(set(shortcuts) - set(SHORTCUTS))
     if unknown:
         raise UsageError(
@@ -34,7 +28,6 @@ def resolve_config(
         )
     dotted = {SHORTCUTS[k]: v for k, v in shortcuts.items()}
     dotted.update(overrides or {})
-    base = config if config is not None else Config.load()
-    resolved = base.with_overrides(dotted) if dotted else base
-    saved = read_persisted_overrides(resolved.store.data_dir)
-    return apply_persisted(base, saved, dotted) if saved else resolved
+    layers = ConfigLayers(config if config is not None else Config.load(), dotted)
+    layers.resolve()  # bad explicit keys or values fail here, at construction
+    return layers
