@@ -385,7 +385,7 @@ def test_clean_cut_stream_ends_without_finish_reason_or_done():
 
 def test_raw_sends_any_json_verbatim(llm: ScriptedLLM):
     no_choices = {"id": "x", "object": "chat.completion", "model": "m", "choices": []}
-    chunks = [{"choices": [{"index": 0, "delta": {"content": 5}}]}, [1, 2]]
+    chunks = [{"choices": [{"index": 0, "delta": {"content": 5}}]}, [1, 2], "not json {"]
     llm.script(
         raw(no_choices),
         raw(no_choices),  # to a stream: the body is the only event
@@ -398,7 +398,9 @@ def test_raw_sends_any_json_verbatim(llm: ScriptedLLM):
         no_choices,
     )
     assert _events(_post(llm, stream=True)[2]) == [no_choices, "[DONE]"]
-    assert _events(_post(llm, stream=True)[2]) == chunks
+    data = _post(llm, stream=True)[2]
+    assert data.endswith(b"data: not json {\n\n")  # a str is the event's data verbatim
+    assert _events(data[: -len(b"data: not json {\n\n")]) == chunks[:2]
 
 
 def test_lone_surrogates_are_sent_escaped(llm: ScriptedLLM):

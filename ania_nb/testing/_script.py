@@ -134,7 +134,7 @@ class Raw:
     kind: ClassVar[str] = "raw"
     body: Any = None
     chunks: tuple[Any, ...] | None = None
-    """Stream events; None sends `body` as the only event."""
+    """Stream events (a str is sent as the event's data verbatim); None: `body` is the only one."""
     done: bool = True
     """End a stream with `[DONE]`."""
 

@@ -157,8 +157,12 @@ class _Handler(BaseHTTPRequestHandler):
             chunks = stream_chunks(item.then, request, self.server.llm.chunk_size)
             self._stream(chunks[: item.after_chunks], done=False, end=item.clean)
         elif isinstance(item, Raw):
-            if request.stream:
-                self._stream(list(item.chunks or [item.body]), done=item.done, end=True)
+            if request.stream:  # a str chunk is the event's data verbatim (e.g. not JSON)
+                events = [
+                    c.encode() if isinstance(c, str) else _dumps(c)
+                    for c in (item.chunks or [item.body])
+                ]
+                self._stream(events, done=item.done, end=True)
             else:
                 self._send_json(200, item.body)
         else:  # Disconnect, or CutStream on a non-streaming request: no response at all
@@ -198,10 +202,14 @@ class _Handler(BaseHTTPRequestHandler):
         self.wfile.flush()
 
     def _stream(self, chunks: list[Any], *, done: bool, end: bool = True) -> None:
-        """Send SSE events; `done` adds `[DONE]`; without `end` the connection just drops."""
+        """Send SSE events (JSON, or bytes as they are), then `[DONE]` if `done`.
+
+        Without `done` or `end` the connection just drops (an incomplete chunked body).
+        """
         self._start_stream()
         for chunk in chunks:
-            self._write_chunk(b"data: %s\n\n" % _dumps(chunk))
+            data = chunk if isinstance(chunk, bytes) else _dumps(chunk)
+            self._write_chunk(b"data: %s\n\n" % data)
         if done:
             self._write_chunk(b"data: [DONE]\n\n")
         if done or end:
