@@ -12,8 +12,8 @@ import ania_nb
 from ania_nb import Callbacks, RunEvent, tool
 from ania_nb.engine.repair import MISSING_RESULT, clean_text, repair_history, valid_arguments
 from ania_nb.orchestration import (
-    RecordOnly,
     RunSpec,
+    StoreRecord,
     ToolView,
     callbacks_for,
     execute_run,
@@ -153,7 +153,7 @@ async def test_a_one_shot_run_goes_through_the_same_path(llm, make_agent):
         text="do the task",
         system_prompt="you are a worker",
         tools=ToolView(state.executor, {"team_run"}),
-        record=RecordOnly(agent._rt.store, "sub:1"),
+        record=StoreRecord(agent._rt.store, "sub:1", history=False),
         admin_only_approval=True,
         callbacks=callbacks_for("subagent", front),
         timeout=30,

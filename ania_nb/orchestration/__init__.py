@@ -8,7 +8,7 @@ agents packages will build the other kinds. This layer sits above the engine, th
 """
 
 from .main_turn import answer_batch
-from .records import RecordOnly, RunRecorder, SessionRecord
+from .records import RunRecorder, StoreRecord
 from .run import RunLimits, RunServices, execute_run
 from .runtime import Runtime
 from .sessions import Pending, Session, SessionTable, merge_batch, senders_of
@@ -22,15 +22,14 @@ __all__ = [
     "AgentKind",
     "Conversation",
     "Pending",
-    "RecordOnly",
     "RunLimits",
     "RunRecorder",
     "RunServices",
     "RunSpec",
     "Runtime",
     "Session",
-    "SessionRecord",
     "SessionTable",
+    "StoreRecord",
     "ToolView",
     "answer_batch",
     "callbacks_for",

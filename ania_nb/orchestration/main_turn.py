@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 
 from ..engine.callbacks import RunEvent
 from ..result import RunResult
-from .records import SessionRecord
+from .records import StoreRecord
 from .run import RunServices, execute_run
 from .sessions import Pending, Session, merge_batch, senders_of
 from .spec import RunSpec
@@ -44,7 +44,7 @@ async def answer_batch(
         images=images,
         system_prompt=system_prompt,
         tools=state.executor,
-        record=SessionRecord(store, state.name),
+        record=StoreRecord(store, state.name),
         conversation=state.conversation,
         sender=senders_of(batch),
         requester=batch[-1].sender,

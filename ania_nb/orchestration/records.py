@@ -1,14 +1,15 @@
 """Where a run writes what happened: the session's history and/or a run record.
 
-`SessionRecord` (main turns) stores the user's message, every finished tool round and the final
-answer in the chat history together with the run record, one transaction per step (the store's
-run journal). `RecordOnly` (one-shot runs) keeps no history: only the run record with its tool
-calls. The clock's task log is a third implementation of the same protocol.
+`StoreRecord` writes through the store's run journal, one transaction per step (begin, each
+finished tool round, finish). With ``history=True`` (main turns) the user's message, every round
+and the final answer go to the chat history with the run record; with ``history=False``
+(one-shot runs) only the run record and its tool calls are kept. The clock's task log will be
+another `RunRecorder`.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Protocol
 
 from ..store import ToolCallRecord
@@ -16,6 +17,7 @@ from ..store import ToolCallRecord
 if TYPE_CHECKING:  # pragma: no cover
     from ..engine.loop import ToolCallResult
     from ..engine.messages import Message
+    from ..result import RunResult
     from ..store import Store
 
 
@@ -38,20 +40,13 @@ class RunRecorder(Protocol):
         ...
 
     async def finish(
-        self,
-        run_id: int | None,
-        status: str,
-        *,
-        messages: Sequence[Message] = (),
-        usage: Mapping[str, int] | None = None,
-        reply: str | None = None,
-        error: str | None = None,
+        self, run_id: int | None, outcome: RunResult, messages: Sequence[Message]
     ) -> None:
-        """Store the final messages and close the record."""
+        """Store the final messages and close the record with the run's outcome."""
         ...
 
     async def replace_history(self, messages: Sequence[Message]) -> None:
-        """Replace the stored history (after compaction)."""
+        """Replace the stored history (after compaction or a repair)."""
         ...
 
 
@@ -60,83 +55,49 @@ def call_records(calls: Sequence[ToolCallResult]) -> list[ToolCallRecord]:
     return [ToolCallRecord(c.name, c.arguments, c.result, c.error, c.duration_ms) for c in calls]
 
 
-class SessionRecord:
-    """History + run record of a session, through the store's run journal."""
+class StoreRecord:
+    """A run's record in the store's run log, with or without the session's chat history."""
 
-    def __init__(self, store: Store, session: str) -> None:
+    def __init__(self, store: Store, session: str, *, history: bool = True) -> None:
         self.store = store
         self.session = session
+        self.history = history
 
     async def begin(
         self, text: str, sender: str | None, turn: Message, *, load_history: bool
     ) -> tuple[int | None, list[Message] | None]:
-        """Store the user's turn and start the record in one transaction."""
-        return await self.store.journal.begin(
+        """Start the record (storing the user's turn in the history, if kept)."""
+        journal = self.store.journal
+        if not self.history:
+            return await journal.start(self.session, text, sender=sender), None
+        return await journal.begin(
             self.session, text, sender=sender, message=turn, load_history=load_history
         )
 
     async def round(
         self, run_id: int | None, messages: Sequence[Message], calls: Sequence[ToolCallResult]
     ) -> None:
-        """Store the round's messages and call records in one transaction."""
+        """Store the round's call records (and its messages, if history is kept)."""
         assert run_id is not None
-        await self.store.journal.record_round(self.session, run_id, messages, call_records(calls))
+        kept = messages if self.history else ()
+        await self.store.journal.record_round(self.session, run_id, kept, call_records(calls))
 
     async def finish(
-        self,
-        run_id: int | None,
-        status: str,
-        *,
-        messages: Sequence[Message] = (),
-        usage: Mapping[str, int] | None = None,
-        reply: str | None = None,
-        error: str | None = None,
+        self, run_id: int | None, outcome: RunResult, messages: Sequence[Message]
     ) -> None:
-        """Store the final answer and close the record in one transaction."""
+        """Close the record (storing the final answer in the history, if kept)."""
         assert run_id is not None
         await self.store.journal.finish(
-            self.session, run_id, status, messages=messages, usage=usage, reply=reply, error=error
+            self.session,
+            run_id,
+            outcome.status,
+            messages=messages if self.history else (),
+            usage=outcome.usage.to_dict(),
+            reply=outcome.text or None,
+            error=outcome.error,
         )
 
     async def replace_history(self, messages: Sequence[Message]) -> None:
-        """Replace the session's stored history."""
-        await self.store.history.replace(self.session, list(messages))
-
-
-class RecordOnly:
-    """A run record without history (one-shot runs)."""
-
-    def __init__(self, store: Store, session: str) -> None:
-        self.store = store
-        self.session = session
-
-    async def begin(
-        self, text: str, sender: str | None, turn: Message, *, load_history: bool
-    ) -> tuple[int | None, list[Message] | None]:
-        """Start the run record; there is no history to load."""
-        return await self.store.runs.start(self.session, text, sender), None
-
-    async def round(
-        self, run_id: int | None, messages: Sequence[Message], calls: Sequence[ToolCallResult]
-    ) -> None:
-        """Add the round's calls to the record."""
-        if run_id is not None:
-            for record in call_records(calls):
-                await self.store.runs.add_tool_call(run_id, record)
-
-    async def finish(
-        self,
-        run_id: int | None,
-        status: str,
-        *,
-        messages: Sequence[Message] = (),
-        usage: Mapping[str, int] | None = None,
-        reply: str | None = None,
-        error: str | None = None,
-    ) -> None:
-        """Close the record."""
-        if run_id is not None:
-            await self.store.runs.finish(run_id, status, usage=usage, reply=reply, error=error)
-
-    async def replace_history(self, messages: Sequence[Message]) -> None:
-        """Nothing is stored for one-shot runs."""
+        """Replace the session's stored history (nothing is kept without history)."""
+        if self.history:
+            await self.store.history.replace(self.session, list(messages))

@@ -160,14 +160,7 @@ class _Run:
     async def _close(self, outcome: RunResult, final: Sequence[Message]) -> None:
         """Close the record; a failed write is logged, never raised."""
         try:
-            await self.spec.record.finish(
-                self.run_id,
-                outcome.status,
-                messages=final,
-                usage=self.usage.to_dict(),
-                reply=outcome.text or None,
-                error=outcome.error,
-            )
+            await self.spec.record.finish(self.run_id, outcome, final)
         except Exception:
             log.exception("could not close the record of run %s", self.run_id)
 
