@@ -192,6 +192,19 @@ async def test_a_server_failing_at_start_does_not_stop_the_others(tmp_path: Path
             await registry.reconnect("nope")
 
 
+async def test_servers_connect_concurrently_at_start(tmp_path: Path):
+    """Each server waits at a barrier until all three have started: connecting them one after
+    another, the first would wait for the others forever (and fail at its connect timeout)."""
+    barrier = tmp_path / "barrier"
+    barrier.mkdir()
+    entries = [stdio_entry(name, barrier=(barrier, 3)) for name in ("one", "two", "three")]
+    path = write_config(tmp_path / "mcp.json", entries)
+    async with MCPRegistry(settings(path, connect_timeout=30.0), ToolExecutor()) as registry:
+        states = {s.name: s.state for s in registry.servers()}
+    assert states == {"one": "connected", "three": "connected", "two": "connected"}
+    assert sorted(os.listdir(barrier)) == ["one", "three", "two"]
+
+
 async def test_runtime_add_remove_and_stale_tools_after_reconnect(tmp_path: Path):
     shared = ToolExecutor()
     async with MCPRegistry(settings(tmp_path / "absent.json"), shared) as registry:

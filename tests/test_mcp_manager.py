@@ -221,3 +221,20 @@ async def test_connect_failures_are_clear(tmp_path: Path):
     sse_closed = {"name": "ev", "transport": "sse", "endpoint": "http://127.0.0.1:9/sse"}
     with pytest.raises(MCPServerError, match="could not be connected"):
         await manager_for(sse_closed, tmp_path, connect_timeout=5.0).connect()
+
+
+@pytest.mark.parametrize("kind", ["http", "sse"])
+async def test_http_tool_calls_may_outlast_the_connect_timeout(kind, request, tmp_path: Path):
+    """The connect timeout bounds the handshake only: a read timeout on the HTTP client would
+    cut a tool call (or the SSE stream) that stays silent longer."""
+    url = request.getfixturevalue(f"{kind}_url")
+    transport = "streamable-http" if kind == "http" else "sse"
+    manager = manager_for(
+        {"name": "demo", "transport": transport, "endpoint": url, "timeout": 2.0}, tmp_path
+    )
+    await manager.connect()
+    try:
+        assert await call(manager, "sleep", seconds=4.0) == "slept 4.0"
+        assert manager.state == "connected"
+    finally:
+        await manager.aclose()

@@ -3,7 +3,9 @@
 Run: ``python demo_server.py stdio|http|sse``.
 Over HTTP/SSE it binds 127.0.0.1 on a free port and prints ``PORT <n>`` as its first stdout line.
 ``--name`` sets the server name (so several instances are told apart); ``--extra N`` adds N
-generated tools ``extra_000`` ... (for filters and ordering tests).
+generated tools ``extra_000`` ... (for filters and ordering tests). ``--barrier DIR --parties N``
+makes the server wait, before it serves, until N servers have started with the same DIR (each
+leaves a file there): servers connected one after another would never get past it.
 """
 
 from __future__ import annotations
@@ -13,7 +15,9 @@ import asyncio
 import os
 import socket
 import sys
+import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Annotated, Literal
 
 from mcp.server.mcpserver import Context, MCPServer
@@ -114,12 +118,26 @@ async def serve_http(server: MCPServer, kind: str) -> None:
     await uvicorn.Server(config).serve(sockets=[sock])
 
 
+def wait_at_barrier(folder: Path, name: str, parties: int, limit: float = 60.0) -> None:
+    """Leave a mark in ``folder``, then wait until ``parties`` servers have left theirs."""
+    (folder / name).touch()
+    deadline = time.monotonic() + limit
+    while len(list(folder.iterdir())) < parties:
+        if time.monotonic() > deadline:
+            sys.exit(f"barrier: only {len(list(folder.iterdir()))} of {parties} servers started")
+        time.sleep(0.02)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("transport", choices=["stdio", "http", "sse"])
     parser.add_argument("--name", default="demo")
     parser.add_argument("--extra", type=int, default=0)
+    parser.add_argument("--barrier", type=Path)
+    parser.add_argument("--parties", type=int, default=1)
     args = parser.parse_args()
+    if args.barrier is not None:
+        wait_at_barrier(args.barrier, args.name, args.parties)
     server = build(args.name, args.extra)
     if args.transport == "stdio":
         server.run("stdio")

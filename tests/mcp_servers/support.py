@@ -28,11 +28,18 @@ DEMO_TOOLS = [
 ]
 
 
-def stdio_entry(name: str = "demo", *, extra: int = 0, **fields: Any) -> dict[str, Any]:
-    """A ``servers``-form entry starting the demo server over stdio."""
+def stdio_entry(
+    name: str = "demo", *, extra: int = 0, barrier: tuple[Path, int] | None = None, **fields: Any
+) -> dict[str, Any]:
+    """A ``servers``-form entry starting the demo server over stdio.
+
+    ``barrier=(folder, n)``: the server waits until n servers started with that folder.
+    """
     args = [str(DEMO), "stdio", "--name", name]
     if extra:
         args += ["--extra", str(extra)]
+    if barrier is not None:
+        args += ["--barrier", str(barrier[0]), "--parties", str(barrier[1])]
     return {"name": name, "transport": "stdio", "command": sys.executable, "args": args, **fields}
 
 
