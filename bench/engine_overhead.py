@@ -20,6 +20,17 @@ Variants, interleaved in blocks so machine drift hits all of them alike:
 * ``raw+50``, ``raw-post+50``  the raw loops sending 50 extra tool schemas (same as ania-nb's).
 * ``ania+50``        the agent with 50 extra registered ``@tool`` functions (2-4 typed params).
 
+Streamed group (``--stream-runs``, 0 skips it), on a second server process whose final answer is
+long (``LONG_FINAL_TEXT``, >= 500 chunks of 8 characters) after the same tool round:
+
+* ``raw-stream``     hand-written loop with the typed ``create(stream=True,
+                     stream_options={"include_usage": True})``, accumulating content and tool-call
+                     deltas from the SDK's typed chunks, tools as in ``raw``.
+* ``ania-stream``    the agent with ``llm.stream = true`` (the default), no event listener.
+* ``ania-nostream``  the same agent configuration with ``llm.stream = false``, same long answer.
+
+Goals (issue 11): ``ania-stream`` <= 0.8x ``raw-stream`` and <= 1.1x ``ania-nostream``.
+
 Fairness: every run uses a fresh conversation on every side: a fresh session name per run for
 ania-nb, a fresh message list for the raw loops; all send system prompt + user message, then the
 tool round. All send the same model, sampling parameters, tool list and messages (the raw loops
@@ -71,6 +82,11 @@ API_KEY = "sk-bench"
 USER_TEXT = "Add 2 and 3, count the words of the sentence, and look up the capital of Norway."
 FINAL_TEXT = "2 + 3 = 5, the sentence has 9 words, and the capital of Norway is Oslo."
 EXTRA_TOOLS = 50
+STREAM_CHUNK = 8  # characters per streamed content chunk (the server's --chunk-size)
+LONG_FINAL_TEXT = " ".join(
+    f"Point {i}: the sum is 5, the sentence has 9 words, and Oslo is the capital of Norway."
+    for i in range(1, 51)
+)  # about 4,400 characters: over 500 chunks of STREAM_CHUNK
 HEAVY_MODULES = ("openai", "mcp", "lancedb")
 
 # --------------------------------------------------------------------------- the tools
@@ -123,9 +139,10 @@ RAW_BASE_SCHEMAS: list[dict[str, Any]] = [
             "description": "Add two integers.",
             "parameters": {
                 "type": "object",
+                "additionalProperties": False,
                 "properties": {
-                    "a": {"type": "number", "description": "first addend"},
-                    "b": {"type": "number", "description": "second addend"},
+                    "a": {"type": "integer", "description": "first addend"},
+                    "b": {"type": "integer", "description": "second addend"},
                 },
                 "required": ["a", "b"],
             },
@@ -138,6 +155,7 @@ RAW_BASE_SCHEMAS: list[dict[str, Any]] = [
             "description": "Look up a fact in the knowledge base.",
             "parameters": {
                 "type": "object",
+                "additionalProperties": False,
                 "properties": {"key": {"type": "string", "description": "what to look up"}},
                 "required": ["key"],
             },
@@ -150,6 +168,7 @@ RAW_BASE_SCHEMAS: list[dict[str, Any]] = [
             "description": "Count the words of a text.",
             "parameters": {
                 "type": "object",
+                "additionalProperties": False,
                 "properties": {"text": {"type": "string", "description": "the text to count"}},
                 "required": ["text"],
             },
@@ -159,7 +178,7 @@ RAW_BASE_SCHEMAS: list[dict[str, Any]] = [
 
 # (python type, JSON schema type, parameter description) cycled over the extra tools' params.
 _PARAM_KINDS: list[tuple[type, str, str]] = [
-    (int, "number", "how many items to consider"),
+    (int, "integer", "how many items to consider"),
     (str, "string", "the text to work on"),
     (float, "number", "a threshold between 0 and 1"),
     (bool, "boolean", "whether to include archived items"),
@@ -227,6 +246,7 @@ def raw_extra_schema(spec: ExtraSpec) -> dict[str, Any]:
             "description": spec.description,
             "parameters": {
                 "type": "object",
+                "additionalProperties": False,
                 "properties": properties,
                 "required": [pname for pname, _ in spec.params],
             },
@@ -254,19 +274,28 @@ def script_items() -> list[Any]:
     ]
 
 
-def write_script(path: Path) -> None:
+def long_script_items() -> list[Any]:
+    """The streamed group's two replies: the same tool round, then a long final answer."""
+    from ania_nb.testing import reply, usage
+
+    first, _ = script_items()
+    return [first, reply(LONG_FINAL_TEXT, usage=usage(520, len(LONG_FINAL_TEXT) // 4))]
+
+
+def write_script(path: Path, items: list[Any] | None = None) -> None:
     """The script file for the server process."""
     from ania_nb.testing import script_to_json
 
-    path.write_text(script_to_json(script_items()), encoding="utf-8")
+    path.write_text(script_to_json(script_items() if items is None else items), encoding="utf-8")
 
 
 class Server:
     """The scripted LLM server in a child process."""
 
-    def __init__(self, script: Path) -> None:
+    def __init__(self, script: Path, chunk_size: int = STREAM_CHUNK) -> None:
+        cmd = [sys.executable, "-m", "ania_nb.testing", "serve", "--script", str(script)]
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "ania_nb.testing", "serve", "--script", str(script), "--loop"],
+            [*cmd, "--loop", "--chunk-size", str(chunk_size)],
             stdout=subprocess.PIPE,
             text=True,
         )
@@ -385,6 +414,61 @@ class RawPostLoop(RawLoop):
         return await self.client.post("/chat/completions", cast_to=self.cast_to, body=body)
 
 
+class RawStreamLoop(RawLoop):
+    """The hand-written streaming loop: typed ``create(stream=True)``, deltas accumulated."""
+
+    async def run(self, text: str) -> str:
+        """One conversation, streamed: content and tool-call deltas folded, tools, again."""
+        stamp = datetime.now().astimezone().isoformat(timespec="seconds")
+        messages: list[dict[str, Any]] = [
+            {"role": "system", "content": self.system_prompt},
+            {"role": "user", "content": f"[{stamp}] {text}"},
+        ]
+        for _ in range(10):
+            stream = await self.client.chat.completions.create(
+                model=MODEL,
+                messages=messages,
+                tools=self.schemas,
+                stream=True,
+                stream_options={"include_usage": True},
+                **self.params,
+            )
+            content: list[str] = []
+            calls: dict[int, dict[str, Any]] = {}
+            async for chunk in stream:
+                if not chunk.choices:
+                    continue  # the usage chunk
+                delta = chunk.choices[0].delta
+                if delta.content:
+                    content.append(delta.content)
+                for tc in delta.tool_calls or ():
+                    slot = calls.setdefault(
+                        tc.index,
+                        {"id": "", "type": "function", "function": {"name": "", "arguments": ""}},
+                    )
+                    slot["id"] = tc.id or slot["id"]
+                    if tc.function is not None:
+                        slot["function"]["name"] += tc.function.name or ""
+                        slot["function"]["arguments"] += tc.function.arguments or ""
+            if not calls:
+                return "".join(content)
+            tool_calls = [calls[i] for i in sorted(calls)]
+            messages.append(
+                {"role": "assistant", "content": "".join(content) or None, "tool_calls": tool_calls}
+            )
+            results = await asyncio.gather(
+                *(
+                    self._call_tool(c["function"]["name"], c["function"]["arguments"])
+                    for c in tool_calls
+                )
+            )
+            messages += [
+                {"role": "tool", "tool_call_id": c["id"], "content": r}
+                for c, r in zip(tool_calls, results, strict=True)
+            ]
+        raise RuntimeError("raw stream loop: too many rounds")
+
+
 class AniaSide:
     """One long-lived `Agent`; every run is a fresh session."""
 
@@ -416,6 +500,7 @@ class Stats:
     name: str
     runner: Callable[[str], Awaitable[str]]
     baselines: tuple[str, ...] = ()
+    expected: str = FINAL_TEXT
     cpu: list[float] = field(default_factory=list)
     wall: list[float] = field(default_factory=list)
     loop_cpu: list[float] = field(default_factory=list)
@@ -428,7 +513,7 @@ async def run_block(stats: Stats, n: int, measure: bool) -> None:
     c0, w0, t0 = time.process_time(), time.perf_counter(), time.thread_time()
     for _ in range(n):
         text = await stats.runner(USER_TEXT)
-        if text != FINAL_TEXT:
+        if text != stats.expected:
             raise RuntimeError(f"{stats.name}: unexpected reply {text!r} (script out of step?)")
     c1, w1, t1 = time.process_time(), time.perf_counter(), time.thread_time()
     if measure:
@@ -546,6 +631,95 @@ def import_report(repeat: int) -> dict[str, Any]:
 
 
 # --------------------------------------------------------------------------- main
+
+
+def build_stream_sides(base_url: str, data_root: Path) -> dict[str, Any]:
+    """The streamed group against `base_url` (the long-answer server)."""
+    from ania_nb import Agent, tool
+
+    def make_agent(label: str, stream: bool) -> Agent:
+        return Agent(
+            base_url=base_url,
+            api_key=API_KEY,
+            model=MODEL,
+            data_dir=data_root / label,
+            tools=[tool(fn) for fn in BASE_TOOLS.values()],
+            overrides={
+                "llm.stream": stream,
+                "agent.max_context_tokens": 0,
+                "agent.builtin_tools": False,
+                "skills.dir": str(data_root / "no-skills"),
+                "mcp.config_file": str(data_root / "no-mcp.json"),
+            },
+        )
+
+    agent = make_agent("ania-stream", stream=True)
+    llm = agent.config.llm
+    params = {
+        key: getattr(llm, key)
+        for key in ("temperature", "top_p", "max_tokens")
+        if getattr(llm, key) is not None
+    }
+    return {
+        "raw-stream": RawStreamLoop(
+            base_url, RAW_BASE_SCHEMAS, BASE_TOOLS, agent.system_prompt, params
+        ),
+        "ania-nostream": AniaSide(make_agent("ania-nostream", stream=False), "bench-nostream"),
+        "ania-stream": AniaSide(agent, "bench-stream"),
+    }
+
+
+async def verify_stream_bodies(data_root: Path) -> dict[str, Any]:
+    """One run of each streamed variant against an in-process server: the same requests?"""
+    from ania_nb.testing import ScriptedLLM
+
+    with ScriptedLLM(loop=True, chunk_size=STREAM_CHUNK) as server:
+        server.script(*long_script_items())
+        sides = build_stream_sides(server.base_url, data_root / "verify-stream")
+        recorded: dict[str, list[Any]] = {}
+        try:
+            for name, side in sides.items():
+                before = len(server.requests)
+                if await side.run(USER_TEXT) != LONG_FINAL_TEXT:
+                    raise RuntimeError(f"verify: {name} got an unexpected reply")
+                recorded[name] = server.requests[before:]
+        finally:
+            for side in sides.values():
+                await side.aclose()
+    bodies = {n: [_normalise(r.body) for r in reqs] for n, reqs in recorded.items()}
+    return {
+        "requests_per_run": {n: len(reqs) for n, reqs in recorded.items()},
+        "raw_stream_equals_ania_stream": bodies["raw-stream"] == bodies["ania-stream"],
+        "streamed": {n: [r.stream for r in reqs] for n, reqs in recorded.items()},
+    }
+
+
+async def bench_stream(args: argparse.Namespace, base_url: str, data_root: Path) -> dict[str, Any]:
+    """Measure the streamed group (interleaved blocks, as the main group)."""
+    verify = await verify_stream_bodies(data_root)
+    if not verify["raw_stream_equals_ania_stream"]:
+        raise RuntimeError(f"the streamed variants do not send the same requests: {verify}")
+    sides = build_stream_sides(base_url, data_root / "stream")
+    variants = [
+        Stats("raw-stream", sides["raw-stream"].run, expected=LONG_FINAL_TEXT),
+        Stats("ania-nostream", sides["ania-nostream"].run, expected=LONG_FINAL_TEXT),
+        Stats(
+            "ania-stream",
+            sides["ania-stream"].run,
+            baselines=("raw-stream", "ania-nostream"),
+            expected=LONG_FINAL_TEXT,
+        ),
+    ]
+    try:
+        await measure(variants, args.stream_runs, args.warmup, args.block)
+    finally:
+        for side in sides.values():
+            await side.aclose()
+    return {
+        "rows": summarise(variants),
+        "chunks_per_answer": -(-len(LONG_FINAL_TEXT) // STREAM_CHUNK),
+        "request_bodies": verify,
+    }
 
 
 def build_sides(args: argparse.Namespace, base_url: str, data_root: Path) -> dict[str, Any]:
@@ -836,6 +1010,32 @@ def fmt_table(result: dict[str, Any], meta: dict[str, Any]) -> str:
         f"request bodies (one recorded run of each variant): identical="
         f"{bodies['all_identical']}; server-side tools bytes {bodies['tools_bytes']}",
     ]
+    streamed = result.get("stream")
+    if streamed:
+        lines += [
+            "",
+            f"streamed group: final answer {len(LONG_FINAL_TEXT)} characters = "
+            f"{streamed['chunks_per_answer']} content chunks; request bodies raw-stream == "
+            f"ania-stream: {streamed['request_bodies']['raw_stream_equals_ania_stream']}",
+            f"{'variant':<14} {'CPU ms/run':>10} {'loop thr':>8} {'wall ms/run':>11}   "
+            f"{'CPU x raw-stream':>16} {'(totals)':>8}   {'CPU x ania-nostream':>19} "
+            f"{'(totals)':>8}",
+        ]
+        for row in streamed["rows"]:
+            ratio = ""
+            if "vs" in row:
+                raw_stream, nostream = row["vs"].values()
+                ratio = (
+                    f"{raw_stream['cpu_ratio_median_round']:>15.2f}x "
+                    f"{raw_stream['cpu_ratio_total']:>7.2f}x   "
+                    f"{nostream['cpu_ratio_median_round']:>18.2f}x "
+                    f"{nostream['cpu_ratio_total']:>7.2f}x  (goals <= 0.8x, <= 1.1x)"
+                )
+            lines.append(
+                f"{row['variant']:<14} {row['cpu_ms_per_run']:>10.2f} "
+                f"{row['loop_thread_cpu_ms_per_run']:>8.2f} {row['wall_ms_per_run']:>11.2f}   "
+                f"{ratio}"
+            )
     if result.get("profile"):
         lines += ["", result["profile"]]
     imp = result.get("import")
@@ -867,6 +1067,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument(
         "--extra-tools", type=int, default=EXTRA_TOOLS, help="extra typed tools (0: skip variant)"
     )
+    parser.add_argument(
+        "--stream-runs",
+        type=int,
+        default=None,
+        help="measured runs of the streamed group (default: --runs; 0 skips it)",
+    )
     parser.add_argument("--import-repeat", type=int, default=5, help="interpreters for importtime")
     parser.add_argument("--no-import", action="store_true", help="skip the import-time check")
     parser.add_argument(
@@ -879,7 +1085,14 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         "--json", action="store_true", help="JSON on stdout (the table goes to stderr)"
     )
     args = parser.parse_args(argv)
-    if args.runs < 1 or args.block < 1 or args.warmup < 0 or args.extra_tools < 0:
+    if args.stream_runs is None:
+        args.stream_runs = args.runs
+    if (
+        args.runs < 1
+        or args.block < 1
+        or args.warmup < 0
+        or min(args.extra_tools, args.stream_runs) < 0
+    ):
         parser.error("--runs and --block must be >= 1, --warmup and --extra-tools >= 0")
     return args
 
@@ -897,6 +1110,7 @@ def main(argv: list[str] | None = None) -> int:
         "block": args.block,
         "warmup": args.warmup,
         "extra_tools": args.extra_tools,
+        "stream_runs": args.stream_runs,
         "command": " ".join(["python", *sys.argv]),
     }
     with tempfile.TemporaryDirectory(prefix="ania-bench-") as tmp:
@@ -908,6 +1122,14 @@ def main(argv: list[str] | None = None) -> int:
             result = asyncio.run(bench(args, server.base_url, root))
         finally:
             server.close()
+        if args.stream_runs:
+            long_script = root / "long-script.json"
+            write_script(long_script, long_script_items())
+            server = Server(long_script)
+            try:
+                result["stream"] = asyncio.run(bench_stream(args, server.base_url, root))
+            finally:
+                server.close()
     if not args.no_import:
         result["import"] = import_report(args.import_repeat)
     table = fmt_table(result, meta)

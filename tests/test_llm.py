@@ -10,6 +10,7 @@ import httpx2
 import pytest
 
 from ania_nb import Config
+from ania_nb.engine._llm_wire import SSEParser
 from ania_nb.engine.llm import Completion, LLMClient, RetryPolicy
 from ania_nb.engine.usage import Usage
 from ania_nb.errors import LLMError, LLMStreamError
@@ -20,6 +21,7 @@ from ania_nb.testing import (
     disconnect,
     error,
     garbage,
+    raw,
     reply,
     tool_call,
     usage,
@@ -683,3 +685,55 @@ async def test_usage_add_call_accepts_dicts(llm: ScriptedLLM, make_client: MakeC
         "last_prompt_tokens": 30,
         "iterations": 1,
     }
+
+
+# -- stream framing -------------------------------------------------------------------------
+
+
+def test_sse_parser_framing() -> None:
+    parser = SSEParser()
+    assert parser.feed(b'data: {"a": 1}\n\n') == [b'{"a": 1}']  # one event per network chunk
+    assert parser.feed(b'data: {"b"') == []  # an event split across network reads
+    assert parser.feed(b': 2}\n\ndata: {"c": 3}\n\n') == [b'{"b": 2}', b'{"c": 3}']
+    assert parser.feed(b": keep-alive comment\nevent: message\nid: 7\n\n") == []
+    assert parser.feed(b'data: {"d": 4}\r\n\r\ndata:{"e": 5}\n') == [b'{"d": 4}', b'{"e": 5}']
+    assert parser.feed(b'data: {"f": 6}\ndata: [DONE]\n') == [b'{"f": 6}', b"[DONE]"]  # no blanks
+    # a multi-line event: its data lines joined with a newline
+    assert parser.feed(b'data: {"g":\ndata: 7}\n\n') == [b'{"g":\n7}']
+    assert parser.feed(b"data: not json") == []
+    assert parser.close() == [b"not json"]  # the stream ended without a final newline
+    assert parser.close() == []
+
+
+async def test_stream_tool_calls_without_index(llm: ScriptedLLM, make_client: MakeClient) -> None:
+    # Some servers send no index: a delta with a new id opens a call, others continue the last.
+    llm.script(
+        reply(
+            tool_calls=[
+                tool_call("get_weather", {"city": "Oslo"}, id="a", omit=["index"]),
+                tool_call("get_weather", {"city": "Bergen"}, id="b", omit=["index"]),
+            ]
+        )
+    )
+    completion = await make_client().complete(USER, stream=True)
+    assert [(c["id"], c["function"]["arguments"]) for c in completion.message["tool_calls"]] == [
+        ("a", '{"city": "Oslo"}'),
+        ("b", '{"city": "Bergen"}'),
+    ]
+
+
+async def test_server_ignoring_stream_true_is_answered_from_its_body(
+    llm: ScriptedLLM, make_client: MakeClient
+) -> None:
+    body = {
+        "id": "x",
+        "object": "chat.completion",
+        "model": "main-model",
+        "choices": [{"index": 0, "message": {"content": LONG}, "finish_reason": "stop"}],
+    }
+    llm.script(raw(body, sse=False))
+    pieces: list[str] = []
+    completion = await make_client().complete(USER, stream=True, on_delta=pieces.append)
+    assert completion.message == {"role": "assistant", "content": LONG}
+    assert pieces == [LONG]  # shown in one piece
+    assert llm.requests[0].stream

@@ -26,7 +26,6 @@ from __future__ import annotations
 import json
 import math
 import re
-from collections.abc import AsyncGenerator, AsyncIterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -484,48 +483,70 @@ class StreamState:
 DONE = b"[DONE]"
 
 
-async def sse_data(chunks: AsyncIterator[bytes]) -> AsyncGenerator[bytes, None]:
-    """The ``data`` payloads of a server-sent event stream (comments and other fields skipped).
+class SSEParser:
+    """Splits server-sent event bytes into ``data`` payloads (comments, other fields skipped).
 
-    A ``data:`` line that is complete JSON on its own is yielded at once (some servers send no
-    blank line between events); one that is not waits for the event's next ``data:`` lines.
+    A ``data:`` line that is complete JSON on its own is a payload at once (some servers send
+    no blank line between events); one that is not waits for the event's next ``data:`` lines.
     """
-    pending: list[bytes] = []
-    parts: list[bytes] = []
-    async for data in chunks:
+
+    def __init__(self) -> None:
+        self._partial: list[bytes] = []  # bytes after the last newline
+        self._lines: list[bytes] = []  # data lines of a multi-line event
+
+    def feed(self, data: bytes) -> list[bytes]:
+        """The payloads completed by ``data``."""
+        if (
+            data[:6] == b"data: "
+            and not self._partial
+            and not self._lines
+            and data.find(b"\n") == len(data) - 2
+            and data[-1:] == b"\n"
+        ):
+            # The common case: one whole event per network chunk ("data: {...}\n\n").
+            return [data[6:-2]]
         if b"\n" not in data:
-            parts.append(data)
-            continue
-        if parts:
-            parts.append(data)
-            data = b"".join(parts)
-            parts = []
+            self._partial.append(data)
+            return []
+        if self._partial:
+            self._partial.append(data)
+            data = b"".join(self._partial)
+            self._partial = []
         lines = data.split(b"\n")
         tail = lines.pop()
         if tail:
-            parts.append(tail)
+            self._partial.append(tail)
+        out: list[bytes] = []
         for line in lines:
-            if line.endswith(b"\r"):
-                line = line[:-1]
-            if not line:
-                if pending:  # end of a multi-line event
-                    yield b"\n".join(pending)
-                    pending = []
-                continue
-            if not line.startswith(b"data:"):
-                continue  # ": comment", "event:", "id:", "retry:"
-            value = line[6:] if line[5:6] == b" " else line[5:]
-            if pending:
-                pending.append(value)
-            elif value == DONE or _is_json_object(value):
-                yield value
-            else:
-                pending.append(value)
-    tail = b"".join(parts)
-    if tail.startswith(b"data:"):
-        pending.append(tail[6:] if tail[5:6] == b" " else tail[5:])
-    if pending:
-        yield b"\n".join(pending)
+            self._line(line[:-1] if line.endswith(b"\r") else line, out)
+        return out
+
+    def close(self) -> list[bytes]:
+        """Payloads left when the stream ends without a final blank line."""
+        out: list[bytes] = []
+        if self._partial:
+            self._line(b"".join(self._partial), out)
+            self._partial = []
+        if self._lines:
+            out.append(b"\n".join(self._lines))
+            self._lines = []
+        return out
+
+    def _line(self, line: bytes, out: list[bytes]) -> None:
+        if not line:
+            if self._lines:  # the end of a multi-line event
+                out.append(b"\n".join(self._lines))
+                self._lines = []
+            return
+        if not line.startswith(b"data:"):
+            return  # ": comment", "event:", "id:", "retry:"
+        value = line[6:] if line[5:6] == b" " else line[5:]
+        if self._lines:
+            self._lines.append(value)
+        elif value == DONE or _is_json_object(value):
+            out.append(value)
+        else:
+            self._lines.append(value)
 
 
 def _is_json_object(value: bytes) -> bool:

@@ -401,27 +401,26 @@ class LLMClient:
         self, response: Any, on_delta: DeltaHandler | None, state: _CallState, turn: int
     ) -> Completion:
         acc = wire.StreamState()
+        parser = wire.SSEParser()
         done = False
         chunks = response.aiter_bytes()
-        events = wire.sse_data(chunks)
-        try:
-            async for payload in events:
+        # One flat loop: this runs for every chunk of every streamed answer.
+        async for data in chunks:
+            for payload in parser.feed(data):
                 if payload == wire.DONE:
                     done = True
                     break
-                try:
-                    chunk = wire.loads(payload)
-                except ValueError as exc:
-                    if not acc.chunks:
-                        raise  # the first event is garbage: a wrong URL, not a glitch
-                    raise wire.Malformed(
-                        f"a stream event is not valid JSON ({exc})", retryable=True
-                    ) from exc
-                piece = acc.feed(chunk)
+                piece = acc.feed(_parse_event(payload, acc))
                 if piece is not None and on_delta is not None:
                     await _deliver(on_delta, piece, state)
-        finally:
-            await events.aclose()
+            if done:
+                break
+        else:
+            for payload in parser.close():
+                if payload == wire.DONE:
+                    done = True
+                else:
+                    acc.feed(_parse_event(payload, acc))
         if done:
             # Read what follows [DONE] (normally only the end of the body) so the connection
             # can be reused, but never wait for a server that keeps it open.
@@ -493,6 +492,15 @@ class _HandlerFailed(Exception):
     def __init__(self, error: Exception) -> None:
         super().__init__(str(error))
         self.error = error
+
+
+def _parse_event(payload: bytes, acc: wire.StreamState) -> Any:
+    try:
+        return wire.loads(payload)
+    except ValueError as exc:
+        if not acc.chunks:
+            raise  # the first event is garbage: a wrong URL, not a glitch
+        raise wire.Malformed(f"a stream event is not valid JSON ({exc})", retryable=True) from exc
 
 
 async def _deliver(on_delta: DeltaHandler, piece: str, state: _CallState) -> None:

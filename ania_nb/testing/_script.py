@@ -137,6 +137,8 @@ class Raw:
     """Stream events (a str is sent as the event's data verbatim); None: `body` is the only one."""
     done: bool = True
     """End a stream with `[DONE]`."""
+    sse: bool = True
+    """False: answer a stream request with the plain `body` too (servers ignoring `stream`)."""
 
 
 @dataclass(frozen=True)
@@ -295,9 +297,11 @@ def cut_stream(then: Reply, after_chunks: int = 2, *, clean: bool = False) -> Cu
     return CutStream(then, after_chunks, clean)
 
 
-def raw(body: Any = None, *, chunks: Iterable[Any] | None = None, done: bool = True) -> Raw:
+def raw(
+    body: Any = None, *, chunks: Iterable[Any] | None = None, done: bool = True, sse: bool = True
+) -> Raw:
     """Build a 200 reply sending `body` (or, to a stream, `chunks`) verbatim, valid or not."""
-    return Raw(body, None if chunks is None else tuple(chunks), done)
+    return Raw(body, None if chunks is None else tuple(chunks), done, sse)
 
 
 def disconnect() -> Disconnect:

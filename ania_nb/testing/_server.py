@@ -157,7 +157,7 @@ class _Handler(BaseHTTPRequestHandler):
             chunks = stream_chunks(item.then, request, self.server.llm.chunk_size)
             self._stream(chunks[: item.after_chunks], done=False, end=item.clean)
         elif isinstance(item, Raw):
-            if request.stream:  # a str chunk is the event's data verbatim (e.g. not JSON)
+            if request.stream and item.sse:  # a str chunk is the event's data verbatim
                 events = [
                     c.encode() if isinstance(c, str) else _dumps(c)
                     for c in (item.chunks or [item.body])
