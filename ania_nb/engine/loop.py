@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
 from .callbacks import NO_CALLBACKS, Callbacks, RunEvent
-from .llm import Completion, LLMClient
+from .llm import Completion, LLMClient, RetryNotice
 from .messages import LIMIT_MESSAGE, Message, strip_think, user_message
 from .repair import clean_text
 from .usage import Usage
@@ -125,6 +125,7 @@ class LoopResult:
     usage: Usage
     tool_calls: list[ToolCallResult] = field(default_factory=list)
     final_messages: list[Message] = field(default_factory=list)
+    truncated: bool = False  # the final answer was cut by the model's token limit
 
 
 @dataclass
@@ -158,13 +159,13 @@ class ToolLoop:
             completion = await self._call(messages, definitions)
             message = completion.message
             if not message.get("tool_calls"):
-                return self._finish(messages, [], message)
+                return self._finish(messages, [], message, completion.truncated)
             round_messages = [message]
             text = strip_think(message.get("content"))
             if text:
                 await self._emit("assistant_text", text=text)
                 await self.callbacks.deliver("send_text", text)
-            results = await self._run_tools(message["tool_calls"])
+            results = await self._run_tools(message["tool_calls"], completion)
             round_messages += [
                 {"role": "tool", "tool_call_id": r.id, "content": r.result} for r in results
             ]
@@ -178,19 +179,34 @@ class ToolLoop:
         limit = user_message(LIMIT_MESSAGE)
         messages.append(limit)
         completion = await self._call(messages, [])
-        return self._finish(messages, [limit], completion.message)
+        return self._finish(messages, [limit], completion.message, completion.truncated)
 
     async def _call(self, messages: list[Message], definitions: list[dict[str, Any]]) -> Completion:
         if self.before_call is not None:
             await self.before_call(messages)
-        on_delta = None
+        on_delta = on_retry = None
         if self.stream and self.callbacks.has("on_event"):
 
             async def on_delta(piece: str) -> None:
                 await self._emit("text_delta", text=piece)
 
+            async def on_retry(notice: RetryNotice) -> None:
+                # The front end takes back what it streamed (discard) and shows the retry.
+                await self._emit(
+                    "retry",
+                    model=notice.model,
+                    attempt=notice.attempt,
+                    delay=notice.delay,
+                    error=notice.error,
+                    discard=notice.discard_output,
+                )
+
         completion = await self.llm.complete(
-            messages, tools=definitions or None, stream=self.stream, on_delta=on_delta
+            messages,
+            tools=definitions or None,
+            stream=self.stream,
+            on_delta=on_delta,
+            on_retry=on_retry,
         )
         self.usage.add_call(completion.usage)
         if self.callbacks.on_event is not None:
@@ -198,18 +214,21 @@ class ToolLoop:
         return completion
 
     def _finish(
-        self, messages: list[Message], before: list[Message], message: Message
+        self, messages: list[Message], before: list[Message], message: Message, truncated: bool
     ) -> LoopResult:
         final = dict(message)
         final.pop("tool_calls", None)
         messages.append(final)
         text = strip_think(final.get("content"))
-        return LoopResult(text, self.usage, self.results, [*before, final])
+        return LoopResult(text, self.usage, self.results, [*before, final], truncated)
 
-    async def _run_tools(self, raw_calls: list[dict[str, Any]]) -> list[ToolCallResult]:
+    async def _run_tools(
+        self, raw_calls: list[dict[str, Any]], completion: Completion
+    ) -> list[ToolCallResult]:
+        # The client normalised ids and names; wrapped arguments run as the model sent them
+        # so the executor can name the real parse error.
         calls = [
-            ToolCall(c.get("id") or f"call_{i}", c["function"]["name"], c["function"]["arguments"])
-            for i, c in enumerate(raw_calls)
+            ToolCall(c["id"], c["function"]["name"], completion.arguments_for(c)) for c in raw_calls
         ]
         results = list(await asyncio.gather(*(self._run_one(call) for call in calls)))
         self.results.extend(results)

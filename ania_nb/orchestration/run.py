@@ -29,6 +29,11 @@ from .tool_view import ToolView
 
 log = logging.getLogger(__name__)
 
+TRUNCATED = (
+    'the answer was cut off at the model\'s token limit (finish_reason "length"); raise '
+    "llm.max_tokens or ask for a shorter answer"
+)
+
 
 @dataclass(frozen=True)
 class RunLimits:
@@ -123,6 +128,8 @@ class _Run:
                 result = await loop.run(messages)
             final = [for_storage(m) for m in result.final_messages]
             outcome = RunResult(result.text, "success", spec.session, self.usage, self.calls)
+            if result.truncated:  # a cut answer is never a success; the text is kept
+                outcome.status, outcome.error = "error", TRUNCATED
         except TimeoutError:
             outcome = self._failed("timeout", f"the request took longer than {spec.timeout:g} s")
         except asyncio.CancelledError:
@@ -267,8 +274,8 @@ class _Run:
             stream=services.limits.stream,
             usage=self.usage,
         )
-        if spec.model:
-            loop.llm = await services.llm.with_model(spec.model)
+        llm = await services.llm.with_model(spec.model) if spec.model else services.llm
+        loop.llm = llm.for_run()  # once the fallback answered, this run asks it first
         return loop
 
     async def _emit(self, kind: str, **data: Any) -> None:

@@ -77,6 +77,7 @@ class RunView(Displayable):
         self.todo_view = todo_view
         self.status = "running"
         self.error: str | None = None
+        self.notice = ""  # a passing note (a retry), cleared when the run ends
         self.usage: dict[str, int] = {}
         self.reply_text = ""  # streamed so far; the final reply after finish
         self.result: RunResult | None = None
@@ -143,6 +144,11 @@ class RunView(Displayable):
             self._add(row)
         elif kind == "tool_end":
             self._tool_end(data)
+        elif kind == "retry":
+            if data.get("discard"):
+                self._clear_stream()  # that attempt's text is not part of the answer
+            self.notice = f"retrying with {data.get('model', '')}: {data.get('error', '')}"
+            self._render_header()
         elif kind == "usage":
             self.usage = {k: int(v) for k, v in data.items()}
             self.usage_label.value = usage_text(self.usage)
@@ -158,6 +164,7 @@ class RunView(Displayable):
             self._render_stream()
             self.status = str(data.get("status", "error"))
             self.error = data.get("error") or self.error
+            self.notice = ""
             self._stop_ticker()
             self._render_header()
 
@@ -296,9 +303,12 @@ class RunView(Displayable):
         )
         self.spinner.value = SPINNER[self._frame % len(SPINNER)] if self._ticking else ""
         self.elapsed_label.value = elapsed_text(self.elapsed)
-        self.error_html.value = (
-            f'<span style="color:#c62828">{html.escape(self.error)}</span>' if self.error else ""
-        )
+        if self.error:
+            self.error_html.value = f'<span style="color:#c62828">{html.escape(self.error)}</span>'
+        elif self.notice:
+            self.error_html.value = f'<span style="color:#ef6c00">{html.escape(self.notice)}</span>'
+        else:
+            self.error_html.value = ""
 
     @property
     def _ticking(self) -> bool:
