@@ -128,6 +128,11 @@ class Server:
             raise RuntimeError(f"scripted server did not start (got {line!r})")
         self.base_url = line.removeprefix("base_url=")
 
+    def cpu(self) -> float:
+        """CPU seconds the server process has used so far (user + system)."""
+        fields = Path(f"/proc/{self.proc.pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
     def close(self) -> None:
         """SIGTERM the server and wait for it."""
         if self.proc.poll() is None:
@@ -269,6 +274,7 @@ class Level:
     failed: int = 0
     wall: float = 0.0
     cpu: float = 0.0
+    server_cpu: float = 0.0
     latencies: list[float] = field(default_factory=list)
 
     def row(self) -> dict[str, Any]:
@@ -281,6 +287,7 @@ class Level:
             "p50_ms": 1000 * _quantile(lat, 0.50),
             "p99_ms": 1000 * _quantile(lat, 0.99),
             "cpu_ms_per_run": 1000 * self.cpu / self.runs,
+            "server_cpu_ms_per_run": 1000 * self.server_cpu / self.runs,
         }
 
 
@@ -295,7 +302,18 @@ def _quantile(sorted_values: list[float], q: float) -> float:
 Runner = Callable[[int], Awaitable[bool]]
 
 
-async def drive(run: Runner, concurrency: int, runs: int, start: int, into: Level) -> int:
+def _no_server_cpu() -> float:
+    return 0.0
+
+
+async def drive(
+    run: Runner,
+    concurrency: int,
+    runs: int,
+    start: int,
+    into: Level,
+    server_cpu: Callable[[], float] = _no_server_cpu,
+) -> int:
     """``runs`` runs by ``concurrency`` workers; adds to ``into``; returns the next run number."""
     numbers = iter(range(start, start + runs))
 
@@ -311,17 +329,18 @@ async def drive(run: Runner, concurrency: int, runs: int, start: int, into: Leve
             into.failed += not ok
 
     gc.collect()
-    c0, w0 = time.process_time(), time.perf_counter()
+    c0, w0, s0 = time.process_time(), time.perf_counter(), server_cpu()
     await asyncio.gather(*(worker() for _ in range(concurrency)))
     into.cpu += time.process_time() - c0
     into.wall += time.perf_counter() - w0
+    into.server_cpu += server_cpu() - s0
     into.runs += runs
     return start + runs
 
 
-async def measure_levels(args: argparse.Namespace, base_url: str, root: Path) -> list[dict]:
+async def measure_levels(args: argparse.Namespace, server: Server, root: Path) -> list[dict]:
     """Every level, ania and raw interleaved A-B-B-A."""
-    ania, raw = make_sides(base_url, root / "levels")
+    ania, raw = make_sides(server.base_url, root / "levels")
     await ania.agent.start()
     counters = {"ania": 0, "raw": 0}
     rows = []
@@ -339,11 +358,12 @@ async def measure_levels(args: argparse.Namespace, base_url: str, root: Path) ->
             ]
             for side, n in halves:
                 counters[side.name] = await drive(
-                    side.run, c, n, counters[side.name], results[side.name]
+                    side.run, c, n, counters[side.name], results[side.name], server.cpu
                 )
             a, r = results["ania"].row(), results["raw"].row()
             row = {
                 "concurrency": c,
+                "ideal_runs_per_s": c / (2 * args.latency),
                 "ania": a,
                 "raw": r,
                 "ratio": {
@@ -368,7 +388,8 @@ def _level_line(row: dict[str, Any]) -> str:
         f"p99 {a['p99_ms']:7.1f} ms  {a['cpu_ms_per_run']:5.2f} CPU ms/run  failed {a['failed']}"
         f"  |  raw {r['runs_per_s']:7.1f}  p50 {r['p50_ms']:7.1f}  p99 {r['p99_ms']:7.1f}  "
         f"{r['cpu_ms_per_run']:5.2f}  failed {r['failed']}  |  x: thr {x['runs_per_s']:.2f} "
-        f"p50 {x['p50_ms']:.2f} p99 {x['p99_ms']:.2f} cpu {x['cpu_ms_per_run']:.2f}"
+        f"p50 {x['p50_ms']:.2f} p99 {x['p99_ms']:.2f} cpu {x['cpu_ms_per_run']:.2f}  |  server "
+        f"CPU ms/run {a['server_cpu_ms_per_run']:.2f} / {r['server_cpu_ms_per_run']:.2f}"
     )
 
 
@@ -510,7 +531,7 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
         with tempfile.TemporaryDirectory(prefix="ania-load-") as tmp:
             root = Path(tmp)
             report: dict[str, Any] = {"machine": machine(), "latency_s": args.latency}
-            report["levels"] = await measure_levels(args, server.base_url, root)
+            report["levels"] = await measure_levels(args, server, root)
             if not args.no_rss:
                 report["memory"] = await asyncio.to_thread(measure_rss, args, server.base_url, root)
             return report

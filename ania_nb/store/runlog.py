@@ -192,7 +192,7 @@ def prepare_start(session: str, input: str, sender: str | None) -> tuple[str, st
     _check_str("input", input)
     if sender is not None:
         sender = clean_text(_check_str("sender", sender))
-    return session, sender, truncate(clean_text(input), MAX_INPUT_CHARS)
+    return session, sender, clean_text(truncate(input, MAX_INPUT_CHARS))
 
 
 def prepare_tool_call(record: ToolCallRecord) -> str:
@@ -204,12 +204,13 @@ def prepare_tool_call(record: ToolCallRecord) -> str:
     if record.error is not None:
         _check_str("tool call error", record.error)
     kept = {
+        # Truncate first: a tool result can be large, and cleaning keeps the length.
         "name": clean_text(record.name),
-        "arguments": truncate(clean_text(record.arguments), MAX_ARGUMENTS_CHARS),
-        "result": truncate(clean_text(record.result), MAX_RESULT_CHARS),
+        "arguments": clean_text(truncate(record.arguments, MAX_ARGUMENTS_CHARS)),
+        "result": clean_text(truncate(record.result, MAX_RESULT_CHARS)),
         "error": None
         if record.error is None
-        else truncate(clean_text(record.error), MAX_ERROR_CHARS),
+        else clean_text(truncate(record.error, MAX_ERROR_CHARS)),
         "duration_ms": _check_int("tool call duration_ms", record.duration_ms),
     }
     return json.dumps(kept, ensure_ascii=False)
@@ -230,9 +231,9 @@ def prepare_finish(
         if usage is not None and key in usage:
             counts[key] = _check_int(f"usage[{key!r}]", usage[key])
     if reply is not None:
-        reply = truncate(clean_text(_check_str("reply", reply)), MAX_REPLY_CHARS)
+        reply = clean_text(truncate(_check_str("reply", reply), MAX_REPLY_CHARS))
     if error is not None:
-        error = truncate(clean_text(_check_str("error", error)), MAX_ERROR_CHARS)
+        error = clean_text(truncate(_check_str("error", error), MAX_ERROR_CHARS))
     return status, counts, reply, error
 
 
