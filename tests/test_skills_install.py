@@ -5,12 +5,14 @@ Every refused install must leave the folder byte-for-byte as it was (no staging 
 
 from __future__ import annotations
 
+import gzip
 import io
 import os
 import re
 import stat
 import threading
 import zipfile
+import zlib
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -37,6 +39,7 @@ class Route:
     status: int = 200
     content_length: bool = True  # False: no length header, the body ends when the socket closes
     stall: bool = False  # send headers, then hang until the test ends
+    headers: dict[str, str] = field(default_factory=dict)  # e.g. Content-Encoding
 
 
 @dataclass
@@ -44,6 +47,7 @@ class Server:
     base: str
     routes: dict[str, Route] = field(default_factory=dict)
     requests: list[str] = field(default_factory=list)
+    accept_encodings: list[str] = field(default_factory=list)
     release: threading.Event = field(default_factory=threading.Event)
 
     def url(self, path: str) -> str:
@@ -64,8 +68,11 @@ def server() -> Iterator[Server]:
         def do_GET(self) -> None:
             srv = state["server"]
             srv.requests.append(self.path)
+            srv.accept_encodings.append(self.headers.get("Accept-Encoding", ""))
             route = srv.routes.get(self.path, Route(b"not found", status=404))
             self.send_response(route.status)
+            for name, value in route.headers.items():
+                self.send_header(name, value)
             if route.content_length:
                 self.send_header("Content-Length", str(len(route.body)))
             else:
@@ -472,3 +479,93 @@ async def test_tools_install_list_and_remove_through_an_injected_client(
         ("ai", "skill_install", "alice"),
     ]
     assert listing(skills_dir) == ["keeper"]
+
+
+# --- compressed transfers and linked folders (issue 10 item 9) ---------------------------------
+
+
+async def test_a_gzip_encoded_zip_is_decoded_and_installed(installer, server, skills_dir) -> None:
+    files = {"weather/SKILL.md": GOOD_MD.format(name="weather", desc="Forecasts.")}
+    files["weather/data.txt"] = "sunny " * 1000
+    plain = make_zip(files)
+    gz = server.serve("/gz.zip", gzip.compress(plain), headers={"Content-Encoding": "gzip"})
+    installed = await installer.install(url=gz)
+    assert installed.skill.name == "weather"
+    assert (skills_dir / "weather" / "data.txt").read_text() == "sunny " * 1000
+    assert server.accept_encodings[-1] == "identity"  # we asked for a plain body
+    deflated = server.serve(
+        "/deflate.zip", zlib.compress(plain), headers={"Content-Encoding": "deflate"}
+    )
+    assert (await installer.install(url=deflated)).replaced
+
+
+async def test_a_compressed_bomb_stops_at_the_limit(manager, server, skills_dir) -> None:
+    """20 MB of zeros gzip to about 20 KB: the cap applies to the decoded bytes, and no more
+    than the cap is ever decoded (one network chunk must not inflate in memory)."""
+    limit = 1_000_000
+    installer = SkillInstaller(manager, max_download_bytes=limit)
+    bomb = gzip.compress(b"\0" * 20_000_000)
+    assert len(bomb) < limit
+    url = server.serve("/bomb.zip", bomb, headers={"Content-Encoding": "gzip"})
+    error = await refused(installer, skills_dir, f"larger than the limit of {limit}", url=url)
+    stopped = int(re.search(r"stopped after (\d+) bytes", str(error)).group(1))  # type: ignore[union-attr]
+    assert limit < stopped < 2 * limit
+
+
+async def test_undecodable_encodings_are_refused_clearly(installer, server, skills_dir) -> None:
+    zipped = make_zip({"SKILL.md": GOOD_MD.format(name="b", desc="d")})
+    brotli = server.serve("/br.zip", zipped, headers={"Content-Encoding": "br"})
+    await refused(
+        installer, skills_dir, r"compressed as 'br', which the installer cannot", url=brotli
+    )
+    fake = server.serve("/fake.zip", zipped, headers={"Content-Encoding": "gzip"})
+    await refused(installer, skills_dir, "marked as compressed but does not decompress", url=fake)
+    cut = server.serve(
+        "/cut.zip", gzip.compress(zipped)[:-30], headers={"Content-Encoding": "gzip"}
+    )
+    await refused(installer, skills_dir, "ended early", url=cut)
+
+
+async def test_a_linked_skills_folder_is_followed(tmp_path: Path, server: Server) -> None:
+    """skills.dir may be a symlink the user made: installs land in the folder it points to."""
+    real = tmp_path / "real-skills"
+    real.mkdir()
+    link = tmp_path / "skills"
+    link.symlink_to(real, target_is_directory=True)
+    manager = SkillManager(link)
+    await manager.reload()
+    installer = SkillInstaller(manager)
+    zipped = make_zip({"pdf/SKILL.md": GOOD_MD.format(name="pdf", desc="PDFs.")})
+    url = server.serve("/pdf.zip", zipped)
+    installed = await installer.install(url=url)
+    assert installed.skill.name == "pdf" and not installed.replaced
+    assert link.is_symlink() and listing(real) == ["pdf"]  # no staging left behind
+    assert (await installer.install(url=url)).replaced
+    await installer.remove("pdf")
+    assert link.is_symlink() and listing(real) == [] and manager.names() == []
+
+
+async def test_a_dangling_skills_link_is_refused_and_left_alone(tmp_path, server) -> None:
+    link = tmp_path / "skills"
+    link.symlink_to(tmp_path / "gone", target_is_directory=True)
+    installer = SkillInstaller(SkillManager(link))
+    with pytest.raises(SkillInstallError, match=r"is a link to .*gone, which does not exist"):
+        await installer.install(content=GOOD_MD.format(name="x", desc="d"))
+    assert link.is_symlink() and not (tmp_path / "gone").exists()
+
+
+async def test_a_linked_skill_is_never_overwritten(installer, server, skills_dir, tmp_path):
+    """A link inside the skills folder (made by the user, never by an archive) is not followed
+    by installs: the folder it points to stays as it was."""
+    outside = tmp_path / "outside" / "linked"
+    outside.mkdir(parents=True)
+    (outside / "SKILL.md").write_text(GOOD_MD.format(name="linked", desc="Mine."))
+    (skills_dir / "linked").symlink_to(outside, target_is_directory=True)
+    await installer.manager.refresh()
+    assert "linked" in installer.manager.names()
+    before = tree(outside)
+    url = server.serve(
+        "/linked.zip", make_zip({"linked/SKILL.md": GOOD_MD.format(name="linked", desc="New.")})
+    )
+    await refused(installer, skills_dir, "is a link to a folder elsewhere", url=url)
+    assert tree(outside) == before and (skills_dir / "linked").is_symlink()

@@ -1,8 +1,13 @@
-"""Bounded downloads for skill installs: HTTP 200 only, a byte cap enforced while streaming."""
+"""Bounded downloads for skill installs: HTTP 200 only, a byte cap enforced while streaming.
+
+A body sent with ``Content-Encoding: gzip`` or ``deflate`` (though we ask for ``identity``) is
+decompressed here, never past the cap: a small compressed body cannot inflate in memory.
+"""
 
 from __future__ import annotations
 
 import asyncio
+import zlib
 from typing import TYPE_CHECKING
 
 from .errors import SkillInstallError
@@ -47,7 +52,8 @@ class Downloader:
             ) from exc
 
     async def _fetch(self, client: httpx2.AsyncClient, url: str, limit: int, what: str) -> bytes:
-        # identity: a compressed transfer could inflate far past the cap inside one chunk.
+        # identity: the file as it is. A server that compresses anyway is decoded below, by us,
+        # so that no more than the cap is ever inflated.
         headers = {"Accept-Encoding": "identity"}
         async with client.stream("GET", url, headers=headers, follow_redirects=True) as response:
             if response.status_code != 200:
@@ -63,12 +69,49 @@ class Downloader:
                     f"{what} at {url} is {int(declared)} bytes, more than the limit of {limit}; "
                     "nothing was downloaded"
                 )
+            inflate = _decompressor(response.headers.get("content-encoding", ""), url)
             body = bytearray()
-            async for chunk in response.aiter_bytes():
-                body += chunk
+            async for raw in response.aiter_raw():
+                room = limit - len(body) + 1  # one byte past the cap proves the overflow
+                body += raw if inflate is None else _inflate(inflate, raw, room, url)
                 if len(body) > limit:
                     raise SkillInstallError(
                         f"{what} at {url} is larger than the limit of {limit} bytes; the "
                         f"download stopped after {len(body)} bytes"
                     )
+            if inflate is not None and not inflate.eof:
+                raise SkillInstallError(
+                    f"the compressed download of {url} ended early; try again", source=url
+                )
             return bytes(body)
+
+
+# Decoded with one zlib mode that tells gzip from zlib-wrapped deflate by the header.
+_DECODABLE = frozenset({"gzip", "x-gzip", "deflate"})
+
+
+def _decompressor(header: str, url: str) -> zlib._Decompress | None:
+    """A decompressor for the body's Content-Encoding, or None for a plain body."""
+    codings = [c.strip().lower() for c in header.split(",") if c.strip()]
+    codings = [c for c in codings if c != "identity"]
+    if not codings:
+        return None
+    if len(codings) == 1 and codings[0] in _DECODABLE:
+        return zlib.decompressobj(zlib.MAX_WBITS | 32)
+    raise SkillInstallError(
+        f"{url} was sent compressed as {header!r}, which the installer cannot decode (gzip and "
+        "deflate only); link a plain download instead",
+        source=url,
+    )
+
+
+def _inflate(inflate: zlib._Decompress, data: bytes, room: int, url: str) -> bytes:
+    """Decompress ``data``, producing at most ``room`` bytes (the rest is never made)."""
+    try:
+        return inflate.decompress(data, room)
+    except zlib.error as exc:
+        raise SkillInstallError(
+            f"{url} is marked as compressed but does not decompress ({exc}); link a plain "
+            "download instead",
+            source=url,
+        ) from None

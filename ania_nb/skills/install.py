@@ -327,6 +327,12 @@ class _Audit:
 
 
 def _make_staging(root: Path) -> Path:
+    # A linked skills folder (the user's choice) is followed; a link to nowhere is not created.
+    if root.is_symlink() and not root.exists():
+        raise SkillInstallError(
+            f"the skills folder {root} is a link to {os.readlink(root)}, which does not exist; "
+            "create that folder or point skills.dir elsewhere"
+        )
     try:
         root.mkdir(parents=True, exist_ok=True)
         # Inside the skills folder so the final rename stays on one filesystem (atomic).
