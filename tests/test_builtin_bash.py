@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from ania_nb import ApprovalRequest, Callbacks, RunEvent
+from ania_nb import ApprovalRequest, Callbacks
 from ania_nb.testing import reply, tool_call
 
 pytest_plugins = ["_http_fixtures"]
@@ -347,35 +347,44 @@ async def test_stop_during_a_long_command_kills_it(bash_agent, llm, tmp_path):
 # --------------------------------------------------------------------------- concurrency
 
 
-async def test_calls_of_one_round_run_concurrently(bash_agent, llm, jina):
-    """One round: bash `sleep 1`, a 0.8 s web fetch and `time`. Run together, the round takes
-    about the longest call, well under the sum of the calls' own durations."""
-    jina.route("/read/", "slow page", delay=0.8, prefix=True)
+async def test_calls_of_one_round_run_concurrently(bash_agent, llm, jina, tmp_path):
+    """One round: bash, a web fetch and `time`. bash and the web server meet at a barrier: each
+    says it started, then waits for the other, so run one after the other neither could end
+    well (bash would give up, or the server would answer 504)."""
+    from _http_fixtures import as_answer  # the plugin module, loaded (and rewritten) by now
+
+    bash_started, web_started = tmp_path / "bash-started", tmp_path / "web-started"
+
+    def read(seen):
+        web_started.touch()
+        for _ in range(2000):  # up to ~20 s: only a failure waits that long
+            if bash_started.exists():
+                return as_answer("# Met bash\n\nboth calls were running")
+            time.sleep(0.01)
+        return as_answer("bash never started", status=504)
+
+    jina.route("/read/", read, prefix=True)
     agent = bash_agent(**{"web.reader_url": jina.url("/read/")})
-    stamps: dict[tuple[str, str], float] = {}
-
-    def on_event(event: RunEvent) -> None:
-        if event.kind in ("tool_start", "tool_end"):
-            stamps[(event.kind, event.data["name"])] = time.perf_counter()
-
+    meet = (
+        f"touch {bash_started}; i=0; "
+        f"while [ ! -e {web_started} ]; do "
+        "i=$((i+1)); [ $i -gt 2000 ] && { echo 'the web call never started' >&2; exit 1; }; "
+        "sleep 0.01; done; echo met the web call"
+    )
     llm.script(
         reply(
             tool_calls=[
-                tool_call("bash", {"command": "sleep 1"}),
+                tool_call("bash", {"command": meet}),
                 tool_call("webExplore", {"url": "https://example.com/slow"}),
                 tool_call("time"),
             ]
         ),
         reply("all done"),
     )
-    result = await agent.chat("do three things", callbacks=Callbacks(on_event=on_event))
+    result = await agent.chat("do three things")
     assert result.status == "success"
+    bash, web, clock = result.tool_calls
     assert [c.error for c in result.tool_calls] == [None, None, None]
-    elapsed = max(v for (k, _), v in stamps.items() if k == "tool_end") - min(
-        v for (k, _), v in stamps.items() if k == "tool_start"
-    )
-    own = sum(c.duration_ms for c in result.tool_calls) / 1000
-    assert elapsed < 0.75 * own, (elapsed, [c.duration_ms for c in result.tool_calls])
-    # the quicker calls, listed after the slow one, finished before it
-    assert stamps[("tool_end", "time")] < stamps[("tool_end", "bash")]
-    assert stamps[("tool_end", "webExplore")] < stamps[("tool_end", "bash")]
+    assert bash.result == "met the web call"
+    assert "both calls were running" in web.result
+    assert clock.name == "time"
