@@ -28,6 +28,9 @@ long (``LONG_FINAL_TEXT``, >= 500 chunks of 8 characters) after the same tool ro
                      deltas from the SDK's typed chunks, tools as in ``raw``.
 * ``ania-stream``    the agent with ``llm.stream = true`` (the default), no event listener.
 * ``ania-nostream``  the same agent configuration with ``llm.stream = false``, same long answer.
+* ``transport``      for reference only: the same two streamed requests through the SDK's
+                     ``post(..., stream=True)``, every body byte read (``aiter_bytes``) and
+                     discarded. No parsing, no tools: the HTTP client's own cost per chunk.
 
 Goals (issue 11): ``ania-stream`` <= 0.8x ``raw-stream`` and <= 1.1x ``ania-nostream``.
 
@@ -469,6 +472,29 @@ class RawStreamLoop(RawLoop):
         raise RuntimeError("raw stream loop: too many rounds")
 
 
+class TransportOnly(RawLoop):
+    """Two streamed requests whose bodies are read and dropped: the HTTP stack's floor."""
+
+    async def run(self, text: str) -> str:
+        """Send the run's two requests (fixed messages), drain both bodies, parse nothing."""
+        import httpx2
+
+        messages: list[dict[str, Any]] = [
+            {"role": "system", "content": self.system_prompt},
+            {"role": "user", "content": text},
+        ]
+        body = {"model": MODEL, "messages": messages, "tools": self.schemas, **self.params}
+        body |= {"stream": True, "stream_options": {"include_usage": True}}
+        for _ in range(2):
+            response = await self.client.post(
+                "/chat/completions", cast_to=httpx2.Response, body=body, stream=True
+            )
+            async for _ in response.aiter_bytes():
+                pass
+            await response.aclose()
+        return LONG_FINAL_TEXT
+
+
 class AniaSide:
     """One long-lived `Agent`; every run is a fresh session."""
 
@@ -666,6 +692,9 @@ def build_stream_sides(base_url: str, data_root: Path) -> dict[str, Any]:
         ),
         "ania-nostream": AniaSide(make_agent("ania-nostream", stream=False), "bench-nostream"),
         "ania-stream": AniaSide(agent, "bench-stream"),
+        "transport": TransportOnly(
+            base_url, RAW_BASE_SCHEMAS, BASE_TOOLS, agent.system_prompt, params
+        ),
     }
 
 
@@ -709,6 +738,7 @@ async def bench_stream(args: argparse.Namespace, base_url: str, data_root: Path)
             baselines=("raw-stream", "ania-nostream"),
             expected=LONG_FINAL_TEXT,
         ),
+        Stats("transport", sides["transport"].run, expected=LONG_FINAL_TEXT),
     ]
     try:
         await measure(variants, args.stream_runs, args.warmup, args.block)

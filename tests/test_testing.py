@@ -371,6 +371,30 @@ def test_retry_after_header_seconds_or_verbatim_date(llm: ScriptedLLM):
     assert [_post(llm, stream=False)[1].get("retry-after") for _ in range(3)] == ["0.5", date, None]
 
 
+def test_complete_streams_keep_the_connection_and_cut_ones_drop_it(llm: ScriptedLLM):
+    import http.client
+
+    llm.script(reply("one"), reply("two"), cut_stream(reply("three"), after_chunks=1))
+    body = json.dumps({"model": "m", "messages": HI, "stream": True})
+    conn = http.client.HTTPConnection("127.0.0.1", llm.port, timeout=5)
+    try:
+        sockets, closing = [], []
+        for _ in range(2):
+            conn.request("POST", "/v1/chat/completions", body)
+            sockets.append(conn.sock)
+            response = conn.getresponse()
+            assert b"data: [DONE]" in response.read()
+            closing.append(response.will_close)
+        assert sockets[0] is sockets[1] and closing == [False, False]  # one connection, reused
+        conn.request("POST", "/v1/chat/completions", body)
+        response = conn.getresponse()
+        assert response.will_close  # a cut stream says so and drops the connection
+        with pytest.raises(http.client.IncompleteRead):
+            response.read()
+    finally:
+        conn.close()
+
+
 def test_clean_cut_stream_ends_without_finish_reason_or_done():
     with ScriptedLLM(chunk_size=4) as llm:
         calls = [tool_call("f", {"city": "Oslo"})]

@@ -143,7 +143,7 @@ class _Handler(BaseHTTPRequestHandler):
             self._send_json(item.status, item.body(), headers)
         elif isinstance(item, Garbage):
             if request.stream and item.status == 200:
-                self._start_stream()
+                self._start_stream(keep_alive=True)
                 self._write_chunk(f"data: {item.body}\n\n".encode())
                 self._write_chunk(b"")
             else:
@@ -187,14 +187,17 @@ class _Handler(BaseHTTPRequestHandler):
         message = f"ScriptedLLM: no route for {self.command} {self.path}"
         self._send_json(404, ErrorItem(404, message, "invalid_request_error", "unknown_url").body())
 
-    def _start_stream(self) -> None:
-        # Chunked framing makes a cut stream detectable: the client sees an incomplete body.
-        self.close_connection = True
+    def _start_stream(self, *, keep_alive: bool) -> None:
+        # Chunked framing makes a cut stream detectable: the client sees an incomplete body. A
+        # stream that ends properly keeps the connection open for the next request, as real
+        # servers do (a new connection per streamed call would inflate client CPU figures).
+        self.close_connection = not keep_alive
         self.send_response(200)
         self.send_header("Content-Type", "text/event-stream")
         self.send_header("Cache-Control", "no-cache")
         self.send_header("Transfer-Encoding", "chunked")
-        self.send_header("Connection", "close")
+        if not keep_alive:
+            self.send_header("Connection", "close")
         self.end_headers()
 
     def _write_chunk(self, data: bytes) -> None:
@@ -206,7 +209,7 @@ class _Handler(BaseHTTPRequestHandler):
 
         Without `done` or `end` the connection just drops (an incomplete chunked body).
         """
-        self._start_stream()
+        self._start_stream(keep_alive=done or end)
         for chunk in chunks:
             data = chunk if isinstance(chunk, bytes) else _dumps(chunk)
             self._write_chunk(b"data: %s\n\n" % data)
