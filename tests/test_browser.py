@@ -312,5 +312,5 @@ def test_deny_reaches_the_model_as_the_tool_result(lab: Lab, page: Any):
     notebook.run_through(MODEL_SAW_CELL)
     saw = notebook.output(MODEL_SAW_CELL)
     notebook.expect(saw).to_contain_text("[python]")
-    notebook.expect(saw).to_contain_text("python: not approved: denied by the user")
+    notebook.expect(saw).to_contain_text("Tool call not approved: denied by the user")
     _screenshot(notebook, MODEL_SAW_CELL, "model-saw-denial.png")

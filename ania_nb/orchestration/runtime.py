@@ -60,7 +60,11 @@ class Runtime:
         try:
             saved = dict(await store.kv(SAVED_CONFIG_NAMESPACE).items())
             config = layers.resolve(saved) if saved else base
-            interrupted = await store.runs.mark_interrupted()
+            # Runs of this host's ended processes, and other hosts' runs older than any run
+            # may last (containers sharing the data directory under other host names).
+            interrupted = await store.runs.mark_interrupted(
+                stale_after=config.agent.run_timeout + 60
+            )
             if interrupted:
                 log.warning("%d run(s) of ended processes were marked interrupted", interrupted)
             llm = LLMClient.from_config(config, http_client=http.llm)
