@@ -351,6 +351,10 @@ class FunctionTool(_ModelTool):
             )
         self.side_effects: bool = side_effects
         _refuse_generator(func, owner, self.name)
+        self.process: bool = process
+        self._target: ProcessTarget | None = None
+        if process:
+            self._target = process_target(func, owner, self.name)
         self._ctx_param: str | None = None
         self._field_to_param: dict[str, str] = {}
         self.params_model = self._build_model(func, owner, arg_docs)
@@ -359,16 +363,12 @@ class FunctionTool(_ModelTool):
         except ToolDefinitionError as exc:
             raise ToolDefinitionError(f"{owner}: {exc}", tool=self.name) from exc
         self._accepted = accepted_arguments(self.params_model)
-        self.process: bool = process
-        self._target: ProcessTarget | None = None
-        if process:
-            self._target = process_target(func, owner, self.name)
-            if self._ctx_param is not None:
-                raise ToolDefinitionError(
-                    f"{owner}: process=True tools cannot take a ToolContext "
-                    f"({self._ctx_param!r}): it does not cross into the child process",
-                    tool=self.name,
-                )
+        if process and self._ctx_param is not None:
+            raise ToolDefinitionError(
+                f"{owner}: process=True tools cannot take a ToolContext "
+                f"({self._ctx_param!r}): it does not cross into the child process",
+                tool=self.name,
+            )
         functools.update_wrapper(self, func)
 
     def _build_model(
