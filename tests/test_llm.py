@@ -10,7 +10,7 @@ import httpx2
 import pytest
 
 from ania_nb import Config
-from ania_nb.engine._llm_wire import SSEParser
+from ania_nb.engine._llm_stream import SSEParser
 from ania_nb.engine.llm import Completion, LLMClient, RetryPolicy
 from ania_nb.engine.usage import Usage
 from ania_nb.errors import LLMError, LLMStreamError

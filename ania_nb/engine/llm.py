@@ -3,8 +3,12 @@
 Requests go through the SDK's low-level ``post`` as plain JSON and responses (bodies and
 stream chunks) are parsed as plain JSON too, then validated and normalised by `_llm_wire`
 before anything else sees them: every malformed response is an `LLMError` that says what was
-wrong, every `Completion.message` is valid to store and to send back (see `_llm_wire` for the
-rules: ids, names, arguments, usage, surrogates).
+wrong, every `Completion.message` is valid to store and to send back. The rules (in
+`_llm_wire`): missing, empty or repeated call ids become ``call_<n>_<position>``; a call without
+a name is kept as ``invalid_tool_call`` (no tool has it, so the loop answers "not found" and the
+conversation stays valid); arguments are always JSON object text (`safe_arguments`; the model's
+original text of wrapped ones is in `Completion.raw_arguments`); usage counts that are not
+numbers count as 0; lone surrogates become U+FFFD.
 
 Retries cover HTTP 429, 5xx, network errors (timeouts included), a body without choices, an
 error the provider reports inside a 200 body or a stream, and a stream cut short (no
@@ -29,20 +33,25 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import copy
-import email.utils
 import importlib
-import json
 import logging
-import math
-import random
-import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from datetime import UTC
 from typing import TYPE_CHECKING, Any
 
 from ..errors import LLMError, LLMStreamError
 from . import _llm_wire as wire
+from ._llm_retry import (
+    RetryHandler,
+    RetryNotice,
+    RetryPolicy,
+    describe,
+    hint,
+    retry_after,
+    retry_after_seconds,
+    retryable,
+)
+from ._llm_stream import DONE, SSEParser, StreamState
 from ._llm_wire import INVALID_TOOL_NAME, Completion, clean_text, safe_arguments
 from .messages import Message
 
@@ -68,57 +77,6 @@ __all__ = [
 _log = logging.getLogger(__name__)
 
 DeltaHandler = Callable[[str], Awaitable[None] | None]
-
-_HINTS = {
-    401: "check the API key (llm.api_key / ANIA_LLM__API_KEY)",
-    403: "the key is not allowed to use this model",
-    404: "check llm.base_url (it usually ends in /v1) and llm.model",
-    400: "the provider rejected the request; the message above says which field",
-    429: "rate limited: wait, or raise the provider quota / retry.base_delay",
-}
-_SERVER_HINT = "the provider failed on its side; try again later or configure a fallback model"
-_NETWORK_HINT = "check llm.base_url and the network; a slow model may need a larger llm.timeout"
-_SHAPE_HINT = (
-    "the server's answer does not follow the Chat Completions format; "
-    "try another model or server version, or configure a fallback model"
-)
-
-
-@dataclass(frozen=True)
-class RetryNotice:
-    """What ``on_retry`` is told before the client asks again.
-
-    ``discard_output``: text given to ``on_delta`` since the last notice is not part of any
-    answer; take it back (the next attempt streams from the start).
-    """
-
-    model: str
-    """The model about to be asked (the fallback's, when switching to it)."""
-    attempt: int
-    """1-based attempt number on that model."""
-    delay: float
-    """Seconds the client waits before asking."""
-    error: str
-    """Why the previous attempt failed."""
-    discard_output: bool
-
-
-RetryHandler = Callable[[RetryNotice], Awaitable[None] | None]
-
-
-@dataclass(frozen=True)
-class RetryPolicy:
-    """How often and how patiently to retry a failing call."""
-
-    max_attempts: int = 3
-    base_delay: float = 2.0
-    max_delay: float = 30.0
-
-    def delay(self, attempt: int) -> float:
-        """Backoff before retry number ``attempt`` (0-based), jitter included."""
-        base = min(self.base_delay * (2**attempt), self.max_delay)
-        # random() is in [0, 1) where uniform(0, base) may return base itself
-        return base + random.random() * base
 
 
 @dataclass
@@ -317,7 +275,7 @@ class LLMClient:
                 if state.shown and on_retry is None:
                     raise LLMStreamError(
                         f"the stream from {self.model} broke after output had started "
-                        f"({_describe(exc)}); not retried to avoid duplicated output",
+                        f"({describe(exc)}); not retried to avoid duplicated output",
                         model=self.model,
                     ) from exc
                 delay = self._backoff(exc, attempt) if attempt < attempts - 1 else None
@@ -325,7 +283,7 @@ class LLMClient:
                     raise self._error(exc, attempt + 1) from exc
                 if on_retry is not None:
                     notice = RetryNotice(
-                        self.model, attempt + 2, delay, _describe(exc), state.take_shown()
+                        self.model, attempt + 2, delay, describe(exc), state.take_shown()
                     )
                     await _notify(on_retry, notice)
                 await asyncio.sleep(delay)
@@ -400,14 +358,14 @@ class LLMClient:
     async def _events(
         self, response: Any, on_delta: DeltaHandler | None, state: _CallState, turn: int
     ) -> Completion:
-        acc = wire.StreamState()
-        parser = wire.SSEParser()
+        acc = StreamState()
+        parser = SSEParser()
         done = False
         chunks = response.aiter_bytes()
         # One flat loop: this runs for every chunk of every streamed answer.
         async for data in chunks:
             for payload in parser.feed(data):
-                if payload == wire.DONE:
+                if payload == DONE:
                     done = True
                     break
                 piece = acc.feed(_parse_event(payload, acc))
@@ -417,7 +375,7 @@ class LLMClient:
                 break
         else:
             for payload in parser.close():
-                if payload == wire.DONE:
+                if payload == DONE:
                     done = True
                 else:
                     acc.feed(_parse_event(payload, acc))
@@ -447,9 +405,9 @@ class LLMClient:
 
     def _backoff(self, exc: Exception, attempt: int) -> float | None:
         """Seconds to wait before retrying after ``exc``, or None: do not retry."""
-        if not _retryable(exc):
+        if not retryable(exc):
             return None
-        wait = _retry_after(exc)  # the provider's word beats our backoff, within max_delay
+        wait = retry_after(exc)  # the provider's word beats our backoff, within max_delay
         if wait is None:
             return self.retry.delay(attempt)
         return wait if wait <= self.retry.max_delay else None
@@ -458,18 +416,18 @@ class LLMClient:
         if isinstance(exc, LLMError):
             return exc
         status = getattr(exc, "status_code", None)
-        detail = _describe(exc)
-        wait = _retry_after(exc)
-        if wait is not None and wait > self.retry.max_delay and _retryable(exc):
+        detail = describe(exc)
+        wait = retry_after(exc)
+        if wait is not None and wait > self.retry.max_delay and retryable(exc):
             detail += (
                 f"; the provider asked to wait {wait:g} s (Retry-After), more than "
                 f"retry.max_delay ({self.retry.max_delay:g} s), so it was not retried"
             )
         tries = f"after {attempts} attempt{'s' if attempts != 1 else ''}"
-        hint = _hint(exc, status)
+        fix = hint(exc, status)
         return LLMError(
             f"LLM request to {self.model} at {self.base_url} failed {tries}: {detail}"
-            + (f" — {hint}" if hint else ""),
+            + (f" — {fix}" if fix else ""),
             status_code=status,
             model=self.model,
         )
@@ -494,7 +452,7 @@ class _HandlerFailed(Exception):
         self.error = error
 
 
-def _parse_event(payload: bytes, acc: wire.StreamState) -> Any:
+def _parse_event(payload: bytes, acc: StreamState) -> Any:
     try:
         return wire.loads(payload)
     except ValueError as exc:
@@ -517,81 +475,3 @@ async def _notify(on_retry: RetryHandler, notice: RetryNotice) -> None:
     result = on_retry(notice)
     if result is not None:
         await result
-
-
-def retry_after_seconds(value: str | None, now: float | None = None) -> float | None:
-    """Seconds a ``Retry-After`` value asks for (delta-seconds or HTTP date); None if unusable."""
-    if not value or not value.strip():
-        return None
-    try:
-        seconds = float(value.strip())
-    except ValueError:
-        try:
-            when = email.utils.parsedate_to_datetime(value.strip())
-        except (TypeError, ValueError, IndexError):
-            return None
-        if when.tzinfo is None:
-            when = when.replace(tzinfo=UTC)
-        seconds = when.timestamp() - (time.time() if now is None else now)
-    if not math.isfinite(seconds):
-        return None
-    return max(0.0, seconds)
-
-
-def _retry_after(exc: Exception) -> float | None:
-    response = getattr(exc, "response", None)
-    headers = getattr(response, "headers", None)
-    if headers is None:
-        return None
-    millis = headers.get("retry-after-ms")
-    if millis:
-        with contextlib.suppress(ValueError):
-            value = float(millis) / 1000
-            if math.isfinite(value):
-                return max(0.0, value)
-    return retry_after_seconds(headers.get("retry-after"))
-
-
-def _retryable(exc: Exception) -> bool:
-    if isinstance(exc, wire.Malformed):
-        return exc.retryable
-    if isinstance(exc, wire.ProviderError):
-        return True
-    openai = importlib.import_module("openai")
-    if isinstance(exc, openai.APIStatusError):
-        return exc.status_code == 429 or exc.status_code >= 500
-    return isinstance(exc, openai.APIConnectionError)
-
-
-def _hint(exc: Exception, status: int | None) -> str | None:
-    if status is not None:
-        return _HINTS.get(status) or (_SERVER_HINT if status >= 500 else None)
-    if isinstance(exc, json.JSONDecodeError):
-        return "check llm.base_url: it should be an OpenAI-compatible API, usually ending in /v1"
-    if isinstance(exc, wire.Malformed):
-        return _SERVER_HINT if exc.retryable else _SHAPE_HINT
-    if isinstance(exc, wire.ProviderError):
-        return _SERVER_HINT
-    if _retryable(exc):
-        return _NETWORK_HINT
-    return None
-
-
-def _describe(exc: Exception) -> str:
-    if isinstance(exc, json.JSONDecodeError):
-        # a non-JSON body (a login page, a proxy error) surfaces as a bare JSONDecodeError
-        return f"the endpoint returned a body that is not Chat Completions JSON ({exc})"
-    if isinstance(exc, wire.Malformed):
-        return f"malformed response: {exc}"
-    if isinstance(exc, wire.ProviderError):
-        return f"the provider reported an error: {exc}"
-    status = getattr(exc, "status_code", None)
-    body = getattr(exc, "body", None)
-    message = None
-    if isinstance(body, dict):
-        inner = body.get("error", body)
-        message = inner.get("message") if isinstance(inner, dict) else None
-    text = message or str(exc) or type(exc).__name__
-    if status:
-        return f"HTTP {status}: {text}"
-    return f"{type(exc).__name__}: {text}"
