@@ -276,8 +276,11 @@ class Agent:
         sender: str | None = None,
         images: Iterable[str] = (),
         model: str | None = None,
+        plan: bool = False,
     ) -> RunResult:
-        """Send a message and wait for the reply (``model`` overrides the model for this run).
+        """Send a message and wait for the reply.
+
+        ``model`` overrides the model and ``plan=True`` turns plan mode on for this run only.
 
         While the session is busy the message waits in its queue (up to ``agent.queue_size``;
         beyond that `SessionBusyError`) and is answered together with the other waiting ones.
@@ -303,6 +306,7 @@ class Agent:
             callbacks or NO_CALLBACKS,
             asyncio.get_running_loop().create_future(),
             model,
+            plan,
         )
         if state.busy:
             if len(state.queue) >= self.config.agent.queue_size:

@@ -454,3 +454,24 @@ async def test_tool_results_of_one_run_are_counted_before_the_next_call(llm, mak
     final = llm.requests[3].messages
     assert final[1]["content"].startswith("Summary of the earlier conversation")
     assert final[-1]["role"] == "tool"
+
+
+async def test_plan_mode_for_one_run_does_not_touch_the_session(llm, make_agent):
+    ran: list[str] = []
+
+    @tool(side_effects=True)
+    def write() -> str:
+        """Changes the world."""
+        ran.append("write")
+        return "written"
+
+    agent = make_agent(tools=[write])
+    llm.script(reply(tool_calls=[tool_call("write")]), reply("planned"))
+    planned = await agent.chat("do it", plan=True)
+    [call] = planned.tool_calls
+    assert (call.outcome, call.stage) == ("blocked", "plan") and ran == []
+    assert "Plan mode" in llm.requests[0].messages[-1]["content"]  # the plan note was sent
+    assert not agent.plan_mode("nb:default")
+    llm.script(reply(tool_calls=[tool_call("write")]), reply("done"))
+    await agent.chat("now do it")
+    assert ran == ["write"]

@@ -119,7 +119,7 @@ class Governance:
 
     # ------------------------------------------------------------------ events
 
-    async def before_turn(self, session: str, text: str) -> PreparedPrompt:
+    async def before_turn(self, session: str, text: str, *, plan: bool = False) -> PreparedPrompt:
         """Fire SessionStart (once) and UserPromptSubmit; assemble the prompt."""
         _running_session.set(session)
         if session not in self._started:
@@ -134,7 +134,7 @@ class Governance:
             return PreparedPrompt(text, blocked=submitted.reason)
         parts = [
             submitted.context,
-            PLAN_NOTE if self.plan.is_on(session) else "",
+            PLAN_NOTE if plan or self.plan.is_on(session) else "",
             await self.todos.reminder(session) if self.config.todo.enable else "",
             self._session_context.pop(session, ""),
             text,

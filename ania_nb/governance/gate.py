@@ -61,7 +61,7 @@ class ToolGate:
     async def __call__(self, call: ToolCall, ctx: ToolContext) -> GateDecision | None:
         """The decision that stops this call, or None to let it run."""
         tool = ctx.executor.get(call.name) if ctx.executor is not None else None
-        blocked = self.plan.blocks(ctx.session, call.name, tool)
+        blocked = self.plan.blocks(ctx.session, call.name, tool, this_run=ctx.plan_mode)
         if blocked is not None:
             return GateDecision(blocked, "blocked", "plan")
         payload = payload_for(

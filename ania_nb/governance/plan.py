@@ -61,9 +61,11 @@ class PlanMode:
             self._on.discard(session)
         return changed
 
-    def blocks(self, session: str, name: str, tool: Tool | None) -> str | None:
-        """The block text if plan mode stops this call, else None."""
-        if not self.is_on(session) or name in ALWAYS_ALLOWED:
+    def blocks(
+        self, session: str, name: str, tool: Tool | None, *, this_run: bool = False
+    ) -> str | None:
+        """The block text if plan mode (the session's, or ``this_run``'s) stops this call."""
+        if not (this_run or self.is_on(session)) or name in ALWAYS_ALLOWED:
             return None
         if name in PLAN_BLOCKED_TOOLS or (tool is not None and tool.side_effects):
             return (

@@ -115,19 +115,13 @@ async def run_agent(magics: AgentMagics, line: str, cell: str | None) -> Any:
         display(view)
 
     async def go() -> Any:
-        was_planning = agent.plan_mode(session)
-        if args.plan:
-            agent.set_plan_mode(session, True)
-        try:
-            result = await agent.chat(
-                prompt,
-                session=session,
-                callbacks=view.callbacks if view is not None else None,
-                model=args.model,
-            )
-        finally:
-            if args.plan and not was_planning:
-                agent.set_plan_mode(session, False)
+        result = await agent.chat(
+            prompt,
+            session=session,
+            callbacks=view.callbacks if view is not None else None,
+            model=args.model,
+            plan=args.plan,  # this run only: other runs of the session are not affected
+        )
         if view is not None:
             view.finish(result)
         shell.user_ns["_"] = result

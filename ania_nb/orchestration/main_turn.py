@@ -33,7 +33,8 @@ async def answer_batch(
     """Answer every message of ``batch`` with one main run."""
     text, images = merge_batch(batch)
     callbacks = batch[-1].callbacks
-    prepared = await governance.before_turn(state.name, text)
+    plan = any(p.plan for p in batch)  # one message asking for plan mode restricts the batch
+    prepared = await governance.before_turn(state.name, text, plan=plan)
     if prepared.blocked is not None:
         return await _refused(store, state.name, text, batch, prepared.blocked)
     spec = RunSpec(
@@ -51,6 +52,7 @@ async def answer_batch(
         callbacks=callbacks,
         timeout=run_timeout,
         model=batch[-1].model,
+        plan_mode=plan,
     )
     return await execute_run(spec, services)
 

@@ -245,6 +245,7 @@ class _Run:
                 run_state=self.run_state,
                 sender=spec.requester,
                 admin_only_approval=spec.admin_only_approval,
+                plan_mode=spec.plan_mode,
             )
 
         async def on_round(messages: list[Message], results: list[ToolCallResult]) -> None:

@@ -34,6 +34,7 @@ class Pending:
     callbacks: Callbacks
     future: asyncio.Future[RunResult]
     model: str | None = None  # a per-run model override
+    plan: bool = False  # plan mode for this message's run only
 
 
 @dataclass

@@ -60,6 +60,7 @@ class RunSpec:
     callbacks: Callbacks = field(default_factory=Callbacks)
     timeout: float = 600.0
     model: str | None = None  # a per-run model override
+    plan_mode: bool = False  # plan mode for this run only (on top of the session's)
     usage: Usage = field(default_factory=Usage)
     deadline: float = 0.0  # time.monotonic() by which the run must end; 0 = now + timeout
 
