@@ -22,6 +22,7 @@ From another process: ``python -m ania_nb.testing serve --script script.json`` p
 
 from __future__ import annotations
 
+from ania_nb.testing._conversation import conversation_problem
 from ania_nb.testing._script import (
     AUTO_USAGE,
     CutStream,
@@ -33,7 +34,6 @@ from ania_nb.testing._script import (
     Reply,
     ScriptItem,
     ToolCallSpec,
-    conversation_problem,
     cut_stream,
     delay,
     disconnect,

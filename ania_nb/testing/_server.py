@@ -19,6 +19,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from types import TracebackType
 from typing import Any, Self
 
+from ania_nb.testing._conversation import conversation_problem
 from ania_nb.testing._script import (
     ITEM_TYPES,
     CutStream,
@@ -29,7 +30,6 @@ from ania_nb.testing._script import (
     Reply,
     ScriptItem,
     completion_body,
-    conversation_problem,
     stream_chunks,
 )
 
