@@ -362,23 +362,31 @@ class LLMClient:
         parser = SSEParser()
         done = False
         chunks = response.aiter_bytes()
-        # One flat loop: this runs for every chunk of every streamed answer.
-        async for data in chunks:
-            for payload in parser.feed(data):
-                if payload == DONE:
-                    done = True
+        httpx2 = importlib.import_module("httpx2")
+        try:
+            # One flat loop: this runs for every chunk of every streamed answer.
+            async for data in chunks:
+                for payload in parser.feed(data):
+                    if payload == DONE:
+                        done = True
+                        break
+                    piece = acc.feed(_parse_event(payload, acc))
+                    if piece is not None and on_delta is not None:
+                        await _deliver(on_delta, piece, state)
+                if done:
                     break
-                piece = acc.feed(_parse_event(payload, acc))
-                if piece is not None and on_delta is not None:
-                    await _deliver(on_delta, piece, state)
-            if done:
-                break
-        else:
-            for payload in parser.close():
-                if payload == DONE:
-                    done = True
-                else:
-                    acc.feed(_parse_event(payload, acc))
+            else:
+                for payload in parser.close():
+                    if payload == DONE:
+                        done = True
+                    else:
+                        acc.feed(_parse_event(payload, acc))
+        except httpx2.RequestError:
+            if not acc.finish:
+                raise
+            # The answer was complete (finish_reason came); only the usage chunk or [DONE]
+            # was lost with the connection: keep the answer rather than ask again.
+            return acc.finish_completion(done=False, default_model=self.model, turn=turn)
         if done:
             # Read what follows [DONE] (normally only the end of the body) so the connection
             # can be reused, but never wait for a server that keeps it open.

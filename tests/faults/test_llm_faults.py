@@ -466,6 +466,18 @@ async def test_cut_inside_tool_arguments_never_yields_the_half_call(
     assert len(llm.requests) == 4
 
 
+async def test_connection_lost_after_finish_reason_keeps_the_answer(
+    llm: ScriptedLLM, make_client: MakeClient
+) -> None:
+    # role, 10 content pieces, the finish chunk: then the connection drops (no usage, no [DONE])
+    llm.script(cut_stream(reply(LONG), after_chunks=12), reply("not asked"))
+    shown: list[str] = []
+    completion = await make_client().complete(USER, stream=True, on_delta=shown.append)
+    assert completion.message["content"] == "".join(shown) == LONG
+    assert (completion.finish_reason, completion.usage) == ("stop", None)
+    assert len(llm.requests) == 1
+
+
 async def test_stream_with_done_but_no_finish_reason_is_accepted(
     llm: ScriptedLLM, make_client: MakeClient
 ) -> None:
