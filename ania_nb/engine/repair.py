@@ -9,39 +9,24 @@ says what it changed; it runs on a history loaded from the store and before each
 from __future__ import annotations
 
 import json
-import re
 from collections.abc import Sequence
 from typing import Any
 
+from ._llm_wire import clean_text, safe_arguments
 from .messages import Message
 
+__all__ = ["MISSING_RESULT", "clean_text", "repair_history", "valid_arguments"]
+
 MISSING_RESULT = "(no result was recorded for this tool call)"
-_SURROGATE = re.compile("[\ud800-\udfff]")
-
-
-def clean_text(text: str) -> str:
-    """Replace lone surrogates (they cannot be encoded as UTF-8: JSON, SQLite, HTTP all fail)."""
-    return _SURROGATE.sub("\ufffd", text) if _SURROGATE.search(text) else text
 
 
 def valid_arguments(raw: Any) -> str:
-    """Arguments as JSON object text: unchanged when valid, else wrapped as ``{"_raw": …}``.
-
-    An object is serialised; null and blank text become ``{}``.
-    """
+    """Arguments as JSON object text (see `safe_arguments`); an object or null is serialised."""
     if raw is None:
         return "{}"
     if not isinstance(raw, str):
         raw = json.dumps(raw, ensure_ascii=False, default=str)
-    if not raw.strip():
-        return "{}"
-    try:
-        value = json.loads(raw)
-    except (json.JSONDecodeError, RecursionError):
-        value = None
-    if isinstance(value, dict):
-        return raw
-    return json.dumps({"_raw": raw}, ensure_ascii=False)
+    return safe_arguments(raw)
 
 
 def repair_history(messages: Sequence[Message]) -> tuple[list[Message], list[str]]:
