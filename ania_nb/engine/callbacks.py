@@ -32,7 +32,13 @@ CallbackName = Literal[
 
 @dataclass(frozen=True)
 class ApprovalRequest:
-    """A tool call waiting for a human verdict, as shown to the front end."""
+    """A tool call waiting for a human verdict, as shown to the front end.
+
+    ``summary`` is a one-line headline; ``details`` is the whole call (every argument in full,
+    control characters visible, shell lines split into commands) and is what a person must be
+    able to read before answering. ``requesters`` are the senders whose messages the run
+    answers (any of them may answer, besides admins).
+    """
 
     id: str
     session: str
@@ -40,6 +46,19 @@ class ApprovalRequest:
     summary: str
     requester: str | None = None
     admin_only: bool = False
+    details: str = ""
+    requesters: tuple[str, ...] = ()
+
+    def text(self, limit: int | None = None) -> str:
+        """Summary and details for a chat message, cut at ``limit`` characters.
+
+        A cut text ends with how to see the rest (reply ``show <id>``).
+        """
+        full = f"{self.summary}\n{self.details}" if self.details else self.summary
+        if limit is None or len(full) <= limit:
+            return full
+        rest = len(full) - limit
+        return f"{full[:limit]}\n… {rest} more characters: reply `show {self.id}` to see them all"
 
 
 @dataclass(frozen=True)

@@ -20,7 +20,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import secrets
-from collections import defaultdict
+from collections import OrderedDict, defaultdict
 from collections.abc import Iterable
 from dataclasses import replace
 from typing import TYPE_CHECKING
@@ -37,6 +37,7 @@ ALLOW_WORDS = frozenset({"允许", "同意", "批准", "allow", "approve", "yes"
 DENY_WORDS = frozenset({"拒绝", "deny", "reject", "no", "n"})
 SESSION_ALLOWED = "allowed for the rest of this session"
 STOPPED = "stopped by the user"
+ENDED_KEPT = 256  # ended requests remembered to answer late replies precisely
 
 
 def parse_verdict_word(word: str) -> bool | None:
@@ -62,6 +63,7 @@ class ApprovalManager:
         self._locks: defaultdict[str, asyncio.Lock] = defaultdict(asyncio.Lock)
         self._pending: dict[str, tuple[ApprovalRequest, asyncio.Future[Verdict]]] = {}
         self._session_allowed: dict[str, set[str]] = {}
+        self._ended: OrderedDict[str, Verdict] = OrderedDict()  # recently ended requests
 
     async def request(
         self,
@@ -72,8 +74,11 @@ class ApprovalManager:
         callbacks: Callbacks,
         requester: str | None = None,
         admin_only: bool = False,
+        details: str = "",
+        requesters: tuple[str, ...] = (),
     ) -> Verdict:
         """Ask a human and wait for the verdict (denied on timeout, stop or no front end)."""
+        requesters = requesters or ((requester,) if requester else ())
         # Admin-only requests (config changes, background runs) are asked every time.
         if not admin_only and tool in self._session_allowed.get(session, ()):
             return await self._auto_allow(session, tool, summary, requester, admin_only)
@@ -92,6 +97,8 @@ class ApprovalManager:
                 summary=summary,
                 requester=requester,
                 admin_only=admin_only,
+                details=details,
+                requesters=requesters,
             )
             future: asyncio.Future[Verdict] = asyncio.get_running_loop().create_future()
             self._pending[request.id] = (request, future)
@@ -103,6 +110,7 @@ class ApprovalManager:
             finally:
                 self._pending.pop(request.id, None)
                 self._answered.discard(request.id)
+                self._remember(request.id, future)
             if outcome == "timeout":
                 await self._audit(request, verdict, "超时自动拒绝 (timed out)")
             elif outcome in ("allowed", "denied"):
@@ -181,12 +189,20 @@ class ApprovalManager:
         entry = self._find(request_id, session)
         request, future = entry
         self._authorise(request, approver)
+        if future.done():  # answered a moment ago, or ended by a timeout or a stop
+            raise UsageError(_already(request.id, future.result()))
         who = f" by {approver}" if approver else ""
         text = reason or (f"approved{who}" if allow else f"denied{who}")
-        if not future.done():
-            future.set_result(Verdict(allow, text, approver))
-            self._answered.add(request.id)
+        future.set_result(Verdict(allow, text, approver))
+        self._answered.add(request.id)
         return request
+
+    def _remember(self, request_id: str, future: asyncio.Future[Verdict]) -> None:
+        """Keep how a request ended, so a late answer hears it was ignored and why."""
+        if future.done() and not future.cancelled():
+            self._ended[request_id] = future.result()
+            while len(self._ended) > ENDED_KEPT:
+                self._ended.popitem(last=False)
 
     def _authorise(self, request: ApprovalRequest, approver: str | None) -> None:
         """Raise `UsageError` when ``approver`` may not answer ``request``."""
@@ -197,10 +213,11 @@ class ApprovalManager:
                 f"{request.tool} needs an admin's approval and {approver!r} is not an admin "
                 "(admin.ids)"
             )
-        if request.requester is not None and approver != request.requester:
+        askers = request.requesters or ((request.requester,) if request.requester else ())
+        if askers and approver not in askers:
             raise UsageError(
                 f"{approver!r} may not answer this request: only the requester or an admin "
-                f"may answer it (requester: {request.requester})"
+                f"may answer it (asked by: {', '.join(askers)})"
             )
 
     async def _audit(self, request: ApprovalRequest, verdict: Verdict, outcome: str) -> None:
@@ -234,6 +251,9 @@ class ApprovalManager:
         if request_id is not None:
             found = self._pending.get(request_id)
             if found is None:
+                ended = self._ended.get(request_id)
+                if ended is not None:
+                    raise UsageError(_already(request_id, ended))
                 raise UsageError(f"no pending approval request with id {request_id!r}")
             return found
         matches = [e for e in self._pending.values() if session is None or e[0].session == session]
@@ -243,6 +263,15 @@ class ApprovalManager:
         if len(matches) > 1:
             raise UsageError("several approval requests are pending; answer one by its id")
         return matches[0]
+
+
+def _already(request_id: str, verdict: Verdict) -> str:
+    """Why a second answer to request ``request_id`` changes nothing."""
+    how = "allowed" if verdict.allowed else "denied"
+    return (
+        f"approval request {request_id} was already {how} ({verdict.reason}); "
+        "this answer was ignored"
+    )
 
 
 async def _resolved(

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 from ..engine.loop import GateDecision, ToolOutcomeKind
 from ..tools import ToolContext
 from ..tools.builtin.bash import summarize
+from .approval_text import approval_text
 from .hooks import payload_for
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -30,7 +31,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from .hooks import HookRunner
     from .plan import PlanMode
 
-ADMIN_APPROVAL_TOOLS = frozenset({"config_set", "config_file_set"})
+ADMIN_APPROVAL_TOOLS = frozenset({"config_set", "config_file_set", "mcp_add"})
 SUMMARY_CHARS = 300
 LONG_SUMMARY_CHARS = 4000  # config_file_set: the admin should see the whole file if possible
 
@@ -74,7 +75,7 @@ class ToolGate:
         outcome = await self.hooks.run("PreToolUse", payload)
         if outcome.blocked:
             return GateDecision(HOOK_BLOCKED + outcome.reason, "blocked", "hook")
-        if call.name in ADMIN_APPROVAL_TOOLS:
+        if call.name in ADMIN_APPROVAL_TOOLS or _needs_admin(call, tool):
             return await self._ask(call, tool, ctx, admin_only=True)
         if self._needs_approval(call, tool):
             return await self._ask(call, tool, ctx, admin_only=ctx.admin_only_approval)
@@ -100,6 +101,8 @@ class ToolGate:
             callbacks=ctx.callbacks,
             requester=ctx.sender,
             admin_only=admin_only,
+            details=_details(call, tool),
+            requesters=ctx.requesters,
         )
         if verdict.allowed:
             ctx.approved = True
@@ -119,6 +122,24 @@ def _arguments(raw: str) -> Mapping[str, Any] | None:
     except json.JSONDecodeError:
         return None
     return value if isinstance(value, dict) else None
+
+
+def _details(call: ToolCall, tool: Tool | None) -> str:
+    """Every argument in full, in the tool's parameter order (see `approval_text`)."""
+    arguments = _arguments(call.arguments)
+    order: list[str] = []
+    if tool is not None:
+        order = list(tool.parameters_schema().get("properties", {}))
+    shell = tuple(getattr(tool, "shell_arguments", ()))
+    shown: Mapping[str, Any] | str = arguments if arguments is not None else call.arguments
+    return approval_text(call.name, shown, order=order, shell_keys=shell)
+
+
+def _needs_admin(call: ToolCall, tool: Tool | None) -> bool:
+    """``tool.needs_admin_approval(arguments)``: this call waits for an admin (H-selfmgmt)."""
+    asks = getattr(tool, "needs_admin_approval", None)
+    arguments = _arguments(call.arguments)
+    return asks is not None and arguments is not None and bool(asks(arguments))
 
 
 def _summary(call: ToolCall, tool: Tool | None) -> str:

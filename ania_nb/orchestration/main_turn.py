@@ -49,6 +49,7 @@ async def answer_batch(
         conversation=state.conversation,
         sender=senders_of(batch),
         requester=batch[-1].sender,
+        requesters=tuple(dict.fromkeys(p.sender for p in batch if p.sender)),
         callbacks=callbacks,
         timeout=run_timeout,
         model=batch[-1].model,

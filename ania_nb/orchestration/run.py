@@ -246,6 +246,7 @@ class _Run:
                 sender=spec.requester,
                 admin_only_approval=spec.admin_only_approval,
                 plan_mode=spec.plan_mode,
+                requesters=spec.requesters,
             )
 
         async def on_round(messages: list[Message], results: list[ToolCallResult]) -> None:

@@ -56,6 +56,7 @@ class RunSpec:
     conversation: Conversation | None = None
     sender: str | None = None  # for the record: every sender of a batch, comma-separated
     requester: str | None = None  # who may answer approvals besides admins
+    requesters: tuple[str, ...] = ()  # a batch's senders: any of them may answer
     admin_only_approval: bool = False
     callbacks: Callbacks = field(default_factory=Callbacks)
     timeout: float = 600.0

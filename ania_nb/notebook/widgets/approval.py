@@ -47,11 +47,18 @@ class ApprovalCard:
             self._loop: asyncio.AbstractEventLoop | None = asyncio.get_running_loop()
         except RuntimeError:
             self._loop = None
-        who = f" (asked by {request.requester})" if request.requester else ""
+        askers = request.requesters or ((request.requester,) if request.requester else ())
+        who = f" (asked by {', '.join(askers)})" if askers else ""
         self.heading = w.HTML(
             f"<b>Approval needed</b>: <code>{html.escape(request.tool)}</code>{html.escape(who)}"
         )
         self.summary = w.HTML(pre(request.summary))
+        # The whole call, never cut: a scrollable block (the model may pad arguments).
+        self.details = w.HTML(
+            '<div style="max-height:16em;overflow:auto">' + pre(request.details) + "</div>"
+            if request.details
+            else ""
+        )
         self.allow_button = w.Button(description="Allow", button_style="success", icon="check")
         self.deny_button = w.Button(description="Deny", button_style="danger", icon="times")
         self.session_button = w.Button(
@@ -64,7 +71,7 @@ class ApprovalCard:
         self.buttons = w.HBox([self.allow_button, self.deny_button, self.session_button])
         self.verdict = w.HTML(self._verdict_html())
         self.widget = w.VBox(
-            [self.heading, self.summary, self.buttons, self.verdict],
+            [self.heading, self.summary, self.details, self.buttons, self.verdict],
             layout=w.Layout(border=f"2px solid {COLORS['pending']}", padding="4px", margin="4px 0"),
         )
 

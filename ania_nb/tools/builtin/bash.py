@@ -58,6 +58,7 @@ class BashTool(BaseTool[BashParams]):
 
     name = "bash"
     side_effects = True
+    shell_arguments = ("command",)  # approvals show each command of the line separately
 
     def __init__(self, settings: BashSettings, *, approval_enabled: bool) -> None:
         self.settings = settings

@@ -1,0 +1,100 @@
+"""What a person sees before approving a call: every argument, in full, nothing hidden.
+
+A model can pad an argument so the dangerous part (a second command after blank lines, a path
+after a long name, a right-to-left override) falls outside a short summary. So the approval text
+shows every argument whole, in a fixed key order (the tool's parameter order, then the rest
+sorted — never the model's order), with newlines, tabs, other control characters and invisible
+or direction-changing characters made visible; a shell command is also split into the separate
+commands it would run. Front ends with little room (chat) show a bounded prefix with a
+"N more characters" note and offer the whole text on request (`ApprovalRequest.text`).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shlex
+import unicodedata
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+# Characters that hide or reorder text: zero-width, joiners, BOM, bidi controls and isolates.
+_INVISIBLE = re.compile("[\u200b-\u200f\u2028-\u202e\u2060-\u2069\ufeff]")
+_SEPARATORS = frozenset({";", "&&", "||", "|", "&", "|&", "\n"})
+
+
+def visible(text: str) -> str:
+    """``text`` with control and invisible characters shown as escapes.
+
+    Newlines stay line breaks, marked ``↵``; tabs are marked ``→``.
+    """
+    out: list[str] = []
+    for ch in text:
+        if ch == "\n":
+            out.append("↵\n")
+        elif ch == "\t":
+            out.append("→\t")
+        elif _INVISIBLE.match(ch) or (unicodedata.category(ch) in ("Cc", "Cf") and ch != " "):
+            out.append(f"\\u{ord(ch):04x}" if ord(ch) > 0xFF else f"\\x{ord(ch):02x}")
+        else:
+            out.append(ch)
+    return "".join(out)
+
+
+def split_commands(command: str) -> list[str] | None:
+    """The separate commands of a shell line; None when it cannot be parsed.
+
+    Splits at ``;``, ``&&``, ``||``, ``|``, ``&`` and newlines, outside quotes.
+    """
+    lexer = shlex.shlex(command.replace("\n", " ; "), posix=True, punctuation_chars=";&|")
+    lexer.whitespace_split = True
+    lexer.commenters = ""
+    commands: list[list[str]] = [[]]
+    try:
+        for token in lexer:
+            if token in _SEPARATORS or set(token) <= set(";&|"):
+                commands.append([])
+            else:
+                commands[-1].append(token)
+    except ValueError:
+        return None
+    return [" ".join(_word(w) for w in words) for words in commands if words]
+
+
+def _word(word: str) -> str:
+    """A word as written, quoted only where quotes carry meaning (spaces, separators)."""
+    return shlex.quote(word) if not word or any(c in word for c in " \t;&|'\"") else word
+
+
+def ordered_arguments(arguments: Mapping[str, Any], order: Sequence[str] = ()) -> list[str]:
+    """Argument names in the tool's parameter order, then any others sorted."""
+    known = [k for k in order if k in arguments]
+    return known + sorted(k for k in arguments if k not in known)
+
+
+def approval_text(
+    tool: str,
+    arguments: Mapping[str, Any] | str,
+    *,
+    order: Sequence[str] = (),
+    shell_keys: Sequence[str] = (),
+) -> str:
+    """The full approval text of a call (``arguments`` raw text when they are not an object)."""
+    if isinstance(arguments, str):
+        return f"{tool} — arguments (not a JSON object, shown as sent):\n{visible(arguments)}"
+    lines = [f"{tool} — {len(arguments)} argument(s):" if arguments else f"{tool} — no arguments"]
+    for key in ordered_arguments(arguments, order):
+        value = arguments[key]
+        text = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
+        lines.append(f"▸ {visible(key)} ({len(text)} characters):")
+        lines.append(visible(text))
+        if key in shell_keys and isinstance(value, str):
+            commands = split_commands(value)
+            if commands is None:
+                lines.append(
+                    "  (the shell line could not be parsed: read it character by character)"
+                )
+            elif len(commands) > 1:
+                lines.append(f"  it runs {len(commands)} commands:")
+                lines.extend(f"  {n}. {visible(c)}" for n, c in enumerate(commands, 1))
+    return "\n".join(lines)
