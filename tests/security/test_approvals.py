@@ -109,7 +109,7 @@ async def test_a_second_contradictory_answer_is_reported_as_ignored(make_agent, 
     task = asyncio.create_task(agent.chat("hi", callbacks=Callbacks(request_approval=inbox)))
     request = await inbox.wait_for(1)
     agent.answer_approval(request.id, allow=True)
-    with pytest.raises(UsageError, match="already allowed .* this answer was ignored"):
+    with pytest.raises(UsageError, match=r"already allowed .* this answer was ignored"):
         agent.answer_approval(request.id, allow=False)
     result = await task
     assert result.tool_calls[0].result == "ran"
