@@ -36,13 +36,14 @@ class Outbox:
 
 
 @pytest.fixture
-def files_agent(make_agent: Any) -> Any:
+def files_agent(make_agent: Any, tmp_path: Path) -> Any:
     def build(**overrides: Any) -> Any:
         return make_agent(
             overrides={
                 "agent.builtin_tools": True,
                 "file.enable": True,
                 "file.local_image": True,
+                "file.roots": [str(tmp_path)],  # the default root is the working directory
                 **overrides,
             }
         )
@@ -186,7 +187,9 @@ async def test_file_refuses_an_empty_name_or_path(files_agent, run_tool, work):
 async def test_local_image_refuses_a_non_image(files_agent, run_tool, work):
     agent = files_agent(**{"vision.multimodal": True})
     call = await run_tool(agent, "local_image", {"path": str(work / "notes.txt")})
-    assert call.error == "notes.txt does not look like an image (text/plain)"
+    assert call.error == (
+        "notes.txt is not an image: its content is not PNG, JPEG, GIF, WEBP or BMP"
+    )
 
 
 async def test_local_image_multimodal_queues_the_file_for_the_next_request(llm, files_agent, work):

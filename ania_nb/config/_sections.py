@@ -4,8 +4,11 @@ from __future__ import annotations
 
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
-from pydantic import BaseModel, ConfigDict, Field, SecretStr
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator
+
+from .._env import DEFAULT_SECRET_ENV
 
 
 def _secret(description: str) -> Any:
@@ -120,6 +123,19 @@ class WebSettings(Section):
         8000, ge=100, description="Results are truncated to this many characters."
     )
 
+    @field_validator("search_url", "reader_url")
+    @classmethod
+    def _endpoint(cls, value: str) -> str:
+        # The reader URL is a prefix the page URL is appended to: "" would make every fetch go
+        # straight to the page, with the Jina token in its Authorization header.
+        parts = urlsplit(value.strip())
+        if parts.scheme not in ("http", "https") or not parts.hostname:
+            raise ValueError(
+                "must be the http:// or https:// address of the Jina (or compatible) service; "
+                "empty is refused, it would send the web token to every page fetched"
+            )
+        return value.strip()
+
 
 class MemeSettings(Section):
     """The meme tool: any API that returns a list of image URLs."""
@@ -144,7 +160,11 @@ class BashSettings(Section):
 
     enable: bool = Field(False, description="Register the bash tool.")
     shell: str = Field("", description="Shell to run commands with; empty = sh.")
-    env: list[str] = Field(default_factory=list, description="Extra KEY=VALUE environment entries.")
+    env: list[str] = Field(
+        default_factory=list,
+        description="Extra KEY=VALUE environment entries (values masked when shown).",
+        json_schema_extra={"sensitive": "values"},
+    )
     whitelist: list[str] = Field(
         default_factory=list, description="Regexes of commands that run without asking."
     )
@@ -171,6 +191,22 @@ class FileSettings(Section):
     local_image: bool = Field(False, description="Register the local_image tool.")
     max_bytes: int = Field(
         20 * 1024 * 1024, ge=1, description="Largest file either tool will read."
+    )
+    roots: list[Path] = Field(
+        default_factory=list,
+        description="Folders (with their subfolders) either tool may read from; empty = the "
+        "working directory. /proc, /sys, /dev, the data directory and secret files never.",
+    )
+
+
+class SecuritySettings(Section):
+    """What child processes (bash, shell hooks, stdio MCP servers) do not inherit."""
+
+    secret_env: list[str] = Field(
+        default_factory=lambda: list(DEFAULT_SECRET_ENV),
+        description="Environment variables (names or glob patterns, case-insensitive) removed "
+        "from what child processes inherit; ANIA_* is always removed. Entries set on purpose "
+        "(bash.env, an MCP server's env) still reach their child.",
     )
 
 

@@ -40,6 +40,7 @@ from ._sections import (
     MemeSettings,
     NotebookSettings,
     RetrySettings,
+    SecuritySettings,
     SkillSettings,
     StoreSettings,
     TodoSettings,
@@ -96,6 +97,9 @@ class Config(BaseSettings):
     )
     config_tool: ConfigToolSettings = Field(
         default_factory=ConfigToolSettings, description="The AI's config-center tools."
+    )
+    security: SecuritySettings = Field(
+        default_factory=SecuritySettings, description="Secrets kept from child processes."
     )
 
     @classmethod
@@ -208,7 +212,9 @@ def _iter_keys(config: Config) -> Iterator[KeyInfo]:
             sensitive = bool(extra.get("sensitive"))
             value = getattr(section, key)
             default = getattr(default_section, key)
-            if sensitive:
+            if extra.get("sensitive") == "values":  # KEY=VALUE entries: names stay readable
+                value, default = _mask_entries(value), _mask_entries(default)
+            elif sensitive:
                 value, default = mask(value), mask(default)
             elif isinstance(value, Path):
                 value, default = str(value), str(default)
@@ -219,6 +225,14 @@ def _iter_keys(config: Config) -> Iterator[KeyInfo]:
                 description=field.description or "",
                 sensitive=sensitive,
             )
+
+
+def _mask_entries(entries: list[str]) -> list[str]:
+    out = []
+    for entry in entries:
+        key, sep, value = entry.partition("=")
+        out.append(f"{key}={mask(value)}" if sep else mask(entry))
+    return out
 
 
 def _known() -> str:
@@ -246,8 +260,17 @@ def _config_error(exc: ValidationError, *, source: str | None) -> ConfigError:
         key = ".".join(str(p) for p in err["loc"])
         first_key = first_key or key
         got = "" if err["type"] == "missing" else f" (got {err.get('input')!r})"
-        if "api_key" in key:  # never echo a secret back
+        if "api_key" in key or _sensitive_key(key):  # never echo a secret back
             got = ""
         lines.append(f"  {key}: {err['msg']}{got}")
     where = f" (overrides, ANIA_* environment or {source})" if source else ""
     return ConfigError(f"invalid configuration{where}:\n" + "\n".join(lines), key=first_key)
+
+
+def _sensitive_key(dotted: str) -> bool:
+    section, _, rest = dotted.partition(".")
+    field = Config.model_fields.get(section)
+    model = getattr(field, "annotation", None)
+    sub = getattr(model, "model_fields", {}).get(rest.partition(".")[0])
+    extra = getattr(sub, "json_schema_extra", None)
+    return isinstance(extra, dict) and bool(extra.get("sensitive"))

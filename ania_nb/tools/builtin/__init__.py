@@ -76,7 +76,8 @@ def gated_tools(config: Config, viewer: ImageViewer) -> list[Tool]:
     guard = FileGuard(
         data_dir=Path(config.store.data_dir),
         max_bytes=config.file.max_bytes,
-        extra_protected=(Path(config.mcp.config_file),),
+        extra_protected=(Path(config.mcp.config_file), Path(config.hooks.file)),
+        roots=tuple(Path(r) for r in config.file.roots),
     )
     tools: list[Tool] = []
     if config.bash.enable:

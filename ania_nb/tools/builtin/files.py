@@ -29,8 +29,10 @@ class SendFileTool(BaseTool[FileParams]):
     def __init__(self, guard: FileGuard) -> None:
         self.guard = guard
         self.description = (
-            f"Send a local file to the user (at most {guard.max_bytes} bytes). Files in the "
-            "agent's data directory or holding secrets are refused. May need the user's approval."
+            f"Send a local file to the user (at most {guard.max_bytes} bytes). Only files in the "
+            "allowed folders (file.roots, default the working directory); system files, the "
+            "agent's data directory and files holding secrets are refused. May need the user's "
+            "approval."
         )
 
     async def execute(self, params: FileParams, ctx: ToolContext) -> str:

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import base64
-import mimetypes
 from typing import TYPE_CHECKING, Annotated
 
 from pydantic import BaseModel, Field
@@ -26,6 +25,23 @@ CANNOT_VIEW = (
     "the main model cannot view images and no vision model is configured "
     "(set vision.multimodal = true, or vision.model to a model that can describe images)"
 )
+
+
+def image_type(data: bytes) -> str | None:
+    """The MIME type of an image by its magic number (PNG, JPEG, GIF, WEBP, BMP), else None."""
+    if data.startswith(b"\x89PNG\r\n\x1a\n"):
+        return "image/png"
+    if data.startswith(b"\xff\xd8\xff"):
+        return "image/jpeg"
+    if data[:6] in (b"GIF87a", b"GIF89a"):
+        return "image/gif"
+    if len(data) >= 12 and data[:4] == b"RIFF" and data[8:12] == b"WEBP":
+        return "image/webp"
+    # "BM" alone is too weak (text may start so): the DIB header size must be a known one.
+    dib_sizes = {12, 40, 52, 56, 64, 108, 124}
+    if data[:2] == b"BM" and len(data) >= 26 and int.from_bytes(data[14:18], "little") in dib_sizes:
+        return "image/bmp"
+    return None
 
 
 class ImageViewer:
@@ -118,15 +134,18 @@ class LocalImageTool(BaseTool[LocalImageParams]):
         self.guard = guard
         self.description = (
             "Look at an image file on this machine (png, jpg, gif, webp, bmp; at most "
-            f"{guard.max_bytes} bytes). Files in the agent's data directory or holding secrets "
-            "are refused."
+            f"{guard.max_bytes} bytes), only in the allowed folders (file.roots, default the "
+            "working directory); system files, the agent's data directory and files holding "
+            "secrets are refused."
         )
 
     async def execute(self, params: LocalImageParams, ctx: ToolContext) -> str:
         """Read the file as a data URI and show it."""
         path, data = await self.guard.read(params.path)
-        mime = mimetypes.guess_type(path.name)[0] or "image/png"
-        if not mime.startswith("image/"):
-            raise ToolError(f"{path.name} does not look like an image ({mime})")
+        mime = image_type(data)
+        if mime is None:
+            raise ToolError(
+                f"{path.name} is not an image: its content is not PNG, JPEG, GIF, WEBP or BMP"
+            )
         uri = f"data:{mime};base64,{base64.b64encode(data).decode('ascii')}"
         return await self.viewer.show([uri], ctx, f"local image {path}")
