@@ -1,8 +1,8 @@
 """Real loopback HTTP servers for the built-in tool tests, and a helper to run one tool call.
 
-`LocalHTTP` is a stdlib `ThreadingHTTPServer` on 127.0.0.1 in a daemon thread. Routes answer
-with a fixed status/body (optionally after a delay) or from a function; every request is
-recorded (method, path, parsed query, headers) so tests can check what a tool really sent.
+The server is `ania_nb.testing._http.RoutedServer` (`ScriptedLLM`'s loopback base plus routes):
+exact and prefix routes answering fixed answers or from a function, every request recorded
+(method, path, parsed query, headers, body) so tests can check what a tool really sent.
 
 Test modules load the fixtures with ``pytest_plugins = ["_http_fixtures"]``:
 
@@ -18,211 +18,14 @@ assertion rewriting), so helpers are reached through them.
 
 from __future__ import annotations
 
-import json
-import sys
-import threading
 from collections.abc import Awaitable, Callable, Iterator
-from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from types import TracebackType
-from typing import Any, Self
-from urllib.parse import parse_qs, urlsplit
+from typing import Any
 
 import pytest
 
+from ania_nb.testing._http import Answer, RoutedServer, Seen, as_answer
 
-@dataclass(frozen=True)
-class Seen:
-    """One request the server received."""
-
-    method: str
-    raw_path: str  # exactly as sent: path and query string
-    path: str
-    query: dict[str, list[str]]
-    headers: dict[str, str]  # names lower-cased
-
-
-@dataclass(frozen=True)
-class Answer:
-    """What a route sends back."""
-
-    status: int = 200
-    body: bytes = b""
-    content_type: str = "text/plain; charset=utf-8"
-    delay: float = 0.0
-
-
-Handler = Callable[[Seen], Answer]
-
-
-def as_answer(
-    body: bytes | str | dict[str, Any] | list[Any] = b"",
-    *,
-    status: int = 200,
-    content_type: str | None = None,
-    delay: float = 0.0,
-) -> Answer:
-    """An `Answer` from text, bytes or JSON-able data (content type chosen to match)."""
-    if isinstance(body, dict | list):
-        data = json.dumps(body).encode()
-        kind = "application/json"
-    elif isinstance(body, str):
-        data = body.encode()
-        kind = "text/plain; charset=utf-8"
-    else:
-        data = body
-        kind = "application/octet-stream"
-    return Answer(status, data, content_type or kind, delay)
-
-
-class _Server(ThreadingHTTPServer):
-    daemon_threads = True
-    owner: LocalHTTP
-
-    def handle_error(self, request: Any, client_address: Any) -> None:
-        """A client that gave up (a timeout test) is expected; anything else is reported."""
-        if not isinstance(sys.exc_info()[1], OSError):
-            super().handle_error(request, client_address)
-
-
-class _Handler(BaseHTTPRequestHandler):
-    protocol_version = "HTTP/1.1"
-    disable_nagle_algorithm = True
-    server: _Server
-
-    def log_message(self, format: str, *args: Any) -> None:
-        """Quiet: pytest owns stderr."""
-
-    def do_GET(self) -> None:
-        self._serve()
-
-    def do_POST(self) -> None:
-        self._serve()
-
-    def _serve(self) -> None:
-        length = int(self.headers.get("content-length") or 0)
-        if length:
-            self.rfile.read(length)
-        parts = urlsplit(self.path)
-        seen = Seen(
-            method=self.command,
-            raw_path=self.path,
-            path=parts.path,
-            query=parse_qs(parts.query, keep_blank_values=True),
-            headers={k.lower(): v for k, v in self.headers.items()},
-        )
-        owner = self.server.owner
-        answer = owner._answer(seen)
-        if answer.delay and owner._closing.wait(answer.delay):
-            self.close_connection = True  # server closing: drop the request
-            return
-        self.send_response(answer.status)
-        self.send_header("Content-Type", answer.content_type)
-        self.send_header("Content-Length", str(len(answer.body)))
-        self.end_headers()
-        self.wfile.write(answer.body)
-
-
-@dataclass
-class LocalHTTP:
-    """A recording HTTP server on 127.0.0.1 with exact and prefix routes."""
-
-    _routes: dict[str, Handler] = field(default_factory=dict)
-    _prefixes: dict[str, Handler] = field(default_factory=dict)
-    _fixed: dict[str, bytes] = field(default_factory=dict)
-    _seen: list[Seen] = field(default_factory=list)
-    _lock: threading.Lock = field(default_factory=threading.Lock)
-    _closing: threading.Event = field(default_factory=threading.Event)
-    _server: _Server | None = None
-    _thread: threading.Thread | None = None
-
-    def start(self) -> Self:
-        """Bind a free port and serve from a daemon thread."""
-        server = _Server(("127.0.0.1", 0), _Handler)
-        server.owner = self
-        self._server = server
-        self._thread = threading.Thread(
-            target=server.serve_forever, args=(0.05,), name="LocalHTTP", daemon=True
-        )
-        self._thread.start()
-        return self
-
-    def close(self) -> None:
-        """Stop serving; delayed answers are abandoned at once."""
-        if self._server is None or self._thread is None:
-            return
-        self._closing.set()
-        self._server.shutdown()
-        self._server.server_close()
-        self._thread.join()
-        self._server = self._thread = None
-
-    def __enter__(self) -> Self:
-        return self.start()
-
-    def __exit__(
-        self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        self.close()
-
-    def url(self, path: str = "/") -> str:
-        """Absolute URL of ``path`` on this server."""
-        assert self._server is not None, "LocalHTTP is not running"
-        return f"http://127.0.0.1:{self._server.server_address[1]}{path}"
-
-    def route(
-        self,
-        path: str,
-        body: bytes | str | dict[str, Any] | list[Any] | Handler = b"",
-        *,
-        status: int = 200,
-        content_type: str | None = None,
-        delay: float = 0.0,
-        prefix: bool = False,
-    ) -> None:
-        """Answer ``path`` (or every path starting with it) with a fixed answer or a handler."""
-        if callable(body):
-            handler: Handler = body
-        else:
-            fixed = as_answer(body, status=status, content_type=content_type, delay=delay)
-
-            def handler(seen: Seen) -> Answer:
-                return fixed
-
-        with self._lock:
-            (self._prefixes if prefix else self._routes)[path] = handler
-            if not callable(body):
-                self._fixed[path] = fixed.body
-
-    def body(self, path: str) -> bytes:
-        """The fixed body a route answers with."""
-        with self._lock:
-            return self._fixed[path]
-
-    @property
-    def requests(self) -> list[Seen]:
-        """Every request received so far, in order."""
-        with self._lock:
-            return list(self._seen)
-
-    def requests_to(self, path: str) -> list[Seen]:
-        """Requests whose path is ``path`` or starts with ``path`` when it ends with '/'."""
-        return [
-            s
-            for s in self.requests
-            if s.path == path or (path.endswith("/") and s.path.startswith(path))
-        ]
-
-    def _answer(self, seen: Seen) -> Answer:
-        with self._lock:
-            self._seen.append(seen)
-            handler = self._routes.get(seen.path)
-            if handler is None:
-                matches = [p for p in self._prefixes if seen.path.startswith(p)]
-                handler = self._prefixes[max(matches, key=len)] if matches else None
-        if handler is None:
-            return as_answer(f"no route for {seen.path}", status=404)
-        return handler(seen)
+__all__ = ["Answer", "Seen", "as_answer"]  # re-exported for tests that build answers themselves
 
 
 # --------------------------------------------------------------------------- fixtures
@@ -238,14 +41,14 @@ GIF_1x1 = bytes.fromhex(
 
 
 @pytest.fixture
-def local_http() -> Iterator[LocalHTTP]:
+def local_http() -> Iterator[RoutedServer]:
     """An empty recording HTTP server on 127.0.0.1."""
-    with LocalHTTP() as server:
+    with RoutedServer() as server:
         yield server
 
 
 @pytest.fixture
-def jina(local_http: LocalHTTP) -> LocalHTTP:
+def jina(local_http: RoutedServer) -> RoutedServer:
     """Jina stand-in: ``/search`` (search API) and ``/read/<url>`` (reader API)."""
     local_http.route("/search", "1. Result title\nhttps://example.com/result\nsnippet")
     local_http.route("/read/", "# Page title\n\nPage text.", prefix=True)
@@ -276,7 +79,7 @@ GIPHY_IMAGES = {
 
 
 @pytest.fixture
-def giphy(local_http: LocalHTTP) -> LocalHTTP:
+def giphy(local_http: RoutedServer) -> RoutedServer:
     """GIPHY stand-in: a sticker search listing three images, served under ``/img/``."""
     for path, data in GIPHY_IMAGES.items():
         local_http.route(path, data, content_type="image/gif")

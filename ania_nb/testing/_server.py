@@ -1,25 +1,20 @@
 """`ScriptedLLM`: an OpenAI-compatible Chat Completions server on 127.0.0.1 that replays a script.
 
-Standard library only, serving from its own daemon threads, so it starts instantly and works the
-same from sync code, async code and a Jupyter kernel.
+Built on the loopback server of `ania_nb.testing._http` (standard library only, daemon threads),
+so it starts instantly and works the same from sync code, async code and a Jupyter kernel.
 """
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import json
-import socket
-import sys
 import threading
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from types import TracebackType
-from typing import Any, Self
+from typing import Any, Self, cast
 
 from ania_nb.testing._conversation import conversation_problem
+from ania_nb.testing._http import LoopbackHandler, LoopbackServer
 from ania_nb.testing._script import (
     ITEM_TYPES,
     CutStream,
@@ -75,23 +70,12 @@ class RecordedRequest:
 # -- HTTP -------------------------------------------------------------------------------
 
 
-class _Handler(BaseHTTPRequestHandler):
-    protocol_version = "HTTP/1.1"
+class _Handler(LoopbackHandler):
     server_version = "ScriptedLLM/1.0"
-    # Headers and body go out as separate writes; with Nagle + delayed ACK the body would wait
-    # ~40 ms for every response.
-    disable_nagle_algorithm = True
-    server: _Server
 
-    def log_message(self, format: str, *args: Any) -> None:
-        """Stay quiet: the caller's test output or notebook owns stderr."""
-
-    def handle(self) -> None:
-        """Serve the connection; a client that went away is normal (timeouts, cancels)."""
-        try:
-            super().handle()
-        except OSError:
-            self.close_connection = True
+    @property
+    def llm(self) -> ScriptedLLM:
+        return cast(ScriptedLLM, self.server.owner)
 
     def do_GET(self) -> None:
         """Serve `/v1/models`; everything else is 404."""
@@ -108,7 +92,7 @@ class _Handler(BaseHTTPRequestHandler):
         if self._route() != "/v1/chat/completions":
             self._send_not_found()
             return
-        llm = self.server.llm
+        llm = self.llm
         request = llm._record(self.path, {k.lower(): v for k, v in self.headers.items()}, raw)
         if not isinstance(request.body, dict):
             message = f"ScriptedLLM: request #{request.index} body is not a JSON object"
@@ -130,10 +114,6 @@ class _Handler(BaseHTTPRequestHandler):
     def _route(self) -> str:
         return self.path.split("?", 1)[0].rstrip("/")
 
-    def _read_body(self) -> bytes:
-        length = int(self.headers.get("content-length") or 0)
-        return self.rfile.read(length) if length else b""
-
     def _answer(self, item: ScriptItem, request: RecordedRequest) -> None:
         if isinstance(item, ErrorItem):
             after = item.retry_after
@@ -150,11 +130,11 @@ class _Handler(BaseHTTPRequestHandler):
                 self._send_bytes(item.status, item.body.encode(), "application/json")
         elif isinstance(item, Reply):
             if request.stream:
-                self._stream(stream_chunks(item, request, self.server.llm.chunk_size), done=True)
+                self._stream(stream_chunks(item, request, self.llm.chunk_size), done=True)
             else:
                 self._send_json(200, completion_body(item, request))
         elif isinstance(item, CutStream) and request.stream:
-            chunks = stream_chunks(item.then, request, self.server.llm.chunk_size)
+            chunks = stream_chunks(item.then, request, self.llm.chunk_size)
             self._stream(chunks[: item.after_chunks], done=False, end=item.clean)
         elif isinstance(item, Raw):
             if request.stream and item.sse:  # a str chunk is the event's data verbatim
@@ -170,18 +150,6 @@ class _Handler(BaseHTTPRequestHandler):
 
     def _send_json(self, status: int, body: Any, headers: dict[str, str] | None = None) -> None:
         self._send_bytes(status, _dumps(body), "application/json", headers)
-
-    def _send_bytes(
-        self, status: int, data: bytes, ctype: str, headers: dict[str, str] | None = None
-    ) -> None:
-        self.send_response(status)
-        self.send_header("Content-Type", ctype)
-        self.send_header("Content-Length", str(len(data)))
-        for name, value in (headers or {}).items():
-            self.send_header(name, value)
-        self.end_headers()
-        self.wfile.write(data)
-        self.wfile.flush()
 
     def _send_not_found(self) -> None:
         message = f"ScriptedLLM: no route for {self.command} {self.path}"
@@ -226,40 +194,7 @@ def _dumps(body: Any) -> bytes:
         return json.dumps(body).encode()
 
 
-class _Server(ThreadingHTTPServer):
-    daemon_threads = True
-
-    def __init__(self, port: int, llm: ScriptedLLM) -> None:
-        self.llm = llm
-        self.closing = threading.Event()
-        self._connections: set[socket.socket] = set()
-        self._connections_lock = threading.Lock()
-        super().__init__(("127.0.0.1", port), _Handler)
-
-    def process_request(self, request: Any, client_address: Any) -> None:
-        with self._connections_lock:
-            self._connections.add(request)
-        super().process_request(request, client_address)
-
-    def shutdown_request(self, request: Any) -> None:
-        with self._connections_lock:
-            self._connections.discard(request)
-        super().shutdown_request(request)
-
-    def handle_error(self, request: Any, client_address: Any) -> None:
-        """Ignore clients that vanished; report real bugs as usual."""
-        if not isinstance(sys.exc_info()[1], OSError):
-            super().handle_error(request, client_address)
-
-    def drop_connections(self) -> None:
-        # Wakes handler threads parked on idle keep-alive connections so close() is prompt.
-        with self._connections_lock:
-            for conn in self._connections:
-                with contextlib.suppress(OSError):  # already closed by its handler
-                    conn.shutdown(socket.SHUT_RDWR)
-
-
-class ScriptedLLM:
+class ScriptedLLM(LoopbackServer):
     """A scripted OpenAI-compatible Chat Completions server bound to 127.0.0.1.
 
     Each request to `/v1/chat/completions` consumes the next queued item; when the queue is
@@ -271,6 +206,7 @@ class ScriptedLLM:
     """
 
     api_key = "sk-scripted"
+    handler = _Handler
 
     def __init__(
         self,
@@ -287,68 +223,10 @@ class ScriptedLLM:
         self.chunk_size = chunk_size
         self.responder = responder
         self.strict = strict
-        self._port = port
+        super().__init__(port=port)
         self._queue: deque[ScriptItem] = deque()
         self._requests: list[RecordedRequest] = []
         self._cond = threading.Condition()
-        self._server: _Server | None = None
-        self._thread: threading.Thread | None = None
-
-    # -- lifecycle ----------------------------------------------------------------------
-
-    def start(self) -> Self:
-        """Bind a port on 127.0.0.1 and serve from a daemon thread (no-op if running)."""
-        if self._server is None:
-            server = _Server(self._port, self)
-            self._thread = threading.Thread(
-                target=server.serve_forever, args=(0.05,), name="ScriptedLLM", daemon=True
-            )
-            self._server = server
-            self._thread.start()
-        return self
-
-    def close(self) -> None:
-        """Stop serving, drop open connections and release the port (no-op if stopped)."""
-        server, thread = self._server, self._thread
-        if server is None or thread is None:
-            return
-        self._server = self._thread = None
-        server.closing.set()
-        server.shutdown()
-        server.drop_connections()
-        server.server_close()  # joins the handler threads, now all unblocked
-        thread.join()
-
-    def __enter__(self) -> Self:
-        return self.start()
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.close()
-
-    async def __aenter__(self) -> Self:
-        return self.start()
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        await asyncio.to_thread(self.close)  # waits for the serve loop; keep the event loop free
-
-    @property
-    def port(self) -> int:
-        """The TCP port the server listens on."""
-        if self._server is None:
-            raise RuntimeError(
-                "ScriptedLLM is not running; call .start() or use `with ScriptedLLM()`"
-            )
-        return int(self._server.server_address[1])
 
     @property
     def base_url(self) -> str:
@@ -401,7 +279,7 @@ class ScriptedLLM:
             self._requests.clear()
 
     def __repr__(self) -> str:
-        where = self.base_url if self._server is not None else "stopped"
+        where = self.base_url if self.running else "stopped"
         return f"<ScriptedLLM {where} pending={self.pending} requests={len(self._requests)}>"
 
     # -- used by the handler threads -------------------------------------------------------
