@@ -77,7 +77,7 @@ class Governance:
         """
         self.config = config
         self.admins = frozenset(config.admin.ids)
-        self.hooks = HookRunner(config.hooks)
+        self.hooks = HookRunner(config.hooks, config.security)
         self.plan: PlanMode = previous.plan if previous else PlanMode()
         self.todos: TodoBook = previous.todos if previous else TodoBook()
         if previous is not None:

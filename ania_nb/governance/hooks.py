@@ -2,17 +2,21 @@
 
 Python hooks (registered with `Agent.add_hook`) run first, in registration order; an exception
 in one is logged and ignored. Shell hooks from the hooks file (``hooks.enable``) run next, in
-file order, each with the event as JSON on stdin:
+file order, each with the event as JSON on stdin (``tool_input`` is the call's arguments as a
+JSON object; a raw string only when they are not valid JSON):
 
-- exit 0: pass; the trimmed stdout (≤ 2000 characters) becomes context for the model;
+- exit 0: pass; Claude Code's JSON output is honoured (see `hook_output`); plain stdout is
+  context for the model at SessionStart and UserPromptSubmit, transcript output elsewhere;
 - exit 2: block; the reason is the trimmed stderr (else stdout);
 - any other exit, a timeout or a failure to start: a logged, non-blocking error.
 
 The timeout bounds the whole hook: at its end the hook's process group is killed and its
-pipes are closed, so even a child that left the group (``setsid``) cannot hold the run.
+pipes are closed, so even a child that left the group (``setsid``) cannot hold the run. Only
+the first 64 KiB of each pipe are kept, so a flooding hook cannot fill memory.
 
-The first block ends the event's run. Contexts of all hooks are joined with newlines. Whether a
-block or a context is honoured depends on the event (see `Governance`).
+The first block (or ``continue: false``) ends the event's run of hooks. Contexts of all hooks
+are joined with newlines; ``ask`` wins over ``allow``. Whether a block, a stop or a context is
+honoured depends on the event (see `Governance` and `ToolGate`).
 """
 
 from __future__ import annotations
@@ -29,39 +33,43 @@ from collections.abc import Awaitable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
+from .._env import child_env
 from ..errors import UsageError
 from ._files import WatchedJSON
 from .hook_config import HOOK_EVENTS, HookTable, ShellHook, parse_hooks
+from .hook_output import MAX_CONTEXT_CHARS, HookOutputError, HookResult, cut, from_exit
 
 if TYPE_CHECKING:  # pragma: no cover
-    from ..config import HooksSettings
+    from ..config import HooksSettings, SecuritySettings
 
 log = logging.getLogger(__name__)
 
-MAX_CONTEXT_CHARS = 2000
 MAX_PAYLOAD_TEXT = 1000
 DEFAULT_BLOCK_REASON = "a hook blocked this"
+DEFAULT_STOP_REASON = "a hook stopped this"
 MAX_OUTPUT_BYTES = 64 * 1024  # kept per pipe; the context is cut to 2000 characters anyway
 KILL_GRACE = 2.0  # seconds the killed shell gets to be reaped
 
 
-@dataclass(frozen=True)
-class HookResult:
-    """What one hook decided: block (with a reason) or pass (with optional context)."""
-
-    block: bool = False
-    reason: str = ""
-    context: str = ""
-
-
 @dataclass
 class HookOutcome:
-    """What all hooks of one event decided together."""
+    """What all hooks of one event decided together.
+
+    ``blocked``/``reason``: the first block; ``stopped``/``stop_reason``: a ``continue: false``;
+    ``ask``/``allow``: PreToolUse permission decisions (ask wins); ``context``: for the model;
+    ``output``: transcript-only stdout; ``messages``: notes for the user (``systemMessage``).
+    """
 
     blocked: bool = False
     reason: str = ""
     context: str = ""
     errors: list[str] = field(default_factory=list)
+    stopped: bool = False
+    stop_reason: str = ""
+    ask: bool = False
+    allow: bool = False
+    output: str = ""
+    messages: list[str] = field(default_factory=list)
 
 
 class PythonHook(Protocol):
@@ -88,7 +96,11 @@ def payload_for(
     tool_result: str = "",
     prompt: str = "",
 ) -> dict[str, Any]:
-    """The JSON object a hook receives (snake_case; empty optional fields left out)."""
+    """The JSON object a hook receives (snake_case; empty optional fields left out).
+
+    With a ``tool_name``, ``tool_input`` is always there: the arguments as a JSON object (as
+    Claude Code sends them), or the raw string when they are not a JSON object.
+    """
     payload: dict[str, Any] = {
         "hook_event_name": event,
         "session_id": session,
@@ -96,19 +108,32 @@ def payload_for(
     }
     optional = {
         "tool_name": tool_name,
-        "tool_input": tool_input,
         "tool_result": cut(tool_result, MAX_PAYLOAD_TEXT),
         "prompt": prompt,
     }
     payload.update({k: v for k, v in optional.items() if v})
+    if tool_name:
+        payload["tool_input"] = tool_input_object(tool_input)
     return payload
+
+
+def tool_input_object(arguments: str) -> dict[str, Any] | str:
+    """A call's arguments as the JSON object they encode, else the raw string."""
+    if not arguments.strip():
+        return {}
+    try:
+        value = json.loads(arguments)
+    except ValueError:
+        return arguments
+    return value if isinstance(value, dict) else arguments
 
 
 class HookRunner:
     """Runs the Python and shell hooks of an event."""
 
-    def __init__(self, settings: HooksSettings) -> None:
+    def __init__(self, settings: HooksSettings, security: SecuritySettings | None = None) -> None:
         self.settings = settings
+        self.security = security  # which inherited variables shell hooks must not see
         self.file: WatchedJSON[HookTable] = WatchedJSON(
             settings.file, parse_hooks, {}, what="hooks file"
         )
@@ -131,20 +156,26 @@ class HookRunner:
         """Run the event's hooks until the first block."""
         outcome = HookOutcome()
         contexts: list[str] = []
-        for hook in list(self._python.get(event, ())):
-            result = await self._call_python(event, hook, payload, outcome)
-            if result is not None and _apply(result, outcome, contexts):
-                return outcome
-        if self.settings.enable:
-            table = await self.file.get()
-            tool = payload.get("tool_name", "")
-            for spec in table.get(event, ()):
-                if spec.matches(tool):
-                    result = await self._call_shell(spec, payload, outcome)
-                    if result is not None and _apply(result, outcome, contexts):
-                        return outcome
-        outcome.context = "\n".join(contexts)
-        return outcome
+        outputs: list[str] = []
+        try:
+            for hook in list(self._python.get(event, ())):
+                result = await self._call_python(event, hook, payload, outcome)
+                if result is not None and _apply(event, result, outcome, contexts, outputs):
+                    return outcome
+            if self.settings.enable:
+                table = await self.file.get()
+                tool = payload.get("tool_name", "")
+                for spec in table.get(event, ()):
+                    if spec.matches(tool):
+                        result = await self._call_shell(spec, payload, outcome)
+                        if result is not None and _apply(event, result, outcome, contexts, outputs):
+                            return outcome
+            return outcome
+        finally:
+            outcome.context = "\n".join(contexts)
+            outcome.output = "\n".join(outputs)
+            if outcome.ask:  # Claude Code's precedence: deny > ask > allow
+                outcome.allow = False
 
     async def _call_python(
         self, event: str, hook: PythonHook, payload: dict[str, Any], outcome: HookOutcome
@@ -176,6 +207,7 @@ class HookRunner:
                 stdin=asyncio.subprocess.PIPE,
                 stdout=asyncio.subprocess.PIPE,
                 stderr=asyncio.subprocess.PIPE,
+                env=child_env(self.security),  # no ANIA_* or other secret variables
                 start_new_session=True,  # its own process group, killed as a whole
             )
         except OSError as exc:
@@ -202,12 +234,14 @@ class HookRunner:
         out = bytes(proc.output[1]).decode("utf-8", "replace").strip()
         err = bytes(proc.output[2]).decode("utf-8", "replace").strip()
         code = transport.get_returncode()
-        if code == 0:
-            return HookResult(context=cut(out, MAX_CONTEXT_CHARS))
-        if code == 2:
-            return HookResult(block=True, reason=cut(err or out, MAX_CONTEXT_CHARS))
-        _error(outcome, spec, f"exit code {code}: {cut(err, 200)}")
-        return None
+        try:
+            result = from_exit(spec.event, code if code is not None else -1, out, err)
+        except HookOutputError as exc:
+            _error(outcome, spec, f"unreadable JSON output: {exc}")
+            return None
+        if result is None:
+            _error(outcome, spec, f"exit code {code}: {cut(err, 200)}")
+        return result
 
 
 class _HookProcess(asyncio.SubprocessProtocol):
@@ -246,15 +280,36 @@ class _HookProcess(asyncio.SubprocessProtocol):
             self.finished.set_result(None)
 
 
-def _apply(result: HookResult, outcome: HookOutcome, contexts: list[str]) -> bool:
-    """Fold one result into the outcome; True when it blocks (stop running hooks)."""
+def _apply(
+    event: str,
+    result: HookResult,
+    outcome: HookOutcome,
+    contexts: list[str],
+    outputs: list[str],
+) -> bool:
+    """Fold one result into the outcome; True when it blocks or stops (run no more hooks)."""
+    if result.context.strip():
+        contexts.append(result.context.strip())
+    if result.output.strip():
+        outputs.append(result.output.strip())
+        if not result.quiet:
+            log.debug("%s hook output: %s", event, result.output.strip())
+    if result.message:
+        outcome.messages.append(result.message)
+        log.warning("%s hook message: %s", event, result.message)
+    if result.stop:  # continue: false wins over any decision
+        outcome.stopped = True
+        outcome.stop_reason = result.stop_reason.strip() or DEFAULT_STOP_REASON
+        return True
     if result.block:
         outcome.blocked = True
         outcome.reason = result.reason.strip() or DEFAULT_BLOCK_REASON
-        outcome.context = "\n".join(contexts)
         return True
-    if result.context.strip():
-        contexts.append(result.context.strip())
+    if result.decision == "ask":
+        outcome.ask = True
+        log.info("%s hook asks for a person's approval: %s", event, result.reason or "-")
+    elif result.decision == "allow":
+        outcome.allow = True
     return False
 
 
@@ -268,7 +323,3 @@ def _kill_group(pid: int) -> None:
     with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(pid, signal.SIGKILL)
 
-
-def cut(text: str, limit: int) -> str:
-    """``text`` cut after ``limit`` characters, marked with ``…`` (as the hooks' payloads are)."""
-    return text if len(text) <= limit else text[:limit] + "…"

@@ -81,7 +81,9 @@ def gated_tools(config: Config, viewer: ImageViewer) -> list[Tool]:
     )
     tools: list[Tool] = []
     if config.bash.enable:
-        tools.append(BashTool(config.bash, approval_enabled=config.approval.enable))
+        tools.append(
+            BashTool(config.bash, approval_enabled=config.approval.enable, security=config.security)
+        )
     if config.file.enable:
         tools.append(SendFileTool(guard))
     if config.file.local_image:

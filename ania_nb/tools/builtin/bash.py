@@ -1,12 +1,19 @@
 """`bash`: run a shell command, with a three-tier verdict.
 
-1. a blacklist regex matches → refused (the rule is named);
-2. a whitelist regex matches → runs;
-3. otherwise → a person is asked (by the tool gate, see `needs_approval`) when approval is
-   enabled; when it is not, the command runs.
+1. a blacklist regex matches anywhere in the command → refused (the rule is named). This is a
+   convenience against mistakes, not a security boundary: a shell can spell any command in
+   ways no regex foresees (``r''eboot``, ``$(printf ...)``, a script file);
+2. the command is a single simple command (no ``;``, ``&&``, ``|``, ``&``, newlines, ``$``,
+   backticks, redirections, parentheses or comments — see `_shellwords`) and a whitelist regex
+   matches it from its start → runs without asking;
+3. otherwise → a person is asked (by the tool gate, see `needs_approval`) when
+   ``bash.require_approval`` (the default) or ``approval.enable`` is on; when both are off it
+   runs. Without a front end that can ask (no ``request_approval`` callback) it is refused.
 
-Regexes search anywhere in the raw command. The command runs in its own process group so a
-timeout or a stop kills everything it started.
+The command runs in ``bash.workdir`` (default: the current directory) in its own process group,
+so a timeout or a stop kills everything it started. With ``bash.sandbox = "bwrap"`` it runs inside
+bubblewrap (see `_sandbox`): read-only system, writable workdir, no network, hidden data
+directory, cleared environment, resource limits.
 """
 
 from __future__ import annotations
@@ -16,18 +23,22 @@ import contextlib
 import os
 import re
 import signal
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
+from pathlib import Path
 from typing import Annotated, Any
 
 from pydantic import BaseModel, Field
 
-from ...config import BashSettings
+from ..._env import child_env
+from ...config import BashSettings, SecuritySettings
 from ...errors import ConfigError, ToolError
 from ..base import BaseTool, ToolContext
+from ._sandbox import MISSING_BWRAP, Sandbox, bwrap_argv, find_program, sandbox_env
+from ._shellwords import is_simple_command
 
 TRUNCATED = "\n...(output truncated)"
 SUMMARY_LIMIT = 300
-KILL_GRACE = 2.0  # seconds to wait for a killed command's pipes to close
+KILL_GRACE = 2.0  # seconds to wait for a killed command's shell to be reaped
 
 
 class BashParams(BaseModel):
@@ -60,23 +71,41 @@ class BashTool(BaseTool[BashParams]):
     side_effects = True
     shell_arguments = ("command",)  # approvals show each command of the line separately
 
-    def __init__(self, settings: BashSettings, *, approval_enabled: bool) -> None:
+    def __init__(
+        self,
+        settings: BashSettings,
+        *,
+        approval_enabled: bool,
+        security: SecuritySettings | None = None,
+        hidden: tuple[Path, ...] = (),
+    ) -> None:
         self.settings = settings
-        self.approval_enabled = approval_enabled
+        self.security = security  # inherited variables the command must not see
+        self.hidden = hidden  # data directory and config files: invisible in the sandbox
+        # Approval when either switch is on: bash runs arbitrary code, so it asks by default.
+        self.approval_enabled = approval_enabled or settings.require_approval
         self.blacklist = compile_rules(settings.blacklist, "bash.blacklist")
         self.whitelist = compile_rules(settings.whitelist, "bash.whitelist")
         self.shell = settings.shell or "sh"
         ask = (
-            "other commands need a human's approval"
-            if approval_enabled
+            "every other command needs a person's approval"
+            if self.approval_enabled
             else "other commands run directly"
         )
+        where = (
+            "in a sandbox (read-only system except the working directory, private /tmp, "
+            + ("network allowed" if settings.sandbox_network else "no network")
+            + ", limited CPU, memory and processes)"
+            if settings.sandbox == "bwrap"
+            else "on this machine"
+        )
         self.description = (
-            f"Run a command with `{self.shell} -c` on this machine and get stdout and stderr. "
+            f"Run a command with `{self.shell} -c` {where} and get stdout and stderr. "
             f"Commands time out after {settings.timeout:g} s (the whole process tree is killed); "
-            f"output is truncated to {settings.max_output} characters. Blacklisted commands are "
-            f"refused, whitelisted ones run, {ask}. Prefer `sh script.sh` for scripts and check "
-            "a program exists with `command -v name` first."
+            f"output is truncated to {settings.max_output} characters. Some commands are "
+            "refused; a single simple command matching the whitelist runs without asking, "
+            f"{ask}. Prefer `sh script.sh` for scripts and check a program exists with "
+            "`command -v name` first."
         )
 
     def verdict(self, command: str) -> str:
@@ -84,7 +113,9 @@ class BashTool(BaseTool[BashParams]):
         for rule in self.blacklist:
             if rule.search(command):
                 return f"deny:{rule.pattern}"
-        if any(rule.search(command) for rule in self.whitelist):
+        if is_simple_command(command) and any(
+            rule.match(command.strip()) for rule in self.whitelist
+        ):
             return "allow"
         return "ask"
 
@@ -113,48 +144,66 @@ class BashTool(BaseTool[BashParams]):
         """What the approval request shows."""
         return "run command: " + summarize(str(arguments.get("command", "")))
 
+    def argv(self, command: str) -> tuple[list[str], dict[str, str], Path]:
+        """The program line, environment and working directory ``command`` runs with."""
+        workdir = Path(self.settings.workdir or os.getcwd()).expanduser().resolve()
+        if not workdir.is_dir():
+            raise ToolError(f"bash: the working directory {str(workdir)!r} does not exist")
+        if self.settings.sandbox != "bwrap":
+            env = child_env(self.security, self.settings.env)  # no ANIA_*/secrets; bash.env kept
+            return [self.shell, "-c", command], env, workdir
+        bwrap = find_program("bwrap", MISSING_BWRAP)
+        limits = (
+            self.settings.sandbox_cpu_seconds,
+            self.settings.sandbox_memory_mb,
+            self.settings.sandbox_max_processes,
+        )
+        prlimit = find_program("prlimit", "bash.sandbox limits need prlimit (util-linux)")
+        box = Sandbox(
+            workdir=workdir,
+            hidden=self.hidden,
+            network=self.settings.sandbox_network,
+            cpu_seconds=limits[0],
+            memory_mb=limits[1],
+            max_processes=limits[2],
+            env=sandbox_env(self.settings.env, os.path.expanduser("~")),
+        )
+        argv = bwrap_argv(bwrap, prlimit if any(limits) else None, [self.shell, "-c", command], box)
+        # bwrap needs a minimal environment of its own; the command's is set inside.
+        return argv, {"PATH": box.env["PATH"]}, workdir
+
     async def _run(self, command: str) -> str:
-        env = dict(os.environ)
-        for entry in self.settings.env:
-            key, sep, value = entry.partition("=")
-            if sep and key:
-                env[key] = value
+        argv, env, workdir = self.argv(command)
+        loop = asyncio.get_running_loop()
+        keep = self.settings.max_output * 4 + 4  # bytes enough for max_output characters
         try:
-            proc = await asyncio.create_subprocess_exec(
-                self.shell,
-                "-c",
-                command,
+            transport, proc = await loop.subprocess_exec(
+                lambda: _Output(keep),
+                *argv,
                 stdin=asyncio.subprocess.DEVNULL,
                 stdout=asyncio.subprocess.PIPE,
                 stderr=asyncio.subprocess.PIPE,
                 env=env,
+                cwd=workdir,
                 start_new_session=True,  # its own process group: killable as a whole
             )
         except OSError as exc:
-            raise ToolError(f"bash: cannot start {self.shell!r}: {exc.strerror or exc}") from None
-        # Read both pipes as the command runs, keeping only what the output limit can show:
-        # what was printed before a timeout survives, and a flood cannot fill memory.
-        keep = self.settings.max_output * 4 + 4  # bytes enough for max_output characters
-        out, err = bytearray(), bytearray()
-        assert proc.stdout is not None and proc.stderr is not None
-        tasks = [
-            asyncio.ensure_future(proc.wait()),
-            asyncio.ensure_future(_drain(proc.stdout, out, keep)),
-            asyncio.ensure_future(_drain(proc.stderr, err, keep)),
-        ]
+            raise ToolError(f"bash: cannot start {argv[0]!r}: {exc.strerror or exc}") from None
+        timed_out = False
         try:
             # Done when the shell exited and the pipes closed (background children included).
-            _, pending = await asyncio.wait(tasks, timeout=self.settings.timeout)
-            timed_out = bool(pending)
-            if timed_out:
-                _kill_group(proc.pid)
-                await _settle(pending)
-        except asyncio.CancelledError:  # /stop: do not leave the command running
-            _kill_group(proc.pid)
-            with contextlib.suppress(Exception):
-                await asyncio.shield(_settle(tasks))
+            if not (await asyncio.wait({proc.finished}, timeout=self.settings.timeout))[0]:
+                timed_out = True
+                _kill_group(transport.get_pid())
+                # A child that left the group (setsid) may still hold a pipe open: wait for the
+                # shell only, then close the pipes ourselves (finally) instead of reading on.
+                await asyncio.wait({proc.exited}, timeout=KILL_GRACE)
+        except BaseException:  # /stop (cancellation): do not leave the command running
+            _kill_group(transport.get_pid())
             raise
-        return self._format(bytes(out), bytes(err), proc.returncode, timed_out)
+        finally:
+            transport.close()  # closes the pipes now, not at garbage collection
+        return self._format(bytes(proc.out), bytes(proc.err), transport.get_returncode(), timed_out)
 
     def _format(self, stdout: bytes, stderr: bytes, code: int | None, timed_out: bool) -> str:
         out = stdout.decode("utf-8", "replace")
@@ -178,25 +227,41 @@ class BashTool(BaseTool[BashParams]):
         return text
 
 
-def _kill_group(pid: int) -> None:
+class _Output(asyncio.SubprocessProtocol):
+    """A command's stdout and stderr (the first ``keep`` bytes each), with ``exited`` and
+    ``finished`` futures: the shell ended / its output pipes closed too."""
+
+    def __init__(self, keep: int) -> None:
+        loop = asyncio.get_running_loop()
+        self.keep = keep
+        self.out, self.err = bytearray(), bytearray()
+        self.exited: asyncio.Future[None] = loop.create_future()
+        self.finished: asyncio.Future[None] = loop.create_future()
+        self._open = {1, 2}
+
+    def pipe_data_received(self, fd: int, data: bytes) -> None:
+        """Keep what the output limit can show; a flood cannot fill memory."""
+        buffer = self.out if fd == 1 else self.err
+        buffer += data[: max(0, self.keep - len(buffer))]
+
+    def pipe_connection_lost(self, fd: int, exc: Exception | None) -> None:
+        """Note that stdout or stderr reached its end."""
+        self._open.discard(fd)
+        self._check()
+
+    def process_exited(self) -> None:
+        """Note that the shell exited."""
+        if not self.exited.done():
+            self.exited.set_result(None)
+        self._check()
+
+    def _check(self) -> None:
+        if self.exited.done() and not self._open and not self.finished.done():
+            self.finished.set_result(None)
+
+
+def _kill_group(pid: int | None) -> None:
+    if pid is None:
+        return
     with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(pid, signal.SIGKILL)
-
-
-async def _drain(stream: asyncio.StreamReader, into: bytearray, keep: int) -> None:
-    """Read ``stream`` to its end, keeping the first ``keep`` bytes (the rest is discarded)."""
-    while chunk := await stream.read(65536):
-        room = keep - len(into)
-        if room > 0:
-            into += chunk[:room]
-
-
-async def _settle(tasks: Iterable[asyncio.Future[Any]]) -> None:
-    """After a kill: let the process be reaped and the pipes close, briefly.
-
-    A process that left the group (``setsid``) may keep a pipe open; its reader is then
-    abandoned rather than waited for.
-    """
-    _, stuck = await asyncio.wait(list(tasks), timeout=KILL_GRACE)
-    for task in stuck:
-        task.cancel()
