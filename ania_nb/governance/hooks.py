@@ -37,7 +37,7 @@ from .._env import child_env
 from ..errors import UsageError
 from ._files import WatchedJSON
 from .hook_config import HOOK_EVENTS, HookTable, ShellHook, parse_hooks
-from .hook_output import MAX_CONTEXT_CHARS, HookOutputError, HookResult, cut, from_exit
+from .hook_output import HookOutputError, HookResult, cut, from_exit
 
 if TYPE_CHECKING:  # pragma: no cover
     from ..config import HooksSettings, SecuritySettings
@@ -322,4 +322,3 @@ def _error(outcome: HookOutcome, spec: ShellHook, problem: str) -> None:
 def _kill_group(pid: int) -> None:
     with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(pid, signal.SIGKILL)
-

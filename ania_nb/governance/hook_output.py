@@ -1,0 +1,143 @@
+"""What a shell hook's answer means: its exit code, its plain stdout, or Claude Code's JSON.
+
+A hook that exits 0 may print a JSON object (Claude Code's hook output); it is honoured:
+
+- ``continue: false`` (+ ``stopReason``): stop. Before any other decision. A UserPromptSubmit
+  turn is refused with that reason; at PreToolUse/PostToolUse the run ends (status ``error``,
+  ``"stopped by a <Event> hook: <reason>"``); elsewhere it is logged.
+- ``hookSpecificOutput.permissionDecision`` (PreToolUse): ``deny`` blocks the call with
+  ``permissionDecisionReason``; ``ask`` makes a person approve this call even if the tool needs
+  no approval; ``allow`` skips the person's approval (never an admin's: ``config_set``,
+  ``config_file_set`` and the other admin tools still ask an admin). Legacy ``decision:
+  "approve"`` / ``"block"`` + ``reason`` mean allow / deny there. An unknown decision blocks
+  the call (a guard we cannot read must not let it through).
+- ``decision: "block"`` + ``reason`` at UserPromptSubmit refuses the turn; at PostToolUse the
+  reason is given to the model with the call's result; at Stop/SubagentStop it is logged (a run
+  that already ended is not resumed).
+- ``hookSpecificOutput.additionalContext``: context for the model (SessionStart,
+  UserPromptSubmit: before the prompt; PreToolUse, PostToolUse: with the call's result).
+- ``systemMessage``: a note for the user, never the model: logged as a warning.
+- ``suppressOutput``: the plain output is not logged.
+
+Plain (non-JSON) stdout on exit 0 is context for the model at SessionStart and UserPromptSubmit
+only; elsewhere, as in Claude Code, it is transcript output (logged at debug level), not context.
+Exit 2 blocks with stderr as the reason (PostToolUse: the reason goes to the model). A JSON
+answer with fields of the wrong type is a non-blocking error like exit 1.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any, Literal
+
+MAX_CONTEXT_CHARS = 2000
+CONTEXT_EVENTS = frozenset({"SessionStart", "UserPromptSubmit"})  # plain stdout is context there
+Decision = Literal["", "allow", "ask"]
+
+
+class HookOutputError(ValueError):
+    """A hook printed JSON whose fields we cannot read."""
+
+
+@dataclass(frozen=True)
+class HookResult:
+    """What one hook decided.
+
+    ``block`` (with ``reason``) refuses; ``context`` goes to the model; ``decision`` is a
+    PreToolUse ``allow`` or ``ask``; ``stop`` (``continue: false``) ends the turn or run with
+    ``stop_reason``; ``message`` is for the user only; ``output`` is transcript-only stdout.
+    """
+
+    block: bool = False
+    reason: str = ""
+    context: str = ""
+    decision: Decision = ""
+    stop: bool = False
+    stop_reason: str = ""
+    message: str = ""
+    output: str = ""
+    quiet: bool = False  # suppressOutput: the output is not logged
+
+
+def cut(text: str, limit: int) -> str:
+    """``text`` cut after ``limit`` characters, marked with ``…`` (as the hooks' payloads are)."""
+    return text if len(text) <= limit else text[:limit] + "…"
+
+
+def from_exit(event: str, code: int, out: str, err: str) -> HookResult | None:
+    """The meaning of a finished shell hook; None for an error exit (the caller reports it).
+
+    Raises `HookOutputError` for JSON output with unreadable fields.
+    """
+    if code == 2:
+        return HookResult(block=True, reason=cut(err or out, MAX_CONTEXT_CHARS))
+    if code != 0:
+        return None
+    data = _json_object(out)
+    if data is None:
+        if event in CONTEXT_EVENTS:
+            return HookResult(context=cut(out, MAX_CONTEXT_CHARS))
+        return HookResult(output=cut(out, MAX_CONTEXT_CHARS))
+    return from_json(event, data)
+
+
+def from_json(event: str, data: dict[str, Any]) -> HookResult:
+    """Claude Code's JSON hook output, read for ``event``."""
+    stop = _get(data, "continue", bool, True) is False
+    stop_reason = _get(data, "stopReason", str, "")
+    message = _get(data, "systemMessage", str, "")
+    quiet = _get(data, "suppressOutput", bool, False)
+    legacy = _get(data, "decision", str, "")
+    reason = _get(data, "reason", str, "")
+    specific = _get(data, "hookSpecificOutput", dict, {})
+    named = specific.get("hookEventName", event)
+    if named != event:
+        raise HookOutputError(f"hookSpecificOutput is for {named!r}, not {event}")
+    context = _get(specific, "additionalContext", str, "", "hookSpecificOutput.")
+    permission = _get(specific, "permissionDecision", str, "", "hookSpecificOutput.")
+    why = _get(specific, "permissionDecisionReason", str, "", "hookSpecificOutput.")
+    common = {
+        "context": cut(context.strip(), MAX_CONTEXT_CHARS),
+        "stop": stop,
+        "stop_reason": cut(stop_reason.strip(), MAX_CONTEXT_CHARS),
+        "message": cut(message.strip(), MAX_CONTEXT_CHARS),
+        "quiet": quiet,
+    }
+    if event == "PreToolUse":
+        if not permission and legacy:  # the deprecated form; the new one wins when both are set
+            permission = {"approve": "allow", "block": "deny"}.get(legacy, legacy)
+            why = why or reason
+        if permission == "deny":
+            return HookResult(block=True, reason=cut(why.strip(), MAX_CONTEXT_CHARS), **common)
+        if permission in ("allow", "ask"):
+            decision: Decision = "allow" if permission == "allow" else "ask"
+            return HookResult(decision=decision, reason=why.strip(), **common)
+        if permission:  # fail closed: a guard whose answer we cannot read must not let it pass
+            text = f"the hook answered an unknown permissionDecision {permission!r}"
+            return HookResult(block=True, reason=text, **common)
+        return HookResult(**common)
+    if legacy == "block":
+        return HookResult(block=True, reason=cut(reason.strip(), MAX_CONTEXT_CHARS), **common)
+    if legacy not in ("", "approve"):
+        raise HookOutputError(f"decision must be 'block' (or left out), got {legacy!r}")
+    return HookResult(**common)
+
+
+def _json_object(out: str) -> dict[str, Any] | None:
+    if not out.startswith("{"):
+        return None
+    try:
+        value = json.loads(out)
+    except ValueError:
+        return None  # text that merely starts with a brace is plain output
+    return value if isinstance(value, dict) else None
+
+
+def _get(data: dict[str, Any], key: str, kind: type, default: Any, where: str = "") -> Any:
+    value = data.get(key, default)
+    if value is None:
+        return default
+    if not isinstance(value, kind):
+        raise HookOutputError(f"{where}{key} must be a {kind.__name__}, got {value!r}")
+    return value
