@@ -10,12 +10,9 @@ import io
 import os
 import re
 import stat
-import threading
 import zipfile
 import zlib
 from collections.abc import AsyncIterator, Iterator
-from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import httpx2
@@ -25,6 +22,7 @@ from ania_nb.errors import ToolError
 from ania_nb.skills import SkillInstaller, SkillInstallError, SkillManager, skill_tools
 from ania_nb.skills.install import _swap_in
 from ania_nb.store import Store
+from ania_nb.testing._http import Answer, RoutedServer
 from ania_nb.tools import ToolContext
 
 GOOD_MD = "---\nname: {name}\ndescription: {desc}\nlicense: MIT\n---\n# {name}\nSteps.\n"
@@ -33,74 +31,35 @@ GOOD_MD = "---\nname: {name}\ndescription: {desc}\nlicense: MIT\n---\n# {name}\n
 # --- a real HTTP server on 127.0.0.1 ----------------------------------------------------------
 
 
-@dataclass
-class Route:
-    body: bytes
-    status: int = 200
-    content_length: bool = True  # False: no length header, the body ends when the socket closes
-    stall: bool = False  # send headers, then hang until the test ends
-    headers: dict[str, str] = field(default_factory=dict)  # e.g. Content-Encoding
+class Server(RoutedServer):
+    """The loopback server ScriptedLLM is built on, serving files like a download host."""
 
+    def serve(
+        self,
+        path: str,
+        body: bytes,
+        *,
+        status: int = 200,
+        content_length: bool = True,  # False: no length header, the body ends at the close
+        stall: bool = False,  # send headers, then hang until the test ends
+        headers: dict[str, str] | None = None,  # e.g. Content-Encoding
+    ) -> str:
+        options = {"headers": headers or {}, "length": content_length, "stall": stall}
+        return self.route(path, Answer(status, body, "application/octet-stream", **options))
 
-@dataclass
-class Server:
-    base: str
-    routes: dict[str, Route] = field(default_factory=dict)
-    requests: list[str] = field(default_factory=list)
-    accept_encodings: list[str] = field(default_factory=list)
-    release: threading.Event = field(default_factory=threading.Event)
+    @property
+    def paths(self) -> list[str]:
+        return [seen.raw_path for seen in self.requests]
 
-    def url(self, path: str) -> str:
-        return self.base + path
-
-    def serve(self, path: str, body: bytes, **kwargs: object) -> str:
-        self.routes[path] = Route(body, **kwargs)  # type: ignore[arg-type]
-        return self.url(path)
+    @property
+    def accept_encodings(self) -> list[str]:
+        return [seen.headers.get("accept-encoding", "") for seen in self.requests]
 
 
 @pytest.fixture
 def server() -> Iterator[Server]:
-    state: dict[str, Server] = {}
-
-    class Handler(BaseHTTPRequestHandler):
-        protocol_version = "HTTP/1.1"
-
-        def do_GET(self) -> None:
-            srv = state["server"]
-            srv.requests.append(self.path)
-            srv.accept_encodings.append(self.headers.get("Accept-Encoding", ""))
-            route = srv.routes.get(self.path, Route(b"not found", status=404))
-            self.send_response(route.status)
-            for name, value in route.headers.items():
-                self.send_header(name, value)
-            if route.content_length:
-                self.send_header("Content-Length", str(len(route.body)))
-            else:
-                self.send_header("Connection", "close")
-                self.close_connection = True
-            self.end_headers()
-            try:
-                if route.stall:
-                    self.wfile.flush()
-                    srv.release.wait(10)
-                    return
-                self.wfile.write(route.body)
-            except (BrokenPipeError, ConnectionResetError):
-                pass  # the client stopped reading early, as it should for oversized bodies
-
-        def log_message(self, format: str, *args: object) -> None:
-            pass
-
-    httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    httpd.daemon_threads = True
-    state["server"] = Server(f"http://127.0.0.1:{httpd.server_address[1]}")
-    thread = threading.Thread(target=httpd.serve_forever, args=(0.05,), daemon=True)
-    thread.start()
-    yield state["server"]
-    state["server"].release.set()
-    httpd.shutdown()
-    httpd.server_close()
-    thread.join()
+    with Server() as srv:
+        yield srv
 
 
 # --- zips, folders, fixtures ------------------------------------------------------------------
@@ -230,7 +189,7 @@ async def test_github_repository_url_falls_back_from_main_to_master(
         make_zip({"slides-master/SKILL.md": GOOD_MD.format(name="slides", desc="Make slides.")}),
     )
     done = await installer.install(url="https://github.com/acme/slides")
-    assert server.requests == [
+    assert server.paths == [
         "/codeload/acme/slides/zip/refs/heads/main",
         "/codeload/acme/slides/zip/refs/heads/master",
     ]
