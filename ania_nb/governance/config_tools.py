@@ -24,6 +24,7 @@ from ..config import SAVED_CONFIG_NAMESPACE, UNSAVABLE_KEYS, Config
 from ..errors import ConfigError, ToolError
 from ..tools import BaseTool, Tool, ToolContext
 from ._files import read_text, write_atomic
+from ._secrets import mask_json_text, restore_masked
 
 if TYPE_CHECKING:  # pragma: no cover
     from ..store import Store
@@ -34,6 +35,7 @@ CONFIG_NAMESPACE = SAVED_CONFIG_NAMESPACE
 NOT_SETTABLE = UNSAVABLE_KEYS  # the saved values live in the data directory: it cannot move
 MAX_LISTING_CHARS = 12000
 MAX_FILE_CHARS = 20000
+MASKED_NOTE = "config_file_set keeps a stored secret that is sent back in its masked form"
 RESTART = "It takes effect after a restart (a new Agent: restart the kernel or the runner)."
 
 
@@ -205,8 +207,11 @@ class FileGetTool(BaseTool[FileParams]):
         text = await asyncio.to_thread(read_text, entry.path)
         if not text.strip():
             return f"The {entry.name} file ({entry.path}) is empty. Format: {entry.format}"
+        text, masked = mask_json_text(text)
         if len(text) > MAX_FILE_CHARS:
             text = text[:MAX_FILE_CHARS] + "…(truncated)"
+        if masked:
+            return f"{entry.path} (secret values masked; {MASKED_NOTE}):\n{text}"
         return f"{entry.path}:\n{text}"
 
 
@@ -230,6 +235,8 @@ class FileSetTool(BaseTool[FileSetParams]):
         """Check the JSON, write atomically, audit."""
         entry = self.center.file(params.name)
         content = params.content
+        if "***" in content:  # masked values read by config_file_get keep the stored secrets
+            content = restore_masked(content, await asyncio.to_thread(read_text, entry.path))
         if content.strip():
             try:
                 json.loads(content)
