@@ -32,15 +32,18 @@ def pre_tool(tool_name: str = "bash", args: str = '{"command": "ls"}') -> dict:
     return payload_for("PreToolUse", "g:1", tool_name=tool_name, tool_input=args)
 
 
-async def test_exit_0_passes_with_stdout_as_context_and_gets_the_payload(tmp_path, hook_script):
+async def test_exit_0_passes_with_stdout_as_output_and_gets_the_payload(tmp_path, hook_script):
+    """At PreToolUse plain stdout is transcript output, not context (as in Claude Code);
+    ``tool_input`` is the arguments' JSON object."""
     seen = tmp_path / "payload.json"
     script = hook_script("ok.sh", f'cat > {seen}\necho "  remember the style guide  "\n')
     runner = runner_for(
         write_hooks(tmp_path / "h.json", {"PreToolUse": [{"command": str(script)}]})
     )
     outcome = await runner.run("PreToolUse", pre_tool())
-    assert (outcome.blocked, outcome.context, outcome.errors) == (
+    assert (outcome.blocked, outcome.context, outcome.output, outcome.errors) == (
         False,
+        "",
         "remember the style guide",
         [],
     )
@@ -49,7 +52,7 @@ async def test_exit_0_passes_with_stdout_as_context_and_gets_the_payload(tmp_pat
         "session_id": "g:1",
         "agent_kind": "main",
         "tool_name": "bash",
-        "tool_input": '{"command": "ls"}',
+        "tool_input": {"command": "ls"},
     }
 
 
@@ -80,7 +83,7 @@ async def test_other_exit_codes_are_logged_errors_that_do_not_block(tmp_path, ho
     runner = runner_for(write_hooks(tmp_path / "h.json", hooks))
     with caplog.at_level(logging.WARNING, logger="ania_nb.governance.hooks"):
         outcome = await runner.run("PreToolUse", pre_tool())
-    assert not outcome.blocked and outcome.context == "second"
+    assert not outcome.blocked and outcome.output == "second"
     assert len(outcome.errors) == 1 and "exit code 1: disk on fire" in outcome.errors[0]
     assert any("disk on fire" in r.getMessage() for r in caplog.records)
 
@@ -115,7 +118,7 @@ async def test_garbage_and_long_output_is_decoded_and_cut(tmp_path, hook_script)
     hooks = {"Stop": [{"command": str(garbage)}, {"command": str(long)}]}
     runner = runner_for(write_hooks(tmp_path / "h.json", hooks))
     outcome = await runner.run("Stop", payload_for("Stop", "s"))
-    first, second = outcome.context.split("\n")
+    first, second = outcome.output.split("\n")
     assert first.startswith("\ufffd\ufffdabc") and first.endswith("def")
     assert second == "x" * 2000 + "…"
 
@@ -159,8 +162,8 @@ async def test_claude_code_settings_form_is_accepted(tmp_path, hook_script):
         "UserPromptSubmit": [{"hooks": [{"type": "command", "command": "echo from-prompt-hook"}]}],
     }
     runner = runner_for(write_hooks(tmp_path / "h.json", hooks))
-    assert (await runner.run("PreToolUse", pre_tool("bash"))).context == "claude-style"
-    assert (await runner.run("PreToolUse", pre_tool("time"))).context == ""
+    assert (await runner.run("PreToolUse", pre_tool("bash"))).output == "claude-style"
+    assert (await runner.run("PreToolUse", pre_tool("time"))).output == ""
     submitted = await runner.run("UserPromptSubmit", payload_for("UserPromptSubmit", "s"))
     assert submitted.context == "from-prompt-hook"
     table = parse_hooks(json.loads((tmp_path / "h.json").read_text()))
@@ -201,13 +204,13 @@ async def test_hot_reload_within_the_ttl_and_bad_edits_keep_the_last_good_set(tm
     path = write_hooks(tmp_path / "h.json", {"Stop": [{"command": "echo one"}]})
     runner = runner_for(path)
     runner.file.clock = lambda: now[0]
-    assert (await runner.run("Stop", payload_for("Stop", "s"))).context == "one"
+    assert (await runner.run("Stop", payload_for("Stop", "s"))).output == "one"
     first_table = await runner.file.get()
     write_hooks(path, {"Stop": [{"command": "echo two"}]})
     now[0] = 4.0  # within 5 s of the last read: not re-read yet
-    assert (await runner.run("Stop", payload_for("Stop", "s"))).context == "one"
+    assert (await runner.run("Stop", payload_for("Stop", "s"))).output == "one"
     now[0] = 5.5
-    assert (await runner.run("Stop", payload_for("Stop", "s"))).context == "two"
+    assert (await runner.run("Stop", payload_for("Stop", "s"))).output == "two"
     second_table = await runner.file.get()
     assert second_table is not first_table
     now[0] = 20.0  # re-read, unchanged text: not recompiled
@@ -217,7 +220,7 @@ async def test_hot_reload_within_the_ttl_and_bad_edits_keep_the_last_good_set(tm
     with caplog.at_level(logging.WARNING, logger="ania_nb.governance._files"):
         for step in (30.0, 40.0, 50.0):  # read three times, reported once
             now[0] = step
-            assert (await runner.run("Stop", payload_for("Stop", "s"))).context == "two"
+            assert (await runner.run("Stop", payload_for("Stop", "s"))).output == "two"
     warnings = [r.getMessage() for r in caplog.records if "hooks file" in r.getMessage()]
     assert len(warnings) == 1 and "not a valid regex" in warnings[0]
     assert "keeping the last good one" in runner.file.error
@@ -241,7 +244,8 @@ async def test_python_hooks_run_first_and_their_exceptions_are_isolated(tmp_path
     with caplog.at_level(logging.ERROR, logger="ania_nb.governance.hooks"):
         outcome = await runner.run("PreToolUse", pre_tool("time"))
     assert order == ["broken", "async:time"]
-    assert outcome.context == "python context\nshell context"
+    assert outcome.context == "python context"  # a Python hook's string is context
+    assert outcome.output == "shell context"  # plain PreToolUse stdout is transcript only
     assert "bug in hook" in outcome.errors[0]
     assert any("failed" in r.getMessage() for r in caplog.records)
 
@@ -349,7 +353,7 @@ async def test_post_tool_use_stop_and_session_start_payloads(llm, make_agent, tm
     post, stop = events[1], events[2]
     assert (post["tool_name"], post["tool_input"], post["tool_result"]) == (
         "lookup",
-        '{"key": "k"}',
+        {"key": "k"},
         "value of k",
     )
     assert stop == {

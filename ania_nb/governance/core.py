@@ -3,13 +3,17 @@
 The Agent calls it at fixed points of a run, which is where the hook events fire:
 
 - SessionStart: the first turn of a session in this process; its context is put before the
-  next user turn once (a block is not honoured).
-- UserPromptSubmit: every turn, with the user's text; a block ends the run (status ``error``,
-  the reason in ``RunResult.error``; the message is not added to the history); its context
-  leads the prompt.
-- PreToolUse: in the tool gate. PostToolUse: after a call that actually ran.
+  next user turn once (a block or ``continue: false`` is not honoured).
+- UserPromptSubmit: every turn, with the user's text; a block or ``continue: false`` ends the
+  run (status ``error``, the reason in ``RunResult.error``; the message is not added to the
+  history); its context leads the prompt.
+- PreToolUse: in the tool gate (deny/ask/allow, see `ToolGate`); its context is appended to the
+  call's result. PostToolUse: after a call that actually ran; its context and a block's reason
+  are appended to the result. ``continue: false`` at either ends the run (status ``error``,
+  ``"stopped by a PreToolUse hook: <reason>"``).
 - Stop: after a successful run, with the reply. PreCompact: before the history is compacted.
-- SubagentStop: after every subagent or team-member run (with its status).
+- SubagentStop: after every subagent or team-member run (with its status). Blocks and stops of
+  these three are not honoured (the run already ended; nothing is compacted differently).
 
 The prompt the model gets is, outermost first: UserPromptSubmit context, plan-mode note, todo
 reminder, SessionStart context, the user's text. Only the user's text is stored in the history.
@@ -26,7 +30,7 @@ from .commands import CommandBook, parse_commands
 from .config_tools import ConfigCenter, ConfigFile
 from .gate import ToolGate
 from .hook_config import parse_hooks
-from .hooks import HookRunner, cut, payload_for
+from .hooks import PRE_TOOL_OUTCOME, HookOutcome, HookRunner, cut, payload_for, stop_run
 from .plan import PLAN_NOTE, PlanMode
 from .slash import SlashCommands
 from .todo import TodoBook, TodoWriteTool
@@ -130,8 +134,9 @@ class Governance:
         submitted = await self.hooks.run(
             "UserPromptSubmit", payload_for("UserPromptSubmit", session, prompt=text)
         )
-        if submitted.blocked:
-            return PreparedPrompt(text, blocked=submitted.reason)
+        if submitted.blocked or submitted.stopped:
+            reason = submitted.reason if submitted.blocked else submitted.stop_reason
+            return PreparedPrompt(text, blocked=reason)
         parts = [
             submitted.context,
             PLAN_NOTE if plan or self.plan.is_on(session) else "",
@@ -142,7 +147,18 @@ class Governance:
         return PreparedPrompt("\n\n".join(p for p in parts if p))
 
     async def after_tool(self, result: ToolCallResult, ctx: ToolContext) -> None:
-        """PostToolUse, for calls that ran (not for blocked ones)."""
+        """PostToolUse for calls that ran; the hooks' context joins the call's result.
+
+        PreToolUse and PostToolUse context (and a PostToolUse block's reason, the hook's
+        feedback) is appended to the result the model sees. A ``continue: false`` of either
+        event ends the run with `RunError` (the run's other calls are cancelled).
+        """
+        pre = ctx.extras.pop(PRE_TOOL_OUTCOME, None)
+        if isinstance(pre, HookOutcome):
+            if pre.context:
+                result.result += f"\n\n[PreToolUse hook context]\n{pre.context}"
+            if pre.stopped:
+                raise stop_run(ctx, "PreToolUse", pre.stop_reason)
         if result.blocked:
             return
         payload = payload_for(
@@ -153,7 +169,13 @@ class Governance:
             tool_input=result.arguments,
             tool_result=result.result,
         )
-        await self.hooks.run("PostToolUse", payload)
+        post = await self.hooks.run("PostToolUse", payload)
+        if post.context:
+            result.result += f"\n\n[PostToolUse hook context]\n{post.context}"
+        if post.blocked:  # the call already ran: the reason is feedback for the model
+            result.result += f"\n\n[PostToolUse hook feedback]\n{post.reason}"
+        if post.stopped:
+            raise stop_run(ctx, "PostToolUse", post.stop_reason)
 
     async def after_run(self, kind: str, session: str, result: RunResult) -> None:
         """Fire Stop or SubagentStop for a finished run.

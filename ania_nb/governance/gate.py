@@ -9,6 +9,11 @@ about at most once, and when nobody stands behind the run (clock, subagent, team
 stops a call returns a `GateDecision` whose text becomes the call's result; the loop goes on with
 the other calls. Because the gate runs inside each call's task, a call waiting for a person never
 delays its siblings.
+
+A PreToolUse hook's permission decision (Claude Code's JSON output): ``deny`` blocks; ``ask``
+makes a person approve the call even if nothing else would ask; ``allow`` skips the person's
+approval (and counts as it for ``bash``/``python``) but never an admin's: the admin tools
+always ask an admin. ``continue: false`` blocks the call and ends the run (`Governance.after_tool`).
 """
 
 from __future__ import annotations
@@ -21,7 +26,7 @@ from ..engine.loop import GateDecision, ToolOutcomeKind
 from ..tools import ToolContext
 from ..tools.builtin.bash import summarize
 from .approval_text import approval_text
-from .hooks import payload_for
+from .hooks import PRE_TOOL_OUTCOME, enter_call, payload_for
 
 if TYPE_CHECKING:  # pragma: no cover
     from ..config import ApprovalSettings
@@ -62,6 +67,9 @@ class ToolGate:
     async def __call__(self, call: ToolCall, ctx: ToolContext) -> GateDecision | None:
         """The decision that stops this call, or None to let it run."""
         tool = ctx.executor.get(call.name) if ctx.executor is not None else None
+        stopped = enter_call(ctx)  # a hook's continue: false already ended this run
+        if stopped is not None:
+            return GateDecision(HOOK_BLOCKED + stopped, "blocked", "hook")
         blocked = self.plan.blocks(ctx.session, call.name, tool, this_run=ctx.plan_mode)
         if blocked is not None:
             return GateDecision(blocked, "blocked", "plan")
@@ -73,12 +81,17 @@ class ToolGate:
             tool_input=call.arguments,
         )
         outcome = await self.hooks.run("PreToolUse", payload)
-        if outcome.blocked:
-            return GateDecision(HOOK_BLOCKED + outcome.reason, "blocked", "hook")
+        ctx.extras[PRE_TOOL_OUTCOME] = outcome  # context and stop: Governance.after_tool
+        if outcome.blocked or outcome.stopped:
+            reason = outcome.reason if outcome.blocked else outcome.stop_reason
+            return GateDecision(HOOK_BLOCKED + reason, "blocked", "hook")
         if call.name in ADMIN_APPROVAL_TOOLS or _needs_admin(call, tool):
+            # A hook's "allow" never stands in for an admin.
             return await self._ask(call, tool, ctx, admin_only=True)
-        if self._needs_approval(call, tool):
+        if outcome.ask or (not outcome.allow and self._needs_approval(call, tool)):
             return await self._ask(call, tool, ctx, admin_only=ctx.admin_only_approval)
+        if outcome.allow:  # the hook's "allow" stands in for the person (bash/python check it)
+            ctx.approved = True
         return None
 
     def _needs_approval(self, call: ToolCall, tool: Tool | None) -> bool:

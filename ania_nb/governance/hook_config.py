@@ -9,15 +9,34 @@ Claude Code's settings form::
     {"hooks": {"PreToolUse": [{"matcher": "bash", "hooks": [
         {"type": "command", "command": "./check.sh", "timeout": 5}]}]}}
 
-``matcher`` is a regex searched in the tool name (empty or ``*`` matches everything); events
-without a tool match against the empty string, so there a matcher like ``bash`` never fires.
+``matcher`` is a regex searched in the tool name (empty, missing or ``*`` matches everything);
+events without a tool match against the empty string, so there a matcher like ``bash`` never
+fires. In Claude Code's form a matcher of only letters, digits, ``_`` and ``|`` is a list of
+exact names (``Write`` does not fire for ``TodoWrite``), as Claude Code reads it.
+
+A matcher may name a tool by our name or by Claude Code's name where a tool really maps:
+
+=================  ===========================================================
+Claude Code        ania-nb
+=================  ===========================================================
+``Bash``           ``bash``
+``Read``           ``file`` (sends a local file), ``local_image`` (shows one)
+``WebSearch``      ``webSearch``
+``WebFetch``       ``webExplore``
+``TodoWrite``      ``todo_write``
+=================  ===========================================================
+
+``Write``, ``Edit``, ``MultiEdit``, ``Glob``, ``Grep``, ``Task``, ``NotebookEdit`` have no
+equivalent and match nothing (``bash`` can still write files: guard it with a ``Bash`` hook).
+``tool_input`` carries our tools' own argument names (``command``, ``path``, ...).
+
 Any invalid entry rejects the whole file (the last good one stays in use).
 """
 
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 HOOK_EVENTS = (
@@ -31,6 +50,17 @@ HOOK_EVENTS = (
 )
 MAX_TIMEOUT = 60.0
 
+# Our tool -> the Claude Code tool names that mean the same thing (see the module docstring).
+CLAUDE_TOOL_NAMES: dict[str, tuple[str, ...]] = {
+    "bash": ("Bash",),
+    "file": ("Read",),
+    "local_image": ("Read",),
+    "webSearch": ("WebSearch",),
+    "webExplore": ("WebFetch",),
+    "todo_write": ("TodoWrite",),
+}
+_EXACT_NAMES = re.compile(r"[A-Za-z0-9_|]+")
+
 HookTable = dict[str, tuple["ShellHook", ...]]
 
 
@@ -42,10 +72,17 @@ class ShellHook:
     command: str
     matcher: re.Pattern[str] | None = None
     timeout: float | None = None  # None: the configured default
+    exact: frozenset[str] | None = None  # Claude Code form: a list of exact tool names
 
     def matches(self, tool_name: str) -> bool:
-        """Whether this hook fires for a call of ``tool_name`` ('' for events without a tool)."""
-        return self.matcher is None or self.matcher.search(tool_name) is not None
+        """Whether this hook fires for a call of ``tool_name`` ('' for events without a tool).
+
+        The tool's Claude Code names (`CLAUDE_TOOL_NAMES`) are tried too.
+        """
+        names = (tool_name, *CLAUDE_TOOL_NAMES.get(tool_name, ()))
+        if self.exact is not None:
+            return any(name in self.exact for name in names)
+        return self.matcher is None or any(self.matcher.search(name) for name in names)
 
     def effective_timeout(self, default: float) -> float:
         """Seconds this hook may run: its own value or the default, at most 60."""
@@ -73,6 +110,9 @@ def _entry(event: str, index: int, entry: Any) -> list[ShellHook]:
         raise ValueError(f"{where} must be an object")
     matcher = _matcher(where, entry.get("matcher"))
     if "hooks" in entry:  # Claude Code form: a matcher with a list of command hooks
+        exact = None
+        if matcher is not None and _EXACT_NAMES.fullmatch(matcher.pattern):
+            exact = frozenset(n for n in matcher.pattern.split("|") if n)
         inner = entry["hooks"]
         if not isinstance(inner, list):
             raise ValueError(f"{where}.hooks must be a list")
@@ -85,7 +125,7 @@ def _entry(event: str, index: int, entry: Any) -> list[ShellHook]:
                 raise ValueError(f"{where}.hooks[{j}]: only type 'command' is supported")
             hook = _hook(f"{where}.hooks[{j}]", event, matcher, item)
             if hook is not None:
-                found.append(hook)
+                found.append(replace(hook, exact=exact))
         return found
     hook = _hook(where, event, matcher, entry)
     return [hook] if hook is not None else []

@@ -28,19 +28,21 @@ import json
 import logging
 import os
 import signal
+import weakref
 from collections import defaultdict
 from collections.abc import Awaitable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
 from .._env import child_env
-from ..errors import UsageError
+from ..errors import RunError, UsageError
 from ._files import WatchedJSON
 from .hook_config import HOOK_EVENTS, HookTable, ShellHook, parse_hooks
 from .hook_output import HookOutputError, HookResult, cut, from_exit
 
 if TYPE_CHECKING:  # pragma: no cover
     from ..config import HooksSettings, SecuritySettings
+    from ..tools import ToolContext
 
 log = logging.getLogger(__name__)
 
@@ -49,6 +51,9 @@ DEFAULT_BLOCK_REASON = "a hook blocked this"
 DEFAULT_STOP_REASON = "a hook stopped this"
 MAX_OUTPUT_BYTES = 64 * 1024  # kept per pipe; the context is cut to 2000 characters anyway
 KILL_GRACE = 2.0  # seconds the killed shell gets to be reaped
+_RUN_TASKS = "hook_call_tasks"  # run_state: the tasks of the run's calls (weakly)
+_RUN_STOP = "hook_stop"  # run_state: why a hook stopped the run
+PRE_TOOL_OUTCOME = "pre_tool_use"  # ToolContext.extras: the call's PreToolUse outcome
 
 
 @dataclass
@@ -278,6 +283,30 @@ class _HookProcess(asyncio.SubprocessProtocol):
     def _check(self) -> None:
         if self.exited.done() and not self._open and not self.finished.done():
             self.finished.set_result(None)
+
+
+def enter_call(ctx: ToolContext) -> str | None:
+    """Note the running call's task in its run; the reason if a hook already stopped the run.
+
+    A hook's ``continue: false`` ends the run from inside one call; `stop_run` cancels the
+    calls of the run still going, so none outlives it.
+    """
+    tasks = ctx.run_state.setdefault(_RUN_TASKS, weakref.WeakSet())
+    task = asyncio.current_task()
+    if task is not None:
+        tasks.add(task)
+    stop = ctx.run_state.get(_RUN_STOP)
+    return stop if isinstance(stop, str) else None
+
+
+def stop_run(ctx: ToolContext, event: str, reason: str) -> RunError:
+    """Cancel the run's other calls; the error the caller raises to end the run."""
+    ctx.run_state[_RUN_STOP] = reason
+    current = asyncio.current_task()
+    for task in list(ctx.run_state.get(_RUN_TASKS, ())):
+        if task is not current and not task.done():
+            task.cancel()
+    return RunError(f"stopped by a {event} hook: {reason}", session=ctx.session)
 
 
 def _apply(
