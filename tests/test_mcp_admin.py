@@ -17,7 +17,7 @@ from mcp_servers.support import (
 )
 
 from ania_nb.mcp import MCPRegistry
-from ania_nb.tools import ToolExecutor
+from ania_nb.tools import ToolContext, ToolExecutor
 
 ADMIN = ["mcp_add", "mcp_list", "mcp_reconnect", "mcp_remove"]
 
@@ -202,6 +202,15 @@ async def test_remove_and_reconnect_servers_that_are_not_running(tmp_path: Path)
             "MCP server 'live' removed; its tools are gone from your next step."
         )
         assert [e["name"] for e in json.loads(path.read_text())["servers"]] == ["late"]
-        # A server in the file but not running can be started by mcp_reconnect.
+        # A server in the file but not running can be started by mcp_reconnect, once an admin
+        # approved exactly that entry (issue 12: the file may have changed since the start).
         await registry.remove("late")
-        assert "reconnected (10 tools)" in await run(shared, "mcp_reconnect", name="late")
+        refused = await run(shared, "mcp_reconnect", name="late")
+        assert "needs an admin's approval of exactly that entry" in refused
+        tool = shared.get("mcp_reconnect")
+        assert tool.needs_admin_approval({"name": "late"})
+        assert f"[0] {json.dumps(str(later))}" in tool.approval_summary({"name": "late"})
+        approved = ToolContext(session="s")
+        approved.approved = True  # what the gate sets once the admin allowed the call
+        started = await shared.execute("mcp_reconnect", {"name": "late"}, approved)
+        assert "reconnected (10 tools)" in started.text

@@ -25,6 +25,8 @@ from ania_nb.store import Store
 from ania_nb.testing._http import Answer, RoutedServer
 from ania_nb.tools import ToolContext
 
+# The test server runs on 127.0.0.1, which downloads refuse unless the operator allows it.
+LOCAL = ["127.0.0.1"]
 GOOD_MD = "---\nname: {name}\ndescription: {desc}\nlicense: MIT\n---\n# {name}\nSteps.\n"
 
 
@@ -120,7 +122,9 @@ async def store(tmp_path: Path) -> AsyncIterator[Store]:
 
 @pytest.fixture
 def installer(manager: SkillManager, server: Server, store: Store) -> SkillInstaller:
-    return SkillInstaller(manager, oplog=store.oplog, codeload_base=server.url("/codeload"))
+    return SkillInstaller(
+        manager, allow_private_hosts=LOCAL, oplog=store.oplog, codeload_base=server.url("/codeload")
+    )
 
 
 async def refused(
@@ -273,7 +277,7 @@ async def test_zip_bomb_stops_extracting_once_past_the_limit(
     limit, member = 1024 * 1024, 2 * 1024 * 1024
     bomb = make_zip({"SKILL.md": GOOD_MD.format(name="b", desc="d"), "zeros.bin": b"\0" * member})
     assert len(bomb) < 64 * 1024  # small download, large content
-    installer = SkillInstaller(manager, max_unpacked_bytes=limit)
+    installer = SkillInstaller(manager, allow_private_hosts=LOCAL, max_unpacked_bytes=limit)
     error = await refused(
         installer, skills_dir, "expands past the limit", url=server.serve("/bomb.zip", bomb)
     )
@@ -299,7 +303,7 @@ async def test_zip_without_skill_md_in_the_expected_place_is_refused(
 async def test_oversized_download_stops_early(
     manager: SkillManager, server: Server, skills_dir: Path
 ) -> None:
-    installer = SkillInstaller(manager, max_download_bytes=100_000)
+    installer = SkillInstaller(manager, allow_private_hosts=LOCAL, max_download_bytes=100_000)
     streamed = server.serve("/huge.zip", b"z" * 2_000_000, content_length=False)
     error = await refused(installer, skills_dir, "larger than the limit of 100000", url=streamed)
     stopped = int(re.search(r"stopped after (\d+) bytes", str(error)).group(1))  # type: ignore[union-attr]
@@ -309,7 +313,7 @@ async def test_oversized_download_stops_early(
 
 
 async def test_slow_download_times_out(manager: SkillManager, server, skills_dir) -> None:
-    installer = SkillInstaller(manager, timeout=0.2)
+    installer = SkillInstaller(manager, allow_private_hosts=LOCAL, timeout=0.2)
     url = server.serve("/slow.zip", b"x" * 10, stall=True)
     await refused(installer, skills_dir, "took longer than 0.2 s", url=url)
 
@@ -355,7 +359,7 @@ async def test_another_skills_folder_is_never_overwritten(installer, skills_dir)
 async def test_whitelisted_out_skill_is_refused(skills_dir: Path, server: Server) -> None:
     manager = SkillManager(skills_dir, whitelist=["keeper"])
     await manager.reload()
-    installer = SkillInstaller(manager)
+    installer = SkillInstaller(manager, allow_private_hosts=LOCAL)
     await refused(
         installer, skills_dir, "'other' is not in the skills whitelist \\(keeper\\)",
         content=GOOD_MD.format(name="other", desc="d"),
@@ -417,7 +421,13 @@ async def test_tools_install_list_and_remove_through_an_injected_client(
     async with httpx2.AsyncClient() as client:
         tools = {
             t.name: t
-            for t in skill_tools(manager, self_manage=True, oplog=store.oplog, http_client=client)
+            for t in skill_tools(
+                manager,
+                self_manage=True,
+                oplog=store.oplog,
+                http_client=client,
+                allow_private_hosts=LOCAL,
+            )
         }
         ctx = ToolContext(session="nb:tools", sender="alice")
         text = await tools["skill_install"].invoke({"url": url}, ctx)
@@ -462,7 +472,7 @@ async def test_a_compressed_bomb_stops_at_the_limit(manager, server, skills_dir)
     """20 MB of zeros gzip to about 20 KB: the cap applies to the decoded bytes, and no more
     than the cap is ever decoded (one network chunk must not inflate in memory)."""
     limit = 1_000_000
-    installer = SkillInstaller(manager, max_download_bytes=limit)
+    installer = SkillInstaller(manager, allow_private_hosts=LOCAL, max_download_bytes=limit)
     bomb = gzip.compress(b"\0" * 20_000_000)
     assert len(bomb) < limit
     url = server.serve("/bomb.zip", bomb, headers={"Content-Encoding": "gzip"})
@@ -493,7 +503,7 @@ async def test_a_linked_skills_folder_is_followed(tmp_path: Path, server: Server
     link.symlink_to(real, target_is_directory=True)
     manager = SkillManager(link)
     await manager.reload()
-    installer = SkillInstaller(manager)
+    installer = SkillInstaller(manager, allow_private_hosts=LOCAL)
     zipped = make_zip({"pdf/SKILL.md": GOOD_MD.format(name="pdf", desc="PDFs.")})
     url = server.serve("/pdf.zip", zipped)
     installed = await installer.install(url=url)
@@ -507,7 +517,7 @@ async def test_a_linked_skills_folder_is_followed(tmp_path: Path, server: Server
 async def test_a_dangling_skills_link_is_refused_and_left_alone(tmp_path, server) -> None:
     link = tmp_path / "skills"
     link.symlink_to(tmp_path / "gone", target_is_directory=True)
-    installer = SkillInstaller(SkillManager(link))
+    installer = SkillInstaller(SkillManager(link), allow_private_hosts=LOCAL)
     with pytest.raises(SkillInstallError, match=r"is a link to .*gone, which does not exist"):
         await installer.install(content=GOOD_MD.format(name="x", desc="d"))
     assert link.is_symlink() and not (tmp_path / "gone").exists()

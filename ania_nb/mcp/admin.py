@@ -5,24 +5,37 @@ runtime and persisted to the MCP config file (atomically, in the file's own form
 connects first and saves second, and undoes the connection if saving fails, so the runtime and
 the file never disagree; ``mcp_remove`` edits the file first and always succeeds there, even for a
 server that is not running. File I/O runs in worker threads.
+
+``mcp_add`` always waits for an admin's approval (the tool gate's ``ADMIN_APPROVAL_TOOLS``), and
+so does ``mcp_reconnect`` of a server that is not running (it would start the config file's
+entry, which may have been written after the agent started): the admin is shown the command, every
+argument, the environment's names (never its values), the URL and the header names. A reconnect
+starts the entry only if it is still exactly the one the admin was shown. Reconnecting a running
+server reuses the configuration it was started with, never a changed file entry.
 """
 
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
+from collections.abc import Callable, Mapping
+from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
+from ania_nb._preview import preview_file, visible
 from ania_nb.errors import ConfigError, ToolError, UsageError
 from ania_nb.mcp.config import (
     MCPConfigFile,
+    MCPServerConfig,
     check_server_name,
     load_config_file,
+    parse_config,
     save_config_file,
     validate_server,
 )
 from ania_nb.mcp.manager import MCPServerError
-from ania_nb.tools.base import FunctionTool
+from ania_nb.tools.base import FunctionTool, ToolContext
 
 if TYPE_CHECKING:
     from ania_nb.mcp.registry import MCPRegistry
@@ -49,6 +62,87 @@ def _pairs(items: list[str] | None, what: str) -> dict[str, str]:
             raise ToolError(f"{what} item {item!r} is not KEY=VALUE")
         out[key.strip()] = value
     return out
+
+
+def _add_entry(arguments: Mapping[str, Any]) -> dict[str, Any]:
+    """The config entry ``mcp_add`` makes of its arguments (``ToolError`` on bad pairs)."""
+    return {
+        "name": arguments.get("name"),
+        "transport": arguments.get("transport"),
+        "command": arguments.get("command"),
+        "args": arguments.get("args") or [],
+        "env": _pairs(arguments.get("env"), "env"),
+        "endpoint": arguments.get("endpoint"),
+        "headers": _pairs(arguments.get("headers"), "headers"),
+        "timeout": arguments.get("timeout_sec"),
+        "description": arguments.get("description") or "",
+    }
+
+
+def describe_server(server: MCPServerConfig | Mapping[str, Any]) -> list[str]:
+    """What an admin must see before a server starts: program, arguments, env names, URL."""
+    data = server.model_dump() if isinstance(server, MCPServerConfig) else dict(server)
+    transport = data.get("transport") or ("streamable-http" if data.get("endpoint") else "stdio")
+    lines = [f"transport: {visible(str(transport))}"]
+    if data.get("command") is not None or transport == "stdio":
+        lines.append(f"command (the program that will run): {visible(str(data.get('command')))}")
+        args = list(data.get("args") or [])
+        lines.append(f"args ({len(args)}):")
+        lines += [f"  [{n}] {visible(str(arg))}" for n, arg in enumerate(args)]
+        if data.get("cwd"):
+            lines.append(f"working directory: {visible(str(data['cwd']))}")
+    env = sorted(str(k) for k in dict(data.get("env") or {}))
+    if env:
+        lines.append(f"env (names; values hidden): {', '.join(visible(k) for k in env)}")
+    if data.get("endpoint") is not None:
+        lines.append(f"URL: {visible(str(data['endpoint']))}")
+    headers = sorted(str(k) for k in dict(data.get("headers") or {}))
+    if headers:
+        lines.append(f"headers (names; values hidden): {', '.join(visible(k) for k in headers)}")
+    if data.get("timeout") is not None:
+        lines.append(f"timeout: {data['timeout']} s")
+    if data.get("description"):
+        lines.append(f"description: {visible(str(data['description']))}")
+    return lines
+
+
+def _entry_in_file(path: Path, name: str) -> MCPServerConfig | str:
+    """The file's entry for ``name`` (read without blocking on odd files), or why there is none."""
+    limit = 1_000_000
+    text = preview_file(path, limit)
+    if text.startswith("(") and text.endswith(")"):
+        return text.strip("()")
+    if text.endswith("not shown)"):
+        return f"the MCP config file {path} is too large to show"
+    try:
+        _form, servers = parse_config(json.loads(text), source=str(path))
+    except (ValueError, ConfigError) as exc:
+        return f"the MCP config file {path} is not usable: {exc}"
+    found = next((s for s in servers if s.name == name), None)
+    return found if found is not None else f"no MCP server named {name!r} in {path}"
+
+
+class _AdminTool(FunctionTool):
+    """A self-management tool whose approval request says exactly what will start."""
+
+    def __init__(
+        self,
+        func: Callable[..., Any],
+        *,
+        summary: Callable[[Mapping[str, Any]], str],
+        needs_admin: Callable[[Mapping[str, Any]], bool] | None = None,
+    ) -> None:
+        super().__init__(func, side_effects=True)
+        self._describe = summary
+        self._needs_admin = needs_admin
+
+    def approval_summary(self, arguments: Mapping[str, Any]) -> str:
+        """What the admin is shown (the tool gate asks)."""
+        return self._describe(arguments)
+
+    def needs_admin_approval(self, arguments: Mapping[str, Any]) -> bool:
+        """Whether this call must wait for an admin (the tool gate asks)."""
+        return self._needs_admin is not None and self._needs_admin(arguments)
 
 
 async def _read(registry: MCPRegistry) -> MCPConfigFile:
@@ -115,17 +209,19 @@ def admin_tools(registry: MCPRegistry) -> list[FunctionTool]:
     ) -> str:
         """Add an MCP server: connect to it, register its tools and save it to the config file."""
         name = _name(name)
-        entry: dict[str, Any] = {
-            "name": name,
-            "transport": transport,
-            "command": command,
-            "args": args or [],
-            "env": _pairs(env, "env"),
-            "endpoint": endpoint,
-            "headers": _pairs(headers, "headers"),
-            "timeout": timeout_sec,
-            "description": description or "",
-        }
+        entry = _add_entry(
+            {
+                "name": name,
+                "transport": transport,
+                "command": command,
+                "args": args,
+                "env": env,
+                "endpoint": endpoint,
+                "headers": headers,
+                "timeout_sec": timeout_sec,
+                "description": description,
+            }
+        )
         async with registry.file_lock:
             file = await _read(registry)
             if name in file.names() or registry.get(name) is not None:
@@ -178,7 +274,9 @@ def admin_tools(registry: MCPRegistry) -> list[FunctionTool]:
             _log.warning("MCP server %r: error while stopping it", name, exc_info=True)
         return f"MCP server '{name}' removed; its tools are gone from your next step."
 
-    async def mcp_reconnect(name: Name) -> str:
+    shown: dict[str, MCPServerConfig] = {}  # reconnect: the entry each admin was shown
+
+    async def mcp_reconnect(name: Name, ctx: ToolContext) -> str:
         """Reconnect an MCP server (or start one that failed); loaded tools must be loaded again."""
         name = _name(name)
         try:
@@ -189,6 +287,13 @@ def admin_tools(registry: MCPRegistry) -> list[FunctionTool]:
                     raise ToolError(f"no MCP server named '{name}'. Known: [{', '.join(known)}]")
                 if server.disabled:
                     raise ToolError(f"MCP server '{name}' is disabled in {str(path)!r}")
+                # Only the entry an admin approved may start: not one changed after the request.
+                if not ctx.approved or shown.pop(name, None) != server:
+                    raise ToolError(
+                        f"starting MCP server '{name}' from {str(path)!r} needs an admin's "
+                        "approval of exactly that entry, and its entry changed (or was never "
+                        "approved); nothing was started. Call mcp_reconnect again to ask"
+                    )
                 status = await registry.add(server)
             else:
                 status = await registry.reconnect(name)
@@ -201,9 +306,35 @@ def admin_tools(registry: MCPRegistry) -> list[FunctionTool]:
         )
         return f"MCP server '{name}' reconnected ({status.tools} tools); {again}."
 
+    def add_summary(arguments: Mapping[str, Any]) -> str:
+        name = visible(str(arguments.get("name", "")))
+        head = f"mcp_add: start MCP server {name} and save it to {str(path)!r}. It will run:"
+        try:
+            entry = _add_entry(arguments)
+        except ToolError as exc:
+            return f"{head}\n(arguments not usable, nothing will run: {exc})"
+        return "\n".join([head, *describe_server(entry)])
+
+    def reconnect_needs_admin(arguments: Mapping[str, Any]) -> bool:
+        name = str(arguments.get("name", "")).strip()
+        return registry.get(name) is None  # starts the file's entry, not the approved config
+
+    def reconnect_summary(arguments: Mapping[str, Any]) -> str:
+        name = str(arguments.get("name", "")).strip()
+        running = registry.get(name)
+        if running is not None:
+            return f"mcp_reconnect: restart MCP server {visible(name)} with its current config"
+        found = _entry_in_file(Path(path), name)
+        if isinstance(found, str):
+            shown.pop(name, None)
+            return f"mcp_reconnect: start MCP server {visible(name)}: {found}; nothing will run"
+        shown[name] = found
+        head = f"mcp_reconnect: start MCP server {visible(name)} from {str(path)!r}. It will run:"
+        return "\n".join([head, *describe_server(found)])
+
     return [
         FunctionTool(mcp_list),
-        FunctionTool(mcp_add, side_effects=True),
+        _AdminTool(mcp_add, summary=add_summary),
         FunctionTool(mcp_remove, side_effects=True),
-        FunctionTool(mcp_reconnect, side_effects=True),
+        _AdminTool(mcp_reconnect, summary=reconnect_summary, needs_admin=reconnect_needs_admin),
     ]

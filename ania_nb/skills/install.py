@@ -14,7 +14,8 @@ import re
 import secrets
 import shutil
 import tempfile
-from collections.abc import Callable
+import unicodedata
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING
@@ -40,6 +41,8 @@ log = logging.getLogger("ania_nb.skills")
 GITHUB_HOSTS = frozenset({"github.com", "www.github.com"})
 GITHUB_BRANCHES = ("main", "master")
 _BAD_NAME_RE = re.compile(r"[/\\\x00-\x1f]")
+# Invisible characters that make two names look the same: refused, never silently dropped.
+ZERO_WIDTH = frozenset("\u200b\u200c\u200d\u2060\ufeff")
 
 
 @dataclass(frozen=True)
@@ -50,9 +53,20 @@ class Installed:
     replaced: bool
 
 
+def _check_visible(name: str) -> None:
+    hidden = sorted({f"U+{ord(ch):04X}" for ch in name if ch in ZERO_WIDTH})
+    if hidden:
+        raise SkillInstallError(
+            f"invalid skill name {name!r}: it contains zero-width characters "
+            f"({', '.join(hidden)}); use visible characters only"
+        )
+
+
 def check_dir_name(name: str) -> str:
-    """Return ``name`` stripped if it is a safe skill folder name, else raise."""
-    cleaned = name.strip()
+    """``name`` NFKC-normalised and stripped if it is a safe skill folder name, else raise."""
+    _check_visible(name)
+    # NFKC: a full-width or ligature look-alike of an installed skill's name is that name.
+    cleaned = unicodedata.normalize("NFKC", name).strip()
     if not cleaned or cleaned in (".", "..") or cleaned.startswith("."):
         raise SkillInstallError(
             f"invalid skill name {name!r}: it must be non-empty and not start with '.'"
@@ -91,15 +105,22 @@ class SkillInstaller:
         max_entries: int = 500,
         max_content_bytes: int = 256 * 1024,
         timeout: float = 120.0,
+        allow_private_hosts: Iterable[str] = (),
     ) -> None:
-        """Configure limits; without ``http_client`` each download uses a fresh client."""
+        """Configure limits; without ``http_client`` each download uses a fresh guarded client.
+
+        Downloads reach public addresses only, plus ``allow_private_hosts`` (addresses or CIDR
+        networks, ``skills.allow_private_hosts``).
+        """
         self.manager = manager
         self.oplog = oplog
         self.codeload_base = codeload_base.rstrip("/")
         self.max_download_bytes = max_download_bytes
         self.max_content_bytes = max_content_bytes
         self.limits = ArchiveLimits(max_entries=max_entries, max_unpacked_bytes=max_unpacked_bytes)
-        self._downloader = Downloader(http_client, timeout=timeout)
+        self._downloader = Downloader(
+            http_client, timeout=timeout, allow_private_hosts=allow_private_hosts
+        )
 
     async def install(
         self,
@@ -110,15 +131,18 @@ class SkillInstaller:
         actor: str | None = None,
         session: str | None = None,
         category: str = "skill",
+        replace: bool = True,
     ) -> Installed:
         """Install from exactly one of ``url`` and ``content``; ``name`` picks the folder.
 
-        The attempt is written to the op log under ``category`` (``"ai"`` for the AI's tools).
+        ``replace=False`` refuses to overwrite an installed skill (the AI's tool passes it unless
+        an admin approved the replacement). The attempt is written to the op log under
+        ``category`` (``"ai"`` for the AI's tools).
         """
         source = url.strip() if url and url.strip() else "content"
         audit = _Audit(self.oplog, category, "skill_install", actor, session)
         try:
-            result = await self._install(url, content, name)
+            result = await self._install(url, content, name, replace)
         except SkillInstallError as exc:
             exc.source = source
             exc.skill = exc.skill or (name.strip() if name and name.strip() else None)
@@ -151,7 +175,9 @@ class SkillInstaller:
 
     # -- install ---------------------------------------------------------------------------
 
-    async def _install(self, url: str | None, content: str | None, name: str | None) -> Installed:
+    async def _install(
+        self, url: str | None, content: str | None, name: str | None, replace: bool = True
+    ) -> Installed:
         url = url.strip() if url else ""
         if bool(url) == bool(content):
             raise SkillInstallError(
@@ -160,7 +186,7 @@ class SkillInstaller:
             )
         folder_name = check_dir_name(name) if name is not None and name.strip() else None
         if content:
-            return await self._from_text(content, folder_name, hint=None)
+            return await self._from_text(content, folder_name, hint=None, replace=replace)
         try:
             parts = urlsplit(url)
             parts.port  # noqa: B018  # raises ValueError for a port outside 0-65535
@@ -173,7 +199,9 @@ class SkillInstaller:
         if parts.hostname.lower() in GITHUB_HOSTS and len(segments) == 2:
             owner, repo = segments[0], segments[1].removesuffix(".git")
             data = await self._github_zip(owner, repo)
-            return await self._from_zip(data, folder_name, hint=repo, use_layout=False)
+            return await self._from_zip(
+                data, folder_name, hint=repo, use_layout=False, replace=replace
+            )
         if parts.path.lower().endswith((".md", ".markdown")):
             body = await self._downloader.fetch(url, self.max_content_bytes, "the SKILL.md")
             try:
@@ -181,9 +209,9 @@ class SkillInstaller:
             except UnicodeDecodeError:
                 raise SkillInstallError(f"{url} is not UTF-8 text") from None
             hint = stem if stem and stem.lower() != "skill" else None
-            return await self._from_text(text, folder_name, hint=hint)
+            return await self._from_text(text, folder_name, hint=hint, replace=replace)
         data = await self._downloader.fetch(url, self.max_download_bytes, "the zip")
-        return await self._from_zip(data, folder_name, hint=stem, use_layout=True)
+        return await self._from_zip(data, folder_name, hint=stem, use_layout=True, replace=replace)
 
     async def _github_zip(self, owner: str, repo: str) -> bytes:
         refused: list[str] = []
@@ -200,7 +228,9 @@ class SkillInstaller:
             f"({', '.join(refused)}); check the URL, or link a zip or SKILL.md directly"
         )
 
-    async def _from_text(self, text: str, folder_name: str | None, hint: str | None) -> Installed:
+    async def _from_text(
+        self, text: str, folder_name: str | None, hint: str | None, *, replace: bool
+    ) -> Installed:
         size = len(text.encode("utf-8"))
         if size > self.max_content_bytes:
             raise SkillInstallError(
@@ -213,19 +243,30 @@ class SkillInstaller:
         def write(staging: Path) -> None:
             (staging / SKILL_FILE).write_text(text, encoding="utf-8")
 
-        return await self._stage_and_place(write, folder_name, hint)
+        return await self._stage_and_place(write, folder_name, hint, replace=replace)
 
     async def _from_zip(
-        self, data: bytes, folder_name: str | None, hint: str | None, *, use_layout: bool
+        self,
+        data: bytes,
+        folder_name: str | None,
+        hint: str | None,
+        *,
+        use_layout: bool,
+        replace: bool,
     ) -> Installed:
         def unpack(staging: Path) -> str | None:
             top = extract_skill_zip(data, staging, self.limits)
             return top if use_layout else None
 
-        return await self._stage_and_place(unpack, folder_name, hint)
+        return await self._stage_and_place(unpack, folder_name, hint, replace=replace)
 
     async def _stage_and_place(
-        self, fill: Callable[[Path], str | None], folder_name: str | None, hint: str | None
+        self,
+        fill: Callable[[Path], str | None],
+        folder_name: str | None,
+        hint: str | None,
+        *,
+        replace: bool,
     ) -> Installed:
         root = self.manager.dir
         staging = await asyncio.to_thread(_make_staging, root)
@@ -237,6 +278,8 @@ class SkillInstaller:
             target = root / dir_name
             async with self.manager.lock:
                 self._check_allowed(skill_name, target)
+                if not replace:
+                    await asyncio.to_thread(_refuse_replacing, target, skill_name)
                 replaced = await asyncio.to_thread(_swap_in, staging, target)
         finally:
             await asyncio.to_thread(shutil.rmtree, staging, True)
@@ -341,6 +384,16 @@ def _make_staging(root: Path) -> Path:
         raise SkillInstallError(f"cannot prepare the skills folder {root}: {exc}") from None
 
 
+def _refuse_replacing(target: Path, skill_name: str) -> None:
+    """Without an admin's approval an installed skill is never overwritten."""
+    if (target / SKILL_FILE).exists():  # links and non-skill folders: `_swap_in` explains
+        raise SkillInstallError(
+            f"a skill is already installed in {target.name}/; replacing it needs an admin's "
+            f"approval: call skill_install again with name={target.name!r} (an admin will be "
+            "asked), or pick another name. Nothing was changed"
+        )
+
+
 def _validate(staging: Path) -> SkillMeta:
     try:
         meta = parse_frontmatter((staging / SKILL_FILE).read_text(encoding="utf-8"))
@@ -353,6 +406,14 @@ def _validate(staging: Path) -> SkillMeta:
             "SKILL.md has no description; start it with a frontmatter block such as\n"
             "---\nname: my-skill\ndescription: What it does and when to use it.\n---"
         )
+    if meta.name:
+        _check_visible(meta.name)
+        normal = unicodedata.normalize("NFKC", meta.name)
+        if normal != meta.name:  # a look-alike of another name: say which one it is
+            raise SkillInstallError(
+                f"the skill name {meta.name!r} in SKILL.md is not in normal form (NFKC); write "
+                f"it as {normal!r}. Nothing was installed"
+            )
     return meta
 
 

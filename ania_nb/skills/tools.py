@@ -7,15 +7,18 @@
 from __future__ import annotations
 
 import asyncio
-from typing import TYPE_CHECKING
+from collections.abc import Iterable, Mapping
+from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, Field
 
+from ania_nb._preview import visible
 from ania_nb.errors import ToolError
 from ania_nb.tools.base import BaseTool, Tool, ToolContext
 
 from .errors import SkillInstallError
-from .install import SkillInstaller
+from .frontmatter import FrontmatterError, parse_frontmatter
+from .install import SkillInstaller, check_dir_name
 from .manager import SKILL_FILE, Skill, SkillManager
 
 if TYPE_CHECKING:
@@ -33,6 +36,8 @@ __all__ = [
 ]
 
 MAX_READ_CHARS = 16000
+MAX_PARSED_CHARS = 256 * 1024  # larger SKILL.md text is refused by the installer anyway
+SUMMARY_CONTENT_CHARS = 4000  # SKILL.md text shown to the admin who approves a replacement
 MAX_LISTED = 200  # attachments listed per section; a vendored tree must not flood the context
 CATEGORY = "ai"  # op-log category of AI-originated changes; the actor is the requesting user
 
@@ -221,7 +226,7 @@ class SkillInstallParams(BaseModel):
 class SkillInstallTool(BaseTool[SkillInstallParams]):
     """Install a skill from a URL or from SKILL.md text; it is active at once.
 
-    Installing a skill that exists replaces the older version.
+    Replacing an installed skill needs an admin's approval: pass its folder as name.
     """
 
     name = "skill_install"
@@ -231,8 +236,54 @@ class SkillInstallTool(BaseTool[SkillInstallParams]):
         """Install through ``installer``."""
         self.installer = installer
 
+    def _target(self, arguments: Mapping[str, Any]) -> str | None:
+        """The folder the call installs into, when it is known before downloading."""
+        name = str(arguments.get("name") or "")
+        content = str(arguments.get("content") or "")
+        url = str(arguments.get("url") or "").strip()
+        if not name.strip() and content and not url and len(content) <= MAX_PARSED_CHARS:
+            try:
+                name = parse_frontmatter(content).name or ""
+            except FrontmatterError:
+                return None
+        try:
+            return check_dir_name(name) if name.strip() else None
+        except SkillInstallError:
+            return None
+
+    def _installed(self, folder: str) -> bool:
+        manager = self.installer.manager
+        if any(s.folder is not None and s.folder.name == folder for s in manager.skills.values()):
+            return True
+        if any(e.path.startswith(f"{folder}/") for e in manager.errors):
+            return True
+        return (manager.dir / folder / SKILL_FILE).exists()  # one stat: a skill not loaded yet
+
+    def needs_admin_approval(self, arguments: Mapping[str, Any]) -> bool:
+        """A call that would overwrite an installed skill waits for an admin (the gate asks)."""
+        target = self._target(arguments)
+        return target is not None and self._installed(target)
+
+    def approval_summary(self, arguments: Mapping[str, Any]) -> str:
+        """What the approver sees: which skill is replaced, and the source in full."""
+        target = self._target(arguments)
+        if target is not None and self._installed(target):
+            head = f"skill_install REPLACES the installed skill in {visible(target + '/')} with"
+        else:
+            head = "skill_install installs a new skill from"
+        url = str(arguments.get("url") or "")
+        if url.strip():
+            return f"{head} the download {visible(url)}"
+        content = str(arguments.get("content") or "")
+        shown = content[:SUMMARY_CONTENT_CHARS]
+        more = len(content) - len(shown)
+        tail = f"\n… ({more} more characters not shown)" if more else ""
+        return f"{head} this SKILL.md ({len(content)} characters):\n{shown}{tail}"
+
     async def execute(self, params: SkillInstallParams, ctx: ToolContext) -> str:
         """Install, then describe the active skill."""
+        # Overwriting is allowed only when the gate asked an admin about this very replacement.
+        replace = ctx.approved and self.needs_admin_approval(params.model_dump())
         try:
             done = await self.installer.install(
                 url=params.url,
@@ -241,6 +292,7 @@ class SkillInstallTool(BaseTool[SkillInstallParams]):
                 actor=ctx.sender,
                 session=ctx.session,
                 category=CATEGORY,
+                replace=replace,
             )
         except SkillInstallError as exc:
             raise ToolError(str(exc)) from None
@@ -288,11 +340,20 @@ def skill_tools(
     oplog: OpLog | None = None,
     http_client: httpx2.AsyncClient | None = None,
     installer: SkillInstaller | None = None,
+    allow_private_hosts: Iterable[str] = (),
 ) -> list[Tool]:
-    """The skill tools for ``manager``, sorted by name; admin tools only with ``self_manage``."""
+    """The skill tools for ``manager``, sorted by name; admin tools only with ``self_manage``.
+
+    ``allow_private_hosts``: non-public addresses/networks downloads may reach (tests, intranet).
+    """
     tools: list[Tool] = [SkillReadTool(manager), SkillReloadTool(manager)]
     if self_manage:
         if installer is None:
-            installer = SkillInstaller(manager, http_client=http_client, oplog=oplog)
+            installer = SkillInstaller(
+                manager,
+                http_client=http_client,
+                oplog=oplog,
+                allow_private_hosts=allow_private_hosts,
+            )
         tools += [SkillListTool(manager), SkillInstallTool(installer), SkillRemoveTool(installer)]
     return sorted(tools, key=lambda t: t.name)
