@@ -249,6 +249,25 @@ class SkillSettings(Section):
     self_manage: bool = Field(
         False, description="Give the AI skill_list/skill_install/skill_remove."
     )
+    allow_private_hosts: list[str] = Field(
+        default_factory=list,
+        description="Non-public addresses or CIDR networks skill_install may download from "
+        "(e.g. an intranet skill server); empty = public addresses only.",
+    )
+
+    @field_validator("allow_private_hosts")
+    @classmethod
+    def _networks(cls, value: list[str]) -> list[str]:
+        import ipaddress
+
+        for item in value:
+            try:
+                ipaddress.ip_network(item.strip(), strict=False)
+            except ValueError:
+                raise ValueError(
+                    f"{item!r} is not an IP address or CIDR network (e.g. 10.0.0.5, 10.1.0.0/16)"
+                ) from None
+        return [item.strip() for item in value]
 
 
 class AdminSettings(Section):

@@ -113,7 +113,12 @@ async def _open_skills(config: Config, tools: ToolExecutor, store: Store) -> Ski
 
     manager = SkillManager(folder, whitelist=config.skills.whitelist)
     await manager.reload()
-    for tool in skill_tools(manager, self_manage=config.skills.self_manage, oplog=store.oplog):
+    for tool in skill_tools(
+        manager,
+        self_manage=config.skills.self_manage,
+        oplog=store.oplog,
+        allow_private_hosts=config.skills.allow_private_hosts,
+    ):
         tools.add(tool, replace=True)
     return manager
 
