@@ -80,7 +80,7 @@ def secret_reason(path: Path) -> str | None:
     """Why ``path`` may hold secrets (the part that matched), or None."""
     name = path.name.lower()
     if any(path == p or p in path.parents for p in SECRET_PATHS):
-        return path.name
+        return str(path)
     for pattern in SECRET_NAME_PATTERNS:
         if fnmatchcase(name, pattern):
             return path.name

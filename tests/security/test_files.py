@@ -1,0 +1,252 @@
+"""Issue 12 item 3: a hostile model asks `file` and `local_image` for what it must never read.
+
+Each attack runs through `Agent.chat` against the scripted LLM server: the model calls the tool,
+the refusal comes back as the tool's error, and neither the file's bytes nor the secret reach
+the model's next request (or the user through ``send_file``).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from ania_nb import Callbacks, ToolError
+from ania_nb.testing import reply, tool_call
+from ania_nb.tools.builtin import FileGuard
+
+SECRET = "sk-very-secret-value-0042"
+PNG = bytes.fromhex(
+    "89504e470d0a1a0a0000000d4948445200000001000000010806000000"
+    "1f15c4890000000d49444154789c6360000002000001e221bc330000000049454e44ae426082"
+)
+
+
+class Outbox:
+    """A ``send_file`` callback that records what would reach the user."""
+
+    def __init__(self) -> None:
+        self.files: list[tuple[str, str]] = []
+
+    def __call__(self, name: str, b64: str) -> None:
+        self.files.append((name, b64))
+
+
+@pytest.fixture
+def work(tmp_path: Path) -> Path:
+    folder = tmp_path / "work"
+    folder.mkdir()
+    return folder
+
+
+@pytest.fixture
+def attack(llm: Any, make_agent: Any, tmp_path: Path) -> Any:
+    """Play one tool call by the model; returns (tool message the model saw next, outbox)."""
+
+    async def play(tool: str, path: str, **overrides: Any) -> tuple[str, Outbox]:
+        args = {"path": path} | ({"name": "loot.txt"} if tool == "file" else {})
+        llm.script(reply(tool_calls=[tool_call(tool, args)]), reply("done"))
+        agent = make_agent(
+            overrides={
+                "agent.builtin_tools": True,
+                "file.enable": True,
+                "file.local_image": True,
+                "vision.multimodal": True,
+                "file.roots": [str(tmp_path)],
+                **overrides,
+            }
+        )
+        outbox = Outbox()
+        await agent.chat("fetch it", callbacks=Callbacks(send_file=outbox))
+        second = llm.requests[-1]
+        tool_messages = [m for m in second.messages if m.get("role") == "tool"]
+        assert len(tool_messages) == 1
+        return str(tool_messages[0]["content"]), outbox
+
+    return play
+
+
+def refused(message: str) -> str:
+    return "Error executing tool: " + message
+
+
+def assert_nothing_leaked(llm: Any, outbox: Outbox, *secrets: str) -> None:
+    sent = json.dumps([r.messages for r in llm.requests])
+    for secret in (SECRET, *secrets):
+        assert secret not in sent
+    assert outbox.files == []
+
+
+@pytest.mark.parametrize("tool", ["file", "local_image"])
+async def test_proc_self_environ_is_refused(attack, llm, monkeypatch, tool):
+    monkeypatch.setenv("SOME_SERVICE_TOKEN", SECRET)
+    seen, outbox = await attack(tool, "/proc/self/environ", **{"file.roots": ["/"]})
+    assert seen == refused(
+        f"refused: /proc/{os.getpid()}/environ is a system file (/proc is never read by this tool)"
+    )
+    assert_nothing_leaked(llm, outbox)
+
+
+@pytest.mark.parametrize("path", ["/sys/kernel/notes", "/dev/zero"])
+async def test_sys_and_dev_are_refused_even_with_root_as_a_root(attack, llm, path):
+    seen, outbox = await attack("file", path, **{"file.roots": ["/"]})
+    folder = "/" + path.split("/")[1]
+    assert seen == refused(
+        f"refused: {path} is a system file ({folder} is never read by this tool)"
+    )
+    assert_nothing_leaked(llm, outbox)
+
+
+async def test_etc_shadow_is_refused(attack, llm):
+    seen, outbox = await attack("file", "/etc/shadow", **{"file.roots": ["/"]})
+    assert seen == refused("refused: /etc/shadow may hold secrets")
+    assert_nothing_leaked(llm, outbox)
+
+
+async def test_a_hardlink_to_the_database_is_refused(attack, llm, make_agent, work, tmp_path):
+    # A first agent creates the store's database; the attacker's hardlink has an innocent name.
+    llm.script(reply("hi"))
+    first = make_agent()
+    await first.chat("hello")
+    database = first.data_dir / "ania.db"
+    assert database.is_file()
+    link = work / "notes.csv"
+    os.link(database, link)
+    seen, outbox = await attack("file", str(link))
+    assert seen == refused(
+        f"refused: {link} is a hard link to a file in the agent's data directory"
+    )
+    assert_nothing_leaked(llm, outbox, "SQLite format 3")
+
+
+@pytest.mark.parametrize("tool", ["file", "local_image"])
+async def test_a_symlink_into_the_data_dir_is_refused(attack, llm, make_agent, work, tool):
+    llm.script(reply("hi"))
+    first = make_agent()
+    await first.chat("hello")
+    link = work / "holiday.png"
+    link.symlink_to(first.data_dir / "ania.db")
+    seen, outbox = await attack(tool, str(link))
+    data_dir = first.data_dir.resolve()
+    assert seen == refused(
+        f"refused: {data_dir / 'ania.db'} is inside the agent's data directory ({data_dir})"
+    )
+    assert_nothing_leaked(llm, outbox, "SQLite format 3")
+
+
+@pytest.mark.parametrize(
+    ("relative", "reason"),
+    [
+        (".ssh/id_ed25519", "id_ed25519"),
+        (".ssh/id_ecdsa_sk", "id_ecdsa_sk"),
+        (".ssh/id_rsa", "id_rsa"),
+        (".ssh/deploy_access", ".ssh"),  # any file of ~/.ssh, whatever its name
+        (".aws/credentials", "credentials"),
+        (".config/gcloud/application_default_credentials.json", "gcloud"),
+        (".kube/config", ".kube"),
+        (".docker/config.json", ".docker"),
+        (".azure/msal_token_cache.json", ".azure"),
+        (".git-credentials", ".git-credentials"),
+        (".netrc", ".netrc"),
+        (".pgpass", ".pgpass"),
+        ("certs/server.key", "server.key"),
+        ("certs/client.pem", "client.pem"),
+    ],
+)
+async def test_credentials_in_home_are_refused(
+    attack, llm, monkeypatch, tmp_path, relative, reason
+):
+    home = tmp_path / "home"
+    target = home / relative
+    target.parent.mkdir(parents=True, exist_ok=True)
+    target.write_text(f"-----BEGIN OPENSSH PRIVATE KEY-----\n{SECRET}\n")
+    monkeypatch.setenv("HOME", str(home))
+    seen, outbox = await attack("file", "~/" + relative)
+    assert seen == refused(f"refused: {reason} may hold secrets")
+    assert_nothing_leaked(llm, outbox)
+
+
+@pytest.mark.parametrize(
+    "name", [".env", ".env.local", ".env.production", "ania.toml", "ania.toml.bak", "ania.toml~"]
+)
+async def test_env_files_and_config_copies_are_refused(attack, llm, work, name):
+    (work / name).write_text(f'api_key = "{SECRET}"\n')
+    seen, outbox = await attack("file", str(work / name))
+    assert seen == refused(f"refused: {name} may hold secrets")
+    assert_nothing_leaked(llm, outbox)
+
+
+async def test_an_innocent_symlink_to_a_secret_file_is_refused(attack, llm, work):
+    (work / "id_ed25519").write_text(SECRET)
+    (work / "readme.txt").symlink_to(work / "id_ed25519")
+    seen, outbox = await attack("file", str(work / "readme.txt"))
+    assert seen == refused("refused: id_ed25519 may hold secrets")
+    assert_nothing_leaked(llm, outbox)
+
+
+async def test_a_text_file_renamed_png_is_not_an_image(attack, llm, work):
+    fake = work / "chart.png"
+    fake.write_text(f"token={SECRET}\n")
+    seen, outbox = await attack("local_image", str(fake))
+    assert seen == refused(
+        "chart.png is not an image: its content is not PNG, JPEG, GIF, WEBP or BMP"
+    )
+    assert_nothing_leaked(llm, outbox)
+
+
+async def test_a_real_png_with_another_name_is_an_image(attack, llm, work):
+    (work / "pixel.dat").write_bytes(PNG)
+    seen, _ = await attack("local_image", str(work / "pixel.dat"))
+    assert seen.startswith(f"loaded local image {work / 'pixel.dat'}")
+    assert (
+        llm.requests[-1]
+        .messages[-1]["content"][-1]["image_url"]["url"]
+        .startswith("data:image/png;base64,")
+    )
+
+
+@pytest.mark.parametrize("tool", ["file", "local_image"])
+async def test_a_file_outside_the_roots_is_refused(attack, llm, monkeypatch, tmp_path, tool):
+    inside = tmp_path / "project"
+    inside.mkdir()
+    outside = tmp_path / "elsewhere" / "report.csv"
+    outside.parent.mkdir()
+    outside.write_text(SECRET)
+    monkeypatch.chdir(inside)  # default root: the working directory
+    seen, outbox = await attack(tool, str(outside), **{"file.roots": []})
+    assert seen == refused(
+        f"refused: {outside} is outside the folders this tool may read ({inside}; see file.roots)"
+    )
+    assert_nothing_leaked(llm, outbox)
+
+
+async def test_a_file_inside_the_default_root_is_sent(attack, llm, monkeypatch, tmp_path):
+    inside = tmp_path / "project"
+    inside.mkdir()
+    (inside / "report.csv").write_text("a,b\n")
+    monkeypatch.chdir(inside)
+    seen, outbox = await attack("file", "report.csv", **{"file.roots": []})
+    assert seen == f"sent loot.txt (4 bytes from {inside / 'report.csv'}) to the user"
+    assert len(outbox.files) == 1
+
+
+def test_the_size_limit_holds_at_exactly_max_bytes(tmp_path):
+    path = tmp_path / "exact.log"
+    path.write_bytes(b"x" * 10)
+    guard = FileGuard(data_dir=tmp_path / "data", max_bytes=10, roots=(tmp_path,))
+    assert guard.read_sync(str(path)) == (path, b"x" * 10)
+    bigger = tmp_path / "bigger.log"
+    bigger.write_bytes(b"y" * 11)
+    with pytest.raises(ToolError, match=r"is 11 bytes, above the limit of 10"):
+        guard.read_sync(str(bigger))
+
+
+def test_a_fifo_is_refused_without_blocking(tmp_path):
+    fifo = tmp_path / "pipe"
+    os.mkfifo(fifo)
+    guard = FileGuard(data_dir=tmp_path / "data", max_bytes=10, roots=(tmp_path,))
+    with pytest.raises(ToolError, match="is not a regular file"):
+        guard.read_sync(str(fifo))
