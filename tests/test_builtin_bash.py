@@ -26,7 +26,10 @@ SESSION = "nb:tools"
 @pytest.fixture
 def bash_agent(make_agent: Any) -> Any:
     def build(**overrides: Any) -> Any:
-        return make_agent(overrides={"agent.builtin_tools": True, "bash.enable": True, **overrides})
+        # bash asks by default (bash.require_approval); these tests run commands unattended.
+        settings = {"agent.builtin_tools": True, "bash.enable": True}
+        settings["bash.require_approval"] = False
+        return make_agent(overrides={**settings, **overrides})
 
     return build
 

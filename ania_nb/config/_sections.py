@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 from urllib.parse import urlsplit
 
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator
@@ -166,7 +166,11 @@ class BashSettings(Section):
         json_schema_extra={"sensitive": "values"},
     )
     whitelist: list[str] = Field(
-        default_factory=list, description="Regexes of commands that run without asking."
+        default_factory=list,
+        description="Regexes, matched from the start of the command, of commands that run "
+        "without asking; only a single simple command qualifies (no ; && || | & newlines, $, "
+        "backticks, redirections, parentheses or comments). A rule allowing a program that runs "
+        "its arguments (sh, env, xargs, find -exec, git -c ...) allows anything.",
     )
     blacklist: list[str] = Field(
         default_factory=lambda: [
@@ -174,7 +178,36 @@ class BashSettings(Section):
             r"\bmkfs",  # anywhere: also after sudo, $(...), xargs
             r"\b(shutdown|reboot|halt|poweroff)\b",
         ],
-        description="Regexes of commands that are always refused.",
+        description="Regexes (searched anywhere) of commands that are always refused: a "
+        "convenience against mistakes, not a security boundary (a shell can spell anything "
+        "another way); use approval and bash.sandbox for that.",
+    )
+    require_approval: bool = Field(
+        True,
+        description="Ask a person before every command the whitelist does not cover, even "
+        "when approval.enable is off. Turn off only for unattended, trusted use.",
+    )
+    workdir: str = Field(
+        "", description="Folder commands run in (writable in the sandbox); empty = current."
+    )
+    sandbox: Literal["none", "bwrap"] = Field(
+        "none",
+        description="'bwrap': run commands in a bubblewrap sandbox (read-only system, writable "
+        "workdir, private /tmp, no network, data directory and credentials hidden, cleared "
+        "environment, resource limits); 'none': run them directly as this user.",
+    )
+    sandbox_network: bool = Field(False, description="Let sandboxed commands use the network.")
+    sandbox_cpu_seconds: int = Field(
+        60, ge=0, description="CPU seconds a sandboxed command may use (0 = no limit)."
+    )
+    sandbox_memory_mb: int = Field(
+        2048, ge=0, description="Address space of each sandboxed process in MiB (0 = no limit)."
+    )
+    sandbox_max_processes: int = Field(
+        256,
+        ge=0,
+        description="Processes a sandboxed command may run (RLIMIT_NPROC: not enforced for "
+        "root; 0 = no limit).",
     )
     timeout: float = Field(
         120.0, gt=0, le=3600, description="Seconds before the command is killed."

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 from ..base import Tool
 from ._http import HttpSource
 from ._paths import FileGuard
-from .bash import BashTool
+from .bash import BashTool, sandbox_hidden
 from .current_time import TimeTool
 from .files import SendFileTool
 from .images import ImageViewer, LoadImagesTool, LocalImageTool
@@ -82,7 +82,12 @@ def gated_tools(config: Config, viewer: ImageViewer) -> list[Tool]:
     tools: list[Tool] = []
     if config.bash.enable:
         tools.append(
-            BashTool(config.bash, approval_enabled=config.approval.enable, security=config.security)
+            BashTool(
+                config.bash,
+                approval_enabled=config.approval.enable,
+                security=config.security,
+                hidden=sandbox_hidden(config),
+            )
         )
     if config.file.enable:
         tools.append(SendFileTool(guard))

@@ -25,7 +25,7 @@ import re
 import signal
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 from pydantic import BaseModel, Field
 
@@ -36,9 +36,25 @@ from ..base import BaseTool, ToolContext
 from ._sandbox import MISSING_BWRAP, Sandbox, bwrap_argv, find_program, sandbox_env
 from ._shellwords import is_simple_command
 
+if TYPE_CHECKING:  # pragma: no cover
+    from ...config import Config
+
 TRUNCATED = "\n...(output truncated)"
 SUMMARY_LIMIT = 300
 KILL_GRACE = 2.0  # seconds to wait for a killed command's shell to be reaped
+
+
+def sandbox_hidden(config: Config) -> tuple[Path, ...]:
+    """What the sandbox hides: the data directory and the files ania-nb obeys or reads keys from."""
+    from ...config import DEFAULT_CONFIG_FILE
+
+    return (
+        Path(config.store.data_dir),
+        Path(DEFAULT_CONFIG_FILE),
+        Path(config.mcp.config_file),
+        Path(config.hooks.file),
+        Path(config.commands.file),
+    )
 
 
 class BashParams(BaseModel):
@@ -228,8 +244,10 @@ class BashTool(BaseTool[BashParams]):
 
 
 class _Output(asyncio.SubprocessProtocol):
-    """A command's stdout and stderr (the first ``keep`` bytes each), with ``exited`` and
-    ``finished`` futures: the shell ended / its output pipes closed too."""
+    """A command's stdout and stderr (the first ``keep`` bytes of each), with two futures.
+
+    ``exited``: the shell ended; ``finished``: its output pipes closed too.
+    """
 
     def __init__(self, keep: int) -> None:
         loop = asyncio.get_running_loop()
