@@ -499,3 +499,91 @@ async def test_post_tool_use_does_not_fire_for_blocked_calls(
     assert "[Plan mode]" in by_name["write_note"].result
     events = [json.loads(p.read_text()) for p in posts.iterdir()]
     assert [e["tool_name"] for e in events] == ["peek"]
+
+
+# ------------------------------------------------------- Claude Code semantics (issue 12)
+
+
+def test_matchers_take_claude_code_tool_names_where_they_map():
+    table = parse_hooks(
+        {
+            "hooks": {
+                "PreToolUse": [
+                    {"matcher": "Bash", "hooks": [{"command": "bash-hook"}]},
+                    {"matcher": "Read", "hooks": [{"command": "read-hook"}]},
+                    {"matcher": "Write|Edit", "hooks": [{"command": "write-hook"}]},
+                    {"matcher": "Web.*", "hooks": [{"command": "web-hook"}]},
+                    {"matcher": "*", "hooks": [{"command": "all-hook"}]},
+                    {"matcher": "Write", "command": "original-form"},  # regex search there
+                ]
+            }
+        }
+    )
+
+    def fired(tool_name: str) -> list[str]:
+        return [h.command for h in table["PreToolUse"] if h.matches(tool_name)]
+
+    assert fired("bash") == ["bash-hook", "all-hook"]
+    assert fired("file") == fired("local_image") == ["read-hook", "all-hook"]
+    # Claude form: simple names are exact, so "Write" is not "TodoWrite" ...
+    assert fired("todo_write") == ["all-hook", "original-form"]  # ... but a regex searches
+    assert fired("webSearch") == fired("webExplore") == ["web-hook", "all-hook"]
+    assert fired("python") == ["all-hook"]  # no Claude Code equivalent
+    assert fired("") == ["all-hook"]  # events without a tool
+
+
+def test_tool_input_is_the_arguments_object_or_the_raw_text():
+    def tool_input(arguments: str):
+        return payload_for("PreToolUse", "s", tool_name="t", tool_input=arguments)["tool_input"]
+
+    assert tool_input('{"a": [1, 2]}') == {"a": [1, 2]}
+    assert tool_input("") == {}
+    assert tool_input("{not json") == "{not json"
+    assert tool_input("[1, 2]") == "[1, 2]"  # not an object: kept as sent
+
+
+@pytest.mark.parametrize(
+    ("event", "stdout", "expected"),
+    [
+        ("UserPromptSubmit", "{not json, just braces", {"context": "{not json, just braces"}),
+        ("PreToolUse", '{"decision": "approve"}', {"allow": True}),
+        ("PreToolUse", '{"suppressOutput": true, "systemMessage": "hi"}', {"messages": ["hi"]}),
+        ("Stop", '{"decision": "block", "reason": "keep going"}', {"blocked": True}),
+        ("SessionStart", '{"continue": false}', {"stopped": True}),
+    ],
+)
+async def test_json_answers_fold_into_the_outcome(tmp_path, hook_script, event, stdout, expected):
+    script = hook_script("answer.sh", f"cat <<'OUT'\n{stdout}\nOUT\n")
+    runner = runner_for(write_hooks(tmp_path / "h.json", {event: [{"command": str(script)}]}))
+    outcome = await runner.run(event, payload_for(event, "s"))
+    assert outcome.errors == []
+    for name, value in expected.items():
+        assert getattr(outcome, name) == value, name
+
+
+@pytest.mark.parametrize(
+    "stdout",
+    [
+        '{"hookSpecificOutput": {"hookEventName": "PostToolUse", "additionalContext": "x"}}',
+        '{"continue": "no"}',
+        '{"decision": "maybe"}',
+    ],
+)
+async def test_unreadable_json_answers_are_non_blocking_errors(tmp_path, hook_script, stdout):
+    script = hook_script("answer.sh", f"cat <<'OUT'\n{stdout}\nOUT\n")
+    hooks = {"UserPromptSubmit": [{"command": str(script)}]}
+    runner = runner_for(write_hooks(tmp_path / "h.json", hooks))
+    outcome = await runner.run("UserPromptSubmit", payload_for("UserPromptSubmit", "s"))
+    assert not outcome.blocked and not outcome.stopped and outcome.context == ""
+    assert len(outcome.errors) == 1 and "unreadable JSON output" in outcome.errors[0]
+
+
+async def test_a_python_hook_can_ask_allow_and_stop(tmp_path):
+    runner = runner_for(tmp_path / "none.json", enable=False)
+    runner.add("PreToolUse", lambda e, p: HookResult(decision="allow"))
+    runner.add("PreToolUse", lambda e, p: HookResult(decision="ask", context="why"))
+    outcome = await runner.run("PreToolUse", pre_tool())
+    assert (outcome.ask, outcome.allow, outcome.context) == (True, False, "why")
+    runner.add("PreToolUse", lambda e, p: HookResult(stop=True))
+    outcome = await runner.run("PreToolUse", pre_tool())
+    assert outcome.stopped and outcome.stop_reason == "a hook stopped this"
