@@ -550,6 +550,11 @@ def test_tool_input_is_the_arguments_object_or_the_raw_text():
         ("PreToolUse", '{"suppressOutput": true, "systemMessage": "hi"}', {"messages": ["hi"]}),
         ("Stop", '{"decision": "block", "reason": "keep going"}', {"blocked": True}),
         ("SessionStart", '{"continue": false}', {"stopped": True}),
+        (  # the call would run unchanged: refused instead
+            "PreToolUse",
+            '{"hookSpecificOutput": {"permissionDecision": "allow", "updatedInput": {"a": 1}}}',
+            {"blocked": True, "allow": False},
+        ),
     ],
 )
 async def test_json_answers_fold_into_the_outcome(tmp_path, hook_script, event, stdout, expected):

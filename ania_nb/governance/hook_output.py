@@ -10,7 +10,8 @@ A hook that exits 0 may print a JSON object (Claude Code's hook output); it is h
   no approval; ``allow`` skips the person's approval (never an admin's: ``config_set``,
   ``config_file_set`` and the other admin tools still ask an admin). Legacy ``decision:
   "approve"`` / ``"block"`` + ``reason`` mean allow / deny there. An unknown decision blocks
-  the call (a guard we cannot read must not let it through).
+  the call (a guard we cannot read must not let it through), and so does ``updatedInput``
+  (changing a call's input is not supported; running it unchanged would betray the hook).
 - ``decision: "block"`` + ``reason`` at UserPromptSubmit refuses the turn; at PostToolUse the
   reason is given to the model with the call's result; at Stop/SubagentStop it is logged (a run
   that already ended is not resumed).
@@ -105,6 +106,9 @@ def from_json(event: str, data: dict[str, Any]) -> HookResult:
         "quiet": quiet,
     }
     if event == "PreToolUse":
+        if specific.get("updatedInput") is not None:  # running the unchanged call would be wrong
+            text = "the hook asked to change the call's input (updatedInput): not supported"
+            return HookResult(block=True, reason=text, **common)
         if not permission and legacy:  # the deprecated form; the new one wins when both are set
             permission = {"approve": "allow", "block": "deny"}.get(legacy, legacy)
             why = why or reason
