@@ -145,7 +145,7 @@ async def test_a_symlink_into_the_data_dir_is_refused(attack, llm, make_agent, w
         (".ssh/id_rsa", "id_rsa"),
         (".ssh/deploy_access", ".ssh"),  # any file of ~/.ssh, whatever its name
         (".aws/credentials", "credentials"),
-        (".config/gcloud/application_default_credentials.json", "gcloud"),
+        (".config/gcloud/application_default_credentials.json", ".config/gcloud"),
         (".kube/config", ".kube"),
         (".docker/config.json", ".docker"),
         (".azure/msal_token_cache.json", ".azure"),

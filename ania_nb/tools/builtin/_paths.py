@@ -70,9 +70,8 @@ SECRET_NAME_PATTERNS = (
 )
 
 # Folders (lower case) whose whole content holds secrets: SSH, GnuPG, cloud, kube, docker.
-SECRET_DIRS = frozenset(
-    {".ssh", ".gnupg", ".aws", ".azure", ".kube", ".docker", ".password-store", "gcloud"}
-)
+SECRET_DIRS = frozenset({".ssh", ".gnupg", ".aws", ".azure", ".kube", ".docker", ".password-store"})
+SECRET_SUBDIRS = ((".config", "gcloud"),)  # a project folder merely named gcloud stays readable
 SECRET_PATHS = (Path("/etc/shadow"), Path("/etc/gshadow"), Path("/etc/sudoers"))
 
 
@@ -84,9 +83,12 @@ def secret_reason(path: Path) -> str | None:
     for pattern in SECRET_NAME_PATTERNS:
         if fnmatchcase(name, pattern):
             return path.name
-    for part in path.parts[:-1]:
-        if part.lower() in SECRET_DIRS:
-            return part
+    folders = [part.lower() for part in path.parts[:-1]]
+    for n, part in enumerate(folders):
+        if part in SECRET_DIRS:
+            return path.parts[n]
+        if n and (folders[n - 1], part) in SECRET_SUBDIRS:
+            return "/".join(path.parts[n - 1 : n + 1])
     return None
 
 
