@@ -5,8 +5,11 @@ environment, resource limits)."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import gc
 import os
 import shutil
+import signal
 import socket
 import subprocess
 import sys
@@ -422,3 +425,48 @@ async def test_missing_bwrap_is_a_clear_error(sandboxed, run_tool, monkeypatch, 
     assert call.error == (
         "bash.sandbox is 'bwrap' but bubblewrap is not installed: apt-get install bubblewrap"
     )
+
+
+# --------------------------------------------------------------------------- escaped children
+
+
+def _pipe_fds() -> set[str]:
+    fds = set()
+    for fd in os.listdir("/proc/self/fd"):
+        with contextlib.suppress(OSError):
+            if os.readlink(f"/proc/self/fd/{fd}").startswith("pipe:"):
+                fds.add(os.readlink(f"/proc/self/fd/{fd}"))
+    return fds
+
+
+async def test_a_setsid_child_cannot_hold_the_run_and_its_pipes_are_closed(
+    make_agent, run_tool, tmp_path
+):
+    """A child that left the process group keeps our output pipes open: at the timeout the
+    shell is killed and the pipes are closed by us, not left to the garbage collector."""
+    pidfile = tmp_path / "escaped.pid"
+    agent = make_agent(
+        overrides={
+            "agent.builtin_tools": True,
+            "bash.enable": True,
+            "bash.require_approval": False,
+            "bash.timeout": 0.5,
+        }
+    )
+    before = _pipe_fds()
+    command = f"setsid sh -c 'echo $$ > {pidfile}; exec sleep 30' & wait"
+    try:
+        call = await run_tool(agent, "bash", {"command": command})
+        assert call.result.endswith("command timed out after 0.5 s and was killed")
+        gc.disable()  # the pipes must be closed now, not whenever a collection runs
+        try:
+            leaked = {fd for fd in _pipe_fds() - before}
+            escaped = int(pidfile.read_text())
+            # The escaped sleeper still holds its ends: ours must be closed.
+            ours = {os.readlink(f"/proc/{escaped}/fd/{fd}") for fd in ("1", "2")} & leaked
+            assert ours == set()
+        finally:
+            gc.enable()
+    finally:
+        with contextlib.suppress(Exception):
+            os.kill(int(pidfile.read_text()), signal.SIGKILL)
