@@ -5,7 +5,9 @@ the store (KV namespace ``config``) which the next Agent start applies above ``a
 environment (explicit constructor overrides still win); ``config_file_get`` / ``config_file_set``
 read and replace the mcp, hooks and commands files (atomically; hooks and commands take effect
 within seconds, mcp after a restart). The tool gate makes every ``config_set`` and
-``config_file_set`` wait for an admin's approval.
+``config_file_set`` wait for an admin's approval. For keys naming a file the agent runs or obeys
+(``FILE_KEYS``) the admin is shown the target's content (secrets masked), and a target inside the
+skills folder, which the model can fill, is refused.
 """
 
 from __future__ import annotations
@@ -13,13 +15,15 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-from collections.abc import Callable
+import os
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
 from pydantic import BaseModel, Field
 
+from .._preview import read_bounded, reveal, visible
 from ..config import SAVED_CONFIG_NAMESPACE, UNSAVABLE_KEYS, Config
 from ..errors import ConfigError, ToolError
 from ..tools import BaseTool, Tool, ToolContext
@@ -37,6 +41,17 @@ MAX_LISTING_CHARS = 12000
 MAX_FILE_CHARS = 20000
 MASKED_NOTE = "config_file_set keeps a stored secret that is sent back in its masked form"
 RESTART = "It takes effect after a restart (a new Agent: restart the kernel or the runner)."
+# Keys naming what the agent runs or obeys: the admin sees the target's content, and a target in
+# the skills folder (which the model fills with skill_install) is refused outright.
+FILE_KEYS = {
+    "hooks.file": "runs the shell commands of",
+    "mcp.config_file": "starts the MCP servers of",
+    "commands.file": "expands the slash commands of",
+    "skills.dir": "loads (and the model runs) the skills in",
+}
+PREVIEW_CHARS = 4000  # of the target file, in the approval request
+PREVIEW_READ_CHARS = 200_000  # read (and masked as a whole) before cutting to PREVIEW_CHARS
+LISTED_SKILLS = 50
 
 
 @dataclass(frozen=True)
@@ -157,23 +172,61 @@ class ConfigSetTool(BaseTool[SetParams]):
     def __init__(self, center: ConfigCenter) -> None:
         self.center = center
 
-    async def execute(self, params: SetParams, ctx: ToolContext) -> str:
-        """Validate against the config model, save, audit."""
-        key = params.key.strip().lower()
-        info = self.center.keys.get(key)
-        if info is None:
+    def _parse(self, key: str, raw: str) -> tuple[Any, Config]:
+        """The value and the config it makes (`ToolError` for unknown keys and bad values)."""
+        if key not in self.center.keys:
             raise ToolError(f"unknown config key {key!r}; call config_get without a key to list")
         if key in NOT_SETTABLE:
             raise ToolError(f"{key} cannot be changed by config_set; edit ania.toml instead")
         try:
-            value: Any = json.loads(params.value)
+            value: Any = json.loads(raw)
         except json.JSONDecodeError:
-            value = params.value  # plain text is a string value
+            value = raw  # plain text is a string value
         try:
-            self.center.config.with_overrides({key: value})
+            return value, self.center.config.with_overrides({key: value})
         except ConfigError as exc:
             raise ToolError(str(exc)) from None
+
+    def approval_summary(self, arguments: Mapping[str, Any]) -> str:
+        """What the admin sees: the change, and for file keys what the target holds now."""
+        key = str(arguments.get("key", "")).strip().lower()
+        raw = str(arguments.get("value", ""))
+        info = self.center.keys.get(key)
+        shown = "(masked)" if info is not None and info.sensitive else visible(raw)
+        head = f"config_set {visible(key)} = {shown} (applies after a restart)"
+        if key not in FILE_KEYS:
+            return head
+        try:
+            _value, config = self._parse(key, raw)
+        except ToolError as exc:
+            return f"{head}\nThis will be refused: {exc}"
+        target = _resolved(_dotted(config, key))
+        lines = [head, f"The agent then {FILE_KEYS[key]} {target}."]
+        refusal = _inside_skills(key, target, [_resolved(Path(self.center.config.skills.dir))])
+        if refusal is not None:
+            lines.append(f"This will be refused: {refusal}")
+        elif key == "skills.dir":
+            lines.append(_skills_listing(target))
+        else:
+            lines.append(f"Its content now:\n{_file_preview(target)}")
+        return "\n".join(lines)
+
+    async def execute(self, params: SetParams, ctx: ToolContext) -> str:
+        """Validate against the config model, save, audit."""
+        key = params.key.strip().lower()
+        value, config = self._parse(key, params.value)
+        info = self.center.keys[key]
         store = self.center.opened_store()
+        if key in FILE_KEYS:
+            # The running skills folder and one saved for the next start are both the model's.
+            saved = await store.kv(CONFIG_NAMESPACE).get("skills.dir", None)
+            folders = [Path(self.center.config.skills.dir)]
+            if isinstance(saved, str) and saved.strip():
+                folders.append(Path(saved))
+            target = _resolved(_dotted(config, key))
+            refusal = _inside_skills(key, target, [_resolved(f) for f in folders])
+            if refusal is not None:
+                raise ToolError(f"{key} was not changed: {refusal}")
         await store.kv(CONFIG_NAMESPACE).set(key, value)
         new = "(masked)" if info.sensitive else _shown(value)
         detail = f"{key}: {'(masked)' if info.sensitive else _shown(info.value)} → {new}"
@@ -181,6 +234,64 @@ class ConfigSetTool(BaseTool[SetParams]):
             "ai", "config_set", actor=ctx.sender, session=ctx.session, detail=detail
         )
         return f"Saved {key} = {new}. {RESTART} Tell the user."
+
+
+def _dotted(config: Config, key: str) -> Path:
+    section, _, name = key.partition(".")
+    return Path(getattr(getattr(config, section), name))
+
+
+def _resolved(path: Path) -> Path:
+    """Absolute, links followed (as far as they exist), so a link cannot hide where it points."""
+    return path.expanduser().resolve(strict=False)
+
+
+def _inside_skills(key: str, target: Path, skills_dirs: list[Path]) -> str | None:
+    """Why ``target`` is refused: it lies in a skills folder, whose files the model writes."""
+    for skills in skills_dirs:
+        inside = skills in target.parents or (target == skills and key != "skills.dir")
+        if inside:
+            return (
+                f"{target} lies inside the skills folder {skills}, which the model can fill "
+                "with skill_install; the agent never runs or obeys files from there. Put the "
+                "file elsewhere (an admin reviews it there) and set the key to that path"
+            )
+    return None
+
+
+def _file_preview(path: Path) -> str:
+    """The target file's content for the admin: secrets masked, invisible characters shown."""
+    try:
+        text, size = read_bounded(path, PREVIEW_READ_CHARS)
+    except FileNotFoundError:
+        return f"(the file {path} does not exist yet)"
+    except (OSError, ValueError) as exc:
+        return f"(the file {path} cannot be shown: {exc})"
+    if not text.strip():
+        return f"(the file {path} is empty)"
+    masked, _ = mask_json_text(text)
+    shown = masked[:PREVIEW_CHARS]
+    rest = len(masked) - len(shown)
+    if size > len(text.encode("utf-8", errors="replace")):
+        rest += size - len(text.encode("utf-8", errors="replace"))
+    more = f"\n… ({rest} more characters not shown)" if rest else ""
+    return reveal(shown) + more
+
+
+def _skills_listing(folder: Path) -> str:
+    """The skill folders an admin is about to trust (bounded)."""
+    try:
+        with os.scandir(folder) as entries:
+            names = sorted(e.name for e in entries if e.is_dir() and not e.name.startswith("."))
+    except FileNotFoundError:
+        return f"(the folder {folder} does not exist yet)"
+    except OSError as exc:
+        return f"(the folder {folder} cannot be listed: {exc.strerror or exc})"
+    if not names:
+        return f"(the folder {folder} holds no skills)"
+    listed = [visible(n) for n in names[:LISTED_SKILLS]]
+    more = f", … and {len(names) - LISTED_SKILLS} more" if len(names) > LISTED_SKILLS else ""
+    return f"Skill folders in it ({len(names)}): {', '.join(listed)}{more}"
 
 
 class FileParams(BaseModel):

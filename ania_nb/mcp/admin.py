@@ -23,7 +23,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
-from ania_nb._preview import preview_file, visible
+from ania_nb._preview import read_bounded, visible
 from ania_nb.errors import ConfigError, ToolError, UsageError
 from ania_nb.mcp.config import (
     MCPConfigFile,
@@ -109,10 +109,13 @@ def describe_server(server: MCPServerConfig | Mapping[str, Any]) -> list[str]:
 def _entry_in_file(path: Path, name: str) -> MCPServerConfig | str:
     """The file's entry for ``name`` (read without blocking on odd files), or why there is none."""
     limit = 1_000_000
-    text = preview_file(path, limit)
-    if text.startswith("(") and text.endswith(")"):
-        return text.strip("()")
-    if text.endswith("not shown)"):
+    try:
+        text, size = read_bounded(path, limit)
+    except FileNotFoundError:
+        return f"the MCP config file {path} does not exist"
+    except (OSError, ValueError) as exc:
+        return f"the MCP config file {path} cannot be read: {exc}"
+    if size > limit:
         return f"the MCP config file {path} is too large to show"
     try:
         _form, servers = parse_config(json.loads(text), source=str(path))
