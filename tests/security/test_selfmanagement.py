@@ -552,3 +552,42 @@ async def test_overwriting_an_installed_skill_waits_for_an_admin(
     call = (await task).tool_calls[0]
     assert "Skill 'keeper' updated" in call.result
     assert (skills / "keeper" / "SKILL.md").read_text() == evil
+
+
+async def test_skills_dir_cannot_move_into_the_skills_folder_and_the_admin_sees_the_new_one(
+    llm, make_agent, tmp_path, inbox
+):
+    skills = skills_with_keeper(tmp_path)
+    nested = skills / "keeper" / "more-skills"  # a folder a skill zip could have shipped
+    other = tmp_path / "team-skills"
+    (other / "deploy").mkdir(parents=True)
+    agent = config_agent(make_agent, tmp_path, skills)
+    llm.script(
+        reply(tool_calls=[tool_call("config_set", {"key": "skills.dir", "value": str(nested)})]),
+        reply(tool_calls=[tool_call("config_set", {"key": "skills.dir", "value": str(other)})]),
+        reply("done"),
+    )
+    task = asyncio.create_task(
+        agent.chat("move", sender="mallory", callbacks=Callbacks(request_approval=inbox))
+    )
+    first = await inbox.wait_for(1)
+    assert "This will be refused" in first.summary
+    agent.answer_approval(first.id, allow="allow", approver="root")
+    second = await inbox.wait_for(2)
+    assert 'Skill folders in it (1): "deploy"' in second.summary
+    agent.answer_approval(second.id, allow="allow", approver="root")
+    refused, moved = (await task).tool_calls
+    assert "skills.dir was not changed" in refused.result
+    assert moved.result.startswith("Saved skills.dir = ")
+
+    # Once a new skills folder is saved, files inside it are refused too (before the restart).
+    shipped = other / "deploy" / "hooks.json"
+    llm.script(
+        reply(tool_calls=[tool_call("config_set", {"key": "hooks.file", "value": str(shipped)})]),
+        reply("done"),
+    )
+    task = asyncio.create_task(
+        agent.chat("hook", sender="mallory", callbacks=Callbacks(request_approval=inbox))
+    )
+    agent.answer_approval((await inbox.wait_for(3)).id, allow="allow", approver="root")
+    assert f"inside the skills folder {other.resolve()}" in (await task).tool_calls[0].result
