@@ -201,7 +201,10 @@ class BashSettings(Section):
         60, ge=0, description="CPU seconds a sandboxed command may use (0 = no limit)."
     )
     sandbox_memory_mb: int = Field(
-        2048, ge=0, description="Address space of each sandboxed process in MiB (0 = no limit)."
+        4096,
+        ge=0,
+        description="Address space (virtual memory) of each sandboxed process in MiB; runtimes "
+        "that reserve much more than they use (Java, Node) may need more (0 = no limit).",
     )
     sandbox_max_processes: int = Field(
         256,

@@ -460,7 +460,7 @@ async def test_a_setsid_child_cannot_hold_the_run_and_its_pipes_are_closed(
         assert call.result.endswith("command timed out after 0.5 s and was killed")
         gc.disable()  # the pipes must be closed now, not whenever a collection runs
         try:
-            leaked = {fd for fd in _pipe_fds() - before}
+            leaked = _pipe_fds() - before
             escaped = int(pidfile.read_text())
             # The escaped sleeper still holds its ends: ours must be closed.
             ours = {os.readlink(f"/proc/{escaped}/fd/{fd}") for fd in ("1", "2")} & leaked
@@ -470,3 +470,33 @@ async def test_a_setsid_child_cannot_hold_the_run_and_its_pipes_are_closed(
     finally:
         with contextlib.suppress(Exception):
             os.kill(int(pidfile.read_text()), signal.SIGKILL)
+
+
+def _running(argument: str) -> list[int]:
+    """Host pids of processes whose command line contains ``argument`` (not this process)."""
+    found = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit() and int(entry) != os.getpid():
+            with contextlib.suppress(OSError):
+                cmdline = Path(f"/proc/{entry}/cmdline").read_bytes().split(b"\0")
+                if argument.encode() in cmdline:
+                    found.append(int(entry))
+    return found
+
+
+@needs_bwrap
+async def test_the_timeout_kills_everything_in_the_sandbox(sandboxed, run_tool):
+    seconds = f"{30 + uuid.uuid4().int % 1000 / 1000:.3f}"  # a sleep no one else runs
+    agent = sandboxed(**{"bash.timeout": 0.5})
+    call = await run_tool(agent, "bash", {"command": f"sleep {seconds} & echo started; wait"})
+    assert call.result == "started\ncommand timed out after 0.5 s and was killed"
+    for _ in range(200):  # the PID namespace ends with its first process: bounded wait
+        if not _running(seconds):
+            break
+        await asyncio.sleep(0.05)
+    assert _running(seconds) == []
+
+
+async def test_the_sandbox_refuses_a_root_workdir(sandboxed, run_tool):
+    call = await run_tool(sandboxed(**{"bash.workdir": "/"}), "bash", {"command": "true"})
+    assert call.error == "bash: bash.workdir must not be / with bash.sandbox (it is writable)"

@@ -168,6 +168,8 @@ class BashTool(BaseTool[BashParams]):
         if self.settings.sandbox != "bwrap":
             env = child_env(self.security, self.settings.env)  # no ANIA_*/secrets; bash.env kept
             return [self.shell, "-c", command], env, workdir
+        if workdir == Path("/"):
+            raise ToolError("bash: bash.workdir must not be / with bash.sandbox (it is writable)")
         bwrap = find_program("bwrap", MISSING_BWRAP)
         limits = (
             self.settings.sandbox_cpu_seconds,
