@@ -127,8 +127,15 @@ class _GuardedBackend:
 
     async def connect_tcp(self, host: str, port: int, **kwargs: Any) -> Any:
         """Resolve, check every address, then connect to a checked one by its address."""
+        import httpcore2
+
         addresses = await self._policy.check(host, port, f"{host}:{port}")
-        return await self._inner.connect_tcp(str(addresses[0]), port, **kwargs)
+        for address in addresses[:-1]:  # every one was checked: try them in order
+            try:
+                return await self._inner.connect_tcp(str(address), port, **kwargs)
+            except (OSError, httpcore2.ConnectError, httpcore2.ConnectTimeout):
+                continue  # the next address may answer; the last one's error is raised
+        return await self._inner.connect_tcp(str(addresses[-1]), port, **kwargs)
 
     def __getattr__(self, name: str) -> Any:  # sleep, connect_unix_socket
         return getattr(self._inner, name)
