@@ -140,3 +140,20 @@ def test_a_closed_server_can_start_again_and_scripted_llm_shares_the_lifecycle()
     assert isinstance(llm, LoopbackServer)
     with pytest.raises(RuntimeError, match="ScriptedLLM is not running"):
         _ = llm.base_url
+
+
+def test_another_loopback_address_and_a_reason_phrase() -> None:
+    with RoutedServer(host="127.0.0.2") as server:
+        server.route("/teapot", "short and stout", status=418, reason="I'm a teapot, really")
+        assert server.url("/teapot") == f"http://127.0.0.2:{server.port}/teapot"
+        conn = http.client.HTTPConnection("127.0.0.2", server.port, timeout=HANG_GUARD)
+        try:
+            conn.request("GET", "/teapot")
+            got = conn.getresponse()
+            assert (got.status, got.reason) == (418, "I'm a teapot, really")
+            assert got.read() == b"short and stout"
+        finally:
+            conn.close()
+    for elsewhere in ("0.0.0.0", "::1", "192.168.1.1"):
+        with pytest.raises(ValueError, match="IPv4 loopback only"):
+            RoutedServer(host=elsewhere)

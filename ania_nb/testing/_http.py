@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import ipaddress
 import json
 import socket
 import sys
@@ -68,12 +69,14 @@ class LoopbackHandler(BaseHTTPRequestHandler):
 class _ThreadingServer(ThreadingHTTPServer):
     daemon_threads = True
 
-    def __init__(self, port: int, handler: type[LoopbackHandler], owner: LoopbackServer) -> None:
+    def __init__(
+        self, address: tuple[str, int], handler: type[LoopbackHandler], owner: LoopbackServer
+    ) -> None:
         self.owner = owner
         self.closing = owner.closing
         self._connections: set[socket.socket] = set()
         self._connections_lock = threading.Lock()
-        super().__init__(("127.0.0.1", port), handler)
+        super().__init__(address, handler)
 
     def process_request(self, request: Any, client_address: Any) -> None:
         with self._connections_lock:
@@ -99,11 +102,18 @@ class _ThreadingServer(ThreadingHTTPServer):
 
 
 class LoopbackServer:
-    """An HTTP server on 127.0.0.1 serving `handler` from daemon threads (subclasses set it)."""
+    """An HTTP server on 127.0.0.1 serving `handler` from daemon threads (subclasses set it).
+
+    ``host`` may be another IPv4 loopback address (127.0.0.2, …), e.g. to stand for a second
+    machine; anything else is refused.
+    """
 
     handler: ClassVar[type[LoopbackHandler]]
 
-    def __init__(self, *, port: int = 0) -> None:
+    def __init__(self, *, port: int = 0, host: str = "127.0.0.1") -> None:
+        if not (ipaddress.ip_address(host).is_loopback and "." in host):
+            raise ValueError(f"{type(self).__name__} serves IPv4 loopback only, not {host!r}")
+        self.host = host
         self._port = port
         self.closing = threading.Event()  # set by close(): handlers waiting on it give up
         self._server: _ThreadingServer | None = None
@@ -113,7 +123,7 @@ class LoopbackServer:
         """Bind a port on 127.0.0.1 and serve from a daemon thread (no-op if running)."""
         if self._server is None:
             self.closing.clear()
-            server = _ThreadingServer(self._port, self.handler, self)
+            server = _ThreadingServer((self.host, self._port), self.handler, self)
             self._thread = threading.Thread(
                 target=server.serve_forever, args=(0.05,), name=type(self).__name__, daemon=True
             )
@@ -170,7 +180,7 @@ class LoopbackServer:
 
     def url(self, path: str = "/") -> str:
         """Absolute URL of ``path`` on this server."""
-        return f"http://127.0.0.1:{self.port}{path}"
+        return f"http://{self.host}:{self.port}{path}"
 
 
 # -- routes -------------------------------------------------------------------------------
@@ -195,6 +205,7 @@ class Answer:
     status: int = 200
     body: bytes = b""
     content_type: str = "text/plain; charset=utf-8"
+    reason: str | None = None  # the status line's reason phrase (None: the standard one)
     delay: float = 0.0  # seconds before answering (abandoned when the server closes)
     headers: dict[str, str] = field(default_factory=dict)
     length: bool = True  # False: no Content-Length, the body ends when the connection closes
@@ -245,7 +256,7 @@ class _RoutedHandler(LoopbackHandler):
         if answer.delay and self.server.closing.wait(answer.delay):
             self.close_connection = True  # the server is closing: drop the request
             return
-        self.send_response(answer.status)
+        self.send_response(answer.status, answer.reason)
         self.send_header("Content-Type", answer.content_type)
         for name, value in answer.headers.items():
             self.send_header(name, value)
@@ -269,8 +280,8 @@ class RoutedServer(LoopbackServer):
 
     handler = _RoutedHandler
 
-    def __init__(self, *, port: int = 0) -> None:
-        super().__init__(port=port)
+    def __init__(self, *, port: int = 0, host: str = "127.0.0.1") -> None:
+        super().__init__(port=port, host=host)
         self._routes: dict[str, Handler] = {}
         self._prefixes: dict[str, Handler] = {}
         self._fixed: dict[str, bytes] = {}
