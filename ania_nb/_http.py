@@ -1,7 +1,7 @@
 """The one place to hand ania-nb your own HTTP clients (proxies, custom TLS, recording, tests).
 
 Every client is an `httpx2.AsyncClient`: the HTTP library under both the openai SDK and the mcp
-SDK, so one client type serves model calls, web tools, skill downloads and MCP connections.
+SDK, so one client type serves model calls, web tools and MCP connections.
 An injected client stays open when the Agent closes: its owner closes it.
 """
 
@@ -43,7 +43,8 @@ class HttpClients:
     vision: httpx2.AsyncClient | None = None
     """The vision model that describes images; None = the ``llm`` client."""
     web: httpx2.AsyncClient | None = None
-    """webSearch, webExplore, meme and skill downloads."""
+    """webSearch, webExplore and meme. (Skill downloads keep their own client: it refuses
+    non-public addresses at connect time, which an injected client could not promise.)"""
     mcp: MCPClientFactory | None = None
     """Makes the client of each MCP streamable-HTTP/SSE connection (stdio servers use none)."""
 
