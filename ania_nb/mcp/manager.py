@@ -32,7 +32,7 @@ if TYPE_CHECKING:
     from mcp import ClientSession
 
     from ania_nb._http import MCPClientFactory
-    from ania_nb.config import MCPSettings
+    from ania_nb.config import MCPSettings, SecuritySettings
 
 __all__ = ["MCPServerError", "MCPToolManager", "ServerState"]
 
@@ -59,9 +59,11 @@ class MCPToolManager:
         settings: MCPSettings,
         *,
         client_factory: MCPClientFactory | None = None,
+        security: SecuritySettings | None = None,
     ) -> None:
         self.config = config
         self.settings = settings
+        self.security = security  # inherited variables a stdio server must not see
         self.client_factory = client_factory  # HTTP transports' clients; None = the SDK's
         self.generation = 0
         self._state: ServerState = "idle"
@@ -184,7 +186,7 @@ class MCPToolManager:
         try:
             async with contextlib.AsyncExitStack() as stack:
                 session = await open_session(
-                    stack, self.config, self.timeout, stderr, self.client_factory
+                    stack, self.config, self.timeout, stderr, self.client_factory, self.security
                 )
                 tools = await list_remote_tools(session)
                 self._session = session

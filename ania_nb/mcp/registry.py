@@ -21,7 +21,7 @@ from ania_nb.mcp.tools import MCPToolset
 
 if TYPE_CHECKING:
     from ania_nb._http import MCPClientFactory
-    from ania_nb.config import MCPSettings
+    from ania_nb.config import MCPSettings, SecuritySettings
     from ania_nb.tools.base import Tool
     from ania_nb.tools.executor import ToolExecutor
 
@@ -52,8 +52,13 @@ class MCPRegistry:
         shared: ToolExecutor,
         *,
         client_factory: MCPClientFactory | None = None,
+        approval_enabled: bool = False,
+        security: SecuritySettings | None = None,
     ) -> None:
+        """``approval_enabled`` (the agent's ``approval.enable``): destructive tools ask first."""
         self.settings = settings
+        self.approval_enabled = approval_enabled
+        self.security = security  # what stdio servers do not inherit (child_env)
         self.shared = shared
         self.client_factory = client_factory  # for every HTTP/SSE server; None = the SDK's
         self._managers: dict[str, MCPToolManager] = {}  # config order (eager: first wins)
@@ -176,7 +181,9 @@ class MCPRegistry:
             await asyncio.gather(*(m.aclose() for m in managers), return_exceptions=True)
 
     def _manager(self, server: MCPServerConfig) -> MCPToolManager:
-        return MCPToolManager(server, self.settings, client_factory=self.client_factory)
+        return MCPToolManager(
+            server, self.settings, client_factory=self.client_factory, security=self.security
+        )
 
     def _status(self, name: str) -> MCPServerStatus:
         return next(s for s in self.servers() if s.name == name)
@@ -184,7 +191,9 @@ class MCPRegistry:
     def _register(self, manager: MCPToolManager) -> None:
         """Put a connected server's tools in ``shared`` (again, after a reconnect)."""
         name = manager.name
-        toolset = self._toolsets.setdefault(name, MCPToolset(manager))
+        toolset = self._toolsets.setdefault(
+            name, MCPToolset(manager, approval_enabled=self.approval_enabled)
+        )
         toolset.manager = manager
         if self.settings.lazy_load:
             if name not in self._owned:  # the lazy pair survives reconnects as is

@@ -18,6 +18,7 @@ import threading
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from ania_nb._env import child_env
 from ania_nb.mcp.config import MCPServerConfig
 
 if TYPE_CHECKING:
@@ -25,6 +26,7 @@ if TYPE_CHECKING:
     from mcp import ClientSession
 
     from ania_nb._http import MCPClientFactory
+    from ania_nb.config import SecuritySettings
 
 __all__ = [
     "RemoteTool",
@@ -50,6 +52,7 @@ class RemoteTool:
     description: str
     input_schema: dict[str, Any]
     read_only: bool
+    destructive: bool = False  # the server set destructiveHint: true (and not readOnlyHint)
 
 
 _import_lock = threading.Lock()
@@ -112,14 +115,6 @@ class StderrTail:
         return text[-limit:]
 
 
-def _child_env(extra: dict[str, str]) -> dict[str, str]:
-    # The inherited environment plus the entry's env (as the original does), minus ania-nb's
-    # own ANIA_* settings: they hold the LLM API keys, which no MCP server needs.
-    env = {k: v for k, v in os.environ.items() if not k.startswith("ANIA_")}
-    env.update(extra)
-    return env
-
-
 def _http_timeout(seconds: float) -> httpx2.Timeout:
     import httpx2
 
@@ -135,10 +130,13 @@ async def open_session(
     connect_timeout: float,
     stderr: StderrTail | None = None,
     client_factory: MCPClientFactory | None = None,
+    security: SecuritySettings | None = None,
 ) -> ClientSession:
     """Enter the transport and an initialised `ClientSession` on ``stack`` (in this task).
 
-    HTTP transports get their client from ``client_factory`` (default: the SDK's own).
+    HTTP transports get their client from ``client_factory`` (default: the SDK's own); a stdio
+    server inherits the environment without ``ANIA_*`` and ``security.secret_env`` variables,
+    plus its entry's own ``env``.
     """
     import mcp_types
     from mcp import ClientSession, StdioServerParameters, stdio_client
@@ -152,7 +150,7 @@ async def open_session(
         params = StdioServerParameters(
             command=config.command or "",
             args=config.args,
-            env=_child_env(config.env),
+            env=child_env(security, config.env),
             cwd=config.cwd,
         )
         errlog = stderr.writer if stderr is not None else sys.stderr
@@ -211,6 +209,9 @@ async def list_remote_tools(session: ClientSession) -> list[RemoteTool]:
                     description=(tool.description or "").strip(),
                     input_schema=dict(tool.input_schema or {}),
                     read_only=bool(hints is not None and hints.read_only_hint),
+                    destructive=bool(
+                        hints is not None and hints.destructive_hint and not hints.read_only_hint
+                    ),
                 )
             )
         cursor = page.next_cursor

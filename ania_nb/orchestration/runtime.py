@@ -130,6 +130,12 @@ async def _open_mcp(config: Config, tools: ToolExecutor, http: HttpClients) -> M
         return None
     from ..mcp import MCPRegistry
 
-    registry = MCPRegistry(config.mcp, tools, client_factory=http.mcp)
+    registry = MCPRegistry(
+        config.mcp,
+        tools,
+        client_factory=http.mcp,
+        approval_enabled=config.approval.enable,
+        security=config.security,
+    )
     await registry.start()
     return registry
