@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import re
+from collections.abc import Mapping
 from typing import Annotated, Any
 
 from ania_nb.errors import ToolError
@@ -27,9 +28,21 @@ _LINE_LIMIT = 200
 
 
 class MCPTool:
-    """One MCP server tool, callable by the model; bound to the connection it was listed on."""
+    """One MCP server tool, callable by the model; bound to the connection it was listed on.
 
-    def __init__(self, manager: MCPToolManager, remote: RemoteTool, name: str) -> None:
+    Its annotations decide how it is gated: side-effecting (blocked in plan mode) unless the
+    server marks it ``readOnlyHint: true``; with ``destructiveHint: true`` a person is asked
+    before each call when ``approval_enabled`` (the agent's ``approval.enable``).
+    """
+
+    def __init__(
+        self,
+        manager: MCPToolManager,
+        remote: RemoteTool,
+        name: str,
+        *,
+        approval_enabled: bool = False,
+    ) -> None:
         self.manager = manager
         self.remote = remote
         self.generation = manager.generation
@@ -39,6 +52,8 @@ class MCPTool:
         )
         # Servers may claim read-only; the user chose to trust the servers they configured.
         self.side_effects = not remote.read_only
+        self.destructive = remote.destructive
+        self.approval_enabled = approval_enabled
         self._schema = normalize_input_schema(remote.input_schema)
 
     def __repr__(self) -> str:
@@ -52,8 +67,18 @@ class MCPTool:
         """Return the OpenAI function-tool entry."""
         return function_definition(self.name, self.description, self._schema)
 
+    def needs_approval(self, arguments: Mapping[str, Any]) -> bool:
+        """Whether the tool gate must ask a person first: a destructive tool, approvals on."""
+        return self.destructive and self.approval_enabled
+
     async def invoke(self, arguments: dict[str, Any], ctx: ToolContext) -> str:
         """Call the tool on its server (arguments are validated by the server)."""
+        if self.needs_approval(arguments) and not ctx.approved:
+            # The gate asks; reaching here unapproved means the call bypassed it.
+            raise ToolError(
+                f"MCP tool '{self.name}' is marked destructive and needs a person's approval, "
+                "and this call was not approved"
+            )
         return await self.manager.call(self.remote.name, arguments, generation=self.generation)
 
 
@@ -65,8 +90,9 @@ def _one_line(text: str) -> str:
 class MCPToolset:
     """A server's tools as `MCPTool` objects (rebuilt per connection) and its lazy tools."""
 
-    def __init__(self, manager: MCPToolManager) -> None:
+    def __init__(self, manager: MCPToolManager, *, approval_enabled: bool = False) -> None:
         self.manager = manager
+        self.approval_enabled = approval_enabled  # passed to every MCPTool (destructiveHint)
         self._cache: tuple[int, dict[str, MCPTool]] | None = None
 
     @property
@@ -90,7 +116,9 @@ class MCPToolset:
                     tools[name].remote.name,
                 )
                 continue
-            tools[name] = MCPTool(self.manager, remote, name)
+            tools[name] = MCPTool(
+                self.manager, remote, name, approval_enabled=self.approval_enabled
+            )
         self._cache = (self.manager.generation, tools)
         return tools
 

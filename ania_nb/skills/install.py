@@ -452,7 +452,8 @@ def _delete(target: Path) -> None:
         if target.is_symlink() or target.is_file():
             target.unlink()  # a linked skill: drop the link, never the folder it points to
             return
-        aside = target.with_name(f".old-{target.name}-{secrets.token_hex(4)}")
+        # ".del-" (not ".old-"): a removal cut short must never be "restored" at start.
+        aside = target.with_name(f".del-{target.name}-{secrets.token_hex(4)}")
         os.rename(target, aside)  # gone from the registry's view at once
     except OSError as exc:
         raise SkillInstallError(f"cannot remove {target.name}: {exc}") from None

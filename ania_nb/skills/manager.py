@@ -2,7 +2,8 @@
 
 Layouts: ``<dir>/<name>/SKILL.md`` (every other file in that folder is an attachment) and a
 single ``<dir>/SKILL.md``. A skill whose SKILL.md cannot be read is reported in
-`SkillManager.errors` and skipped; the others still load.
+`SkillManager.errors` and skipped; the others still load. The first load of a folder also
+recovers what an interrupted install or removal left behind (see `recover_leftovers`).
 """
 
 from __future__ import annotations
@@ -11,6 +12,9 @@ import asyncio
 import html
 import logging
 import os
+import re
+import shutil
+import time
 import types
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
@@ -22,7 +26,14 @@ from ania_nb.errors import SkillError, UsageError
 
 from .frontmatter import FrontmatterError, parse_frontmatter
 
-__all__ = ["SKILL_FILE", "Skill", "SkillLoadError", "SkillManager", "scan_skills"]
+__all__ = [
+    "SKILL_FILE",
+    "Skill",
+    "SkillLoadError",
+    "SkillManager",
+    "recover_leftovers",
+    "scan_skills",
+]
 
 log = logging.getLogger("ania_nb.skills")
 
@@ -31,6 +42,13 @@ REFERENCE_SUFFIXES = (".md", ".markdown")
 MAX_ATTACHMENTS = 2000  # per skill; a vendored tree (node_modules …) must not flood the listing
 MAX_REGISTRY_DESCRIPTION = 1024  # the Agent Skills limit for a description
 _SKIPPED_DIRS = frozenset({"__pycache__", "node_modules"})
+# Names the installer uses (skills/install.py): ``.upload-*`` staging folders, ``.old-<name>-<hex>``
+# for a replaced version set aside during the swap, ``.del-<name>-<hex>`` for a removal.
+_OLD_RE = re.compile(r"^\.old-(.+)-[0-9a-f]{8}$")
+_UPLOAD_PREFIX = ".upload-"
+_DELETE_PREFIX = ".del-"
+# A staging folder this young may belong to an install running in another process right now.
+UPLOAD_GRACE_SECONDS = 600.0
 
 _INSTRUCTION = (
     "Skills are task guides kept outside this prompt; only their names and descriptions are "
@@ -79,6 +97,7 @@ class SkillManager:
     ) -> None:
         """Remember the folder and whitelist; nothing is read until `reload`."""
         self._registry = _Registry(Path(dir), _check_whitelist(whitelist), {}, (), "")
+        self._recovered: set[Path] = set()  # folders whose install leftovers were handled
         # Held while the folder is scanned or changed (installs take it to swap folders).
         self.lock = asyncio.Lock()
 
@@ -126,6 +145,11 @@ class SkillManager:
         root = self.dir if dir is None else Path(dir)
         allowed = self.whitelist if whitelist is None else _check_whitelist(whitelist)
         async with self.lock:
+            # Once per folder: later reloads may run while an install of ours is staging.
+            if root.absolute() not in self._recovered:
+                self._recovered.add(root.absolute())
+                for action in await asyncio.to_thread(recover_leftovers, root):
+                    log.warning("skills folder %s: %s", root, action)
             skills, errors = await asyncio.to_thread(scan_skills, root, allowed)
             for error in errors:
                 log.warning("skill %s skipped: %s", error.path, error.reason)
@@ -185,6 +209,65 @@ def _prompt(skills: Mapping[str, Skill]) -> str:
 # Disk side: runs in a worker thread.
 
 
+def recover_leftovers(root: Path, *, upload_grace: float = UPLOAD_GRACE_SECONDS) -> list[str]:
+    """Undo or clean what an interrupted install/removal left in ``root`` (blocking).
+
+    A ``.old-<name>-*`` folder whose ``<name>`` is missing is the previous version of a skill
+    whose replacement crashed between its two renames: it is put back. Every other leftover
+    (``.old-*`` next to its skill, ``.del-*``, ``.upload-*`` older than ``upload_grace``
+    seconds) is deleted. Returns one line per action taken.
+    """
+    try:
+        entries = sorted(os.scandir(root), key=lambda e: e.name)
+    except OSError:
+        return []  # missing or unreadable: scan_skills reports it
+    actions: list[str] = []
+    asides: dict[str, list[os.DirEntry[str]]] = {}
+    doomed: list[os.DirEntry[str]] = []
+    now = time.time()
+    for entry in entries:
+        if entry.is_symlink() or not entry.is_dir():
+            continue  # the installer only ever makes folders; anything else is not ours
+        match = _OLD_RE.match(entry.name)
+        if match:
+            asides.setdefault(match.group(1), []).append(entry)
+        elif entry.name.startswith(_DELETE_PREFIX):
+            doomed.append(entry)
+        elif entry.name.startswith(_UPLOAD_PREFIX):
+            try:
+                age = now - entry.stat().st_mtime
+            except OSError:
+                continue
+            if age >= upload_grace:
+                doomed.append(entry)
+    for name, found in asides.items():
+        target = root / name
+        if not target.exists() and not target.is_symlink():
+            # The newest set-aside copy is the version that was live when the swap broke.
+            newest = max(found, key=_changed)
+            try:
+                os.rename(newest.path, target)
+            except OSError as exc:
+                actions.append(f"could not restore {name!r} from {newest.name}: {exc}")
+            else:
+                actions.append(f"restored {name!r} from {newest.name} (an interrupted replace)")
+            found = [entry for entry in found if entry is not newest]
+        doomed.extend(found)
+    for entry in doomed:
+        shutil.rmtree(entry.path, ignore_errors=True)
+        gone = not os.path.lexists(entry.path)
+        actions.append(f"{'deleted' if gone else 'could not delete'} leftover {entry.name}")
+    return actions
+
+
+def _changed(entry: os.DirEntry[str]) -> float:
+    try:
+        stat = entry.stat()
+    except OSError:
+        return 0.0
+    return max(stat.st_ctime, stat.st_mtime)  # a rename updates ctime
+
+
 def scan_skills(
     root: Path, whitelist: Iterable[str] = ()
 ) -> tuple[dict[str, Skill], list[SkillLoadError]]:
@@ -201,7 +284,7 @@ def scan_skills(
         return {}, [SkillLoadError(str(root), f"cannot list the skills folder: {exc}")]
     candidates: list[tuple[str, Path, Path | None]] = []  # (location, SKILL.md, folder)
     for entry in entries:
-        if entry.name.startswith("."):  # .upload-* / .old-* folders of an install in progress
+        if entry.name.startswith("."):  # .upload-*/.old-*/.del-* folders of an install
             continue
         if entry.name.lower() == SKILL_FILE.lower() and entry.is_file():
             candidates.append((entry.name, Path(entry.path), None))

@@ -6,6 +6,8 @@ Over HTTP/SSE it binds 127.0.0.1 on a free port and prints ``PORT <n>`` as its f
 generated tools ``extra_000`` ... (for filters and ordering tests). ``--barrier DIR --parties N``
 makes the server wait, before it serves, until N servers have started with the same DIR (each
 leaves a file there): servers connected one after another would never get past it.
+``--annotated`` adds tools for the gating tests: ``mark`` (no annotations), ``peek``
+(``readOnlyHint``) and ``wipe`` (``destructiveHint``), each writing or checking a marker file.
 """
 
 from __future__ import annotations
@@ -26,7 +28,7 @@ from mcp_types import ToolAnnotations
 from pydantic import Field
 
 
-def build(name: str, extra: int) -> MCPServer:
+def build(name: str, extra: int, annotated: bool = False) -> MCPServer:
     server = MCPServer(name, instructions="Test server for ania-nb.")
 
     @server.tool(annotations=ToolAnnotations(read_only_hint=True))
@@ -90,6 +92,8 @@ def build(name: str, extra: int) -> MCPServer:
         headers = ctx.headers or {}
         return headers.get(key.lower(), "<none>")
 
+    if annotated:
+        _add_annotated(server)
     for i in range(extra):
         server.add_tool(
             _extra(i),
@@ -97,6 +101,25 @@ def build(name: str, extra: int) -> MCPServer:
             description=f"Generated tool number {i}; keyword{'even' if i % 2 == 0 else 'odd'}.",
         )
     return server
+
+
+def _add_annotated(server: MCPServer) -> None:
+    @server.tool()
+    def mark(path: str) -> str:
+        """Create a marker file (no annotations: may change anything)."""
+        Path(path).write_text("mark")
+        return f"marked {path}"
+
+    @server.tool(annotations=ToolAnnotations(read_only_hint=True))
+    def peek(path: str) -> str:
+        """Say whether a file exists (read-only)."""
+        return f"{path} exists: {Path(path).exists()}"
+
+    @server.tool(annotations=ToolAnnotations(read_only_hint=False, destructive_hint=True))
+    def wipe(path: str) -> str:
+        """Create a marker file standing for a destructive change."""
+        Path(path).write_text("wiped")
+        return f"wiped {path}"
 
 
 def _extra(i: int) -> Callable[[str], str]:
@@ -135,10 +158,11 @@ def main() -> None:
     parser.add_argument("--extra", type=int, default=0)
     parser.add_argument("--barrier", type=Path)
     parser.add_argument("--parties", type=int, default=1)
+    parser.add_argument("--annotated", action="store_true")
     args = parser.parse_args()
     if args.barrier is not None:
         wait_at_barrier(args.barrier, args.name, args.parties)
-    server = build(args.name, args.extra)
+    server = build(args.name, args.extra, args.annotated)
     if args.transport == "stdio":
         server.run("stdio")
     else:
