@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any
 from ..engine.loop import GateDecision, ToolOutcomeKind
 from ..tools import ToolContext
 from ..tools.builtin.bash import summarize
+from ._secrets import SECRET_CONTAINERS, mask_json
 from .approval_text import approval_text
 from .hooks import PRE_TOOL_OUTCOME, enter_call, payload_for
 
@@ -144,7 +145,13 @@ def _details(call: ToolCall, tool: Tool | None) -> str:
     if tool is not None:
         order = list(tool.parameters_schema().get("properties", {}))
     shell = tuple(getattr(tool, "shell_arguments", ()))
-    shown: Mapping[str, Any] | str = arguments if arguments is not None else call.arguments
+    shown: Mapping[str, Any] | str = call.arguments
+    if arguments is not None:
+        # Values under env/headers are credentials: the person sees their names, not values.
+        shown = {
+            k: mask_json(v, secret=True) if k.lower() in SECRET_CONTAINERS else v
+            for k, v in arguments.items()
+        }
     return approval_text(call.name, shown, order=order, shell_keys=shell)
 
 

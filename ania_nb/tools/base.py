@@ -80,6 +80,7 @@ class ToolContext:
     admin_only_approval: bool = False  # nobody stands behind the run: only an admin may approve
     approved: bool = False  # set by the gate once a person allowed this very call
     plan_mode: bool = False  # plan mode for this run only (the session may be in it too)
+    requesters: tuple[str, ...] = ()  # every sender the run answers (any may approve)
 
     def queue_image(self, url: str) -> None:
         """Queue an image (URL or data URI) for the model to see after this tool round."""

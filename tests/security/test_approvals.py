@@ -178,3 +178,18 @@ def test_visible_and_split():
     ]
     assert split_commands("echo 'open") is None
     assert "not a JSON object" in approval_text("t", "{broken")
+
+
+def test_env_and_header_values_are_masked_in_the_details():
+    from ania_nb.engine.loop import ToolCall
+    from ania_nb.governance.gate import _details
+
+    call = ToolCall(
+        "c1",
+        "mcp_add",
+        '{"name": "x", "command": "srv", "env": {"API_TOKEN": "s3cret-value"},'
+        ' "headers": {"Authorization": "Bearer abc"}}',
+    )
+    shown = _details(call, None)
+    assert "API_TOKEN" in shown and "Authorization" in shown and "srv" in shown
+    assert "s3cret-value" not in shown and "Bearer abc" not in shown
