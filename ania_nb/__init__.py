@@ -11,6 +11,7 @@
 Importing the package is cheap: openai, mcp and lancedb load only when first needed.
 """
 
+from ._http import HttpClients
 from .agent import Agent
 from .config import Config
 from .engine.callbacks import ApprovalRequest, Callbacks, RunEvent
@@ -69,6 +70,7 @@ __all__ = [
     "ConfigError",
     "FrontmatterError",
     "HookResult",
+    "HttpClients",
     "LLMError",
     "LLMStreamError",
     "MCPServerError",

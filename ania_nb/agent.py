@@ -41,8 +41,6 @@ from .tools import SessionToolExecutor, Tool, ToolExecutor
 from .tools.builtin import HttpSource, ImageViewer, default_tools, gated_tools, image_viewer
 
 if TYPE_CHECKING:  # pragma: no cover
-    import httpx2
-
     from .mcp import MCPRegistry
     from .skills import SkillManager
 
@@ -57,7 +55,9 @@ class Agent:
     >>> result.text, result.usage.total_tokens, [c.name for c in result.tool_calls]
 
     Keyword overrides: ``base_url``, ``api_key``, ``model``, ``data_dir`` or any dotted config key
-    passed in ``overrides={"agent.max_iterations": 5}``.
+    passed in ``overrides={"agent.max_iterations": 5}``. Your own HTTP clients (proxies, TLS,
+    recording) go in ``http=HttpClients(llm=..., vision=..., web=..., mcp=factory)``; they stay
+    open when the Agent closes.
     """
 
     def __init__(
@@ -67,15 +67,11 @@ class Agent:
         tools: Iterable[Tool | Callable[..., Any]] = (),
         overrides: dict[str, Any] | None = None,
         http: HttpClients | None = None,
-        http_client: httpx2.AsyncClient | None = None,
-        web_client: httpx2.AsyncClient | None = None,
         **shortcuts: Any,
     ) -> None:
         self._layers = resolve_config(config, shortcuts, overrides)
         self.config = self._layers.resolve()  # + the values saved by config_set once opened
-        if http is not None and (http_client is not None or web_client is not None):
-            raise UsageError("pass either http=HttpClients(...) or http_client/web_client")
-        self.http = http or HttpClients(llm=http_client, web=web_client)
+        self.http = http or HttpClients()  # your own HTTP clients (proxies, TLS, recording)
         self.tools = ToolExecutor()
         self._user_tools: set[str] = set()
         for t in tools:

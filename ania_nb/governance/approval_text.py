@@ -12,33 +12,21 @@ commands it would run. Front ends with little room (chat) show a bounded prefix 
 from __future__ import annotations
 
 import json
-import re
 import shlex
-import unicodedata
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-# Characters that hide or reorder text: zero-width, joiners, BOM, bidi controls and isolates.
-_INVISIBLE = re.compile("[\u200b-\u200f\u2028-\u202e\u2060-\u2069\ufeff]")
+from .._preview import reveal
+
 _SEPARATORS = frozenset({";", "&&", "||", "|", "&", "|&", "\n"})
 
 
 def visible(text: str) -> str:
-    """``text`` with control and invisible characters shown as escapes.
+    """``text`` with hidden characters escaped (see `reveal`) and line breaks and tabs marked.
 
     Newlines stay line breaks, marked ``↵``; tabs are marked ``→``.
     """
-    out: list[str] = []
-    for ch in text:
-        if ch == "\n":
-            out.append("↵\n")
-        elif ch == "\t":
-            out.append("→\t")
-        elif _INVISIBLE.match(ch) or (unicodedata.category(ch) in ("Cc", "Cf") and ch != " "):
-            out.append(f"\\u{ord(ch):04x}" if ord(ch) > 0xFF else f"\\x{ord(ch):02x}")
-        else:
-            out.append(ch)
-    return "".join(out)
+    return reveal(text).replace("\t", "→\t").replace("\n", "↵\n")
 
 
 def split_commands(command: str) -> list[str] | None:

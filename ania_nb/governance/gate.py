@@ -18,6 +18,7 @@ always ask an admin. ``continue: false`` blocks the call and ends the run (`Gove
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
@@ -108,14 +109,16 @@ class ToolGate:
     async def _ask(
         self, call: ToolCall, tool: Tool | None, ctx: ToolContext, *, admin_only: bool
     ) -> GateDecision | None:
+        # Off the loop: a tool's summary may read the file it would change (bounded).
+        summary, details = await asyncio.to_thread(_describe, call, tool)
         verdict = await self.approvals.request(
             session=ctx.session,
             tool=call.name,
-            summary=_summary(call, tool),
+            summary=summary,
             callbacks=ctx.callbacks,
             requester=ctx.sender,
             admin_only=admin_only,
-            details=_details(call, tool),
+            details=details,
             requesters=ctx.requesters,
         )
         if verdict.allowed:
@@ -136,6 +139,11 @@ def _arguments(raw: str) -> Mapping[str, Any] | None:
     except json.JSONDecodeError:
         return None
     return value if isinstance(value, dict) else None
+
+
+def _describe(call: ToolCall, tool: Tool | None) -> tuple[str, str]:
+    """The approval's headline and its full details."""
+    return _summary(call, tool), _details(call, tool)
 
 
 def _details(call: ToolCall, tool: Tool | None) -> str:

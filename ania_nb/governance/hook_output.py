@@ -37,7 +37,7 @@ CONTEXT_EVENTS = frozenset({"SessionStart", "UserPromptSubmit"})  # plain stdout
 Decision = Literal["", "allow", "ask"]
 
 
-class HookOutputError(ValueError):
+class _UnreadableOutput(ValueError):
     """A hook printed JSON whose fields we cannot read."""
 
 
@@ -69,7 +69,7 @@ def cut(text: str, limit: int) -> str:
 def from_exit(event: str, code: int, out: str, err: str) -> HookResult | None:
     """The meaning of a finished shell hook; None for an error exit (the caller reports it).
 
-    Raises `HookOutputError` for JSON output with unreadable fields.
+    Raises `_UnreadableOutput` for JSON output with unreadable fields.
     """
     if code == 2:
         return HookResult(block=True, reason=cut(err or out, MAX_CONTEXT_CHARS))
@@ -94,7 +94,7 @@ def from_json(event: str, data: dict[str, Any]) -> HookResult:
     specific = _get(data, "hookSpecificOutput", dict, {})
     named = specific.get("hookEventName", event)
     if named != event:
-        raise HookOutputError(f"hookSpecificOutput is for {named!r}, not {event}")
+        raise _UnreadableOutput(f"hookSpecificOutput is for {named!r}, not {event}")
     context = _get(specific, "additionalContext", str, "", "hookSpecificOutput.")
     permission = _get(specific, "permissionDecision", str, "", "hookSpecificOutput.")
     why = _get(specific, "permissionDecisionReason", str, "", "hookSpecificOutput.")
@@ -124,7 +124,7 @@ def from_json(event: str, data: dict[str, Any]) -> HookResult:
     if legacy == "block":
         return HookResult(block=True, reason=cut(reason.strip(), MAX_CONTEXT_CHARS), **common)
     if legacy not in ("", "approve"):
-        raise HookOutputError(f"decision must be 'block' (or left out), got {legacy!r}")
+        raise _UnreadableOutput(f"decision must be 'block' (or left out), got {legacy!r}")
     return HookResult(**common)
 
 
@@ -143,5 +143,5 @@ def _get(data: dict[str, Any], key: str, kind: type, default: Any, where: str = 
     if value is None:
         return default
     if not isinstance(value, kind):
-        raise HookOutputError(f"{where}{key} must be a {kind.__name__}, got {value!r}")
+        raise _UnreadableOutput(f"{where}{key} must be a {kind.__name__}, got {value!r}")
     return value

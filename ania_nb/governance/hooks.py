@@ -38,7 +38,7 @@ from .._env import child_env
 from ..errors import RunError, UsageError
 from ._files import WatchedJSON
 from .hook_config import HOOK_EVENTS, HookTable, ShellHook, parse_hooks
-from .hook_output import HookOutputError, HookResult, cut, from_exit
+from .hook_output import _UnreadableOutput, HookResult, cut, from_exit
 
 if TYPE_CHECKING:  # pragma: no cover
     from ..config import HooksSettings, SecuritySettings
@@ -241,7 +241,7 @@ class HookRunner:
         code = transport.get_returncode()
         try:
             result = from_exit(spec.event, code if code is not None else -1, out, err)
-        except HookOutputError as exc:
+        except _UnreadableOutput as exc:
             _error(outcome, spec, f"unreadable JSON output: {exc}")
             return None
         if result is None:

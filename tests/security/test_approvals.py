@@ -169,7 +169,7 @@ def test_chat_text_is_bounded_with_a_way_to_see_the_rest():
 
 
 def test_visible_and_split():
-    assert visible("a\tb\x07\u200bc\n") == "a→\tb\\x07\\u200bc↵\n"
+    assert visible("a\tb\x07\u200bc\n") == "a→\tb\\u0007\\u200bc↵\n"
     assert split_commands("ls; rm -rf / && echo 'a;b' | sh") == [
         "ls",
         "rm -rf /",
