@@ -142,7 +142,11 @@ async def test_arguments_are_validated_before_any_process_starts(executor: ToolE
         ("tool", "the city 'Atlantis' does not exist"),
         ("unpicklable", "tool 'fail' execution failed: Unpicklable: 1+2"),
         ("exit", "tool 'fail' execution failed: SystemExit: 4"),
-        ("crash", "tool 'fail' stopped without a result (its process exited with code 3)"),
+        (
+            "crash",
+            "tool 'fail' stopped without a result (its process exited with code 3; "
+            "a traceback, if any, is on stderr)",
+        ),
     ],
 )
 async def test_errors_reach_the_model_as_usual(
@@ -266,3 +270,16 @@ def test_a_function_from_an_interactive_session_is_refused() -> None:
     run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert run.returncode == 1
     assert "defined in an interactive session (notebook or REPL)" in run.stderr
+
+
+def test_a_program_read_from_stdin_is_refused() -> None:
+    # Even for a function of an importable module: spawn would re-run "<stdin>" in the child.
+    code = "import sys\nsys.path.insert(0, sys.argv[1])\nimport test_tools_process\n"
+    run = subprocess.run(
+        [sys.executable, "-", str(Path(__file__).parent)],
+        input=code,
+        capture_output=True,
+        text=True,
+    )
+    assert run.returncode == 1
+    assert "cannot start child processes from a program read from <stdin>" in run.stderr

@@ -65,10 +65,19 @@ def process_target(func: Callable[..., Any], owner: str, tool: str) -> ProcessTa
             f"name); {qualname} is defined inside a function or is a lambda",
             tool=tool,
         )
-    if module == "__main__" and not getattr(sys.modules.get("__main__"), "__file__", None):
+    main = sys.modules.get("__main__")
+    main_file = getattr(main, "__file__", None)
+    if module == "__main__" and not main_file:
         raise ToolDefinitionError(
             f"{where} needs a function a new process can import; {qualname} is defined in an "
             "interactive session (notebook or REPL): move it into a .py module and import it",
+            tool=tool,
+        )
+    if main_file and getattr(main, "__spec__", None) is None and not os.path.isfile(main_file):
+        # spawn re-runs the main program in every child: a program read from stdin cannot be.
+        raise ToolDefinitionError(
+            f"{where} cannot start child processes from a program read from {main_file} "
+            "(each child re-runs the main program); run it from a .py file",
             tool=tool,
         )
     return ProcessTarget(module, qualname, tool)
@@ -161,7 +170,7 @@ def _unwrap(target: ProcessTarget, message: Any, exitcode: int | None) -> str:
     if message is None:
         raise ToolError(
             f"tool '{target.tool}' stopped without a result "
-            f"(its process exited with code {exitcode})"
+            f"(its process exited with code {exitcode}; a traceback, if any, is on stderr)"
         )
     kind, payload = message
     if kind == "ok":
