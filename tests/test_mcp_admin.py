@@ -41,8 +41,11 @@ async def test_admin_tools_only_with_self_manage(tmp_path: Path):
         assert [shared.get(n).side_effects for n in ADMIN] == [True, False, True, True]
         add = shared.get("mcp_add").parameters_schema()
         assert add["required"] == ["name"]
-        assert add["properties"]["env"]["type"] == "array"
-        assert add["properties"]["timeout_sec"]["type"] == "number"
+        assert add["properties"]["env"]["anyOf"] == [
+            {"type": "array", "items": {"type": "string"}},
+            {"type": "null"},
+        ]
+        assert add["properties"]["timeout_sec"]["anyOf"] == [{"type": "number"}, {"type": "null"}]
         empty = await run(shared, "mcp_list")
         assert empty == "No MCP servers are configured; add one with mcp_add."
     assert shared.names() == []
