@@ -43,7 +43,7 @@ LOWER_LAYERS = {
         "prompts",
     },
 }
-SHARED = {"errors", "_atomic", "_extras", "_http", "_env", "_preview", "py"}  # leaf modules anyone may use
+SHARED = {"errors", "_atomic", "_extras", "_http", "_env", "_preview", "_subprocess", "py"}  # leaf modules anyone may use
 FORBIDDEN_EVERYWHERE_BELOW_FRONT_ENDS = {"notebook", "runner", "agent", "cli", "demo"}
 
 

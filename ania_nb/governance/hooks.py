@@ -22,12 +22,9 @@ honoured depends on the event (see `Governance` and `ToolGate`).
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import inspect
 import json
 import logging
-import os
-import signal
 import weakref
 from collections import defaultdict
 from collections.abc import Awaitable
@@ -35,10 +32,11 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
 from .._env import child_env
+from .._subprocess import run_capped
 from ..errors import RunError, UsageError
 from ._files import WatchedJSON
 from .hook_config import HOOK_EVENTS, HookTable, ShellHook, parse_hooks
-from .hook_output import _UnreadableOutput, HookResult, cut, from_exit
+from .hook_output import HookResult, _UnreadableOutput, cut, from_exit
 
 if TYPE_CHECKING:  # pragma: no cover
     from ..config import HooksSettings, SecuritySettings
@@ -50,7 +48,6 @@ MAX_PAYLOAD_TEXT = 1000
 DEFAULT_BLOCK_REASON = "a hook blocked this"
 DEFAULT_STOP_REASON = "a hook stopped this"
 MAX_OUTPUT_BYTES = 64 * 1024  # kept per pipe; the context is cut to 2000 characters anyway
-KILL_GRACE = 2.0  # seconds the killed shell gets to be reaped
 _RUN_TASKS = "hook_call_tasks"  # run_state: the tasks of the run's calls (weakly)
 _RUN_STOP = "hook_stop"  # run_state: why a hook stopped the run
 PRE_TOOL_OUTCOME = "pre_tool_use"  # ToolContext.extras: the call's PreToolUse outcome
@@ -202,43 +199,23 @@ class HookRunner:
     ) -> HookResult | None:
         timeout = spec.effective_timeout(self.settings.timeout)
         data = json.dumps(payload, ensure_ascii=False).encode("utf-8")
-        loop = asyncio.get_running_loop()
         try:
-            transport, proc = await loop.subprocess_exec(
-                _HookProcess,
-                "sh",
-                "-c",
-                spec.command,
-                stdin=asyncio.subprocess.PIPE,
-                stdout=asyncio.subprocess.PIPE,
-                stderr=asyncio.subprocess.PIPE,
+            done = await run_capped(
+                ["sh", "-c", spec.command],
+                time_limit=timeout,
+                keep=MAX_OUTPUT_BYTES,
                 env=child_env(self.security),  # no ANIA_* or other secret variables
-                start_new_session=True,  # its own process group, killed as a whole
+                stdin=data,
             )
         except OSError as exc:
             _error(outcome, spec, f"cannot start: {exc}")
             return None
-        try:
-            stdin = transport.get_pipe_transport(0)
-            if isinstance(stdin, asyncio.WriteTransport):
-                stdin.write(data)
-                stdin.close()
-            # Done once the shell exited and its output pipes closed; the timeout bounds both.
-            if not (await asyncio.wait({proc.finished}, timeout=timeout))[0]:
-                _kill_group(transport.get_pid())
-                # A child that left the group (setsid) may still hold a pipe open: wait for the
-                # shell only, then close the pipes ourselves (finally) instead of reading on.
-                await asyncio.wait({proc.exited}, timeout=KILL_GRACE)
-                _error(outcome, spec, f"timed out after {timeout:g} s and was killed")
-                return None
-        except BaseException:
-            _kill_group(transport.get_pid())
-            raise
-        finally:
-            transport.close()
-        out = bytes(proc.output[1]).decode("utf-8", "replace").strip()
-        err = bytes(proc.output[2]).decode("utf-8", "replace").strip()
-        code = transport.get_returncode()
+        if done.timed_out:
+            _error(outcome, spec, f"timed out after {timeout:g} s and was killed")
+            return None
+        out = done.stdout.decode("utf-8", "replace").strip()
+        err = done.stderr.decode("utf-8", "replace").strip()
+        code = done.returncode
         try:
             result = from_exit(spec.event, code if code is not None else -1, out, err)
         except _UnreadableOutput as exc:
@@ -247,42 +224,6 @@ class HookRunner:
         if result is None:
             _error(outcome, spec, f"exit code {code}: {cut(err, 200)}")
         return result
-
-
-class _HookProcess(asyncio.SubprocessProtocol):
-    """A hook's output (capped), with ``exited`` and ``finished`` futures.
-
-    ``exited``: the shell ended; ``finished``: its output pipes closed too (children it left
-    behind may hold them open).
-    """
-
-    def __init__(self) -> None:
-        loop = asyncio.get_running_loop()
-        self.output = {1: bytearray(), 2: bytearray()}
-        self.exited: asyncio.Future[None] = loop.create_future()
-        self.finished: asyncio.Future[None] = loop.create_future()
-        self._open = {1, 2}
-
-    def pipe_data_received(self, fd: int, data: bytes) -> None:
-        """Keep the first `MAX_OUTPUT_BYTES` of stdout and stderr (a flood cannot fill memory)."""
-        buffer = self.output.get(fd)
-        if buffer is not None:
-            buffer += data[: max(0, MAX_OUTPUT_BYTES - len(buffer))]
-
-    def pipe_connection_lost(self, fd: int, exc: Exception | None) -> None:
-        """Note that stdout or stderr reached its end."""
-        self._open.discard(fd)
-        self._check()
-
-    def process_exited(self) -> None:
-        """Note that the shell exited."""
-        if not self.exited.done():
-            self.exited.set_result(None)
-        self._check()
-
-    def _check(self) -> None:
-        if self.exited.done() and not self._open and not self.finished.done():
-            self.finished.set_result(None)
 
 
 def enter_call(ctx: ToolContext) -> str | None:
@@ -346,8 +287,3 @@ def _error(outcome: HookOutcome, spec: ShellHook, problem: str) -> None:
     text = f"{spec.event} hook {spec.command!r}: {problem}"
     log.warning("%s", text)
     outcome.errors.append(text)
-
-
-def _kill_group(pid: int) -> None:
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(pid, signal.SIGKILL)

@@ -18,11 +18,8 @@ directory, cleared environment, resource limits.
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import os
 import re
-import signal
 from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
@@ -30,6 +27,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 from pydantic import BaseModel, Field
 
 from ..._env import child_env
+from ..._subprocess import run_capped
 from ...config import BashSettings, SecuritySettings
 from ...errors import ConfigError, ToolError
 from ..base import BaseTool, ToolContext
@@ -41,7 +39,6 @@ if TYPE_CHECKING:  # pragma: no cover
 
 TRUNCATED = "\n...(output truncated)"
 SUMMARY_LIMIT = 300
-KILL_GRACE = 2.0  # seconds to wait for a killed command's shell to be reaped
 
 
 def sandbox_hidden(config: Config) -> tuple[Path, ...]:
@@ -192,36 +189,17 @@ class BashTool(BaseTool[BashParams]):
 
     async def _run(self, command: str) -> str:
         argv, env, workdir = self.argv(command)
-        loop = asyncio.get_running_loop()
-        keep = self.settings.max_output * 4 + 4  # bytes enough for max_output characters
         try:
-            transport, proc = await loop.subprocess_exec(
-                lambda: _Output(keep),
-                *argv,
-                stdin=asyncio.subprocess.DEVNULL,
-                stdout=asyncio.subprocess.PIPE,
-                stderr=asyncio.subprocess.PIPE,
+            done = await run_capped(
+                argv,
+                time_limit=self.settings.timeout,
+                keep=self.settings.max_output * 4 + 4,  # bytes enough for max_output characters
                 env=env,
                 cwd=workdir,
-                start_new_session=True,  # its own process group: killable as a whole
             )
         except OSError as exc:
             raise ToolError(f"bash: cannot start {argv[0]!r}: {exc.strerror or exc}") from None
-        timed_out = False
-        try:
-            # Done when the shell exited and the pipes closed (background children included).
-            if not (await asyncio.wait({proc.finished}, timeout=self.settings.timeout))[0]:
-                timed_out = True
-                _kill_group(transport.get_pid())
-                # A child that left the group (setsid) may still hold a pipe open: wait for the
-                # shell only, then close the pipes ourselves (finally) instead of reading on.
-                await asyncio.wait({proc.exited}, timeout=KILL_GRACE)
-        except BaseException:  # /stop (cancellation): do not leave the command running
-            _kill_group(transport.get_pid())
-            raise
-        finally:
-            transport.close()  # closes the pipes now, not at garbage collection
-        return self._format(bytes(proc.out), bytes(proc.err), transport.get_returncode(), timed_out)
+        return self._format(done.stdout, done.stderr, done.returncode, done.timed_out)
 
     def _format(self, stdout: bytes, stderr: bytes, code: int | None, timed_out: bool) -> str:
         out = stdout.decode("utf-8", "replace")
@@ -243,45 +221,3 @@ class BashTool(BaseTool[BashParams]):
         if code:
             return text + f"\n(exit code {code})"
         return text
-
-
-class _Output(asyncio.SubprocessProtocol):
-    """A command's stdout and stderr (the first ``keep`` bytes of each), with two futures.
-
-    ``exited``: the shell ended; ``finished``: its output pipes closed too.
-    """
-
-    def __init__(self, keep: int) -> None:
-        loop = asyncio.get_running_loop()
-        self.keep = keep
-        self.out, self.err = bytearray(), bytearray()
-        self.exited: asyncio.Future[None] = loop.create_future()
-        self.finished: asyncio.Future[None] = loop.create_future()
-        self._open = {1, 2}
-
-    def pipe_data_received(self, fd: int, data: bytes) -> None:
-        """Keep what the output limit can show; a flood cannot fill memory."""
-        buffer = self.out if fd == 1 else self.err
-        buffer += data[: max(0, self.keep - len(buffer))]
-
-    def pipe_connection_lost(self, fd: int, exc: Exception | None) -> None:
-        """Note that stdout or stderr reached its end."""
-        self._open.discard(fd)
-        self._check()
-
-    def process_exited(self) -> None:
-        """Note that the shell exited."""
-        if not self.exited.done():
-            self.exited.set_result(None)
-        self._check()
-
-    def _check(self) -> None:
-        if self.exited.done() and not self._open and not self.finished.done():
-            self.finished.set_result(None)
-
-
-def _kill_group(pid: int | None) -> None:
-    if pid is None:
-        return
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(pid, signal.SIGKILL)
