@@ -43,7 +43,8 @@ LOWER_LAYERS = {
         "prompts",
     },
 }
-SHARED = {"errors", "_atomic", "_extras", "_http", "_env", "_preview", "_subprocess", "py"}  # leaf modules anyone may use
+# Leaf modules anyone may use.
+SHARED = {"errors", "_atomic", "_extras", "_http", "_env", "_preview", "_subprocess", "py"}
 FORBIDDEN_EVERYWHERE_BELOW_FRONT_ENDS = {"notebook", "runner", "agent", "cli", "demo"}
 
 
