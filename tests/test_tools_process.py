@@ -7,13 +7,14 @@ importable in the child: spawn passes the parent's ``sys.path``).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import signal
 import subprocess
 import sys
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
@@ -94,15 +95,32 @@ async def wait_for(check: Callable[[], bool], what: str) -> None:
         await asyncio.sleep(0.02)
 
 
-async def started_hang(tmp_path: Path, call: Callable[[dict[str, Any]], Awaitable[Any]]) -> Any:
+async def started_hang(
+    tmp_path: Path, call: Callable[[dict[str, Any]], Awaitable[Any]], children: list[int]
+) -> Any:
     """Start ``call`` on the hang tool in a task; return (task, pid) once the child runs."""
     pid_file = tmp_path / "pid"
     task = asyncio.ensure_future(call({"pid_file": str(pid_file)}))
     await wait_for(lambda: (pid_file.exists() and pid_file.read_text() != "") or task.done(), "pid")
     assert not task.done(), task.result()
     pid = int(pid_file.read_text())
+    children.append(pid)
     assert pid != os.getpid() and alive(pid)
     return task, pid
+
+
+@pytest.fixture
+async def children() -> AsyncIterator[list[int]]:
+    """Pids to SIGKILL after the test: a broken build must fail the test, not hang the suite.
+
+    Async so that it is torn down before the event loop, whose closing waits for the thread
+    still reading from a child that was not killed.
+    """
+    pids: list[int] = []
+    yield pids
+    for pid in pids:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
 
 
 @pytest.fixture
@@ -169,15 +187,19 @@ async def test_plain_function_wrapped_in_place_runs_in_a_process() -> None:
 # --------------------------------------------------------------------------- killing
 
 
-async def test_cancelling_the_call_kills_the_child(executor: ToolExecutor, tmp_path: Path) -> None:
-    task, pid = await started_hang(tmp_path, lambda args: executor.execute("hang", args))
+async def test_cancelling_the_call_kills_the_child(
+    executor: ToolExecutor, tmp_path: Path, children: list[int]
+) -> None:
+    task, pid = await started_hang(tmp_path, lambda args: executor.execute("hang", args), children)
     task.cancel()
     with pytest.raises(asyncio.CancelledError):
         await task
     assert not alive(pid)  # killed and reaped before the cancellation finished
 
 
-async def test_a_timeout_kills_the_child(executor: ToolExecutor, tmp_path: Path) -> None:
+async def test_a_timeout_kills_the_child(
+    executor: ToolExecutor, tmp_path: Path, children: list[int]
+) -> None:
     timeouts: list[asyncio.Timeout] = []
 
     async def call(args: dict[str, Any]) -> Any:
@@ -185,20 +207,23 @@ async def test_a_timeout_kills_the_child(executor: ToolExecutor, tmp_path: Path)
             timeouts.append(timeout)
             return await executor.execute("hang", args)
 
-    task, pid = await started_hang(tmp_path, call)
+    task, pid = await started_hang(tmp_path, call, children)
     timeouts[0].reschedule(asyncio.get_running_loop().time())  # expire now
     with pytest.raises(TimeoutError):
         await task
     assert not alive(pid)
 
 
-async def test_agent_stop_kills_the_child(llm: Any, make_agent: Any, tmp_path: Path) -> None:
+async def test_agent_stop_kills_the_child(
+    llm: Any, make_agent: Any, tmp_path: Path, children: list[int]
+) -> None:
     pid_file = tmp_path / "pid"
     llm.script(reply(tool_calls=[tool_call("hang", {"pid_file": str(pid_file)})]), reply("ok"))
     agent = make_agent(tools=[hang])
     run = asyncio.ensure_future(agent.chat("hang", session="p"))
     await wait_for(lambda: (pid_file.exists() and pid_file.read_text() != "") or run.done(), "pid")
     pid = int(pid_file.read_text())
+    children.append(pid)
     assert alive(pid)
     assert agent.stop("p") is True
     assert (await run).status == "stopped"
@@ -214,7 +239,9 @@ asyncio.run(m.hang.invoke({"pid_file": sys.argv[2]}, ToolContext()))
 """
 
 
-async def test_the_child_exits_when_its_parent_is_killed(tmp_path: Path) -> None:
+async def test_the_child_exits_when_its_parent_is_killed(
+    tmp_path: Path, children: list[int]
+) -> None:
     pid_file = tmp_path / "pid"
     parent = await asyncio.create_subprocess_exec(
         sys.executable, "-c", _ORPHAN_PARENT, str(Path(__file__).parent), str(pid_file)
@@ -222,6 +249,7 @@ async def test_the_child_exits_when_its_parent_is_killed(tmp_path: Path) -> None
     try:
         await wait_for(lambda: pid_file.exists() and pid_file.read_text() != "", "pid")
         pid = int(pid_file.read_text())
+        children.append(pid)
         assert alive(pid)
         parent.send_signal(signal.SIGKILL)
         await parent.wait()
