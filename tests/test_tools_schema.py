@@ -400,7 +400,8 @@ def test_non_finite_constraint_is_a_definition_error() -> None:
     class Inf(BaseModel):
         x: float = Field(examples=[float("inf")])
 
-    with pytest.raises(ToolDefinitionError, match=r"'Inf' puts a value JSON cannot carry in its schema"):
+    cannot_carry = r"'Inf' puts a value JSON cannot carry in its schema"
+    with pytest.raises(ToolDefinitionError, match=cannot_carry):
         model_schema(Inf)
 
 

@@ -91,7 +91,8 @@ def model_schema(model: type[BaseModel]) -> dict[str, Any]:
         json.dumps(schema, allow_nan=False)
     except ValueError as exc:
         raise ToolDefinitionError(
-            f"parameter model {model.__name__!r} puts a value JSON cannot carry in its schema ({exc})"
+            f"parameter model {model.__name__!r} puts a value JSON cannot carry in its "
+            f"schema ({exc})"
         ) from None
     return _ordered({"type": "object", **schema})
 
