@@ -29,6 +29,10 @@ from ania_nb.tools.builtin.bash import BashTool
 
 pytest_plugins = ["_http_fixtures"]
 
+# The interpreter itself, not a venv's link to it: a venv under /tmp (CI clones there) is
+# hidden by the sandbox's private /tmp. These commands need only the standard library.
+SANDBOX_PYTHON = os.path.realpath(sys.executable)
+
 
 def _bwrap_problem() -> str | None:
     """Why bubblewrap cannot run here (None when it can)."""
@@ -299,7 +303,7 @@ def _connect_command(port: int) -> str:
         "except OSError as exc:\n"
         "    print('no network:', exc)\n"
     )
-    return f'{sys.executable} -c "{code}"'
+    return f'{SANDBOX_PYTHON} -c "{code}"'
 
 
 @needs_bwrap
@@ -363,7 +367,7 @@ async def test_sandbox_environment_is_cleared(sandboxed, run_tool, monkeypatch, 
 @needs_bwrap
 async def test_sandbox_memory_limit_stops_a_memory_hog(sandboxed, run_tool):
     agent = sandboxed(**{"bash.sandbox_memory_mb": 200})
-    hog = f"{sys.executable} -c \"b = bytearray(400 * 1024 * 1024); print('allocated')\""
+    hog = f"{SANDBOX_PYTHON} -c \"b = bytearray(400 * 1024 * 1024); print('allocated')\""
     call = await run_tool(agent, "bash", {"command": hog})
     assert "MemoryError" in call.result
     assert "allocated" not in call.result
