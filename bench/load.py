@@ -61,12 +61,8 @@ QUICK_RUNS = {1: 20, 10: 100, 100: 300, 500: 500}
 SERVER = """
 import signal, sys, threading
 from ania_nb.testing import ScriptedLLM, delay, reply, tool_call, usage
-from ania_nb.testing import _server
 
 latency, final = float(sys.argv[1]), sys.argv[2]
-# Hundreds of clients connect at once: the stdlib default listen backlog (5) would make the
-# kernel drop SYNs and add 1 s retransmits to the measured latency.
-_server._Server.request_queue_size = 4096
 
 def respond(request):
     last = request.messages[-1] if request.messages else {}
