@@ -386,3 +386,19 @@ async def test_approval_resolved_events_and_revoking_a_session_allowance():
     denied = await manager.request(session="s", tool="bash", summary="ls", callbacks=callbacks)
     assert denied.allowed is False and len(events) == 2  # asked again
     assert manager.revoke_for_session("s") == 1 and manager.allowed_tools("s") == []
+
+
+async def test_a_stream_retried_after_shown_text_takes_that_text_back(llm, make_agent):
+    from ania_nb.testing import cut_stream
+
+    agent = make_agent(overrides={"llm.stream": True})
+    llm.script(cut_stream(reply("FIRST ATTEMPT " * 20), after_chunks=3), reply("Second, whole."))
+    view = RunView(agent, session="nb:r", prompt="hi")
+    notices: list[str] = []
+    view.error_html.observe(lambda change: notices.append(change["new"]), names="value")
+    result = await agent.chat("hi", session="nb:r", callbacks=view.callbacks)
+    view.finish(result)
+    assert result.text == "Second, whole."
+    assert "FIRST" not in view.reply.value and "Second, whole." in view.reply.value
+    assert any("retrying" in n for n in notices)  # the retry was shown while it happened
+    assert view.error_html.value == ""  # and the note is gone once the run succeeded
