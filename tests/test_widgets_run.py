@@ -397,6 +397,7 @@ async def test_a_stream_retried_after_shown_text_takes_that_text_back(llm, make_
     notices: list[str] = []
     view.error_html.observe(lambda change: notices.append(change["new"]), names="value")
     result = await agent.chat("hi", session="nb:r", callbacks=view.callbacks)
+    assert "FIRST" not in view.reply_text  # taken back before the second attempt streamed
     view.finish(result)
     assert result.text == "Second, whole."
     assert "FIRST" not in view.reply.value and "Second, whole." in view.reply.value
