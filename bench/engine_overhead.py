@@ -80,6 +80,8 @@ from datetime import datetime
 from pathlib import Path
 from typing import Annotated, Any
 
+from _raw import assistant_message  # bench/ is the script's folder
+
 MODEL = "bench-model"
 API_KEY = "sk-bench"
 USER_TEXT = "Add 2 and 3, count the words of the sentence, and look up the capital of Norway."
@@ -371,23 +373,7 @@ class RawLoop:
             msg = response.choices[0].message
             if not msg.tool_calls:
                 return msg.content or ""
-            messages.append(
-                {
-                    "role": "assistant",
-                    "content": msg.content,
-                    "tool_calls": [
-                        {
-                            "id": c.id,
-                            "type": "function",
-                            "function": {
-                                "name": c.function.name,
-                                "arguments": c.function.arguments,
-                            },
-                        }
-                        for c in msg.tool_calls
-                    ],
-                }
-            )
+            messages.append(assistant_message(msg))
             results = await asyncio.gather(
                 *(self._call_tool(c.function.name, c.function.arguments) for c in msg.tool_calls)
             )

@@ -49,6 +49,8 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+from _raw import assistant_message  # bench/ is the script's folder
+
 MODEL = "bench-model"
 API_KEY = "sk-bench"
 USER_TEXT = "What is the capital of Norway? Look it up."
@@ -171,23 +173,7 @@ class RawLoop:
             msg = response.choices[0].message
             if not msg.tool_calls:
                 return msg.content == FINAL_TEXT
-            messages.append(
-                {
-                    "role": "assistant",
-                    "content": msg.content,
-                    "tool_calls": [
-                        {
-                            "id": c.id,
-                            "type": "function",
-                            "function": {
-                                "name": c.function.name,
-                                "arguments": c.function.arguments,
-                            },
-                        }
-                        for c in msg.tool_calls
-                    ],
-                }
-            )
+            messages.append(assistant_message(msg))
             results = await asyncio.gather(
                 *(lookup(**json.loads(c.function.arguments)) for c in msg.tool_calls)
             )

@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from _media import PNG, Outbox
 
 from ania_nb import Callbacks
 from ania_nb.engine.loop import LOADED_IMAGES_TEXT
@@ -14,25 +15,6 @@ from ania_nb.engine.messages import image_marker
 from ania_nb.testing import reply, tool_call
 
 pytest_plugins = ["_http_fixtures"]
-
-PNG = bytes.fromhex(
-    "89504e470d0a1a0a0000000d4948445200000001000000010806000000"
-    "1f15c4890000000d49444154789c6360000002000001e221bc330000000049454e44ae426082"
-)
-
-
-class Outbox:
-    """A send_file callback that records (name, base64)."""
-
-    def __init__(self) -> None:
-        self.files: list[tuple[str, str]] = []
-
-    def __call__(self, name: str, b64: str) -> None:
-        self.files.append((name, b64))
-
-    @property
-    def callbacks(self) -> Callbacks:
-        return Callbacks(send_file=self)
 
 
 @pytest.fixture

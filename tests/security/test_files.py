@@ -13,26 +13,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from _media import PNG, Outbox
 
 from ania_nb import Callbacks, ToolError
 from ania_nb.testing import reply, tool_call
 from ania_nb.tools.builtin import FileGuard
 
 SECRET = "sk-very-secret-value-0042"
-PNG = bytes.fromhex(
-    "89504e470d0a1a0a0000000d4948445200000001000000010806000000"
-    "1f15c4890000000d49444154789c6360000002000001e221bc330000000049454e44ae426082"
-)
-
-
-class Outbox:
-    """A ``send_file`` callback that records what would reach the user."""
-
-    def __init__(self) -> None:
-        self.files: list[tuple[str, str]] = []
-
-    def __call__(self, name: str, b64: str) -> None:
-        self.files.append((name, b64))
 
 
 @pytest.fixture
