@@ -359,3 +359,51 @@ class NotebookSettings(Section):
     python_approval: bool = Field(
         True, description="Ask before each python tool call (Allow/Deny in the run widget)."
     )
+
+
+MAX_RUN_SECONDS = 1800  # the longest any clock, subagent or team run may take
+
+
+class ClockSettings(Section):
+    """The clock: scheduled tasks that start one-shot agent runs."""
+
+    enable: bool = Field(True, description="Run the scheduler and give the clock_* tools.")
+    default_timeout: float = Field(
+        120.0,
+        gt=0,
+        le=MAX_RUN_SECONDS,
+        description="Seconds a task run may take unless the task says otherwise (≤1800).",
+    )
+    max_log_entries: int = Field(500, ge=1, description="Task-log entries kept (oldest evicted).")
+
+
+class SubagentSettings(Section):
+    """Subagents: one-shot workers of the main agent; clock runs and teams use their model."""
+
+    enable: bool = Field(True, description="Give main sessions subagent_run/list/cancel.")
+    timeout: float = Field(
+        300.0, gt=0, le=MAX_RUN_SECONDS, description="Seconds a subagent may take (≤1800)."
+    )
+    max_iterations: int = Field(10, ge=1, le=200, description="LLM rounds of one subagent.")
+    max_result_len: int = Field(
+        4000, ge=100, description="Characters of a subagent's reply handed back (rest cut)."
+    )
+    base_url: str = Field("", description="Endpoint of one-shot runs; empty = the main model's.")
+    api_key: SecretStr | None = _secret("API key of one-shot runs; empty = the main model's.")
+    model: str = Field(
+        "", description="Model of subagents, team members and clock runs; empty = the main one."
+    )
+
+
+class TeamSettings(Section):
+    """Agent teams: role-described members run in parallel as subagents (team_run)."""
+
+    enable: bool = Field(False, description="Give main sessions team_run/create/list/delete.")
+    timeout: float = Field(
+        300.0, gt=0, le=MAX_RUN_SECONDS, description="Seconds a team member may take (≤1800)."
+    )
+    max_iterations: int = Field(10, ge=1, le=200, description="LLM rounds of one member.")
+    max_result_len: int = Field(
+        4000, ge=100, description="Characters of a member's reply in the report (rest cut)."
+    )
+    max_members: int = Field(5, ge=1, le=10, description="Members one team_run may have (≤10).")

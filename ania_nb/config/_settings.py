@@ -30,6 +30,7 @@ from ._sections import (
     AgentSettings,
     ApprovalSettings,
     BashSettings,
+    ClockSettings,
     CommandsSettings,
     ConfigToolSettings,
     EndpointSettings,
@@ -43,6 +44,8 @@ from ._sections import (
     SecuritySettings,
     SkillSettings,
     StoreSettings,
+    SubagentSettings,
+    TeamSettings,
     TodoSettings,
     VisionSettings,
     WebSettings,
@@ -101,6 +104,11 @@ class Config(BaseSettings):
     security: SecuritySettings = Field(
         default_factory=SecuritySettings, description="Secrets kept from child processes."
     )
+    clock: ClockSettings = Field(default_factory=ClockSettings, description="Scheduled tasks.")
+    subagent: SubagentSettings = Field(
+        default_factory=SubagentSettings, description="Subagents (and the one-shot runs' model)."
+    )
+    team: TeamSettings = Field(default_factory=TeamSettings, description="Agent teams.")
 
     @classmethod
     def settings_customise_sources(
