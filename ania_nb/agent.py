@@ -19,11 +19,15 @@ from .engine.callbacks import NO_CALLBACKS, ApprovalRequest, Callbacks
 from .engine.context import BeforeCompact
 from .engine.loop import Gate, GateDecision, ToolCall
 from .engine.messages import Message
+from .engine.usage import Usage
 from .errors import SessionBusyError, UsageError
 from .governance import ApprovalManager, Governance, PythonHook
 from .governance.commands import parse_slash
 from .orchestration import (
     Conversation,
+    Delivery,
+    OneShotJob,
+    Outbox,
     Pending,
     RunLimits,
     RunServices,
@@ -32,11 +36,13 @@ from .orchestration import (
     Session,
     SessionTable,
     answer_batch,
+    execute_run,
     resolve_config,
 )
+from .orchestration.oneshot import one_shot_services, one_shot_spec
 from .prompts import DEFAULT_SYSTEM_PROMPT
 from .result import RunResult
-from .store import RunRecord
+from .store import RunRecord, Store
 from .tools import SessionToolExecutor, Tool, ToolExecutor
 from .tools.builtin import HttpSource, ImageViewer, default_tools, gated_tools, image_viewer
 
@@ -93,6 +99,9 @@ class Agent:
             idle_seconds=self.config.agent.session_idle_seconds,
             in_use=lambda name: bool(self.approvals.pending(name)),
         )
+        self.outbox = Outbox()  # final results of clock runs and background subagents
+        self._stop_listeners: list[Callable[[str], object]] = []
+        self._publishing: set[asyncio.Future[int]] = set()
         self._rt: Runtime | None = None
         self._services: RunServices | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -242,14 +251,18 @@ class Agent:
             await self.before_compact(history)
 
     async def _after_run(self, spec: RunSpec, result: RunResult) -> None:
-        await self.governance.after_run(spec.kind, spec.session, result)
+        await self.governance.after_run(spec.kind, spec.session, result, task=spec.text)
 
     def _new_session(self, name: str) -> Session:
-        state = Session(name, SessionToolExecutor(self.tools))
+        return Session(name, self._session_executor(name))
+
+    def _session_executor(self, name: str) -> SessionToolExecutor:
+        """A fresh tool table of a session: the shared tools and the session's own."""
+        executor = SessionToolExecutor(self.tools)
         for factory in self._session_tools:
             for t in factory(name):
-                state.executor.add(t, replace=True)
-        return state
+                executor.add(t, replace=True)
+        return executor
 
     def session(self, name: str) -> Session:
         """The state of a session, created on first use.
@@ -336,10 +349,19 @@ class Agent:
                 state.current.cancel()
 
     def stop(self, session: str = "nb:default") -> bool:
-        """Cancel the session's running request and drop its queue; False if nothing ran."""
+        """Cancel the session's running request, its queue and background work.
+
+        Returns False when nothing was running.
+        """
+        stopped_children = False
+        for listener in list(self._stop_listeners):
+            try:
+                stopped_children = bool(listener(session)) or stopped_children
+            except Exception:
+                log.exception("a stop listener failed for %s", session)
         state = self.sessions.get(session)
         if state is None or not state.busy:
-            return False
+            return stopped_children
         self.approvals.cancel(session)
         dropped, state.queue = state.queue, []
         for pending in dropped:
@@ -385,6 +407,8 @@ class Agent:
                 result = run.result()
             for pending in batch:
                 _resolve(pending, result)
+            if all(p.synthetic for p in batch):  # nobody awaits this reply: publish it
+                self._publish_reply(state.name, batch[0].sender or "synthetic", result)
 
     async def _answer(self, state: Session, batch: list[Pending]) -> RunResult:
         rt = await self._ensure_open()
@@ -398,6 +422,92 @@ class Agent:
             system_prompt=self.system_prompt,
             run_timeout=self.config.agent.run_timeout,
         )
+
+    # ------------------------------------------------ host of the clock, subagents, teams
+
+    async def open_store(self) -> Store:
+        """The embedded store, opening the Agent first if needed."""
+        return (await self._ensure_open()).store
+
+    def is_admin(self, who: str | None) -> bool:
+        """Whether ``who`` is an admin (None is the trusted local user of a notebook)."""
+        return self.governance.is_admin(who)
+
+    def system_prompt_for(self, session: str) -> str:
+        """The system prompt of a session's runs (the same for every session today)."""
+        return self.system_prompt
+
+    async def run_one_shot(self, job: OneShotJob) -> RunResult:
+        """Run a clock run, subagent or team member (see `OneShotJob`) and return its outcome.
+
+        The run uses a fresh table of the target session's tools, the subagent model if one is
+        configured, and only admins may approve its tool calls. A failure is in the result's
+        status; cancelling the caller cancels the run.
+        """
+        rt = await self._ensure_open()
+        assert self._services is not None
+        if job.max_iterations is not None:
+            rounds = job.max_iterations
+        elif job.kind == "subagent":
+            rounds = self.config.subagent.max_iterations
+        elif job.kind == "team_member":
+            rounds = self.config.team.max_iterations
+        else:
+            rounds = self.config.agent.max_iterations
+        spec = one_shot_spec(job, self._session_executor(job.session), rt.store)
+        services = one_shot_services(self._services, llm=rt.one_shot_llm, max_iterations=rounds)
+        return await execute_run(spec, services)
+
+    def inject(
+        self,
+        session: str,
+        text: str,
+        *,
+        sender: str = "subagent",
+        callbacks: Callbacks | None = None,
+    ) -> bool:
+        """Queue a synthetic message (a background subagent's result) for ``session``.
+
+        It is answered at once if the session is idle, else after the current reply, like any
+        queued message; nobody awaits it, so the reply is published on `outbox`. Returns False
+        (and drops the message) when the session's queue is full.
+        """
+        if self._closed:
+            return False
+        state = self.session(session)
+        if len(state.queue) >= self.config.agent.queue_size:
+            log.warning("queue of %s is full: a %s message was dropped", session, sender)
+            return False
+        loop = asyncio.get_running_loop()
+        future = loop.create_future()
+        pending = Pending(text, sender, (), callbacks or NO_CALLBACKS, future, synthetic=True)
+        state.queue.append(pending)
+        if not state.busy:
+            state.worker = asyncio.create_task(self._work(state), name=f"ania-session-{session}")
+        return True
+
+    def _publish_reply(self, session: str, source: str, result: RunResult) -> None:
+        delivery = Delivery(
+            session,
+            result.text if result.ok else str(result),
+            source,
+            title=f"reply to a {source} message",
+            status=result.status,
+            meta={"run_id": result.run_id},
+        )
+        task = asyncio.ensure_future(self.outbox.publish(delivery))
+        self._publishing.add(task)
+        task.add_done_callback(self._publishing.discard)
+
+    def add_derived_usage(self, session: str, usage: Usage) -> None:
+        """Count tokens spent for ``session`` outside a run; its next run record includes them."""
+        self.session(session).derived.merge(usage)
+
+    def on_stop(self, listener: Callable[[str], object]) -> None:
+        """Call ``listener(session)`` on every `stop` (a truthy return: it stopped something)."""
+        self._stop_listeners.append(listener)
+
+    # ------------------------------------------------------------------ records
 
     async def history(self, session: str = "nb:default") -> list[Message]:
         """The stored conversation of a session (images as ``[image <hash8>]`` markers)."""

@@ -139,7 +139,10 @@ class LLMClient:
         role: str = "main",
         http_client: httpx2.AsyncClient | None = None,
     ) -> LLMClient:
-        """Build the main client (with its fallback), the ``compressor`` or ``vision`` client."""
+        """Build the main client (with its fallback) or a role's: compressor, subagent, vision.
+
+        A role without its own endpoint or model gets the main client's settings.
+        """
         llm = config.llm
         retry = RetryPolicy(**config.retry.model_dump())
         main_key = llm.api_key.get_secret_value() if llm.api_key else None
@@ -151,7 +154,7 @@ class LLMClient:
             return cls(
                 base_url=section.base_url or llm.base_url,
                 api_key=key,
-                model=section.model,
+                model=section.model or llm.model,
                 temperature=llm.temperature,
                 top_p=llm.top_p,
                 max_tokens=max_tokens,
@@ -166,6 +169,8 @@ class LLMClient:
             # a text model cannot describe an image, and a failed description is reported as such.
             return endpoint(config.vision, max_tokens=600)
         fallback = endpoint(config.fallback) if config.fallback.model else None
+        if role == "subagent" and (config.subagent.model or config.subagent.base_url):
+            return endpoint(config.subagent, fallback)
         if role == "compressor" and config.compressor.model:
             # Every role gets the fallback, as in the original; it never has one of its own.
             return endpoint(config.compressor, fallback)

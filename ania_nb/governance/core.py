@@ -177,16 +177,18 @@ class Governance:
         if post.stopped:
             raise stop_run(ctx, "PostToolUse", post.stop_reason)
 
-    async def after_run(self, kind: str, session: str, result: RunResult) -> None:
+    async def after_run(self, kind: str, session: str, result: RunResult, task: str = "") -> None:
         """Fire Stop or SubagentStop for a finished run.
 
-        Stop follows a successful main or clock run; SubagentStop every subagent or team-member
-        run, whatever its outcome.
+        Stop follows a successful main or clock run, with the reply; SubagentStop every
+        subagent or team-member run, whatever its outcome, with the task (``prompt``), the
+        reply (``reply``) and the status.
         """
         prompt = cut(result.text or result.error or "", MAX_STOP_PROMPT)
         if kind in ("subagent", "team_member"):
-            payload = payload_for("SubagentStop", session, kind, prompt=prompt)
+            payload = payload_for("SubagentStop", session, kind, prompt=cut(task, MAX_STOP_PROMPT))
             payload["status"] = result.status
+            payload["reply"] = prompt
             await self.hooks.run("SubagentStop", payload)
         elif result.ok:
             await self.hooks.run("Stop", payload_for("Stop", session, kind, prompt=prompt))

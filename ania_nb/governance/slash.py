@@ -1,6 +1,7 @@
 """Slash commands typed by users: the built-ins and the custom ones from the commands file.
 
-Built-ins (``/stop``, ``/plan``, ``/cmd``, ``/help``) are answered at once, without the model.
+Built-ins (``/stop``, ``/plan``, ``/cmd``, ``/help``; ``/clock`` once registered) are answered at
+once, without the model.
 A custom command is expanded into a prompt that then goes through the normal chat path. An
 unknown ``/name`` gets a list of the commands; text whose first word is no command name (a path
 such as ``/usr/bin``) is an ordinary message.
@@ -54,6 +55,17 @@ class SlashCommands:
             "cmd": self._cmd,
             "help": self._help,
         }
+        self._help_texts = dict(HELP)
+
+    def register(
+        self,
+        name: str,
+        handler: Callable[[str, str, str | None], Awaitable[str]],
+        help_text: str,
+    ) -> None:
+        """Answer ``/name`` with ``handler(session, args, sender)`` (e.g. the clock's /clock)."""
+        self._builtins[name] = handler
+        self._help_texts[name] = help_text
 
     async def route(self, session: str, name: str, args: str, sender: str | None) -> Routed:
         """Answer a built-in, expand a custom command, or explain an unknown one."""
@@ -74,7 +86,7 @@ class SlashCommands:
         return self.plan.command(session, args)
 
     async def _help(self, session: str, args: str, sender: str | None) -> str:
-        lines = ["Commands:", *(f"/{name} — {text}" for name, text in HELP.items())]
+        lines = ["Commands:", *(f"/{name} — {text}" for name, text in self._help_texts.items())]
         custom = await self.book.all() if self.book is not None else {}
         lines += [f"/{name} — {_preview(t)}" for name, t in sorted(custom.items())]
         return "\n".join(lines)

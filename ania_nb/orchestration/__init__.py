@@ -7,7 +7,10 @@ agents packages will build the other kinds. This layer sits above the engine, th
 (tools, MCP, skills) and governance, and below the front ends; it never imports them.
 """
 
+from .host import AgentHost
 from .main_turn import answer_batch
+from .oneshot import HIDDEN_BY_KIND, SUBAGENT_TOOLS, TEAM_TOOLS, OneShotJob, OneShotKind
+from .outbox import Delivery, Outbox
 from .records import RunRecorder, StoreRecord
 from .run import RunLimits, RunServices, execute_run
 from .runtime import Runtime
@@ -17,10 +20,18 @@ from .spec import ONE_SHOT_KINDS, AgentKind, Conversation, RunSpec, callbacks_fo
 from .tool_view import ToolView
 
 __all__ = [
+    "HIDDEN_BY_KIND",
     "ONE_SHOT_KINDS",
     "SHORTCUTS",
+    "SUBAGENT_TOOLS",
+    "TEAM_TOOLS",
+    "AgentHost",
     "AgentKind",
     "Conversation",
+    "Delivery",
+    "OneShotJob",
+    "OneShotKind",
+    "Outbox",
     "Pending",
     "RunLimits",
     "RunRecorder",

@@ -54,6 +54,7 @@ async def answer_batch(
         timeout=run_timeout,
         model=batch[-1].model,
         plan_mode=plan,
+        usage=state.take_derived(),  # tokens of background work since the last run count here
     )
     return await execute_run(spec, services)
 

@@ -35,6 +35,7 @@ class Runtime:
     store: Store
     llm: LLMClient
     window: ContextWindow
+    one_shot_llm: LLMClient | None = None  # clock, subagent and team runs (None = ``llm``)
     skills: SkillManager | None = None
     mcp: MCPRegistry | None = None
 
@@ -79,7 +80,13 @@ class Runtime:
                 compressor=compressor,
                 before_compact=before_compact,
             )
-            runtime = cls(config, store, llm, window)
+            own = config.subagent.model or config.subagent.base_url
+            one_shot = (
+                LLMClient.from_config(config, role="subagent", http_client=http.llm)
+                if own
+                else None
+            )
+            runtime = cls(config, store, llm, window, one_shot)
             runtime.skills = await _open_skills(config, tools, store)
             runtime.mcp = await _open_mcp(config, tools, http)
             return runtime
@@ -99,6 +106,8 @@ class Runtime:
         if self.mcp is not None:
             await self.mcp.aclose()
         await self.llm.aclose()
+        if self.one_shot_llm is not None:
+            await self.one_shot_llm.aclose()
         if self.window.compressor is not self.llm:
             await self.window.compressor.aclose()
         await self.store.close()

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from ..engine.callbacks import Callbacks
+from ..engine.usage import Usage
 from ..prompts import QUEUED_HEADER
 from .spec import Conversation
 
@@ -35,6 +36,7 @@ class Pending:
     future: asyncio.Future[RunResult]
     model: str | None = None  # a per-run model override
     plan: bool = False  # plan mode for this message's run only
+    synthetic: bool = False  # injected by the agent (a background result): nobody awaits it
 
 
 @dataclass
@@ -49,6 +51,13 @@ class Session:
     batch: list[Pending] = field(default_factory=list)  # the messages the current run answers
     conversation: Conversation = field(default_factory=Conversation)
     last_used: float = field(default_factory=time.monotonic)
+    # Tokens spent for the session outside its runs (background subagents): the next run's.
+    derived: Usage = field(default_factory=Usage)
+
+    def take_derived(self) -> Usage:
+        """The derived-usage tally, handed to the next run (which starts a new one)."""
+        usage, self.derived = self.derived, Usage()
+        return usage
 
     @property
     def busy(self) -> bool:
@@ -97,7 +106,7 @@ class SessionTable:
             stale = now - state.last_used > self.idle_seconds
             if not (stale or over > 0):
                 break
-            if state.busy or state.queue or self._in_use(name):
+            if state.busy or state.queue or state.derived.total_tokens or self._in_use(name):
                 continue
             del self._sessions[name]
             over -= 1

@@ -1,0 +1,68 @@
+"""`AgentHost`: what the clock and the agents packages may ask of their Agent.
+
+They sit in the orchestration layer and never import the façade; the `Agent` satisfies this
+protocol and hands itself over.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Protocol
+
+if TYPE_CHECKING:  # pragma: no cover
+    from ..config import Config
+    from ..engine.callbacks import Callbacks
+    from ..engine.usage import Usage
+    from ..result import RunResult
+    from ..store import Store
+    from .oneshot import OneShotJob
+    from .outbox import Outbox
+
+
+class AgentHost(Protocol):
+    """The Agent as the clock, subagents and teams see it."""
+
+    @property
+    def config(self) -> Config:
+        """The effective settings (with values saved by config_set once open)."""
+        ...
+
+    @property
+    def outbox(self) -> Outbox:
+        """Where the final results of background work go."""
+        ...
+
+    async def open_store(self) -> Store:
+        """The store, opening the Agent first if needed."""
+        ...
+
+    async def run_one_shot(self, job: OneShotJob) -> RunResult:
+        """Run a clock run, subagent or team member; failures are in the result's status."""
+        ...
+
+    def system_prompt_for(self, session: str) -> str:
+        """The system prompt a session's runs get (base prompt + skills registry)."""
+        ...
+
+    def inject(
+        self,
+        session: str,
+        text: str,
+        *,
+        sender: str = "subagent",
+        callbacks: Callbacks | None = None,
+    ) -> bool:
+        """Queue a synthetic message for the session; False when its queue is full."""
+        ...
+
+    def add_derived_usage(self, session: str, usage: Usage) -> None:
+        """Count tokens spent for the session outside a run (merged into its next run record)."""
+        ...
+
+    def on_stop(self, listener: Callable[[str], None]) -> None:
+        """Call ``listener(session)`` whenever the session is stopped."""
+        ...
+
+    def is_admin(self, who: str | None) -> bool:
+        """Whether ``who`` is an admin (None is the trusted local user)."""
+        ...

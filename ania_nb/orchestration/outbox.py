@@ -1,0 +1,78 @@
+"""`Outbox`: where the results of background work (clock runs, background subagents) go.
+
+Nobody awaits a clock run or a background subagent, so their final text is *published*: every
+front end that subscribed (a notebook's clock panel, the chat runner) receives each `Delivery`
+and shows or sends what concerns it. Front ends also say which callbacks a session's background
+runs may use (images, files, approvals) through `Outbox.callbacks_for`.
+"""
+
+from __future__ import annotations
+
+import inspect
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..engine.callbacks import NO_CALLBACKS, Callbacks
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Delivery:
+    """A finished piece of background work for a session's front end.
+
+    ``source`` is ``clock`` or ``subagent``; ``status`` the run's (success, timeout, error, …);
+    ``meta`` carries source-specific details (a task id, a log entry id, a child id).
+    """
+
+    session: str
+    text: str
+    source: str
+    title: str = ""
+    status: str = "success"
+    meta: dict[str, Any] = field(default_factory=dict)
+
+
+def _no_callbacks(session: str) -> Callbacks:
+    return NO_CALLBACKS
+
+
+class Outbox:
+    """Publish/subscribe of `Delivery` objects, plus the front end's background callbacks."""
+
+    def __init__(self) -> None:
+        self._subscribers: list[Callable[[Delivery], Any]] = []
+        # The front end's callbacks for a session's background runs; none by default.
+        self.callbacks_for: Callable[[str], Callbacks] = _no_callbacks
+
+    def subscribe(self, fn: Callable[[Delivery], Any]) -> Callable[[], None]:
+        """Call ``fn`` (sync or async) with every delivery; returns the unsubscribe function."""
+        self._subscribers.append(fn)
+
+        def unsubscribe() -> None:
+            if fn in self._subscribers:
+                self._subscribers.remove(fn)
+
+        return unsubscribe
+
+    @property
+    def subscribers(self) -> int:
+        """How many subscribers there are."""
+        return len(self._subscribers)
+
+    async def publish(self, delivery: Delivery) -> int:
+        """Hand ``delivery`` to every subscriber; returns how many took it (failures are logged)."""
+        reached = 0
+        for fn in list(self._subscribers):
+            try:
+                result = fn(delivery)
+                if inspect.isawaitable(result):
+                    await result
+                reached += 1
+            except Exception:
+                log.exception("a subscriber failed to take a %s delivery", delivery.source)
+        if not reached:
+            log.info("%s result for %s had no subscriber", delivery.source, delivery.session)
+        return reached
