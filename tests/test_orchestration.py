@@ -43,6 +43,10 @@ LOWER_LAYERS = {
         "prompts",
     },
 }
+# Orchestration-level packages built on the one run path: agents (subagents, teams) and the
+# clock, whose runs may start subagents.
+LOWER_LAYERS["agents"] = LOWER_LAYERS["orchestration"] | {"orchestration"}
+LOWER_LAYERS["clock"] = LOWER_LAYERS["agents"] | {"agents"}
 # Leaf modules anyone may use.
 SHARED = {"errors", "_atomic", "_extras", "_http", "_env", "_preview", "_subprocess", "py"}
 FORBIDDEN_EVERYWHERE_BELOW_FRONT_ENDS = {"notebook", "runner", "agent", "cli", "demo"}
