@@ -1,0 +1,123 @@
+"""The clock's data: tasks, task-log entries, change events and the clock's error type.
+
+Times are epoch seconds (``time.time()``), like the run log; ``None`` means "never" / "not
+scheduled". A task's ``target`` is a session key (``nb:<name>`` in a notebook, ``g:<id>`` /
+``f:<id>`` on a chat platform); the task's runs use that session's tools and deliver their final
+reply to it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from ..errors import UsageError
+from ..store import ToolCallRecord
+
+# Task-log statuses (reference §7.4 plus ``skipped`` for an overlapping trigger).
+RUNNING = "running"
+LOG_STATUSES = ("running", "success", "timeout", "error", "interrupted", "skipped")
+FINAL_LOG_STATUSES = frozenset(LOG_STATUSES) - {RUNNING}
+
+# Fields a caller may change with `Clock.update` (everything else is kept by the clock).
+UPDATABLE_FIELDS = frozenset(
+    {"cron", "title", "content", "target", "enabled", "run_once", "timeout", "created_by", "note"}
+)
+
+EventKind = Literal["task_created", "task_updated", "task_deleted", "run_started", "run_finished"]
+
+
+class ClockError(UsageError):
+    """A clock request was refused: bad schedule, unknown task, blank content, bad field."""
+
+
+@dataclass
+class ClockTask:
+    """One scheduled task (reference §4.2).
+
+    ``id`` is the base-36 form of a persisted counter. ``timeout`` is seconds, 0 = the clock's
+    default (``clock.default_timeout``); runs are clamped to 1800 s. ``created_by`` is who a
+    chat-platform trigger mentions (empty = nobody); ``creator`` who made the task (``api``,
+    ``ai``, ``panel`` or a user id) and ``updater`` who changed it last. ``next_run_at`` is the
+    next planned fire time (None when disabled); ``last_status`` the status of the newest log
+    entry (for display; None before the first run).
+    """
+
+    id: str
+    cron: str
+    title: str
+    content: str
+    target: str
+    enabled: bool = True
+    run_once: bool = False
+    timeout: float = 0.0
+    created_by: str = ""
+    creator: str = "api"
+    updater: str = ""
+    note: str = ""
+    created_at: float = 0.0
+    updated_at: float = 0.0
+    last_run_at: float | None = None
+    next_run_at: float | None = None
+    last_status: str | None = None
+
+    @property
+    def mode(self) -> str:
+        """``once`` for a run-once task, else ``repeat``."""
+        return "once" if self.run_once else "repeat"
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain-dict form for JSON and display."""
+        return dataclasses.asdict(self)
+
+
+@dataclass
+class TaskLogEntry:
+    """One run of a task, as kept in the task log (reference §7.4).
+
+    ``status`` is one of `LOG_STATUSES`; ``trigger`` the text the model got (≤500 chars);
+    ``manual`` tells a `Clock.run_now` run from a scheduled one. ``tool_calls`` holds the first
+    20 calls (arguments ≤500, results ≤1000 chars), ``tool_calls_total`` counts them all;
+    ``reply`` is cut to 1000 chars. Title and target are copied from the task at run time, so
+    the entry stays readable after the task is deleted.
+    """
+
+    id: int
+    task_id: str
+    title: str
+    target: str
+    trigger: str
+    status: str
+    started_at: float
+    finished_at: float | None = None
+    duration_ms: int | None = None
+    manual: bool = False
+    iterations: int = 0
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    total_tokens: int = 0
+    cached_tokens: int = 0
+    tool_calls: list[ToolCallRecord] = field(default_factory=list)
+    tool_calls_total: int = 0
+    reply: str | None = None
+    error: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain-dict form (tool calls as dicts) for JSON and display."""
+        return dataclasses.asdict(self)
+
+
+@dataclass(frozen=True)
+class ClockEvent:
+    """A change a `Clock.subscribe` listener hears about.
+
+    ``task_created``/``task_updated`` carry the task as it is now, ``task_deleted`` the task as
+    it was; ``run_started``/``run_finished`` carry the log entry and, when it still exists,
+    the task. ``task_id`` is always set.
+    """
+
+    kind: EventKind
+    task_id: str
+    task: ClockTask | None = None
+    entry: TaskLogEntry | None = None
