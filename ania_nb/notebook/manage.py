@@ -14,7 +14,7 @@ from .extension import NotebookState
 USAGE = (
     "usage: %ania config [key=value …] | mcp [list|add NAME CMD [ARGS…]|remove NAME|"
     "reconnect NAME] | skills [list|reload] | plan on|off|status | todo | stop | "
-    "history [show|clear] | tools | log"
+    "history [show|clear] | tools | log | team [list|create|delete]"
 )
 
 
@@ -167,6 +167,12 @@ async def _history(state: NotebookState, args: list[str]) -> None:
         print(f"{m['role']:>9}: {' '.join(str(content).split())[:200]}")
 
 
+async def _team(state: NotebookState, args: list[str]) -> None:
+    from .manage_team import team_command
+
+    await team_command(state, args)
+
+
 async def _tools(state: NotebookState, args: list[str]) -> None:
     agent = await state.agent().start()
     executor = agent.session(state.default_session).executor
@@ -188,4 +194,5 @@ _COMMANDS = {
     "stop": _stop,
     "history": _history,
     "tools": _tools,
+    "team": _team,
 }
