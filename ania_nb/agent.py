@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import time
 from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -20,7 +19,7 @@ from .engine.context import BeforeCompact
 from .engine.loop import Gate, GateDecision, ToolCall
 from .engine.messages import Message
 from .engine.usage import Usage
-from .errors import SessionBusyError, UsageError
+from .errors import UsageError
 from .governance import ApprovalManager, Governance, PythonHook
 from .governance.commands import parse_slash
 from .orchestration import (
@@ -34,6 +33,7 @@ from .orchestration import (
     RunSpec,
     Runtime,
     Session,
+    SessionQueues,
     SessionTable,
     answer_batch,
     execute_run,
@@ -102,6 +102,13 @@ class Agent:
         self.outbox = Outbox()  # final results of clock runs and background subagents
         self._stop_listeners: list[Callable[[str], object]] = []
         self._publishing: set[asyncio.Future[int]] = set()
+        self._queues = SessionQueues(
+            self.sessions,
+            self._answer,
+            queue_size=lambda: self.config.agent.queue_size,
+            cancel_approvals=self.approvals.cancel,
+            unawaited=self._publish_reply,
+        )
         self._rt: Runtime | None = None
         self._services: RunServices | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -317,36 +324,12 @@ class Agent:
             model,
             plan,
         )
-        if state.busy:
-            if len(state.queue) >= self.config.agent.queue_size:
-                raise SessionBusyError(
-                    f"session {session!r} is busy and {len(state.queue)} messages already wait; "
-                    "try again when the current reply is done (or stop it)",
-                    session=session,
-                )
-            state.queue.append(pending)
-        else:
-            state.queue.append(pending)
-            state.worker = asyncio.create_task(self._work(state), name=f"ania-session-{session}")
+        self._queues.submit(state, pending)
         try:
             return await asyncio.shield(pending.future)
         except asyncio.CancelledError:
-            self._withdraw(state, pending)
+            self._queues.withdraw(state, pending)
             raise
-
-    def _withdraw(self, state: Session, pending: Pending) -> None:
-        """A caller gave up (cancelled): stop only its own message.
-
-        Queued, it leaves the queue; answered by the running batch, the run is stopped only if
-        nobody else still waits for it.
-        """
-        _resolve(pending, RunResult("", "stopped", state.name, error="the caller cancelled"))
-        if pending in state.queue:
-            state.queue.remove(pending)
-        elif pending in state.batch and all(p.future.done() for p in state.batch):
-            self.approvals.cancel(state.name)
-            if state.current is not None and not state.current.done():
-                state.current.cancel()
 
     def stop(self, session: str = "nb:default") -> bool:
         """Cancel the session's running request, its queue and background work.
@@ -359,16 +342,7 @@ class Agent:
                 stopped_children = bool(listener(session)) or stopped_children
             except Exception:
                 log.exception("a stop listener failed for %s", session)
-        state = self.sessions.get(session)
-        if state is None or not state.busy:
-            return stopped_children
-        self.approvals.cancel(session)
-        dropped, state.queue = state.queue, []
-        for pending in dropped:
-            _resolve(pending, RunResult("", "stopped", session, error="stopped before it started"))
-        if state.current is not None and not state.current.done():
-            state.current.cancel()
-        return True
+        return self._queues.stop(session) or stopped_children
 
     def answer_approval(
         self,
@@ -387,28 +361,6 @@ class Agent:
         return self.approvals.answer(
             request_id, session=session, allow=allow, approver=approver, reason=reason
         )
-
-    async def _work(self, state: Session) -> None:
-        """Handle the session's queue until it is empty (one run per batch)."""
-        while state.queue:
-            batch, state.queue = state.queue, []
-            state.batch = batch
-            run = asyncio.create_task(self._answer(state, batch), name=f"ania-run-{state.name}")
-            state.current = run
-            await asyncio.wait([run])
-            state.current, state.batch = None, []
-            state.last_used = time.monotonic()
-            if run.cancelled():
-                result = RunResult("", "stopped", state.name, error="stopped by the user")
-            elif (exc := run.exception()) is not None:
-                log.error("a run of %s failed outside the run path", state.name, exc_info=exc)
-                result = RunResult("", "error", state.name, error=f"{type(exc).__name__}: {exc}")
-            else:
-                result = run.result()
-            for pending in batch:
-                _resolve(pending, result)
-            if all(p.synthetic for p in batch):  # nobody awaits this reply: publish it
-                self._publish_reply(state.name, batch[0].sender or "synthetic", result)
 
     async def _answer(self, state: Session, batch: list[Pending]) -> RunResult:
         rt = await self._ensure_open()
@@ -474,21 +426,18 @@ class Agent:
         """
         if self._closed:
             return False
-        state = self.session(session)
-        if len(state.queue) >= self.config.agent.queue_size:
-            log.warning("queue of %s is full: a %s message was dropped", session, sender)
-            return False
-        loop = asyncio.get_running_loop()
-        future = loop.create_future()
+        future = asyncio.get_running_loop().create_future()
         pending = Pending(text, sender, (), callbacks or NO_CALLBACKS, future, synthetic=True)
-        state.queue.append(pending)
-        if not state.busy:
-            state.worker = asyncio.create_task(self._work(state), name=f"ania-session-{session}")
-        return True
+        if self._queues.offer(self.session(session), pending):
+            return True
+        log.warning("queue of %s is full: a %s message was dropped", session, sender)
+        return False
 
-    def _publish_reply(self, session: str, source: str, result: RunResult) -> None:
+    def _publish_reply(self, state: Session, batch: list[Pending], result: RunResult) -> None:
+        """Publish the reply to injected messages (nobody awaits it) on the outbox."""
+        source = batch[0].sender or "synthetic"
         delivery = Delivery(
-            session,
+            state.name,
             result.text if result.ok else str(result),
             source,
             title=f"reply to a {source} message",
@@ -545,11 +494,9 @@ class Agent:
         if self._closed:
             return
         self._closed = True
-        workers = [s.worker for s in self.sessions if s.worker is not None]
         for state in self.sessions:
-            self.stop(state.name)
-        if workers:
-            await asyncio.gather(*workers, return_exceptions=True)
+            self.stop(state.name)  # background work too
+        await self._queues.aclose()
         if self._rt is not None:
             await self._rt.aclose()
         for viewer in self._viewers:
@@ -565,8 +512,3 @@ class Agent:
     async def __aexit__(self, *exc: object) -> None:
         """Close everything."""
         await self.aclose()
-
-
-def _resolve(pending: Pending, result: RunResult) -> None:
-    if not pending.future.done():
-        pending.future.set_result(result)

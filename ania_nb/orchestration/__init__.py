@@ -11,6 +11,7 @@ from .host import AgentHost
 from .main_turn import answer_batch
 from .oneshot import HIDDEN_BY_KIND, SUBAGENT_TOOLS, TEAM_TOOLS, OneShotJob, OneShotKind
 from .outbox import Delivery, Outbox
+from .queues import SessionQueues
 from .records import RunRecorder, StoreRecord
 from .run import RunLimits, RunServices, execute_run
 from .runtime import Runtime
@@ -39,6 +40,7 @@ __all__ = [
     "RunSpec",
     "Runtime",
     "Session",
+    "SessionQueues",
     "SessionTable",
     "StoreRecord",
     "ToolView",

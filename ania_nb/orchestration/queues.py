@@ -1,0 +1,123 @@
+"""`SessionQueues`: each session's waiting messages, answered one batch at a time.
+
+A message for an idle session starts the session's worker task; messages that arrive while it
+is busy wait (up to ``queue_size``) and are answered together by the next run. Callers may give
+up (`withdraw`), users may `stop` a session, and the Agent may `offer` synthetic messages (a
+background subagent's result) whose replies nobody awaits: those are handed to ``unawaited``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Callable, Coroutine
+from typing import Any
+
+from ..errors import SessionBusyError
+from ..result import RunResult
+from .sessions import Pending, Session, SessionTable
+
+log = logging.getLogger(__name__)
+
+Answer = Callable[[Session, list[Pending]], Coroutine[Any, Any, RunResult]]
+
+
+class SessionQueues:
+    """The message queues of a `SessionTable`'s sessions (see the module docstring)."""
+
+    def __init__(
+        self,
+        table: SessionTable,
+        answer: Answer,
+        *,
+        queue_size: Callable[[], int],
+        cancel_approvals: Callable[[str], object],
+        unawaited: Callable[[Session, list[Pending], RunResult], None],
+    ) -> None:
+        self.table = table
+        self._answer = answer
+        self._queue_size = queue_size
+        self._cancel_approvals = cancel_approvals
+        self._unawaited = unawaited
+
+    def submit(self, state: Session, pending: Pending) -> None:
+        """Queue a caller's message; `SessionBusyError` when the queue is full."""
+        if not self.offer(state, pending):
+            raise SessionBusyError(
+                f"session {state.name!r} is busy and {len(state.queue)} messages already wait; "
+                "try again when the current reply is done (or stop it)",
+                session=state.name,
+            )
+
+    def offer(self, state: Session, pending: Pending) -> bool:
+        """Queue a message unless the queue is full; start the worker of an idle session."""
+        if state.busy and len(state.queue) >= self._queue_size():
+            return False
+        state.queue.append(pending)
+        if not state.busy:
+            state.worker = asyncio.create_task(self._work(state), name=f"ania-session-{state.name}")
+        return True
+
+    def withdraw(self, state: Session, pending: Pending) -> None:
+        """A caller gave up (cancelled): stop only its own message.
+
+        Queued, it leaves the queue; answered by the running batch, the run is stopped only if
+        nobody else still waits for it.
+        """
+        resolve(pending, RunResult("", "stopped", state.name, error="the caller cancelled"))
+        if pending in state.queue:
+            state.queue.remove(pending)
+        elif pending in state.batch and all(p.future.done() for p in state.batch):
+            self._cancel_approvals(state.name)
+            if state.current is not None and not state.current.done():
+                state.current.cancel()
+
+    def stop(self, session: str) -> bool:
+        """Cancel the session's running request and drop its queue; False if nothing ran."""
+        state = self.table.get(session)
+        if state is None or not state.busy:
+            return False
+        self._cancel_approvals(session)
+        dropped, state.queue = state.queue, []
+        for pending in dropped:
+            resolve(pending, RunResult("", "stopped", session, error="stopped before it started"))
+        if state.current is not None and not state.current.done():
+            state.current.cancel()
+        return True
+
+    async def aclose(self) -> None:
+        """Stop every session and wait for their workers to end."""
+        workers = [s.worker for s in self.table if s.worker is not None]
+        for state in self.table:
+            self.stop(state.name)
+        if workers:
+            await asyncio.gather(*workers, return_exceptions=True)
+
+    async def _work(self, state: Session) -> None:
+        """Handle the session's queue until it is empty (one run per batch)."""
+        while state.queue:
+            batch, state.queue = state.queue, []
+            state.batch = batch
+            run = asyncio.create_task(self._answer(state, batch), name=f"ania-run-{state.name}")
+            state.current = run
+            await asyncio.wait([run])
+            state.current, state.batch = None, []
+            state.last_used = time.monotonic()
+            if run.cancelled():
+                result = RunResult("", "stopped", state.name, error="stopped by the user")
+            elif (exc := run.exception()) is not None:
+                log.error("a run of %s failed outside the run path", state.name, exc_info=exc)
+                result = RunResult("", "error", state.name, error=f"{type(exc).__name__}: {exc}")
+            else:
+                result = run.result()
+            for pending in batch:
+                resolve(pending, result)
+            if all(p.synthetic for p in batch):  # nobody awaits this reply
+                self._unawaited(state, batch, result)
+
+
+def resolve(pending: Pending, result: RunResult) -> None:
+    """Give a waiting caller its result (once)."""
+    if not pending.future.done():
+        pending.future.set_result(result)
