@@ -448,3 +448,62 @@ async def test_ania_team_manages_global_and_session_teams(llm, tmp_path, capsys,
         assert [t.name for t in await teams.list("nb:default")] == ["mine"]
     finally:
         await state.close_agent()
+
+
+async def test_stopping_the_session_stops_every_member_and_keeps_their_tokens(llm, make_agent):
+    import asyncio
+
+    agent = team_agent(make_agent)
+    release = threading.Event()
+
+    def member(request: Any) -> Any:
+        release.wait(20)
+        return reply("too late", usage=usage(10, 5))
+
+    script = Scripted(run_team("t", {"name": "a", "role": "r"}, {"name": "b", "role": "r"}), member)
+    llm.responder = script
+    events: list[RunEvent] = []
+    chat = asyncio.create_task(
+        agent.chat("go", session=SESSION, callbacks=Callbacks(on_event=events.append))
+    )
+    try:
+        await asyncio.to_thread(llm.wait_for_requests, 3, 10)  # the parent and both members
+        assert agent.stop(SESSION)
+        result = await asyncio.wait_for(chat, 10)
+    finally:
+        release.set()
+    assert result.status == "stopped"
+    ends = [e.data["data"] for e in events if e.kind == "child" and e.data["kind"] == "child_end"]
+    assert [e["error"] for e in ends] == ["stopped", "stopped"]
+    runs = await (await agent.open_store()).runs.list(session=SESSION)
+    assert sorted(r.status for r in runs) == ["stopped", "stopped", "stopped"]
+
+
+async def test_a_member_gets_only_the_time_the_parent_has_left_minus_30_seconds(llm, make_agent):
+    import time
+
+    from ania_nb.agents.team import MemberRequest, team_run
+    from ania_nb.engine.usage import Usage
+    from ania_nb.tools import ToolContext
+
+    agent = team_agent(make_agent)
+    release = threading.Event()
+
+    def member(request: Any) -> Any:
+        release.wait(20)
+        return reply("too late")
+
+    llm.responder = member
+    tally = Usage()
+    ctx = ToolContext(
+        session=SESSION,
+        call_id="c1",
+        run_state={"deadline": time.monotonic() + 31.5, "usage": tally},
+    )
+    try:
+        report = await team_run(agent, ctx, "t", [MemberRequest("a", "r")], timeout_sec=600)
+    finally:
+        release.set()
+    assert "(0 succeeded · 1 failed)" in report
+    failure = report.split("===== Member 1/1: a =====\n")[1]
+    assert failure.startswith("Failed: the request took longer than 1.") and failure.endswith(" s")
