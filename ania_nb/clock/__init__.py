@@ -10,17 +10,41 @@ picks their changes up by polling the table. Each trigger runs the task as a fre
 
 from __future__ import annotations
 
+import asyncio
 import builtins
-from collections.abc import Callable
+import inspect
+import logging
+import os
+from collections.abc import Callable, Coroutine
 from typing import TYPE_CHECKING, Any
 
-from .model import ClockError, ClockEvent, ClockTask, TaskLogEntry
+from ..orchestration import Delivery
+from .lease import Lease
+from .model import (
+    UPDATABLE_FIELDS,
+    ClockError,
+    ClockEvent,
+    ClockTask,
+    EventKind,
+    TaskLogEntry,
+    check_fields,
+    check_text,
+)
+from .runner import CLOSED_ERROR, Outcome, run_task, trigger_text
+from .schedule import parse_schedule
+from .scheduler import Scheduler
+from .store import ClockStore
 
 if TYPE_CHECKING:  # pragma: no cover
     from ..orchestration import AgentHost
+    from ..store import Store
     from ..tools import Tool
 
 __all__ = ["Clock", "ClockError", "ClockEvent", "ClockTask", "TaskLogEntry"]
+
+log = logging.getLogger(__name__)
+
+POLL_SECONDS = 2.0  # how often edits of other processes are picked up and a free lease is tried
 
 
 class Clock:
@@ -34,35 +58,87 @@ class Clock:
     def __init__(self, host: AgentHost) -> None:
         """Bind the clock to its host (the Agent); nothing runs until `start`."""
         self.host = host
+        self.poll_interval = POLL_SECONDS
+        self._state = "new"  # new → started | disabled → closed
+        self._store: ClockStore | None = None
+        self._lease: Lease | None = None
+        self._scheduler = Scheduler(self._fire)
+        self._subscribers: list[Callable[[ClockEvent], Any]] = []
+        self._spawned: set[asyncio.Task[Any]] = set()  # scheduled runs and the watcher
+        self._running: set[str] = set()  # ids of tasks running in this process
+        self._once_running: set[str] = set()  # run-once tasks whose job waits for their run
+        self._rev = -1  # the store's edit counter as last seen
+        self._revs: dict[str, int] = {}  # task id → revision of its last edit, as last seen
+        self._holder: dict[str, Any] | None = None
+        self._lock = asyncio.Lock()
 
     # ------------------------------------------------------------------ lifecycle
 
-    async def start(self) -> None:
+    async def start(self, store: Store | None = None) -> None:
         """Open the store, take the lease if free and schedule every enabled task.
 
         Orphaned ``running`` log entries become ``interrupted`` first; a process that lost the
-        lease retries it periodically and takes over when the holder exits.
-
-        Does nothing when ``config.clock.enable`` is false; calling it twice is a no-op.
+        lease retries it every `poll_interval` seconds and takes over when the holder exits.
+        Pass ``store`` when the host is opening itself (no second open). Does nothing when
+        ``config.clock.enable`` is false; calling it twice is a no-op.
         """
-        raise NotImplementedError
+        async with self._lock:
+            if self._state != "new":
+                return
+            if not self.host.config.clock.enable:
+                self._state = "disabled"
+                return
+            clock_store = await self._open(store)
+            self._lease = Lease(os.path.dirname(clock_store.db.path))
+            await clock_store.mark_interrupted()
+            self._rev, self._revs = await clock_store.revision(), await clock_store.revisions()
+            await self._take_over()
+            self._state = "started"
+            self._spawn(self._watch(), "ania-clock-watch")
 
     async def aclose(self) -> None:
         """Stop the scheduler and release the lease; idempotent.
 
-        Running task runs are cancelled (their entries end ``error``); no asyncio task is left
-        pending.
+        Scheduled runs in progress are cancelled (their entries end ``interrupted``); no asyncio
+        task of the clock is left pending.
         """
-        raise NotImplementedError
+        if self._state == "closed":
+            return
+        self._state = "closed"
+        self._scheduler.shutdown()
+        tasks = list(self._spawned)
+        for task in tasks:
+            task.cancel()
+        if tasks:
+            await asyncio.gather(*tasks, return_exceptions=True)
+        if self._lease is not None:
+            await self._lease.release()
 
     @property
     def active(self) -> bool:
         """Whether this process holds the clock's lease (and so runs the scheduler)."""
-        raise NotImplementedError
+        return self._state == "started" and self._lease is not None and self._lease.held
 
     def status_text(self) -> str:
         """One line on the scheduler: active, waiting for the lease, disabled or not started."""
-        raise NotImplementedError
+        if self._state == "new":
+            return "clock: not started (it starts when the agent opens)"
+        if self._state == "disabled":
+            return "clock: disabled (clock.enable is false)"
+        if self._state == "closed":
+            return "clock: closed"
+        if self.active:
+            return (
+                f"clock: active in this process (pid {os.getpid()}): {len(self._scheduler)} "
+                f"task(s) scheduled, {len(self._running)} running"
+            )
+        holder = self._holder or {}
+        who = f"pid {holder.get('pid')} on {holder.get('host')}" if holder else "another process"
+        return (
+            f"clock: standby: {who} holds the clock of this data directory, so this process "
+            f"fires no scheduled tasks; it takes over when that one exits "
+            f"(checked every {self.poll_interval:g} s)"
+        )
 
     # ------------------------------------------------------------------ tasks
 
@@ -84,15 +160,34 @@ class Clock:
         Raises `ClockError` for an invalid schedule (the message shows a valid example), blank
         content, an empty target or a negative timeout.
         """
-        raise NotImplementedError
+        fields = check_fields(
+            {
+                "cron": cron,
+                "title": title,
+                "content": content,
+                "target": target,
+                "run_once": run_once,
+                "timeout": timeout,
+                "created_by": created_by,
+                "note": note,
+            }
+        )
+        fields["creator"] = check_text("creator", creator)
+        fields["next_run_at"] = parse_schedule(fields["cron"]).next_fire()
+        store = await self._open()
+        task, rev = await store.create(fields)
+        self._revs[task.id] = rev
+        await self._apply(task)
+        await self._emit("task_created", task.id, task=task)
+        return task
 
     async def get(self, id: str) -> ClockTask | None:
         """The task with this id, or None."""
-        raise NotImplementedError
+        return await (await self._open()).get(check_text("id", id))
 
     async def list(self, target: str | None = None) -> builtins.list[ClockTask]:
         """Every task (or those of ``target``), in creation order."""
-        raise NotImplementedError
+        return await (await self._open()).list(target)
 
     async def update(self, id: str, updater: str = "api", **fields: Any) -> ClockTask:
         """Change the given fields and reschedule; returns the task as it is now.
@@ -100,14 +195,43 @@ class Clock:
         Fields: cron, title, content, target, enabled, run_once, timeout, created_by, note.
         Raises `ClockError` for an unknown id or field, or an invalid value (nothing is saved).
         """
-        raise NotImplementedError
+        unknown = set(fields) - UPDATABLE_FIELDS
+        if unknown:
+            raise ClockError(
+                f"cannot change {', '.join(sorted(unknown))} of a clock task; the fields are "
+                f"{', '.join(sorted(UPDATABLE_FIELDS))}"
+            )
+        changes = check_fields(fields)
+        changes["updater"] = check_text("updater", updater)
+        store = await self._open()
+        old = await store.get(check_text("id", id))
+        if old is None:
+            raise ClockError(f"no clock task with id {id!r}")
+        enabled = changes.get("enabled", old.enabled)
+        if not enabled:
+            changes["next_run_at"] = None
+        elif "cron" in changes or not old.enabled:
+            changes["next_run_at"] = parse_schedule(changes.get("cron", old.cron)).next_fire()
+        done = await store.update(id, changes)
+        if done is None:
+            raise ClockError(f"no clock task with id {id!r} (it was deleted meanwhile)")
+        task, self._revs[id] = done
+        await self._apply(task)
+        await self._emit("task_updated", task.id, task=task)
+        return task
 
     async def delete(self, id: str) -> ClockTask:
         """Delete a task (its log stays); returns it as it was. `ClockError` if unknown.
 
         A run in progress is not cancelled: it finishes and is logged.
         """
-        raise NotImplementedError
+        task = await (await self._open()).delete(check_text("id", id))
+        if task is None:
+            raise ClockError(f"no clock task with id {id!r}")
+        self._revs.pop(id, None)
+        self._scheduler.remove(id)
+        await self._emit("task_deleted", id, task=task)
+        return task
 
     async def run_now(self, id: str) -> TaskLogEntry:
         """Run a task now (even when disabled) and await the run; returns its log entry.
@@ -115,20 +239,229 @@ class Clock:
         If the task is already running (here or in another process) the entry is ``skipped``.
         A manual run never deletes a run-once task. `ClockError` if the id is unknown.
         """
-        raise NotImplementedError
+        task = await self.get(id)
+        if task is None:
+            raise ClockError(f"no clock task with id {id!r}")
+        return await self._run(task, scheduled_at=None)
 
     async def logs(
         self, task_id: str | None = None, target: str | None = None, limit: int = 10
     ) -> builtins.list[TaskLogEntry]:
         """The newest task-log entries first, optionally of one task and/or one target."""
-        raise NotImplementedError
+        if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
+            raise ClockError(f"limit must be a positive whole number, got {limit!r}")
+        return await (await self._open()).logs(task_id, target, limit)
 
     def subscribe(self, fn: Callable[[ClockEvent], Any]) -> Callable[[], None]:
         """Call ``fn`` (sync or async) with every `ClockEvent`; returns the unsubscribe function.
 
-        Changes made by other processes are reported too (as the lease holder polls them).
+        Task changes made by other processes are reported too (picked up by polling).
         """
-        raise NotImplementedError
+        self._subscribers.append(fn)
+
+        def unsubscribe() -> None:
+            if fn in self._subscribers:
+                self._subscribers.remove(fn)
+
+        return unsubscribe
+
+    # ------------------------------------------------------------------ internals
+
+    async def _open(self, store: Store | None = None) -> ClockStore:
+        if self._state == "closed":
+            raise ClockError("this clock was closed; create a new Agent")
+        if self._store is None:
+            db = (store or await self.host.open_store()).db
+            self._store = ClockStore(db, self.host.config.clock.max_log_entries)
+        return self._store
+
+    def _spawn(self, work: Coroutine[Any, Any, Any], name: str) -> None:
+        task = asyncio.get_running_loop().create_task(work, name=name)
+        self._spawned.add(task)
+        task.add_done_callback(self._spawned.discard)
+
+    async def _take_over(self) -> None:
+        """Take the lease if free; the new holder schedules every enabled task."""
+        assert self._lease is not None and self._store is not None
+        if not await self._lease.acquire():
+            holder = await self._lease.holder()
+            if holder != self._holder:
+                log.info("the clock is held by another process (%s): standing by", holder)
+            self._holder = holder
+            return
+        self._holder = None
+        await self._store.mark_interrupted()  # the previous holder may have died mid-run
+        tasks = await self._store.list()
+        planned = self._scheduler.start(t for t in tasks if t.enabled)
+        await self._store_planned(tasks, dict(planned))
+        log.info("clock active: %d task(s) scheduled", len(planned))
+
+    async def _store_planned(
+        self, tasks: builtins.list[ClockTask], planned: dict[str, Any]
+    ) -> None:
+        """Write the next fire times that differ from what the rows say."""
+        assert self._store is not None
+        stale = [
+            (t.id, planned.get(t.id))
+            for t in tasks
+            if t.id not in self._once_running and planned.get(t.id) != t.next_run_at
+        ]
+        await self._store.set_next_runs(stale)
+
+    async def _watch(self) -> None:
+        """Every poll interval: try the lease (standing by) and pick up other processes' edits."""
+        while True:
+            await asyncio.sleep(self.poll_interval)
+            try:
+                if not self.active:
+                    await self._take_over()
+                await self._sync()
+            except Exception:
+                log.exception("the clock's poll failed; trying again in %g s", self.poll_interval)
+
+    async def _sync(self) -> None:
+        """Apply the edits other processes made since the last look."""
+        assert self._store is not None
+        rev = await self._store.revision()
+        if rev == self._rev:
+            return
+        revs = await self._store.revisions()
+        self._rev = rev
+        changed = [i for i, r in revs.items() if self._revs.get(i) != r]
+        gone = [i for i in self._revs if i not in revs]
+        known = set(self._revs)
+        self._revs = revs
+        for task_id in gone:
+            self._scheduler.remove(task_id)
+            await self._emit("task_deleted", task_id)
+        for task in await self._store.tasks(changed):
+            await self._apply(task)
+            kind: EventKind = "task_updated" if task.id in known else "task_created"
+            await self._emit(kind, task.id, task=task)
+
+    async def _apply(self, task: ClockTask) -> None:
+        """Schedule (or unschedule) an edited task here, when this process holds the clock."""
+        if not self.active or task.id in self._once_running:
+            return
+        planned = self._scheduler.put(task)
+        if planned != task.next_run_at:
+            assert self._store is not None
+            await self._store.set_next_runs([(task.id, planned)])
+            task.next_run_at = planned
+
+    def _fire(self, task_id: str, planned: float) -> None:
+        """APScheduler's callback (on the loop): start the task's run as a tracked task."""
+        if self._state == "started":
+            self._spawn(self._fired(task_id, planned), f"ania-clock-{task_id}")
+
+    async def _fired(self, task_id: str, planned: float) -> None:
+        assert self._store is not None
+        task = await self._store.get(task_id)
+        if task is None or not task.enabled:
+            self._scheduler.remove(task_id)
+            return
+        try:
+            await self._run(task, scheduled_at=planned)
+        except asyncio.CancelledError:
+            raise
+        except Exception:
+            log.exception("clock task %s failed outside its run", task_id)
+
+    async def _run(self, task: ClockTask, *, scheduled_at: float | None) -> TaskLogEntry:
+        """One run of ``task``: log entry, one-shot run, delivery, run-once bookkeeping."""
+        store = await self._open()
+        manual = scheduled_at is None
+        entry = await store.begin_run(
+            task,
+            trigger_text(task),
+            manual=manual,
+            scheduled_at=scheduled_at,
+            next_run_at=self._scheduler.next_fire(task.id),
+        )
+        if entry.status != "running":  # skipped: the task is running already
+            await self._emit("run_finished", task.id, task=task, entry=entry)
+            return entry
+        once = task.run_once and not manual
+        if once:
+            self._once_running.add(task.id)
+            self._scheduler.remove(task.id)  # no second fire until this run decides its fate
+        self._running.add(task.id)
+        await self._emit("run_started", task.id, task=task, entry=entry)
+        try:
+            outcome = await run_task(self.host, store, task, entry.id)
+        except asyncio.CancelledError:
+            outcome = Outcome("interrupted", error=CLOSED_ERROR)
+            await asyncio.shield(self._finish(task, entry, outcome, once))
+            raise
+        except Exception as exc:  # a bug must still close the entry
+            log.exception("clock task %s failed", task.id)
+            outcome = Outcome("error", error=f"internal error: {type(exc).__name__}: {exc}")
+        return await self._finish(task, entry, outcome, once)
+
+    async def _finish(
+        self, task: ClockTask, entry: TaskLogEntry, outcome: Outcome, once: bool
+    ) -> TaskLogEntry:
+        """Close the entry, deliver the result, then delete or disable a run-once task."""
+        assert self._store is not None
+        self._running.discard(task.id)
+        final = await self._store.finish_run(
+            entry.id,
+            outcome.status,
+            usage=outcome.usage.to_dict(),
+            reply=outcome.reply,
+            error=outcome.error,
+        )
+        final = final or entry
+        await self._emit("run_finished", task.id, task=task, entry=final)
+        if outcome.delivery and outcome.status != "interrupted":
+            await self.host.outbox.publish(
+                Delivery(
+                    session=task.target,
+                    text=outcome.delivery,
+                    source="clock",
+                    title=task.title,
+                    status=outcome.status,
+                    meta={"task_id": task.id, "entry_id": entry.id},
+                )
+            )
+        if once:
+            await self._settle_once(task, outcome.status == "success")
+        return final
+
+    async def _settle_once(self, task: ClockTask, succeeded: bool) -> None:
+        """After a scheduled run of a run-once task: delete it, or keep it disabled with its log."""
+        assert self._store is not None
+        self._once_running.discard(task.id)
+        if succeeded:
+            gone = await self._store.delete(task.id, only_run_once=True)
+            if gone is not None:
+                self._revs.pop(task.id, None)
+                await self._emit("task_deleted", task.id, task=gone)
+                return
+        done = await self._store.update(
+            task.id, {"enabled": False, "next_run_at": None, "updater": "clock"}
+        )
+        if done is not None:
+            current, self._revs[task.id] = done
+            await self._apply(current)
+            await self._emit("task_updated", task.id, task=current)
+
+    async def _emit(
+        self,
+        kind: EventKind,
+        task_id: str,
+        *,
+        task: ClockTask | None = None,
+        entry: TaskLogEntry | None = None,
+    ) -> None:
+        event = ClockEvent(kind, task_id, task=task, entry=entry)
+        for fn in builtins.list(self._subscribers):
+            try:
+                result = fn(event)
+                if inspect.isawaitable(result):
+                    await result
+            except Exception:
+                log.exception("a clock subscriber failed on %s", kind)
 
     # ------------------------------------------------------------------ faces
 

@@ -9,6 +9,7 @@ reply to it.
 from __future__ import annotations
 
 import dataclasses
+import math
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -24,6 +25,8 @@ FINAL_LOG_STATUSES = frozenset(LOG_STATUSES) - {RUNNING}
 UPDATABLE_FIELDS = frozenset(
     {"cron", "title", "content", "target", "enabled", "run_once", "timeout", "created_by", "note"}
 )
+
+MAX_TIMEOUT = 1800.0  # seconds; no clock run may take longer (reference §4.1)
 
 EventKind = Literal["task_created", "task_updated", "task_deleted", "run_started", "run_finished"]
 
@@ -77,8 +80,9 @@ class TaskLogEntry:
     """One run of a task, as kept in the task log (reference §7.4).
 
     ``status`` is one of `LOG_STATUSES`; ``trigger`` the text the model got (≤500 chars);
-    ``manual`` tells a `Clock.run_now` run from a scheduled one. ``tool_calls`` holds the first
-    20 calls (arguments ≤500, results ≤1000 chars), ``tool_calls_total`` counts them all;
+    ``manual`` tells a `Clock.run_now` run from a scheduled one, whose planned fire time is
+    ``scheduled_at`` (so ``started_at - scheduled_at`` is how late it fired). ``tool_calls``
+    holds the first 20 calls (arguments ≤500, results ≤1000 chars), ``tool_calls_total`` all;
     ``reply`` is cut to 1000 chars. Title and target are copied from the task at run time, so
     the entry stays readable after the task is deleted.
     """
@@ -93,6 +97,7 @@ class TaskLogEntry:
     finished_at: float | None = None
     duration_ms: int | None = None
     manual: bool = False
+    scheduled_at: float | None = None  # the planned fire time (None for a manual run)
     iterations: int = 0
     prompt_tokens: int = 0
     completion_tokens: int = 0
@@ -121,3 +126,47 @@ class ClockEvent:
     task_id: str
     task: ClockTask | None = None
     entry: TaskLogEntry | None = None
+
+
+def check_fields(fields: dict[str, Any]) -> dict[str, Any]:
+    """Validated task fields, as stored (a `ClockError` names the first bad one)."""
+    from .schedule import parse_schedule  # it imports this module
+
+    out: dict[str, Any] = {}
+    for name, value in fields.items():
+        if name == "cron":
+            out[name] = parse_schedule(value).text
+        elif name in ("enabled", "run_once"):
+            if not isinstance(value, bool):
+                raise ClockError(f"{name} must be true or false, got {value!r}")
+            out[name] = int(value)
+        elif name == "timeout":
+            if (
+                isinstance(value, bool)
+                or not isinstance(value, int | float)
+                or not (math.isfinite(value) and value >= 0)
+            ):
+                raise ClockError(
+                    f"timeout must be a number of seconds ≥ 0 (0 = the default), got {value!r}"
+                )
+            out[name] = float(min(value, MAX_TIMEOUT))
+        elif name == "content":
+            if not check_text(name, value).strip():
+                raise ClockError("content must not be blank: it is what the task asks the agent")
+            out[name] = value
+        elif name == "target":
+            if not check_text(name, value).strip():
+                raise ClockError("target must be a session key such as 'nb:default' or 'g:<id>'")
+            out[name] = value.strip()
+        else:
+            out[name] = (
+                check_text(name, value).strip() if name == "created_by" else check_text(name, value)
+            )
+    return out
+
+
+def check_text(name: str, value: object) -> str:
+    """``value`` if it is a string, else a `ClockError` naming the field."""
+    if not isinstance(value, str):
+        raise ClockError(f"{name} must be a string, got {type(value).__name__}")
+    return value

@@ -91,12 +91,82 @@ MIGRATIONS: tuple[tuple[str, ...], ...] = (
         "ALTER TABLE runs ADD COLUMN owner_pid INTEGER",
         "ALTER TABLE runs ADD COLUMN owner_start TEXT",
     ),
+    # The clock (ania_nb.clock.store): tasks in creation order, their run log and two counters
+    # (``seq`` makes task ids, ``rev`` counts task edits so the scheduler's poll is one read).
+    (
+        """CREATE TABLE IF NOT EXISTS clock_tasks (
+            id TEXT PRIMARY KEY,
+            seq INTEGER NOT NULL UNIQUE,
+            cron TEXT NOT NULL,
+            title TEXT NOT NULL,
+            content TEXT NOT NULL,
+            target TEXT NOT NULL,
+            enabled INTEGER NOT NULL,
+            run_once INTEGER NOT NULL,
+            timeout REAL NOT NULL DEFAULT 0,
+            created_by TEXT NOT NULL DEFAULT '',
+            creator TEXT NOT NULL DEFAULT '',
+            updater TEXT NOT NULL DEFAULT '',
+            note TEXT NOT NULL DEFAULT '',
+            created_at REAL NOT NULL,
+            updated_at REAL NOT NULL,
+            last_run_at REAL,
+            next_run_at REAL,
+            last_status TEXT,
+            rev INTEGER NOT NULL
+        )""",
+        "CREATE INDEX IF NOT EXISTS clock_tasks_target ON clock_tasks (target, seq)",
+        "CREATE INDEX IF NOT EXISTS clock_tasks_rev ON clock_tasks (rev)",
+        """CREATE TABLE IF NOT EXISTS clock_log (
+            id INTEGER PRIMARY KEY AUTOINCREMENT,
+            task_id TEXT NOT NULL,
+            title TEXT NOT NULL,
+            target TEXT NOT NULL,
+            trigger TEXT NOT NULL,
+            status TEXT NOT NULL,
+            started_at REAL NOT NULL,
+            finished_at REAL,
+            duration_ms INTEGER,
+            manual INTEGER NOT NULL DEFAULT 0,
+            scheduled_at REAL,
+            iterations INTEGER NOT NULL DEFAULT 0,
+            prompt_tokens INTEGER NOT NULL DEFAULT 0,
+            completion_tokens INTEGER NOT NULL DEFAULT 0,
+            total_tokens INTEGER NOT NULL DEFAULT 0,
+            cached_tokens INTEGER NOT NULL DEFAULT 0,
+            tool_calls TEXT NOT NULL DEFAULT '[]',
+            tool_calls_total INTEGER NOT NULL DEFAULT 0,
+            reply TEXT,
+            error TEXT,
+            owner_host TEXT,
+            owner_pid INTEGER,
+            owner_start TEXT
+        )""",
+        "CREATE INDEX IF NOT EXISTS clock_log_task ON clock_log (task_id, id)",
+        "CREATE INDEX IF NOT EXISTS clock_log_target ON clock_log (target, id)",
+        "CREATE INDEX IF NOT EXISTS clock_log_status ON clock_log (status)",
+        """CREATE TABLE IF NOT EXISTS clock_meta (
+            key TEXT PRIMARY KEY,
+            value INTEGER NOT NULL
+        )""",
+    ),
 )
 
 # Several processes may open one directory at once; a writer waits this long for the lock.
 BUSY_TIMEOUT_S = 30.0
 
-_OWN_TABLES = frozenset({"kv", "chat_history", "runs", "oplog", "sqlite_sequence"})
+_OWN_TABLES = frozenset(
+    {
+        "kv",
+        "chat_history",
+        "runs",
+        "oplog",
+        "sqlite_sequence",
+        "clock_tasks",
+        "clock_log",
+        "clock_meta",
+    }
+)
 
 
 @contextmanager

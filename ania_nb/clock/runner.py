@@ -1,0 +1,180 @@
+"""One run of a clock task: a fresh one-shot ``clock`` run against the task's target session.
+
+The model gets ``【定时任务】<title>``, a new line and ``<content>`` (plus the note); the target's
+system prompt plus the clock scene; the target's session tools (todo excepted) and, with
+subagents enabled, the clock variant of the subagent tools, whose results are drained into the
+same conversation before the final reply (reference §4.4). Intermediate text is dropped; only
+the final non-blank reply — or a timeout notice — is published on the host's outbox.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from ..engine.usage import Usage
+from ..orchestration import Conversation, OneShotJob
+from ..orchestration.records import call_records
+from .model import MAX_TIMEOUT
+from .schedule import describe_period
+
+if TYPE_CHECKING:  # pragma: no cover
+    from ..engine.loop import ToolCallResult
+    from ..engine.messages import Message
+    from ..orchestration import AgentHost
+    from ..result import RunResult
+    from .model import ClockTask
+    from .store import ClockStore
+
+log = logging.getLogger(__name__)
+
+SCENE_PROMPT = (
+    "## Scheduled task\n"
+    "You are running a scheduled task of the clock for the session {target}; nobody is chatting "
+    "with you right now. Do what the task says, using your tools as needed, then write the "
+    "message the user should receive: only your final reply is delivered to {target} (your "
+    "intermediate text is not), and nobody can answer questions during the run. If there is "
+    "nothing worth reporting, say so in one short sentence."
+)
+CLOSED_ERROR = "the clock was closed while the task ran"
+
+
+def trigger_text(task: ClockTask) -> str:
+    """What the model gets: ``【定时任务】<title>``, a new line, the content and the note."""
+    text = f"【定时任务】{task.title}\n{task.content}"
+    if task.note.strip():
+        text += f"\n（备注：{task.note.strip()}）"
+    return text
+
+
+def task_timeout(task: ClockTask, default: float) -> float:
+    """The task's run budget in seconds: its own or the default, at most 1800."""
+    seconds = task.timeout if task.timeout > 0 else default
+    if seconds <= 0:
+        seconds = 120.0
+    return float(min(seconds, MAX_TIMEOUT))
+
+
+def timeout_notice(task: ClockTask, seconds: float) -> str:
+    """The text the target gets when a run timed out."""
+    return (
+        f"⏰ clock task「{task.title or task.id}」timed out ({describe_period(seconds)}), aborted"
+    )
+
+
+@dataclass
+class Outcome:
+    """How a task run ended: what goes into its log entry and what the target gets."""
+
+    status: str
+    reply: str | None = None
+    error: str | None = None
+    usage: Usage = field(default_factory=Usage)
+    delivery: str | None = None  # text published to the target (final reply or notice)
+
+
+class TaskLogRecorder:
+    """The `RunRecorder` of clock runs: tool calls go to the task-log entry as they happen.
+
+    The entry itself is opened before the run (to detect overlaps) and closed by the clock
+    after the last drain round, so `begin` and `finish` only hand over the entry id.
+    """
+
+    def __init__(self, store: ClockStore, entry_id: int) -> None:
+        """Record into the log entry ``entry_id``."""
+        self.store = store
+        self.entry_id = entry_id
+
+    async def begin(
+        self, text: str, sender: str | None, turn: Message, *, load_history: bool
+    ) -> tuple[int | None, list[Message] | None]:
+        """The entry exists already; a clock run starts without stored history."""
+        return self.entry_id, [] if load_history else None
+
+    async def round(
+        self, run_id: int | None, messages: Sequence[Message], calls: Sequence[ToolCallResult]
+    ) -> None:
+        """Append the round's tool calls to the entry."""
+        await self.store.add_tool_calls(self.entry_id, call_records(calls))
+
+    async def finish(
+        self, run_id: int | None, outcome: RunResult, messages: Sequence[Message]
+    ) -> None:
+        """Nothing yet: the clock closes the entry once every round is done."""
+
+    async def replace_history(self, messages: Sequence[Message]) -> None:
+        """Clock runs keep no history."""
+
+
+async def run_task(host: AgentHost, store: ClockStore, task: ClockTask, entry_id: int) -> Outcome:
+    """Run ``task`` once (its log entry ``entry_id`` is open) and return how it ended.
+
+    Cancellation propagates (the caller closes the entry).
+    """
+    config = host.config
+    budget = task_timeout(task, config.clock.default_timeout)
+    deadline = time.monotonic() + budget
+    target = task.target
+    usage = Usage()
+    conversation = Conversation(history=[])
+    system_prompt = host.system_prompt_for(target) + "\n\n" + SCENE_PROMPT.format(target=target)
+    children = _children(host, task, deadline, usage) if config.subagent.enable else None
+    extra = list(children.tools()) if children is not None else []
+
+    def job(text: str) -> OneShotJob:
+        return OneShotJob(
+            kind="clock",
+            session=target,
+            text=text,
+            system_prompt=system_prompt,
+            timeout=max(0.001, deadline - time.monotonic()),
+            callbacks=host.outbox.callbacks_for(target),
+            usage=usage,
+            record=TaskLogRecorder(store, entry_id),
+            conversation=conversation,
+            extra_tools=extra,
+        )
+
+    async def continue_with(text: str) -> RunResult:
+        return await host.run_one_shot(job(text))
+
+    try:
+        result = await host.run_one_shot(job(trigger_text(task)))
+        if children is not None and result.ok:
+            result = await children.drain(result, continue_with)
+    finally:
+        if children is not None:
+            await _quietly(children.cancel_all())
+    return _outcome(task, result, usage, budget)
+
+
+def _outcome(task: ClockTask, result: RunResult, usage: Usage, budget: float) -> Outcome:
+    reply = result.text.strip() or None
+    if result.status == "success":
+        return Outcome("success", reply=reply, usage=usage, delivery=reply)
+    if result.status == "timeout":
+        notice = timeout_notice(task, budget)
+        return Outcome("timeout", reply=reply, error=result.error, usage=usage, delivery=notice)
+    return Outcome("error", reply=reply, error=result.error or result.status, usage=usage)
+
+
+def _children(host: AgentHost, task: ClockTask, deadline: float, usage: Usage) -> Any:
+    """H-sub's async subagents of clock runs (reference §4.4), when that module exists."""
+    try:
+        from ..agents.clock_children import ClockChildren
+    except ImportError:  # not there yet: clock runs without subagents
+        return None
+    return ClockChildren(host, session=task.target, deadline=deadline, usage=usage)
+
+
+async def _quietly(work: Any) -> None:
+    """Await a clean-up step; its failure is logged, never raised over the run's outcome."""
+    try:
+        if asyncio.iscoroutine(work) or isinstance(work, asyncio.Future):
+            await work
+    except Exception:
+        log.exception("cleaning up the subagents of a clock run failed")

@@ -1,0 +1,441 @@
+"""The clock's tables: ``clock_tasks`` (creation order), ``clock_log`` (runs) and ``clock_meta``.
+
+Every statement runs on the store thread (``Database.run``). Task ids are the base-36 form of a
+persisted counter; every user edit of a task bumps a revision counter and stamps the row with
+it, so the scheduler's poll for other processes' edits reads one integer. Log rows record their
+owning process (like the run log) so that only runs of a dead process become ``interrupted``
+and a task running in another live process is never started twice.
+"""
+
+from __future__ import annotations
+
+import builtins
+import json
+import sqlite3
+import time
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+from ..store import ToolCallRecord
+from ..store._db import clean_text, transaction
+from ..store._owner import Owner, current_owner, is_alive
+from ..store.runlog import MAX_REPLY_CHARS, prepare_tool_call, truncate
+from .model import RUNNING, ClockTask, TaskLogEntry
+
+if TYPE_CHECKING:  # pragma: no cover
+    from ..store import Database
+
+MAX_TRIGGER_CHARS = 500
+MAX_ERROR_CHARS = 1000
+MAX_TOOL_CALLS = 20
+INTERRUPTED_ERROR = "the process running it ended before the run finished (restart)"
+SKIPPED_ERROR = "the previous run of this task was still running"
+USAGE_KEYS = ("iterations", "prompt_tokens", "completion_tokens", "total_tokens", "cached_tokens")
+
+_TASK_COLUMNS = (
+    "id, cron, title, content, target, enabled, run_once, timeout, created_by, creator, "
+    "updater, note, created_at, updated_at, last_run_at, next_run_at, last_status"
+)
+_LOG_COLUMNS = (
+    "id, task_id, title, target, trigger, status, started_at, finished_at, duration_ms, manual, "
+    "scheduled_at, iterations, prompt_tokens, completion_tokens, total_tokens, cached_tokens, "
+    "tool_calls, tool_calls_total, reply, error"
+)
+# Columns `update` may write (the model's UPDATABLE_FIELDS plus who/when/next).
+_EDITABLE = frozenset(
+    {
+        "cron",
+        "title",
+        "content",
+        "target",
+        "enabled",
+        "run_once",
+        "timeout",
+        "created_by",
+        "note",
+        "updater",
+        "next_run_at",
+    }
+)
+_DIGITS = "0123456789abcdefghijklmnopqrstuvwxyz"
+
+
+def base36(number: int) -> str:
+    """``number`` (≥ 0) in base 36, lower case."""
+    out = ""
+    while True:
+        number, digit = divmod(number, 36)
+        out = _DIGITS[digit] + out
+        if not number:
+            return out
+
+
+class ClockStore:
+    """Tasks and task log of one database."""
+
+    def __init__(self, db: Database, max_log_entries: int = 500) -> None:
+        """Use ``db``; the log keeps the newest ``max_log_entries`` finished entries."""
+        self.db = db
+        self.max_log_entries = max_log_entries
+
+    # ---------------------------------------------------------------- tasks
+
+    async def create(self, fields: Mapping[str, Any]) -> tuple[ClockTask, int]:
+        """Insert a task (id assigned here) from checked ``fields``; returns it and its rev."""
+        return await self.db.run(_create, dict(fields), time.time())
+
+    async def get(self, task_id: str) -> ClockTask | None:
+        """One task, or None."""
+        rows = await self.db.run(_select_tasks, "WHERE id = ?", (task_id,))
+        return rows[0] if rows else None
+
+    async def list(self, target: str | None = None) -> builtins.list[ClockTask]:
+        """Every task (or ``target``'s), in creation order."""
+        if target is None:
+            return await self.db.run(_select_tasks, "", ())
+        return await self.db.run(_select_tasks, "WHERE target = ?", (target,))
+
+    async def update(
+        self, task_id: str, changes: Mapping[str, Any]
+    ) -> tuple[ClockTask, int] | None:
+        """Write checked ``changes`` (an edit: bumps the revision); returns (task, rev) or None."""
+        bad = set(changes) - _EDITABLE
+        assert not bad, f"not editable: {bad}"
+        return await self.db.run(_update, task_id, dict(changes), time.time())
+
+    async def delete(self, task_id: str, *, only_run_once: bool = False) -> ClockTask | None:
+        """Delete a task (its log stays); returns it as it was, or None if it was not there."""
+        return await self.db.run(_delete, task_id, only_run_once)
+
+    async def set_next_runs(self, planned: Sequence[tuple[str, float | None]]) -> None:
+        """Store the next fire times ``(id, epoch or None)`` (not an edit: no revision bump)."""
+        if planned:
+            await self.db.run(_set_next_runs, list(planned))
+
+    async def revision(self) -> int:
+        """The edit counter: it changes whenever any process edits any task."""
+        return await self.db.run(_meta, "rev")
+
+    async def revisions(self) -> dict[str, int]:
+        """Every task id with the revision of its last edit."""
+        return await self.db.run(_revisions)
+
+    async def tasks(self, ids: Sequence[str]) -> builtins.list[ClockTask]:
+        """The tasks with these ids (missing ones left out), in creation order."""
+        if not ids:
+            return []
+        return await self.db.run(_tasks_by_id, list(ids))
+
+    # ---------------------------------------------------------------- log
+
+    async def begin_run(
+        self,
+        task: ClockTask,
+        trigger: str,
+        *,
+        manual: bool,
+        scheduled_at: float | None,
+        next_run_at: float | None = None,
+    ) -> TaskLogEntry:
+        """Log a run of ``task`` as ``running`` — or ``skipped`` when a live process runs it.
+
+        A ``running`` entry also stamps the task's ``last_run_at``/``last_status``; a scheduled
+        one (``scheduled_at`` set) stores the task's ``next_run_at`` as well.
+        """
+        trigger = clean_text(truncate(trigger, MAX_TRIGGER_CHARS))
+        planned = (scheduled_at, next_run_at)
+        return await self.db.run(
+            _begin_run, task, trigger, manual, planned, time.time(), self.max_log_entries
+        )
+
+    async def add_tool_calls(self, entry_id: int, calls: Sequence[ToolCallRecord]) -> None:
+        """Append tool-call records (the first 20 are kept, all are counted)."""
+        if calls:
+            raws = [prepare_tool_call(c) for c in calls]
+            await self.db.run(_add_tool_calls, entry_id, raws)
+
+    async def finish_run(
+        self,
+        entry_id: int,
+        status: str,
+        *,
+        usage: Mapping[str, int] | None = None,
+        reply: str | None = None,
+        error: str | None = None,
+    ) -> TaskLogEntry | None:
+        """Close a running entry (and set its task's ``last_status``); returns it."""
+        counts = {k: int((usage or {}).get(k, 0)) for k in USAGE_KEYS}
+        if reply is not None:
+            reply = clean_text(truncate(reply, MAX_REPLY_CHARS))
+        if error is not None:
+            error = clean_text(truncate(error, MAX_ERROR_CHARS))
+        return await self.db.run(
+            _finish_run, entry_id, status, counts, reply, error, time.time(), self.max_log_entries
+        )
+
+    async def mark_interrupted(self) -> int:
+        """Mark ``interrupted`` the running entries whose process is gone; returns how many."""
+        return await self.db.run(_mark_interrupted)
+
+    async def logs(
+        self, task_id: str | None = None, target: str | None = None, limit: int = 10
+    ) -> builtins.list[TaskLogEntry]:
+        """Newest entries first, optionally of one task and/or target."""
+        clauses, params = [], []
+        if task_id is not None:
+            clauses.append("task_id = ?")
+            params.append(task_id)
+        if target is not None:
+            clauses.append("target = ?")
+            params.append(target)
+        where = f"WHERE {' AND '.join(clauses)}" if clauses else ""
+        return await self.db.run(_select_logs, where, tuple(params), limit)
+
+    async def entry(self, entry_id: int) -> TaskLogEntry | None:
+        """One log entry, or None."""
+        rows = await self.db.run(_select_logs, "WHERE id = ?", (entry_id,), 1)
+        return rows[0] if rows else None
+
+
+# Store-thread functions: each receives the connection first (see ``Database.run``).
+
+
+def _meta(conn: sqlite3.Connection, key: str) -> int:
+    row = conn.execute("SELECT value FROM clock_meta WHERE key = ?", (key,)).fetchone()
+    return int(row[0]) if row else 0
+
+
+def _bump(conn: sqlite3.Connection, key: str) -> int:
+    """Increment a counter inside the caller's transaction; returns the new value."""
+    conn.execute(
+        "INSERT INTO clock_meta (key, value) VALUES (?, 1) "
+        "ON CONFLICT (key) DO UPDATE SET value = value + 1",
+        (key,),
+    )
+    return _meta(conn, key)
+
+
+def _create(conn: sqlite3.Connection, fields: dict[str, Any], now: float) -> tuple[ClockTask, int]:
+    with transaction(conn):
+        seq = _bump(conn, "seq")
+        rev = _bump(conn, "rev")
+        task_id = base36(seq)
+        conn.execute(
+            "INSERT INTO clock_tasks (id, seq, cron, title, content, target, enabled, run_once, "
+            "timeout, created_by, creator, updater, note, created_at, updated_at, next_run_at, "
+            "rev) VALUES (:id, :seq, :cron, :title, :content, :target, 1, :run_once, :timeout, "
+            ":created_by, :creator, '', :note, :now, :now, :next_run_at, :rev)",
+            {**fields, "id": task_id, "seq": seq, "now": now, "rev": rev},
+        )
+        return _select_tasks(conn, "WHERE id = ?", (task_id,))[0], rev
+
+
+def _update(
+    conn: sqlite3.Connection, task_id: str, changes: dict[str, Any], now: float
+) -> tuple[ClockTask, int] | None:
+    with transaction(conn):
+        if conn.execute("SELECT 1 FROM clock_tasks WHERE id = ?", (task_id,)).fetchone() is None:
+            return None
+        rev = _bump(conn, "rev")
+        sets = "".join(f"{name} = :{name}, " for name in changes)  # names checked by caller
+        conn.execute(
+            f"UPDATE clock_tasks SET {sets}updated_at = :now, rev = :rev WHERE id = :id",
+            {**changes, "now": now, "rev": rev, "id": task_id},
+        )
+        return _select_tasks(conn, "WHERE id = ?", (task_id,))[0], rev
+
+
+def _delete(conn: sqlite3.Connection, task_id: str, only_run_once: bool) -> ClockTask | None:
+    with transaction(conn):
+        rows = _select_tasks(conn, "WHERE id = ?", (task_id,))
+        if not rows or (only_run_once and not rows[0].run_once):
+            return None
+        _bump(conn, "rev")
+        conn.execute("DELETE FROM clock_tasks WHERE id = ?", (task_id,))
+        return rows[0]
+
+
+def _set_next_runs(conn: sqlite3.Connection, planned: list[tuple[str, float | None]]) -> None:
+    with transaction(conn):
+        conn.executemany(
+            "UPDATE clock_tasks SET next_run_at = ? WHERE id = ?",
+            [(when, task_id) for task_id, when in planned],
+        )
+
+
+def _revisions(conn: sqlite3.Connection) -> dict[str, int]:
+    return {row[0]: int(row[1]) for row in conn.execute("SELECT id, rev FROM clock_tasks")}
+
+
+def _tasks_by_id(conn: sqlite3.Connection, ids: list[str]) -> list[ClockTask]:
+    found: list[ClockTask] = []
+    for start in range(0, len(ids), 500):  # SQLite's bound-parameter limit
+        chunk = ids[start : start + 500]
+        marks = ",".join("?" * len(chunk))
+        found.extend(_select_tasks(conn, f"WHERE id IN ({marks})", tuple(chunk)))
+    return found
+
+
+def _select_tasks(conn: sqlite3.Connection, where: str, params: tuple[Any, ...]) -> list[ClockTask]:
+    rows = conn.execute(f"SELECT {_TASK_COLUMNS} FROM clock_tasks {where} ORDER BY seq", params)
+    return [_to_task(row) for row in rows]
+
+
+def _to_task(row: tuple[Any, ...]) -> ClockTask:
+    values = list(row)
+    values[5], values[6] = bool(values[5]), bool(values[6])
+    return ClockTask(*values)
+
+
+def _live_runner(conn: sqlite3.Connection, task_id: str) -> bool:
+    """Whether a live process (this one included) has a running entry of the task."""
+    me = current_owner()
+    rows = conn.execute(
+        "SELECT owner_host, owner_pid, owner_start FROM clock_log WHERE task_id = ? AND status = ?",
+        (task_id, RUNNING),
+    ).fetchall()
+    # Another host's process cannot be checked: count it as running (WAL needs one host anyway).
+    return any(host != me.host or is_alive(Owner(host, pid, start)) for host, pid, start in rows)
+
+
+def _begin_run(
+    conn: sqlite3.Connection,
+    task: ClockTask,
+    trigger: str,
+    manual: bool,
+    planned: tuple[float | None, float | None],
+    now: float,
+    max_entries: int,
+) -> TaskLogEntry:
+    owner = current_owner()
+    scheduled_at, next_run_at = planned
+    with transaction(conn):
+        busy = _live_runner(conn, task.id)
+        status = "skipped" if busy else RUNNING
+        cursor = conn.execute(
+            "INSERT INTO clock_log (task_id, title, target, trigger, status, started_at, "
+            "finished_at, duration_ms, manual, scheduled_at, error, owner_host, owner_pid, "
+            "owner_start) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            (
+                task.id,
+                task.title,
+                task.target,
+                trigger,
+                status,
+                now,
+                now if busy else None,
+                0 if busy else None,
+                int(manual),
+                scheduled_at,
+                SKIPPED_ERROR if busy else None,
+                owner.host,
+                owner.pid,
+                owner.start,
+            ),
+        )
+        if scheduled_at is not None:
+            conn.execute(
+                "UPDATE clock_tasks SET next_run_at = ? WHERE id = ?", (next_run_at, task.id)
+            )
+        if not busy:
+            conn.execute(
+                "UPDATE clock_tasks SET last_run_at = ?, last_status = ? WHERE id = ?",
+                (now, RUNNING, task.id),
+            )
+        _prune(conn, max_entries)
+        assert cursor.lastrowid is not None
+        return _select_logs(conn, "WHERE id = ?", (cursor.lastrowid,), 1)[0]
+
+
+def _prune(conn: sqlite3.Connection, max_entries: int) -> None:
+    """Delete the oldest finished entries beyond ``max_entries`` (running ones stay)."""
+    conn.execute(
+        "DELETE FROM clock_log WHERE id IN (SELECT id FROM clock_log WHERE status != ? "
+        "ORDER BY id LIMIT max(0, (SELECT count(*) FROM clock_log) - ?))",
+        (RUNNING, max_entries),
+    )
+
+
+def _add_tool_calls(conn: sqlite3.Connection, entry_id: int, raws: list[str]) -> None:
+    with transaction(conn):
+        for raw in raws:
+            conn.execute(
+                "UPDATE clock_log SET tool_calls = CASE WHEN json_array_length(tool_calls) < ? "
+                "THEN json_insert(tool_calls, '$[#]', json(?)) ELSE tool_calls END, "
+                "tool_calls_total = tool_calls_total + 1 WHERE id = ?",
+                (MAX_TOOL_CALLS, raw, entry_id),
+            )
+
+
+def _finish_run(
+    conn: sqlite3.Connection,
+    entry_id: int,
+    status: str,
+    counts: dict[str, int],
+    reply: str | None,
+    error: str | None,
+    now: float,
+    max_entries: int,
+) -> TaskLogEntry | None:
+    with transaction(conn):
+        # An entry a restarted process marked interrupted while this one still ran is reopened:
+        # its owner knows the real outcome.
+        conn.execute(
+            "UPDATE clock_log SET status = :status, finished_at = :now, "
+            "duration_ms = MAX(0, CAST(ROUND((:now - started_at) * 1000) AS INTEGER)), "
+            "iterations = :iterations, prompt_tokens = :prompt_tokens, "
+            "completion_tokens = :completion_tokens, total_tokens = :total_tokens, "
+            "cached_tokens = :cached_tokens, reply = :reply, error = :error "
+            "WHERE id = :id AND status IN ('running', 'interrupted')",
+            {**counts, "status": status, "now": now, "reply": reply, "error": error}
+            | {"id": entry_id},
+        )
+        rows = _select_logs(conn, "WHERE id = ?", (entry_id,), 1)
+        if rows:
+            conn.execute(
+                "UPDATE clock_tasks SET last_status = ? WHERE id = ?", (status, rows[0].task_id)
+            )
+        _prune(conn, max_entries)
+        return rows[0] if rows else None
+
+
+def _mark_interrupted(conn: sqlite3.Connection) -> int:
+    me = current_owner()
+    with transaction(conn):
+        rows = conn.execute(
+            "SELECT id, task_id, owner_host, owner_pid, owner_start FROM clock_log "
+            "WHERE status = ?",
+            (RUNNING,),
+        ).fetchall()
+        gone = [
+            (entry_id, task_id)
+            for entry_id, task_id, host, pid, start in rows
+            if host == me.host and not is_alive(Owner(host, pid, start))
+        ]
+        for entry_id, task_id in gone:
+            conn.execute(
+                "UPDATE clock_log SET status = 'interrupted', error = ? WHERE id = ?",
+                (INTERRUPTED_ERROR, entry_id),
+            )
+            conn.execute(
+                "UPDATE clock_tasks SET last_status = 'interrupted' WHERE id = ? "
+                "AND last_status = ?",
+                (task_id, RUNNING),
+            )
+    return len(gone)
+
+
+def _select_logs(
+    conn: sqlite3.Connection, where: str, params: tuple[Any, ...], limit: int
+) -> list[TaskLogEntry]:
+    rows = conn.execute(
+        f"SELECT {_LOG_COLUMNS} FROM clock_log {where} ORDER BY id DESC LIMIT ?", (*params, limit)
+    )
+    return [_to_entry(row) for row in rows]
+
+
+def _to_entry(row: tuple[Any, ...]) -> TaskLogEntry:
+    values = list(row)
+    values[9] = bool(values[9])
+    values[16] = [ToolCallRecord(**item) for item in json.loads(values[16])]
+    return TaskLogEntry(*values)
