@@ -262,6 +262,12 @@ async def test_members_run_in_parallel_with_their_roles_and_the_usage_adds_up(ll
     events: list[RunEvent] = []
     result = await agent.chat("go", session=SESSION, callbacks=Callbacks(on_event=events.append))
     assert result.ok and result.text == "done"
+    starts = [e.data for e in events if e.kind == "child" and e.data["kind"] == "child_start"]
+    assert [(c["label"], c["data"]["role"]) for c in starts] == [
+        ("researcher", "研究员"),
+        ("Quinn", "You test claims."),
+        ("编辑", "编辑"),
+    ]
     report = script.tool_result()
     assert report.startswith("[Agent team finished]")
     assert "3 members (3 succeeded · 0 failed)" in report.splitlines()[0]
@@ -361,7 +367,9 @@ async def test_a_failed_member_is_reported_and_the_others_still_count(llm, make_
 
 async def test_child_events_form_one_nested_transcript_per_member(llm, make_agent):
     agent = team_agent(make_agent)
-    script = Scripted(run_team("t", {"name": "a", "role": "r"}, {"name": "b", "role": "r"}))
+    script = Scripted(
+        run_team("t", {"name": "a", "role": "role of a"}, {"name": "b", "role": "role of b"})
+    )
     llm.responder = script
     events: list[RunEvent] = []
     await agent.chat("go", session=SESSION, callbacks=Callbacks(on_event=events.append))
@@ -374,7 +382,7 @@ async def test_child_events_form_one_nested_transcript_per_member(llm, make_agen
         kinds = [c["kind"] for c in mine]
         assert kinds[0] == "child_start" and kinds[-1] == "child_end"
         assert "run_start" in kinds and "run_end" in kinds
-        assert mine[0]["data"] == {"role": "given", "task": "t"}
+        assert mine[0]["data"] == {"role": f"role of {label}", "task": "t"}
         end = mine[-1]["data"]
         assert end["status"] == "success" and end["text"] == "member result"
         assert end["usage"]["total_tokens"] == 15 and end["elapsed"] >= 0

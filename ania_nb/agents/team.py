@@ -21,7 +21,7 @@ from ..engine.callbacks import RunEvent
 from ..engine.usage import Usage
 from ..errors import ToolError
 from ..orchestration.oneshot import OneShotJob
-from .roles import builtin_role, role_prompt
+from .roles import MAX_ROLE_CHARS, builtin_role, role_prompt
 from .team_store import GLOBAL_SCOPE, TeamStore
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -72,10 +72,9 @@ class MemberOutcome:
     """How one member's run went."""
 
     name: str
-    role_source: str  # given, builtin, saved, none
+    role: ResolvedRole
     prompt: str
     task: str
-    note: str = ""
     result: RunResult | None = None
     error: str = ""
     elapsed: float = 0.0
@@ -112,22 +111,32 @@ def check_request(
     return task, checked
 
 
-async def resolve_prompt(
-    host: AgentHost, session: str, member: MemberRequest
-) -> tuple[str, str, str]:
-    """``(role prompt, source, note)`` by the resolution chain (given → built-in → saved → none)."""
+@dataclass(frozen=True)
+class ResolvedRole:
+    """Where a member's role came from and what it makes of the member."""
+
+    prompt: str  # the role part of the system prompt
+    role: str  # what the front end shows: the role text or built-in role name ('' if none)
+    source: str  # given, builtin, saved or none
+    note: str = ""  # said in the report (an unrecognised role)
+
+
+async def resolve_role(host: AgentHost, session: str, member: MemberRequest) -> ResolvedRole:
+    """The member's role by the chain: given → built-in by name → saved (scope, global) → none."""
     if member.role:
-        return role_prompt(member.name, member.role), "given", ""
-    role = builtin_role(member.name)
-    if role is not None:
-        return role.prompt(), "builtin", ""
+        role = member.role[:MAX_ROLE_CHARS]
+        return ResolvedRole(role_prompt(member.name, role), role, "given")
+    builtin = builtin_role(member.name)
+    if builtin is not None:
+        return ResolvedRole(builtin.prompt(), builtin.name, "builtin")
     teams = TeamStore(await host.open_store())
     scopes = [session] if session == GLOBAL_SCOPE else [session, GLOBAL_SCOPE]
     found = await teams.find_role(scopes, member.name)
     if found is not None:
-        return role_prompt(member.name, found[1].role), "saved", ""
+        saved = found[1].role
+        return ResolvedRole(role_prompt(member.name, saved), saved, "saved")
     note = f"unrecognised role “{member.name}”: run as a plain subagent"
-    return subagent_prompt(), "none", note
+    return ResolvedRole(subagent_prompt(), "", "none", note)
 
 
 async def team_run(
@@ -153,14 +162,14 @@ async def team_run(
     scene = host.system_prompt_for(ctx.session)
     outcomes: list[MemberOutcome] = []
     for member in checked:
-        prompt, source, note = await resolve_prompt(host, ctx.session, member)
+        role = await resolve_role(host, ctx.session, member)
         member_task = f"{task}\n\n{member.task}" if member.task else task
         outcomes.append(
-            MemberOutcome(member.name, source, compose_prompt(prompt, scene), member_task, note)
+            MemberOutcome(member.name, role, compose_prompt(role.prompt, scene), member_task)
         )
     for i, outcome in enumerate(outcomes):
         await _emit_child(
-            ctx, i, outcome.name, "child_start", {"role": outcome.role_source, "task": outcome.task}
+            ctx, i, outcome.name, "child_start", {"role": outcome.role.role, "task": outcome.task}
         )
     started = time.monotonic()
     await asyncio.gather(*(_run_member(host, ctx, i, o, budget) for i, o in enumerate(outcomes)))
@@ -244,8 +253,8 @@ def report(outcomes: Sequence[MemberOutcome], elapsed: float, max_result_len: in
     ]
     for i, o in enumerate(outcomes, 1):
         lines.append(f"\n===== Member {i}/{total}: {o.name} =====")
-        if o.note:
-            lines.append(f"({o.note})")
+        if o.role.note:
+            lines.append(f"({o.role.note})")
         if not o.ok:
             lines.append(f"Failed: {o.error}")
         elif not (o.result and o.result.text.strip()):
