@@ -1,0 +1,290 @@
+"""The model's clock tools: clock_create/list/get/update/delete/log, bound to one session.
+
+Ownership (reference §4.5): the tools only see and touch tasks whose target is the session they
+were made for — there is no admin exemption, because the model acts for whoever is chatting. A
+``target`` argument may only name that session (empty = it). Messages are the shared texts of
+`ania_nb.clock.format`, so the same task always reads the same.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+from typing import TYPE_CHECKING, Annotated
+
+from pydantic import BaseModel, Field
+
+from ania_nb.errors import ToolError
+from ania_nb.tools.base import BaseTool, Tool, ToolContext
+
+from . import format as fmt
+from .model import ClockError, ClockTask
+
+if TYPE_CHECKING:  # pragma: no cover
+    from . import Clock
+
+__all__ = ["OWNERSHIP_ERROR", "clock_tools"]
+
+OWNERSHIP_ERROR = "can only operate tasks of the current session"
+CREATOR = "ai"
+MAX_LOG_LIMIT = 50
+
+_CRON_HELP = (
+    "Schedule: 5-field cron 'minute hour day-of-month month day-of-week' in local time "
+    "(e.g. '0 9 * * 1-5', '*/15 * * * *'), a descriptor (@hourly @daily @midnight @weekly "
+    "@monthly @yearly @annually), '@every <duration>' (e.g. '@every 90s', '@every 1h30m'), "
+    "optionally prefixed by 'CRON_TZ=<zone> '."
+)
+_TARGET = "Session key of the task's target; only the current session is allowed (empty = it)."
+_CREATED_BY = "User id the task's messages mention on a chat platform (empty = nobody)."
+
+
+@contextlib.contextmanager
+def _refusals() -> Iterator[None]:
+    """The clock's refusals (bad schedule, blank content, unknown id) as tool errors."""
+    try:
+        yield
+    except ClockError as exc:
+        raise ToolError(str(exc)) from None
+
+
+class _SessionTool:
+    """What every clock tool shares: its clock, its session, the ownership checks."""
+
+    description: str
+
+    def __init__(self, clock: Clock, session: str) -> None:
+        """Bind the tool to ``clock`` and to ``session``'s tasks."""
+        self.clock = clock
+        self.session = session
+        # The class docstring, plus whose tasks these are (the model may serve several chats).
+        self.description = (
+            f"{type(self).description} Scope: the tasks of {fmt.session_label(session)} only."
+        )
+
+    def _target(self, target: str | None) -> str:
+        wanted = (target or "").strip()
+        if wanted and wanted != self.session:
+            raise ToolError(
+                f"{OWNERSHIP_ERROR} ({self.session}); target {wanted!r} is another session"
+            )
+        return self.session
+
+    async def _task(self, task_id: str) -> ClockTask:
+        with _refusals():
+            task = await self.clock.get(task_id.strip())
+        if task is None:
+            raise ToolError(
+                f"no clock task with id {task_id.strip()!r}; clock_list shows this session's tasks"
+            )
+        if task.target != self.session:
+            raise ToolError(
+                f"{OWNERSHIP_ERROR} ({self.session}); task {task.id} is not one of them"
+            )
+        return task
+
+
+def _created_by(value: str) -> str:
+    who = value.strip()
+    if who == "0":
+        raise ToolError("created_by '0' is not a user id; leave it empty to mention nobody")
+    return who
+
+
+# ------------------------------------------------------------------ clock_create
+
+
+class ClockCreateParams(BaseModel):
+    """Parameters of clock_create."""
+
+    cron: str = Field(description=_CRON_HELP)
+    title: str = Field(description="A short title (shown in lists and in the trigger).")
+    content: str = Field(
+        description="What the agent should do when the task fires (must not be blank)."
+    )
+    target: str = Field("", description=_TARGET)
+    created_by: str = Field("", description=_CREATED_BY)
+    run_once: bool = Field(False, description="Run once, then delete the task (after its run).")
+    timeout_sec: float = Field(
+        0, description="Seconds a run may take (0 = the default; at most 1800)."
+    )
+    note: str = Field("", description="An extra note given to the agent with the content.")
+
+
+class ClockCreateTool(_SessionTool, BaseTool[ClockCreateParams]):
+    """Create a scheduled task."""
+
+    description = (
+        "Create a scheduled task: at each fire time an agent gets the content, and its final "
+        "reply is delivered to this session."
+    )
+
+    name = "clock_create"
+    side_effects = True
+
+    async def execute(self, params: ClockCreateParams, ctx: ToolContext) -> str:
+        """Create the task (enabled, creator ai) and report it."""
+        target = self._target(params.target)
+        with _refusals():
+            task = await self.clock.create(
+                cron=params.cron,
+                title=params.title,
+                content=params.content,
+                target=target,
+                run_once=params.run_once,
+                timeout=params.timeout_sec,
+                created_by=_created_by(params.created_by),
+                creator=CREATOR,
+                note=params.note,
+            )
+        return fmt.created_text(task)
+
+
+# ------------------------------------------------------------------ clock_list
+
+
+class ClockListParams(BaseModel):
+    """Parameters of clock_list."""
+
+    target: str = Field("", description=_TARGET)
+
+
+class ClockListTool(_SessionTool, BaseTool[ClockListParams]):
+    """List the scheduled tasks (one line each: state, ID, title, mode, schedule)."""
+
+    name = "clock_list"
+
+    async def execute(self, params: ClockListParams, ctx: ToolContext) -> str:
+        """One line per task of this session, in creation order."""
+        target = self._target(params.target)
+        with _refusals():
+            tasks = await self.clock.list(target=target)
+        return fmt.tasks_text(
+            tasks, f"Clock tasks of {target}", f"No clock tasks for {target} yet."
+        )
+
+
+# ------------------------------------------------------------------ clock_get / delete
+
+
+class ClockIdParams(BaseModel):
+    """Parameters of clock_get and clock_delete."""
+
+    id: str = Field(description="The task's ID (as clock_list shows it).")
+
+
+class ClockGetTool(_SessionTool, BaseTool[ClockIdParams]):
+    """Show every field of a scheduled task."""
+
+    name = "clock_get"
+
+    async def execute(self, params: ClockIdParams, ctx: ToolContext) -> str:
+        """The task's detail."""
+        task = await self._task(params.id)
+        return fmt.detail_text(task, self.clock.host.config.clock.default_timeout)
+
+
+class ClockDeleteTool(_SessionTool, BaseTool[ClockIdParams]):
+    """Delete a scheduled task (its log stays)."""
+
+    name = "clock_delete"
+    side_effects = True
+
+    async def execute(self, params: ClockIdParams, ctx: ToolContext) -> str:
+        """Delete the task if it is this session's."""
+        task = await self._task(params.id)
+        with _refusals():
+            gone = await self.clock.delete(task.id)
+        return fmt.deleted_text(gone)
+
+
+# ------------------------------------------------------------------ clock_update
+
+
+class ClockUpdateParams(BaseModel):
+    """Parameters of clock_update: only the fields given change."""
+
+    id: str = Field(description="The task's ID (as clock_list shows it).")
+    cron: str | None = Field(None, description="New schedule. " + _CRON_HELP)
+    title: str | None = Field(None, description="New title.")
+    content: str | None = Field(None, description="New content (must not be blank).")
+    target: str | None = Field(None, description=_TARGET)
+    note: str | None = Field(None, description="New note (empty clears it).")
+    created_by: str | None = Field(None, description=_CREATED_BY + " Empty clears it.")
+    enabled: bool | None = Field(None, description="Enable (true) or pause (false) the task.")
+    run_once: bool | None = Field(None, description="Run once, then delete the task.")
+    timeout_sec: Annotated[
+        float | None, Field(description="Seconds a run may take (0 = the default; ≤1800).")
+    ] = None
+
+
+class ClockUpdateTool(_SessionTool, BaseTool[ClockUpdateParams]):
+    """Change a scheduled task; only the fields given change."""
+
+    name = "clock_update"
+    side_effects = True
+
+    async def execute(self, params: ClockUpdateParams, ctx: ToolContext) -> str:
+        """Apply the given fields (updater ai) and report the task's state."""
+        task = await self._task(params.id)
+        given = params.model_dump(exclude_none=True, exclude={"id", "timeout_sec"})
+        if "target" in given:
+            given["target"] = self._target(given["target"])
+        if "created_by" in given:
+            given["created_by"] = _created_by(given["created_by"])
+        if params.timeout_sec is not None:
+            given["timeout"] = params.timeout_sec
+        if not given:
+            raise ToolError(
+                "nothing to change: give at least one of cron, title, content, note, "
+                "created_by, enabled, run_once, timeout_sec"
+            )
+        with _refusals():
+            updated = await self.clock.update(task.id, updater=CREATOR, **given)
+        return fmt.updated_text(updated)
+
+
+# ------------------------------------------------------------------ clock_log
+
+
+class ClockLogParams(BaseModel):
+    """Parameters of clock_log."""
+
+    task_id: str = Field("", description="Only this task's runs (empty = every task here).")
+    limit: int = Field(10, ge=1, le=MAX_LOG_LIMIT, description="How many runs, newest first.")
+
+
+class ClockLogTool(_SessionTool, BaseTool[ClockLogParams]):
+    """Show the latest runs of scheduled tasks (status, duration, tokens, error)."""
+
+    name = "clock_log"
+
+    async def execute(self, params: ClockLogParams, ctx: ToolContext) -> str:
+        """Log lines of this session's tasks, newest first."""
+        task_id = params.task_id.strip() or None
+        if task_id is not None:
+            with _refusals():
+                task = await self.clock.get(task_id)
+            if task is not None and task.target != self.session:
+                raise ToolError(
+                    f"{OWNERSHIP_ERROR} ({self.session}); task {task.id} is not one of them"
+                )
+        with _refusals():
+            entries = await self.clock.logs(
+                task_id=task_id, target=self.session, limit=params.limit
+            )
+        what = f"task {task_id}" if task_id else self.session
+        return fmt.logs_text(entries, f"Clock runs of {what}", f"No clock runs of {what} yet.")
+
+
+def clock_tools(clock: Clock, session: str) -> list[Tool]:
+    """The six clock tools bound to ``session`` (its tasks only)."""
+    kinds: list[type[_SessionTool]] = [
+        ClockCreateTool,
+        ClockListTool,
+        ClockGetTool,
+        ClockUpdateTool,
+        ClockDeleteTool,
+        ClockLogTool,
+    ]
+    return [kind(clock, session) for kind in kinds]  # type: ignore[misc]

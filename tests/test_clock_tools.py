@@ -1,0 +1,292 @@
+"""clock_* tools called by the model (scripted server, real Agent and store): texts, ownership,
+errors that change nothing, updates that change only the fields given."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import pytest
+
+from ania_nb.clock.tools import OWNERSHIP_ERROR
+from ania_nb.testing import reply, tool_call
+
+DAILY = "0 9 * * *"  # never fires during a test run of a few seconds (unless at 09:00 sharp)
+
+
+def short(ts: float | None) -> str:
+    assert ts is not None
+    return time.strftime("%m-%d %H:%M", time.localtime(ts))
+
+
+async def call(agent: Any, llm: Any, session: str, name: str, args: dict | None = None) -> str:
+    """The model calls one tool in ``session``; returns the tool message the model got back."""
+    llm.script(reply(tool_calls=[tool_call(name, args or {})]), reply("ok"))
+    await agent.chat(f"please use {name}", session=session)
+    message = llm.requests[-1].messages[-1]
+    assert message["role"] == "tool"
+    return message["content"]
+
+
+def wire(agent: Any) -> Any:
+    # TEMP until the lead wires agent.clock (remove before the final commit).
+    if not hasattr(agent, "clock"):
+        from ania_nb.clock import Clock
+
+        agent.clock = Clock(agent)
+        agent.add_session_tools(agent.clock.session_tools)
+    return agent
+
+
+@pytest.fixture
+async def agent(make_agent: Any) -> Any:
+    agent = wire(make_agent())
+    await agent.start()
+    yield agent
+    await agent.clock.aclose()
+
+
+async def test_create_list_get_delete_through_the_model(agent, llm):
+    text = await call(
+        agent,
+        llm,
+        "nb:a",
+        "clock_create",
+        {"cron": DAILY, "title": "morning news", "content": "summarise the news", "note": "short"},
+    )
+    [task] = await agent.clock.list()
+    assert text == (
+        f"created task ID={task.id}, mode=repeat, cron={DAILY}, target=nb:a, "
+        f"next run {short(task.next_run_at)}"
+    )
+    assert (task.target, task.creator, task.enabled, task.run_once, task.note) == (
+        "nb:a",
+        "ai",
+        True,
+        False,
+        "short",
+    )
+
+    once = await call(
+        agent,
+        llm,
+        "nb:a",
+        "clock_create",
+        {
+            "cron": "@every 1h",
+            "title": "a very long title indeed",
+            "content": "x",
+            "target": "nb:a",
+            "run_once": True,
+            "timeout_sec": 30,
+        },
+    )
+    second = (await agent.clock.list())[1]
+    assert once.startswith(f"created task ID={second.id}, mode=once, cron=@every 1h, target=nb:a")
+    assert second.timeout == 30
+
+    listed = await call(agent, llm, "nb:a", "clock_list")
+    assert listed == (
+        "Clock tasks of nb:a (2):\n"
+        f"✅ [{task.id}] morning news | repeat | {DAILY} → nb:a\n"
+        f"✅ [{second.id}] a very long … | once | @every 1h → nb:a"
+    )
+
+    detail = await call(agent, llm, "nb:a", "clock_get", {"id": task.id})
+    lines = detail.splitlines()
+    assert lines[:8] == [
+        f"ID: {task.id}",
+        "State: enabled",
+        "Mode: repeat",
+        f"Schedule: {DAILY}",
+        "Title: morning news",
+        "Content: summarise the news",
+        "Target: nb:a",
+        "Timeout: default (120s)",
+    ]
+    assert "Note: short" in lines and "Creator: AI" in lines
+    assert f"Next run: {time.strftime('%Y-%m-%d %H:%M', time.localtime(task.next_run_at))}" in lines
+    assert "Last run: -" in lines
+
+    gone = await call(agent, llm, "nb:a", "clock_delete", {"id": second.id})
+    assert gone == f"deleted task ID={second.id} (a very long title indeed)"
+    assert [t.id for t in await agent.clock.list()] == [task.id]
+
+
+async def test_descriptions_name_the_session_and_parameters_are_typed(agent, llm):
+    await call(agent, llm, "g:qq:42", "clock_list")
+    tools = {t["function"]["name"]: t["function"] for t in llm.requests[0].tools}
+    assert {n for n in tools if n.startswith("clock_")} == {
+        "clock_create",
+        "clock_list",
+        "clock_get",
+        "clock_update",
+        "clock_delete",
+        "clock_log",
+    }
+    for name in ("clock_create", "clock_list", "clock_get", "clock_update", "clock_delete"):
+        assert "the group chat qq:42 (session g:qq:42)" in tools[name]["description"]
+    create = tools["clock_create"]["parameters"]
+    assert sorted(create["required"]) == ["content", "cron", "title"]
+    assert create["properties"]["run_once"]["type"] == "boolean"
+    assert create["properties"]["timeout_sec"]["type"] == "number"
+    assert tools["clock_update"]["parameters"]["required"] == ["id"]
+    assert tools["clock_log"]["parameters"]["properties"]["limit"]["type"] == "integer"
+    await call(agent, llm, "f:tg:7", "clock_list")
+    tools = {t["function"]["name"]: t["function"] for t in llm.requests[-1].tools}
+    assert "the private chat with tg:7 (session f:tg:7)" in tools["clock_get"]["description"]
+
+
+async def test_tasks_of_another_session_are_out_of_reach(agent, llm):
+    theirs = await agent.clock.create(cron=DAILY, title="theirs", content="c", target="nb:b")
+    mine = await agent.clock.create(cron=DAILY, title="mine", content="c", target="nb:a")
+    attempts = [
+        ("clock_get", {"id": theirs.id}),
+        ("clock_update", {"id": theirs.id, "title": "hijacked"}),
+        ("clock_update", {"id": mine.id, "target": "nb:b"}),
+        ("clock_delete", {"id": theirs.id}),
+        ("clock_log", {"task_id": theirs.id}),
+        ("clock_list", {"target": "nb:b"}),
+        ("clock_create", {"cron": DAILY, "title": "t", "content": "c", "target": "nb:b"}),
+    ]
+    for name, args in attempts:
+        text = await call(agent, llm, "nb:a", name, args)
+        assert text.startswith("Error executing tool: "), (name, text)
+        assert OWNERSHIP_ERROR in text, (name, text)
+    assert [(t.id, t.title, t.target) for t in await agent.clock.list()] == [
+        (theirs.id, "theirs", "nb:b"),
+        (mine.id, "mine", "nb:a"),
+    ]
+    listed = await call(agent, llm, "nb:a", "clock_list")
+    assert "mine" in listed and "theirs" not in listed
+    assert await call(agent, llm, "nb:c", "clock_list") == "No clock tasks for nb:c yet."
+
+
+@pytest.mark.parametrize(
+    ("args", "error"),
+    [
+        (
+            {"cron": "0 9 * *", "title": "t", "content": "c"},
+            "has 4 field(s); a cron schedule has 5",
+        ),
+        ({"cron": "@every soon", "title": "t", "content": "c"}, "is not a duration"),
+        ({"cron": "61 * * * *", "title": "t", "content": "c"}, "invalid cron schedule"),
+        ({"cron": DAILY, "title": "t", "content": "  \n"}, "content must not be blank"),
+        ({"cron": DAILY, "title": "t", "content": "c", "timeout_sec": -1}, "timeout must be"),
+        ({"cron": DAILY, "title": "t", "content": "c", "created_by": " 0 "}, "'0' is not a user"),
+        ({"cron": DAILY, "title": "t"}, "field 'content' is required"),
+    ],
+)
+async def test_bad_creations_are_refused_clearly_and_store_nothing(agent, llm, args, error):
+    text = await call(agent, llm, "nb:a", "clock_create", args)
+    assert text.startswith("Error executing tool: ") and error in text
+    assert await agent.clock.list() == []
+
+
+async def test_updates_change_only_the_fields_given(agent, llm):
+    task = await agent.clock.create(
+        cron=DAILY,
+        title="old",
+        content="do it",
+        target="nb:a",
+        note="n",
+        timeout=60,
+        created_by="qq:5",
+    )
+    text = await call(agent, llm, "nb:a", "clock_update", {"id": task.id, "title": "new"})
+    now = await agent.clock.get(task.id)
+    assert text == (
+        f"updated ID={task.id}, state=enabled, mode=repeat, cron={DAILY}, "
+        f"next run {short(now.next_run_at)}"
+    )
+    assert (now.title, now.content, now.note, now.timeout, now.created_by, now.updater) == (
+        "new",
+        "do it",
+        "n",
+        60,
+        "qq:5",
+        "ai",
+    )
+
+    args = {"id": task.id, "enabled": False, "created_by": "", "timeout_sec": 0, "run_once": True}
+    text = await call(agent, llm, "nb:a", "clock_update", args)
+    assert text == f"updated ID={task.id}, state=disabled, mode=once, cron={DAILY}"
+    now = await agent.clock.get(task.id)
+    assert (now.enabled, now.next_run_at, now.created_by, now.timeout, now.title) == (
+        False,
+        None,
+        "",
+        0,
+        "new",
+    )
+
+    text = await call(
+        agent, llm, "nb:a", "clock_update", {"id": task.id, "cron": "@every 2h", "enabled": True}
+    )
+    now = await agent.clock.get(task.id)
+    assert text.startswith(f"updated ID={task.id}, state=enabled, mode=once, cron=@every 2h")
+    assert now.next_run_at is not None
+
+
+@pytest.mark.parametrize(
+    ("args", "error"),
+    [
+        ({"cron": "every day"}, "has 2 field(s)"),
+        ({"content": " "}, "content must not be blank"),
+        ({"created_by": "0"}, "'0' is not a user"),
+        ({"timeout_sec": -5}, "timeout must be"),
+        ({}, "nothing to change"),
+        ({"enabled": "maybe"}, "field 'enabled'"),
+    ],
+)
+async def test_bad_updates_are_refused_and_keep_the_task(agent, llm, args, error):
+    task = await agent.clock.create(cron=DAILY, title="t", content="c", target="nb:a")
+    text = await call(agent, llm, "nb:a", "clock_update", {"id": task.id, **args})
+    assert text.startswith("Error executing tool: ") and error in text
+    now = await agent.clock.get(task.id)
+    assert (now.cron, now.content, now.enabled, now.timeout, now.updated_at) == (
+        DAILY,
+        "c",
+        True,
+        0,
+        task.updated_at,
+    )
+
+
+@pytest.mark.parametrize("name", ["clock_get", "clock_update", "clock_delete"])
+async def test_unknown_ids_get_a_clear_error(agent, llm, name):
+    args = {"id": "zz"} if name != "clock_update" else {"id": "zz", "title": "x"}
+    text = await call(agent, llm, "nb:a", name, args)
+    assert text == (
+        "Error executing tool: no clock task with id 'zz'; clock_list shows this session's tasks"
+    )
+
+
+async def test_log_shows_this_sessions_runs_only(agent, llm):
+    mine = await agent.clock.create(cron=DAILY, title="mine", content="c", target="nb:a")
+    theirs = await agent.clock.create(cron=DAILY, title="theirs", content="c", target="nb:b")
+    assert await call(agent, llm, "nb:a", "clock_log") == "No clock runs of nb:a yet."
+    for task in (mine, theirs, mine):
+        llm.script(reply("done"))
+        assert (await agent.clock.run_now(task.id)).status == "success"
+
+    text = await call(agent, llm, "nb:a", "clock_log")
+    lines = text.splitlines()
+    assert lines[0] == "Clock runs of nb:a (2, newest first):"
+    entries = await agent.clock.logs(target="nb:a")
+    for line, entry in zip(lines[1:], entries, strict=True):
+        stamp = time.strftime("%m-%d %H:%M:%S", time.localtime(entry.started_at))
+        assert line == (f"- {stamp} [success] {entry.duration_ms}ms mine {entry.total_tokens}tok")
+
+    one = await call(agent, llm, "nb:a", "clock_log", {"task_id": mine.id, "limit": 1})
+    assert one.splitlines()[0] == f"Clock runs of task {mine.id} (1, newest first):"
+    bad = await call(agent, llm, "nb:a", "clock_log", {"limit": 0})
+    assert "field 'limit'" in bad
+
+
+async def test_no_clock_tools_when_the_clock_is_off(make_agent, llm):
+    agent = wire(make_agent(overrides={"clock.enable": False}))
+    llm.script(reply("hi"))
+    await agent.chat("hello", session="nb:a")
+    names = {t["function"]["name"] for t in llm.requests[-1].tools or []}
+    assert not {n for n in names if n.startswith("clock_")}
