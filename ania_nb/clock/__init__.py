@@ -371,17 +371,18 @@ class Clock:
         """One run of ``task``: log entry, one-shot run, delivery, run-once bookkeeping."""
         store = await self._open()
         manual = scheduled_at is None
+        once = task.run_once and not manual
         entry = await store.begin_run(
             task,
             trigger_text(task),
             manual=manual,
             scheduled_at=scheduled_at,
-            next_run_at=self._scheduler.next_fire(task.id),
+            # A run-once task fires no more while its run decides its fate.
+            next_run_at=None if once else self._scheduler.next_fire(task.id),
         )
         if entry.status != "running":  # skipped: the task is running already
             await self._emit("run_finished", task.id, task=task, entry=entry)
             return entry
-        once = task.run_once and not manual
         if once:
             self._once_running.add(task.id)
             self._scheduler.remove(task.id)  # no second fire until this run decides its fate
