@@ -74,7 +74,7 @@ async def test_add_and_list_in_a_chat(agent, llm):
         ALICE,
         False,
     )
-    text = await clock(agent, "add --once @every 10m |  | tea", session=G2, sender=BOB)
+    text = await clock(agent, "add  --once\t@every 10m |  | tea", session=G2, sender=BOB)
     once = (await agent.clock.list(target=G2))[0]
     assert text.startswith(f"created task ID={once.id}, mode=once, cron=@every 10m, target={G2}")
     assert once.title == "" and once.run_once

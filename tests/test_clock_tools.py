@@ -284,6 +284,20 @@ async def test_log_shows_this_sessions_runs_only(agent, llm):
     assert "field 'limit'" in bad
 
 
+async def test_plan_mode_blocks_changes_but_not_reading(agent, llm):
+    task = await agent.clock.create(cron=DAILY, title="t", content="c", target="nb:a")
+    agent.set_plan_mode("nb:a", True)
+    for name, args in [
+        ("clock_create", {"cron": DAILY, "title": "t", "content": "c"}),
+        ("clock_update", {"id": task.id, "enabled": False}),
+        ("clock_delete", {"id": task.id}),
+    ]:
+        text = await call(agent, llm, "nb:a", name, args)
+        assert text.startswith(f"[Plan mode] the tool {name} was blocked")
+    assert (await call(agent, llm, "nb:a", "clock_get", {"id": task.id})).startswith("ID: ")
+    assert [(t.id, t.enabled) for t in await agent.clock.list()] == [(task.id, True)]
+
+
 async def test_no_clock_tools_when_the_clock_is_off(make_agent, llm):
     agent = wire(make_agent(overrides={"clock.enable": False}))
     llm.script(reply("hi"))

@@ -142,9 +142,9 @@ class _Command:
     async def add(self, rest: str) -> str:
         """Create a task of this chat; the sender is its creator (and who it mentions)."""
         once = False
-        first, _, after = rest.partition(" ")
-        if first.lower() == "--once":
-            once, rest = True, after
+        head = rest.split(None, 1)
+        if head and head[0].lower() == "--once":
+            once, rest = True, head[1] if len(head) == 2 else ""
         parts = rest.split("|", 2)
         if len(parts) != 3 or not parts[0].strip() or not parts[2].strip():
             return ADD_USAGE
