@@ -547,6 +547,71 @@ def test_loop_mode_cycles_the_script():
         assert llm.pending == 2
 
 
+def _ask(client: openai.OpenAI, system: Any, model: str = "m") -> str | None:
+    messages = [{"role": "system", "content": system}, *HI] if system is not None else HI
+    return client.chat.completions.create(model=model, messages=messages).choices[0].message.content
+
+
+def test_routes_serve_matching_requests_before_the_common_queue(
+    llm: ScriptedLLM, client: openai.OpenAI
+):
+    llm.script(reply("common 1"), reply("common 2"))
+    llm.route("You are a subagent", reply("child 1"), reply("child 2"))
+    llm.route("cheap-model", reply("by model"))
+    assert llm.pending == 5
+    assert _ask(client, "Main agent.") == "common 1"
+    assert _ask(client, "Intro. You are a subagent. Work.") == "child 1"
+    assert _ask(client, "Main agent.", model="cheap-model") == "by model"
+    # an exhausted route falls through to the common queue; appending refills the same route
+    assert _ask(client, "Main agent.", model="cheap-model") == "common 2"
+    llm.route("You are a subagent", reply("child 3"))
+    assert llm.pending_for("You are a subagent") == 2
+    assert _ask(client, "You are a subagent") == "child 2"
+    assert _ask(client, "You are a subagent") == "child 3"
+    assert llm.pending == llm.pending_for("You are a subagent") == llm.pending_for("nope") == 0
+    with pytest.raises(openai.BadRequestError, match="script exhausted at request #6"):
+        _ask(client, "You are a subagent")
+
+
+def test_route_by_predicate_with_system_parts_and_delays(llm: ScriptedLLM, client: openai.OpenAI):
+    def has_weather_tool(req: RecordedRequest) -> bool:
+        return "get_weather" in req.tool_names
+
+    llm.route(has_weather_tool, delay(0.01), reply("weather route"))
+    llm.script(reply("plain"))
+    parts = [{"type": "text", "text": "Part one."}, {"type": "text", "text": "Part two."}]
+    assert _ask(client, parts) == "plain"  # no tools: the predicate is false
+    done = client.chat.completions.create(model="m", messages=HI, tools=TOOLS)
+    assert done.choices[0].message.content == "weather route"  # the delay took its follower
+    first, second = llm.requests
+    assert first.system == "Part one.\n\nPart two."
+    assert (first.tool_names, second.tool_names) == ([], ["get_weather"])
+    assert second.system == ""
+
+    def broken(req: RecordedRequest) -> bool:
+        raise ValueError("bad predicate")
+
+    llm.route(broken, reply("never"))
+    with pytest.raises(openai.InternalServerError, match="route match raised ValueError"):
+        _ask(client, "x")
+    with pytest.raises(TypeError, match="match must be a non-empty string"):
+        llm.route("", reply("x"))
+    with pytest.raises(TypeError, match="expected reply"):
+        llm.route("x", "not an item")  # type: ignore[arg-type]
+    llm.reset()
+    assert llm.pending == 0
+
+
+def test_routes_cycle_in_loop_mode():
+    with ScriptedLLM(loop=True) as llm:
+        llm.script(reply("main"))
+        llm.route("child", reply("c1"), reply("c2"))
+        with openai.OpenAI(base_url=llm.base_url, api_key=llm.api_key, max_retries=0) as client:
+            texts = [_ask(client, s) for s in ("child", "main", "child", "child", "main")]
+        assert texts == ["c1", "main", "c2", "c1", "main"]
+        assert llm.pending == 3
+
+
 def test_requests_are_recorded_with_headers_and_tools(llm: ScriptedLLM, client: openai.OpenAI):
     llm.script(reply("1"), reply("2"))
     for _ in range(2):

@@ -16,6 +16,11 @@ so importing this package is instant and pulls in neither openai nor httpx::
         ...
         assert llm.requests[0].messages[-1]["role"] == "user"
 
+Routes give requests their own script by system prompt or model name, before the common queue::
+
+    llm.route("You are a subagent", reply("child's answer"))   # or llm.route("cheap-model", ...)
+    llm.route(lambda req: "weather" in req.tool_names, reply("..."))
+
 From another process: ``python -m ania_nb.testing serve --script script.json`` prints
 ``base_url=...``; write the file with `script_to_json`.
 """
@@ -46,7 +51,7 @@ from ania_nb.testing._script import (
     tool_call,
     usage,
 )
-from ania_nb.testing._server import RecordedRequest, Responder, ScriptedLLM
+from ania_nb.testing._server import RecordedRequest, Responder, RouteMatch, ScriptedLLM
 
 __all__ = [
     "AUTO_USAGE",
@@ -59,6 +64,7 @@ __all__ = [
     "RecordedRequest",
     "Reply",
     "Responder",
+    "RouteMatch",
     "ScriptItem",
     "ScriptedLLM",
     "ToolCallSpec",

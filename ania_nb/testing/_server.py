@@ -2,6 +2,10 @@
 
 Built on the loopback server of `ania_nb.testing._http` (standard library only, daemon threads),
 so it starts instantly and works the same from sync code, async code and a Jupyter kernel.
+
+Several callers can share one server and still follow their own scripts: `llm.route(match, ...)`
+queues items only for requests whose system prompt contains `match` (or whose model is `match`,
+or for which a callable `match(request)` is true), e.g. a main agent and its subagents.
 """
 
 from __future__ import annotations
@@ -29,6 +33,8 @@ from ania_nb.testing._script import (
 )
 
 Responder = Callable[["RecordedRequest"], ScriptItem]
+RouteMatch = str | Callable[["RecordedRequest"], bool]
+"""What `ScriptedLLM.route` matches: a system-prompt substring or model name, or a predicate."""
 
 
 @dataclass(frozen=True)
@@ -50,6 +56,34 @@ class RecordedRequest:
     def messages(self) -> list[dict[str, Any]]:
         """The request's messages (empty if the body was unparsable)."""
         return (self.body or {}).get("messages") or []
+
+    @property
+    def system(self) -> str:
+        """The text of the system (and developer) messages, joined by blank lines; "" if none."""
+        parts: list[str] = []
+        for message in self.messages:
+            if not isinstance(message, dict) or message.get("role") not in ("system", "developer"):
+                continue
+            content = message.get("content")
+            if isinstance(content, str):
+                parts.append(content)
+            elif isinstance(content, list):  # content parts: keep the text ones
+                parts += [
+                    p["text"]
+                    for p in content
+                    if isinstance(p, dict) and isinstance(p.get("text"), str)
+                ]
+        return "\n\n".join(parts)
+
+    @property
+    def tool_names(self) -> list[str]:
+        """The names of the offered function tools, in order (empty when none)."""
+        names = []
+        for tool in self.tools or []:
+            function = tool.get("function") if isinstance(tool, dict) else None
+            if isinstance(function, dict) and isinstance(function.get("name"), str):
+                names.append(function["name"])
+        return names
 
     @property
     def tools(self) -> list[dict[str, Any]] | None:
@@ -194,15 +228,39 @@ def _dumps(body: Any) -> bytes:
         return json.dumps(body).encode()
 
 
+@dataclass
+class _Route:
+    """Items served only to requests that `match`."""
+
+    match: RouteMatch
+    queue: deque[ScriptItem]
+
+    def matches(self, request: RecordedRequest) -> bool:
+        """Whether `request` is served by this route."""
+        if isinstance(self.match, str):
+            return self.match in request.system or self.match == request.model
+        return bool(self.match(request))
+
+
+def _check_items(method: str, items: tuple[ScriptItem, ...]) -> None:
+    for item in items:
+        if not isinstance(item, ITEM_TYPES):
+            raise TypeError(
+                f"ScriptedLLM.{method}(): expected reply(), error(), delay(), ... got {item!r}"
+            )
+
+
 class ScriptedLLM(LoopbackServer):
     """A scripted OpenAI-compatible Chat Completions server bound to 127.0.0.1.
 
     Each request to `/v1/chat/completions` consumes the next queued item; when the queue is
     empty the `responder` (if any) answers, else the request fails with a 400 that names the
-    request. With `loop=True` the script is cycled instead of consumed. With `strict=True` a
-    request whose conversation real servers would reject (see `conversation_problem`: tool
-    calls without ids or names, arguments that are not JSON objects, results that answer no
-    call) gets a 400 naming the problem, and consumes no script item.
+    request. Items queued with `route(match, ...)` answer only matching requests, and are
+    taken before the common queue. With `loop=True` the script is cycled instead of consumed.
+    With `strict=True` a request whose conversation real servers would reject (see
+    `conversation_problem`: tool calls without ids or names, arguments that are not JSON
+    objects, results that answer no call) gets a 400 naming the problem, and consumes no
+    script item.
     """
 
     api_key = "sk-scripted"
@@ -225,6 +283,7 @@ class ScriptedLLM(LoopbackServer):
         self.strict = strict
         super().__init__(port=port)
         self._queue: deque[ScriptItem] = deque()
+        self._routes: list[_Route] = []
         self._requests: list[RecordedRequest] = []
         self._cond = threading.Condition()
 
@@ -237,20 +296,48 @@ class ScriptedLLM(LoopbackServer):
 
     def script(self, *items: ScriptItem) -> Self:
         """Append items to the queue; returns self for chaining."""
-        for item in items:
-            if not isinstance(item, ITEM_TYPES):
-                raise TypeError(
-                    f"ScriptedLLM.script(): expected reply(), error(), delay(), ... got {item!r}"
-                )
+        _check_items("script", items)
         with self._cond:
             self._queue.extend(items)
         return self
 
+    def route(self, match: RouteMatch, *items: ScriptItem) -> Self:
+        """Queue items that only requests matching `match` take, before the common queue.
+
+        `match` is a substring of the request's system prompt (`RecordedRequest.system`), or
+        equal to its model name, or a callable `match(request) -> bool`. Routing the same
+        `match` again (same string or same callable) appends to that route. A request takes
+        from the first route, in the order they were added, that matches and still has items;
+        a request no route serves takes from the common queue (`script`). Returns self.
+        """
+        if not (isinstance(match, str) and match) and not callable(match):
+            raise TypeError(
+                "ScriptedLLM.route(): match must be a non-empty string (system-prompt substring "
+                f"or model name) or a callable(request) -> bool, got {match!r}"
+            )
+        _check_items("route", items)
+        with self._cond:
+            for existing in self._routes:
+                if existing.match is match or (isinstance(match, str) and existing.match == match):
+                    existing.queue.extend(items)
+                    break
+            else:
+                self._routes.append(_Route(match, deque(items)))
+        return self
+
     @property
     def pending(self) -> int:
-        """Number of queued items (in loop mode, the length of the cycle)."""
+        """Number of queued items, routed ones included (in loop mode, the cycle's length)."""
         with self._cond:
-            return len(self._queue)
+            return len(self._queue) + sum(len(route.queue) for route in self._routes)
+
+    def pending_for(self, match: RouteMatch) -> int:
+        """Number of items still queued on the route of `match` (0 if there is none)."""
+        with self._cond:
+            for route in self._routes:
+                if route.match is match or (isinstance(match, str) and route.match == match):
+                    return len(route.queue)
+        return 0
 
     @property
     def requests(self) -> list[RecordedRequest]:
@@ -273,9 +360,10 @@ class ScriptedLLM(LoopbackServer):
             return list(self._requests)
 
     def reset(self) -> None:
-        """Clear the queue and the recorded requests."""
+        """Clear the queue, the routes and the recorded requests."""
         with self._cond:
             self._queue.clear()
+            self._routes.clear()
             self._requests.clear()
 
     def __repr__(self) -> str:
@@ -299,10 +387,25 @@ class ScriptedLLM(LoopbackServer):
         """Next item for `request`; a bare delay claims its follower now, keeping order."""
         item: ScriptItem | None = None
         with self._cond:
-            if self._queue:
-                item = self._queue.popleft()
-                if self.loop:
-                    self._queue.append(item)
+            routes = [route for route in self._routes if route.queue]
+        for route in routes:  # predicates are user code: call them outside the lock
+            try:
+                matched = route.matches(request)
+            except Exception as exc:
+                return ErrorItem(500, f"ScriptedLLM route match raised {type(exc).__name__}: {exc}")
+            if matched:
+                with self._cond:
+                    if route.queue:  # another request may have emptied it meanwhile
+                        item = route.queue.popleft()
+                        if self.loop:
+                            route.queue.append(item)
+                        break
+        if item is None:
+            with self._cond:
+                if self._queue:
+                    item = self._queue.popleft()
+                    if self.loop:
+                        self._queue.append(item)
         if item is None:
             item = self._respond(request)
         if isinstance(item, Delay) and item.then is None:
