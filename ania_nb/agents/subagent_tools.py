@@ -1,0 +1,166 @@
+"""The subagent tools of a main session: ``subagent_run``, ``subagent_list``, ``subagent_cancel``.
+
+``subagent_run`` has two modes. Synchronous (the default): the call returns the subagent's
+result, and several calls in one round run in parallel (a round's tool calls always do); the
+child's tokens join the calling run's usage and its live events reach the caller's front end as
+``child`` events. Background (``background: true``): the call returns the child's id at once;
+the result arrives later as a queued message of the session (see `background`). Children never
+get these tools (`ania_nb.orchestration.oneshot.HIDDEN_BY_KIND`).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Annotated
+
+from pydantic import BaseModel, Field
+
+from ..engine.usage import Usage
+from ..errors import ToolError
+from ..tools import BaseTool, Tool, ToolContext
+from .background import Child, SubagentRegistry, preview
+from .subagent import MAX_TIMEOUT, child_budget, failure_text, format_result
+
+if TYPE_CHECKING:  # pragma: no cover
+    from ..orchestration.host import AgentHost
+
+__all__ = ["subagent_tools"]
+
+
+class SubagentRunParams(BaseModel):
+    """subagent_run parameters."""
+
+    task: Annotated[
+        str,
+        Field(
+            description="The complete, self-contained task: the subagent has no chat history "
+            "and cannot ask back, so include every fact, constraint and the expected output."
+        ),
+    ]
+    timeout_sec: Annotated[
+        float | None,
+        Field(
+            description=f"Seconds the subagent may take (default from config, ≤{MAX_TIMEOUT:.0f})."
+        ),
+    ] = None
+    background: Annotated[
+        bool,
+        Field(
+            description="false (default): wait and return the result. true: return an id at "
+            "once; the result arrives later as a new message in this chat."
+        ),
+    ] = False
+
+
+class SubagentRunTool(BaseTool[SubagentRunParams]):
+    """Start a subagent: an independent worker with your tools (not this chat's history)."""
+
+    name = "subagent_run"
+    description = (
+        "Start a subagent: an independent worker that does one self-contained task with the "
+        "tools of this chat (but no chat history, no subagents) and returns its final answer. "
+        "By default the call waits for the result; call subagent_run several times in the same "
+        "round to run subagents in parallel. With background=true it returns an id at once and "
+        "the result arrives later as a message in this chat (see subagent_list/subagent_cancel)."
+    )
+
+    def __init__(self, host: AgentHost, registry: SubagentRegistry) -> None:
+        self.host = host
+        self.registry = registry
+
+    async def execute(self, params: SubagentRunParams, ctx: ToolContext) -> str:
+        """Run (or launch) the subagent."""
+        task = params.task.strip()
+        if not task:
+            raise ToolError("task is empty; describe the complete task for the subagent")
+        settings = self.host.config.subagent
+        deadline = ctx.run_state.get("deadline")
+        # Clamped first, then shrunk to the parent's deadline (a background child outlives it).
+        timeout = child_budget(
+            params.timeout_sec, settings.timeout, deadline, shrink=not params.background
+        )
+        child = Child(
+            id=self.registry.new_id(),
+            session=ctx.session,
+            task=task,
+            timeout=timeout,
+            background=params.background,
+            call_id=ctx.call_id,
+            callbacks=ctx.callbacks,
+        )
+        await child.emit("child_start", {"task": task, "timeout": timeout})
+        if params.background:
+            self.registry.launch(child)
+            return (
+                f"✅ subagent started (ID: {child.id}), running in the background for up to "
+                f"{timeout:.0f} s; its result will arrive as a new message in this chat"
+            )
+        try:
+            outcome = await self.registry.run_sync(child)
+        finally:
+            parent = ctx.run_state.get("usage")
+            if isinstance(parent, Usage):
+                parent.merge(child.outcome.usage)
+            else:  # called outside a run: count the tokens for the session anyway
+                self.host.add_derived_usage(ctx.session, child.outcome.usage)
+            await child.emit("child_end", child.outcome.end_data())
+        if not outcome.ok:
+            raise ToolError(failure_text(outcome, timeout))
+        return format_result(outcome, settings.max_result_len)
+
+
+class NoParams(BaseModel):
+    """No parameters."""
+
+
+class SubagentListTool(BaseTool[NoParams]):
+    """List the subagents of this chat that are still running."""
+
+    name = "subagent_list"
+
+    def __init__(self, registry: SubagentRegistry) -> None:
+        self.registry = registry
+
+    async def execute(self, params: NoParams, ctx: ToolContext) -> str:
+        """List them."""
+        children = self.registry.running(ctx.session)
+        if not children:
+            return "no running subagents"
+        lines = [f"running subagents ({len(children)}):"]
+        for i, child in enumerate(children, 1):
+            mode = "background" if child.background else "waited for"
+            lines.append(
+                f"{i}. ID: {child.id} ({mode}) / task: {preview(child.task)} / "
+                f"running for {child.elapsed:.0f}s"
+            )
+        return "\n".join(lines)
+
+
+class SubagentCancelParams(BaseModel):
+    """subagent_cancel parameters."""
+
+    id: Annotated[str, Field(description="The subagent's ID (from subagent_run or subagent_list).")]
+
+
+class SubagentCancelTool(BaseTool[SubagentCancelParams]):
+    """Cancel a running subagent of this chat; a cancelled background subagent reports nothing."""
+
+    name = "subagent_cancel"
+
+    def __init__(self, registry: SubagentRegistry) -> None:
+        self.registry = registry
+
+    async def execute(self, params: SubagentCancelParams, ctx: ToolContext) -> str:
+        """Cancel it."""
+        child_id = params.id.strip()
+        if self.registry.cancel(ctx.session, child_id):
+            return f"cancelled subagent {child_id}"
+        return f"no subagent with ID {child_id} (finished or wrong ID)"
+
+
+def subagent_tools(host: AgentHost, registry: SubagentRegistry) -> list[Tool]:
+    """The three subagent tools over ``registry`` (the same for every main session)."""
+    return [
+        SubagentRunTool(host, registry),
+        SubagentListTool(registry),
+        SubagentCancelTool(registry),
+    ]
