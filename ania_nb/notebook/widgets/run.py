@@ -1,10 +1,11 @@
 """`RunView`: the live widget of one agent run, driven by the callbacks bridge.
 
 Header (spinner, status, elapsed time, token usage incl. cached), then the run in order —
-intermediate assistant text, one collapsible row per tool call, approval cards, images and
-files — then the reply, streamed from ``text_delta`` events and rendered as Markdown. Every
-update happens on the event loop that runs the agent (callbacks and a small ticker task), never
-on another thread. ``text()`` renders the same run as plain text.
+intermediate assistant text, one collapsible row per tool call (a subagent or team call with its
+children's nested transcripts under it), approval cards, images and files — then the reply,
+streamed from ``text_delta`` events and rendered as Markdown. Every update happens on the event
+loop that runs the agent (callbacks and small ticker tasks), never on another thread. ``text()``
+renders the same run as plain text.
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ from ._format import (
     usage_text,
 )
 from .approval import ApprovalCard
+from .children import ChildrenView, ChildRow
 from .tools import ToolRow
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -84,6 +86,7 @@ class RunView(Displayable):
         self.items: list[Any] = []  # body entries in order: _Item, ToolRow, ApprovalCard
         self.tool_rows: dict[str, ToolRow] = {}
         self.cards: dict[str, ApprovalCard] = {}
+        self.children: dict[str, ChildrenView] = {}  # by the parent tool call's id
         self._last_assistant = ""
         self._rendered = 0  # characters of the streamed reply rendered so far
         self._started = time.monotonic()
@@ -144,6 +147,8 @@ class RunView(Displayable):
             self._add(row)
         elif kind == "tool_end":
             self._tool_end(data)
+        elif kind == "child":
+            self._child(data)
         elif kind == "retry":
             if data.get("discard"):
                 self._clear_stream()  # that attempt's text is not part of the answer
@@ -226,6 +231,8 @@ class RunView(Displayable):
         for row in self.tool_rows.values():
             if row.state == "running":
                 row.finish(f"the run ended ({result.status})", "not finished", 0, "stopped")
+        for nested in self.children.values():
+            nested.end_foreground(result.status)  # background children go on
         self._stop_ticker()
         self._render_header()
         self.refresh_display()
@@ -233,6 +240,8 @@ class RunView(Displayable):
     def close(self) -> None:
         """Stop the ticker and close the widgets (the view cannot be shown again)."""
         self._stop_ticker()
+        for nested in self.children.values():
+            nested.close()
         close_tree(self.widget)
 
     @property
@@ -293,6 +302,25 @@ class RunView(Displayable):
             int(data.get("duration_ms", 0) or 0),
             str(data.get("outcome") or ""),
         )
+
+    def _child(self, data: dict[str, Any]) -> None:
+        """Route a child run's event to the nested view under its parent tool row."""
+        call_id = str(data.get("call_id", ""))
+        nested = self.children.get(call_id)
+        if nested is None:
+            row = self.tool_rows.get(call_id)
+            nested = ChildrenView(call_id, row.name if row else "", on_end=self._child_ended)
+            self.children[call_id] = nested
+            at = self.items.index(row) + 1 if row in self.items else len(self.items)
+            self.items.insert(at, nested)
+            body = list(self.body.children)
+            body.insert(at, nested.widget)
+            self.body.children = tuple(body)
+        nested.apply(data)
+
+    def _child_ended(self, row: ChildRow) -> None:
+        if self._stopped_at is not None:  # a background child after the run: resave the text
+            self.refresh_display()
 
     def _render_header(self) -> None:
         color = STATUS_COLORS.get(self.status, "#c62828")

@@ -1,0 +1,392 @@
+"""Nested transcripts in `RunView`: ``child`` events of subagent and team calls build one row per
+child under the parent's tool row (status, elapsed, tokens, tool rows, final Markdown), live;
+background children keep a pending chip that completes after the run has ended."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from ania_nb import RunEvent, tool
+from ania_nb.engine.usage import Usage
+from ania_nb.notebook.widgets import RunView
+from ania_nb.result import RunResult
+from ania_nb.testing import reply, tool_call, usage
+
+SESSION = "nb:kids"
+TEAM_CALL = "call_team"
+
+
+async def until(predicate: Any, what: str) -> None:
+    """Yield to the loop until ``predicate()`` holds (bounded, so a hang fails the test)."""
+    for _ in range(1000):
+        if predicate():
+            return
+        await asyncio.sleep(0.01)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def event(kind: str, **data: Any) -> RunEvent:
+    return RunEvent(kind, SESSION, data)
+
+
+def child(
+    call_id: str, child_id: str, label: str, kind: str, background: bool = False, **data: Any
+) -> RunEvent:
+    """A ``child`` event exactly as the contract shapes it."""
+    shaped = {"call_id": call_id, "child_id": child_id, "label": label, "kind": kind}
+    return RunEvent("child", SESSION, {**shaped, "data": data, "background": background})
+
+
+def member_usage(total: int, calls: int) -> dict[str, int]:
+    return Usage(total // 2, total - total // 2, total, 0, total // 2, calls).to_dict()
+
+
+def result(text: str, status: str = "success", error: str | None = None) -> RunResult:
+    return RunResult(text=text, status=status, session=SESSION, error=error)  # type: ignore[arg-type]
+
+
+class SavedOutput:
+    """Stands in for the notebook's display handle: keeps what would be saved in the notebook."""
+
+    def __init__(self) -> None:
+        self.text = ""
+
+    def update(self, bundle: dict[str, Any], raw: bool = False) -> None:
+        self.text = bundle["text/plain"]
+
+
+async def test_a_team_call_nests_one_live_row_per_member_under_its_tool_row(make_agent):
+    view = RunView(make_agent(), session=SESSION, prompt="research it")
+    on = view.on_event
+    on(event("run_start", run_id=1, text="research it"))
+    on(event("tool_start", id=TEAM_CALL, name="team_run", arguments='{"task": "t"}'))
+    on(event("tool_start", id="call_other", name="time", arguments="{}"))  # a parallel call
+    members = [("alpha", "researcher"), ("beta", "a critic"), ("gamma", "")]
+    for i, (name, role) in enumerate(members):
+        on(
+            child(
+                TEAM_CALL, f"{TEAM_CALL}:{i}", name, "child_start", role=role, task=f"t for {name}"
+            )
+        )
+    for i, (name, _) in enumerate(members):
+        on(child(TEAM_CALL, f"{TEAM_CALL}:{i}", name, "run_start", run_id=10 + i, text="t"))
+    a, b = f"{TEAM_CALL}:0", f"{TEAM_CALL}:1"
+    on(child(TEAM_CALL, a, "alpha", "assistant_text", text="Searching first."))
+    args = '{"query": "cats"}'
+    on(child(TEAM_CALL, a, "alpha", "tool_start", id="c1", name="webSearch", arguments=args))
+    on(child(TEAM_CALL, a, "alpha", "usage", **member_usage(120, 1)))
+    on(event("tool_end", id="call_other", name="time", arguments="{}", result="noon"))
+
+    nested = view.children[TEAM_CALL]
+    team_row = view.tool_rows[TEAM_CALL]
+    at = view.items.index(team_row)
+    assert view.items[at + 1] is nested  # right under its tool row, not at the end
+    assert view.body.children[at + 1] is nested.widget
+    assert view.items.index(view.tool_rows["call_other"]) == at + 2
+    rows = list(nested.rows.values())
+    assert [r.label for r in rows] == ["alpha", "beta", "gamma"]
+    assert [r.status for r in rows] == ["running"] * 3
+    assert nested.widget.selected_index == 0 and rows[0].accordion.selected_index == 0
+    assert nested.widget.titles[0] == "team_run: 3 children — running 3"
+    alpha = rows[0]
+    assert alpha.accordion.titles[0].startswith("◐ alpha (researcher) · running · ")
+    assert alpha.accordion.titles[0].endswith(" · 120 tokens · 1 LLM call")
+    assert rows[2].accordion.titles[0].startswith("◐ gamma · running")  # no role: just the name
+    assert "t for alpha" in alpha.info.value and "researcher" in alpha.info.value
+    [note, search] = alpha.items
+    assert "Searching first." in note.widget.value
+    assert search is alpha.tool_rows["c1"] and search.state == "running"
+    assert list(alpha.body.children) == [note.widget, search.widget]
+    assert nested._ticker is not None and not nested._ticker.done()  # elapsed time ticks
+
+    on(
+        child(
+            TEAM_CALL,
+            a,
+            "alpha",
+            "tool_end",
+            id="c1",
+            name="webSearch",
+            arguments=args,
+            result="3 hits",
+            error=None,
+            duration_ms=40,
+            outcome="ok",
+        )
+    )
+    assert search.state == "ok" and search.widget.titles[0].startswith("✓ webSearch(query=cats)")
+    on(
+        child(
+            TEAM_CALL,
+            a,
+            "alpha",
+            "child_end",
+            status="success",
+            text="Cats **purr**.",
+            error="",
+            elapsed=2.5,
+            usage=member_usage(300, 2),
+        )
+    )
+    on(child(TEAM_CALL, b, "beta", "run_end", status="error", error="LLM error 500"))
+    on(
+        child(
+            TEAM_CALL,
+            b,
+            "beta",
+            "child_end",
+            status="error",
+            text="",
+            error="LLM error 500",
+            elapsed=1.25,
+            usage=member_usage(0, 1),
+        )
+    )
+    assert alpha.status == "success" and alpha.ended
+    assert alpha.reply.value == "<p>Cats <strong>purr</strong>.</p>\n"
+    assert (
+        alpha.accordion.titles[0]
+        == "✓ alpha (researcher) · success · 2.5 s · 300 tokens · 2 LLM calls"
+    )
+    beta = rows[1]
+    assert beta.accordion.titles[0] == "✗ beta (a critic) · error · 1.2 s · 0 tokens · 1 LLM call"
+    assert "LLM error 500" in beta.error_html.value and beta.reply.value == ""
+    assert alpha.error_html.value == ""
+    assert nested.widget.titles[0] == "team_run: 3 children — error 1 · running 1 · success 1"
+    ticker = nested._ticker
+    on(
+        child(
+            TEAM_CALL,
+            f"{TEAM_CALL}:2",
+            "gamma",
+            "child_end",
+            status="success",
+            text="ok",
+            error="",
+            elapsed=0.5,
+            usage=member_usage(10, 1),
+        )
+    )
+    assert nested._ticker is None  # nothing runs any more
+    await until(lambda: ticker is not None and ticker.done(), "the ticker to end")
+
+    on(event("tool_end", id=TEAM_CALL, name="team_run", arguments="{}", result="[Agent team]"))
+    on(event("run_end", status="success", error=None))
+    view.finish(result("The team found: cats purr."))
+    text = view.text()
+    lines = text.splitlines()
+    team_line = next(i for i, line in enumerate(lines) if "team_run(task=t)" in line)
+    assert lines[team_line + 1] == "    ↳ team_run: 3 children — error 1 · success 2"
+    assert lines[team_line + 2] == (
+        "      ↳ ✓ alpha (researcher) · success · 2.5 s · 300 tokens · 2 LLM calls"
+    )
+    nested_text = "\n".join(lines[team_line + 2 :])
+    for expected in (
+        "          task: t for alpha",
+        "          … Searching first.",
+        "          ✓ webSearch(query=cats) → 3 hits · 40 ms",
+        "          Cats **purr**.",
+        "      ↳ ✗ beta (a critic) · error · 1.2 s · 0 tokens · 1 LLM call",
+        "          error: LLM error 500",
+        "      ↳ ✓ gamma · success · 0.5 s · 10 tokens · 1 LLM call",
+    ):
+        assert expected in nested_text.splitlines(), expected
+    assert text.endswith("The team found: cats purr.")
+
+
+async def test_a_running_childs_elapsed_time_and_streamed_text_update_without_events(make_agent):
+    view = RunView(make_agent(), session=SESSION)
+    view.on_event(event("tool_start", id="call_s", name="subagent_run", arguments="{}"))
+    view.on_event(child("call_s", "sub-1", "subagent", "run_start", run_id=3, text="dig"))
+    row = view.children["call_s"].rows["sub-1"]
+    first = row.accordion.titles[0]
+    assert first.startswith("◐ subagent · running · ") and row.task == "dig"
+    for piece in ("Digging ", "*deep*"):
+        view.on_event(child("call_s", "sub-1", "subagent", "text_delta", text=piece))
+    assert row.reply.value == ""  # not per delta: the ticker renders the stream
+    await until(lambda: row.accordion.titles[0] != first, "the elapsed time to tick")
+    await until(lambda: "<em>deep</em>" in row.reply.value, "the streamed text")
+    view.on_event(
+        child(
+            "call_s",
+            "sub-1",
+            "subagent",
+            "child_end",
+            status="success",
+            text="Found it.",
+            error="",
+            elapsed=0.75,
+            usage={},
+        )
+    )
+    assert row.reply.value == "<p>Found it.</p>\n"
+    assert row.accordion.titles[0] == "✓ subagent · success · 0.8 s"
+    assert view.children["call_s"]._ticker is None
+    view.finish(result("done"))
+    view.close()
+
+
+async def test_a_background_child_completes_its_chip_after_the_run_has_ended(make_agent):
+    view = RunView(make_agent(), session=SESSION, prompt="look it up later")
+    saved = SavedOutput()
+    view._display_handle = saved  # as if displayed in a notebook
+    on = view.on_event
+    args = '{"task": "look it up", "background": true}'
+    on(event("tool_start", id="call_bg", name="subagent_run", arguments=args))
+    on(child("call_bg", "sub_7", "subagent", "child_start", background=True, task="look it up"))
+    on(event("tool_end", id="call_bg", name="subagent_run", arguments=args, result="started sub_7"))
+    on(event("run_end", status="success"))
+    view.finish(result("I started a subagent."))
+
+    nested = view.children["call_bg"]
+    row = nested.rows["sub_7"]
+    assert row.status == "pending" and not row.ended
+    assert row.accordion.selected_index is None  # the chip says enough until opened
+    assert "⧗ subagent in background: pending · " in row.chip.value
+    assert list(row.widget.children) == [row.chip, row.accordion]
+    assert nested._ticker is not None  # still ticking: the chip's time goes on after the run
+    assert "↳ ⧗ subagent · background · pending · " in saved.text
+
+    # the background runner delivers later, on the same callbacks
+    on(
+        child(
+            "call_bg",
+            "sub_7",
+            "subagent",
+            "child_end",
+            background=True,
+            status="success",
+            text="The **answer** is 42.",
+            error="",
+            elapsed=12.0,
+            usage=member_usage(80, 2),
+        )
+    )
+    assert row.status == "success" and row.ended
+    assert "✓ subagent in background: success after 12.0 s · 80 tokens · 2 LLM calls" in (
+        row.chip.value
+    )
+    assert row.reply.value == "<p>The <strong>answer</strong> is 42.</p>\n"
+    assert nested._ticker is None
+    # the notebook's saved text follows the late completion
+    assert "↳ ✓ subagent · background · success · 12.0 s · 80 tokens · 2 LLM calls" in saved.text
+    assert "    The **answer** is 42." in saved.text
+    assert view.status == "success"  # the run itself is unchanged
+
+
+async def test_children_still_running_when_the_run_stops_end_with_it_background_ones_go_on(
+    make_agent,
+):
+    view = RunView(make_agent(), session=SESSION)
+    on = view.on_event
+    on(event("tool_start", id="call_t", name="team_run", arguments="{}"))
+    on(child("call_t", "call_t:0", "alpha", "child_start", role="", task="x"))
+    on(child("call_t", "call_t:0", "alpha", "tool_start", id="c9", name="bash", arguments="{}"))
+    on(event("tool_start", id="call_b", name="subagent_run", arguments="{}"))
+    on(child("call_b", "sub_1", "subagent", "child_start", background=True, task="y"))
+    view.finish(result("", status="stopped", error="stopped by the user"))
+
+    alpha = view.children["call_t"].rows["call_t:0"]
+    assert alpha.status == "stopped" and alpha.ended
+    assert alpha.tool_rows["c9"].state == "stopped"
+    assert "the run ended (stopped)" in alpha.error_html.value
+    assert view.children["call_t"]._ticker is None
+    background = view.children["call_b"].rows["sub_1"]
+    assert background.status == "pending" and not background.ended
+    view.close()  # stops the background child's ticker too
+    assert view.children["call_b"]._ticker is None
+
+
+async def test_child_events_of_an_unknown_call_still_show(make_agent):
+    view = RunView(make_agent(), session=SESSION)
+    view.on_event(
+        child(
+            "call_x",
+            "call_x:0",
+            "solo",
+            "tool_end",
+            id="t",
+            name="add",
+            arguments='{"a": 1}',
+            result="2",
+            duration_ms=3,
+            outcome="ok",
+        )
+    )
+    [nested] = view.items
+    assert nested is view.children["call_x"]
+    assert nested.widget.titles[0] == "children: 1 child — running 1"
+    assert nested.rows["call_x:0"].tool_rows["t"].state == "ok"
+    view.finish(result("ok"))
+
+
+# ------------------------------------------------------------ through a real Agent
+
+
+async def test_a_real_team_run_shows_three_members_running_at_once(llm, make_agent):
+    arrived: list[str] = []
+    gate = asyncio.Event()
+
+    @tool
+    async def meet(who: str) -> str:
+        """Wait at the meeting point."""
+        arrived.append(who)
+        await gate.wait()
+        return f"{who} met the others"
+
+    agent = make_agent(tools=[meet], overrides={"team.enable": True})
+    if not hasattr(agent, "agents"):  # until the Agent wires the agents package itself
+        from ania_nb.agents.team_tools import team_tools
+
+        agent.add_session_tools(lambda session: team_tools(agent, session))
+    names = ["alpha", "beta", "gamma"]
+    for name in names:
+        llm.route(
+            f"You are {name}.",
+            reply(tool_calls=[tool_call("meet", {"who": name})], usage=usage(10, 5)),
+            reply(f"{name} says **yes**", usage=usage(20, 5)),
+        )
+    members = [{"name": n, "role": f"the {n} expert", "task": f"part {n}"} for n in names]
+    llm.script(
+        reply(tool_calls=[tool_call("team_run", {"task": "decide", "members": members})]),
+        reply("All agree."),
+    )
+    view = RunView(agent, session=SESSION, prompt="decide")
+    task = asyncio.create_task(agent.chat("decide", session=SESSION, callbacks=view.callbacks))
+
+    def meeting() -> bool:
+        nested = next(iter(view.children.values()), None)
+        return (
+            nested is not None
+            and all(
+                any(r.name == "meet" and r.state == "running" for r in row.tool_rows.values())
+                for row in nested.rows.values()
+            )
+            and len(nested.rows) == 3
+        )
+
+    await until(meeting, "all three members inside their meet call")
+    [nested] = view.children.values()
+    assert sorted(arrived) == names  # all three in flight at once: they run in parallel
+    team_row = view.tool_rows[nested.call_id]
+    assert team_row.name == "team_run" and team_row.state == "running"
+    assert view.items[view.items.index(team_row) + 1] is nested
+    assert [r.label for r in nested.rows.values()] == names  # input order
+    assert all(r.status == "running" for r in nested.rows.values())
+    assert nested.rows[f"{nested.call_id}:0"].role == "the alpha expert"
+    gate.set()
+    view.finish(await asyncio.wait_for(task, 10))
+
+    assert view.status == "success" and view.reply_text == "All agree."
+    assert team_row.state == "ok" and "3 members (3 succeeded · 0 failed)" in team_row.result
+    for i, name in enumerate(names):
+        row = nested.rows[f"{nested.call_id}:{i}"]
+        assert row.status == "success"
+        assert row.reply.value == f"<p>{name} says <strong>yes</strong></p>\n"
+        assert row.tool_rows and all(r.state == "ok" for r in row.tool_rows.values())
+        assert row.accordion.titles[0].endswith(" · 40 tokens · 2 LLM calls")
+    text = view.text()
+    assert "    ↳ team_run: 3 children — success 3" in text
+    assert "          ✓ meet(who=beta) → beta met the others · " in text
+    assert "          gamma says **yes**" in text
