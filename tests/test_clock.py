@@ -86,6 +86,21 @@ class Hold:
         self.tool = hold
 
 
+def disable_on(clock: Clock, kind: str, status: str | None = None, n: int = 1) -> None:
+    """Disable the task from inside its n-th ``kind`` event (no later fire can race the test)."""
+    seen: list[ClockEvent] = []
+
+    async def handler(event: ClockEvent) -> None:
+        if event.kind == kind and (
+            status is None or (event.entry and event.entry.status == status)
+        ):
+            seen.append(event)
+            if len(seen) == n:
+                await clock.update(event.task_id, enabled=False)
+
+    clock.subscribe(handler)
+
+
 @pytest.fixture
 async def open_clock(make_agent: Callable[..., Any]):
     """Open an Agent and its started clock: ``agent, clock, watch = await open_clock()``."""
@@ -129,6 +144,7 @@ async def test_a_task_fires_on_the_loop_with_its_targets_tools_and_delivers_only
         reply("let me look", tool_calls=[tool_call("lookup")]),
         reply("It is done."),
     )
+    disable_on(clock, "run_started")
     task = await clock.create(
         cron="@every 1s",
         title="Report",
@@ -137,7 +153,6 @@ async def test_a_task_fires_on_the_loop_with_its_targets_tools_and_delivers_only
         note="be brief",
     )
     delivery = await watch.delivery()
-    await clock.update(task.id, enabled=False)
 
     assert delivery == Delivery(
         session="nb:reports",
@@ -170,22 +185,29 @@ async def test_a_task_fires_on_the_loop_with_its_targets_tools_and_delivers_only
     assert after is not None and after.last_status == "success"
     assert after.last_run_at == entry.started_at
     assert after.next_run_at is None  # disabled now
-    assert [e.kind for e in watch.events[:3]] == ["task_created", "run_started", "run_finished"]
+    kinds = [e.kind for e in watch.events if e.kind != "task_updated"]
+    assert kinds == ["task_created", "run_started", "run_finished"]
 
 
 async def test_next_run_at_stays_true_after_fires_and_every_change(llm, open_clock):
     _agent, clock, watch = await open_clock()
     llm.script(reply("one"), reply("two"))
+    disable_on(clock, "run_started", n=2)
     task = await clock.create(cron="@every 1s", title="tick", content="tick", target="nb:t")
     assert task.next_run_at is not None
     first = (await watch.event("run_finished", "success")).entry
     assert first is not None and first.scheduled_at == task.next_run_at
-    second = (await watch.event("run_finished", "success", n=2)).entry
+    started = await watch.event("run_started", n=2)
+    second = started.entry
     assert second is not None and second.scheduled_at == pytest.approx(first.scheduled_at + 1)
-    now = await clock.get(task.id)
-    assert now is not None and now.next_run_at == pytest.approx(second.scheduled_at + 1)
+    # As the second run began, the row already said when the third would come.
+    assert started.task is not None
+    assert started.task.next_run_at == pytest.approx(second.scheduled_at + 1)
+    await watch.event("run_finished", "success", n=2)
 
-    daily = await clock.update(task.id, cron="0 9 * * *")
+    stopped = await clock.get(task.id)
+    assert stopped is not None and stopped.next_run_at is None  # disabled after the second
+    daily = await clock.update(task.id, cron="0 9 * * *", enabled=True)
     assert daily.next_run_at == parse_schedule("0 9 * * *").next_fire()
     off = await clock.update(task.id, enabled=False)
     assert off.next_run_at is None
@@ -212,24 +234,25 @@ async def test_tasks_and_their_ids_persist_across_an_agent_restart(llm, open_clo
     assert await clock2.list() == before
     assert [t.id for t in before] == [a.id, b.id] == ["1", "2"]
     assert [t.title for t in await clock2.list(target="nb:one")] == ["A"]
-    d = await clock2.create(cron="@every 1s", title="D", content="d", target="nb:one")
+    d = await clock2.create(
+        cron="@every 1s", title="D", content="d", target="nb:one", run_once=True
+    )
     assert d.id == "4"  # the counter survived; a deleted id is never reused
     assert [t.id for t in await clock2.list()] == ["1", "2", "4"]
     assert (await watch2.delivery()).text == "after the restart"  # it fires after a restart
-    await clock2.update(d.id, enabled=False)
 
 
 async def test_an_overlapping_trigger_is_skipped_and_logged(llm, open_clock):
     hold = Hold()
     _agent, clock, watch = await open_clock(tools=[hold.tool])
     llm.script(reply(tool_calls=[tool_call("hold")]), reply("held, then done"))
+    disable_on(clock, "run_finished", "skipped")
     task = await clock.create(cron="@every 1s", title="slow", content="hold", target="nb:x")
     await asyncio.wait_for(hold.entered.wait(), WAIT)
     skipped = (await watch.event("run_finished", "skipped")).entry
     manual = await clock.run_now(task.id)  # a manual run is refused the same way
     hold.release.set()
     done = (await watch.event("run_finished", "success")).entry
-    await clock.update(task.id, enabled=False)
 
     assert skipped is not None and skipped.error == SKIPPED_ERROR and skipped.reply is None
     assert manual.status == "skipped" and manual.manual

@@ -239,10 +239,10 @@ class Clock:
         If the task is already running (here or in another process) the entry is ``skipped``.
         A manual run never deletes a run-once task. `ClockError` if the id is unknown.
         """
-        task = await self.get(id)
-        if task is None:
+        entry = await self._run(check_text("id", id), scheduled_at=None)
+        if entry is None:
             raise ClockError(f"no clock task with id {id!r}")
-        return await self._run(task, scheduled_at=None)
+        return entry
 
     async def logs(
         self, task_id: str | None = None, target: str | None = None, limit: int = 10
@@ -292,7 +292,7 @@ class Clock:
         self._holder = None
         await self._store.mark_interrupted()  # the previous holder may have died mid-run
         tasks = await self._store.list()
-        planned = self._scheduler.start(t for t in tasks if t.enabled)
+        planned = await self._scheduler.start(t for t in tasks if t.enabled)
         await self._store_planned(tasks, dict(planned))
         log.info("clock active: %d task(s) scheduled", len(planned))
 
@@ -355,34 +355,35 @@ class Clock:
             self._spawn(self._fired(task_id, planned), f"ania-clock-{task_id}")
 
     async def _fired(self, task_id: str, planned: float) -> None:
-        assert self._store is not None
-        task = await self._store.get(task_id)
-        if task is None or not task.enabled:
-            self._scheduler.remove(task_id)
-            return
         try:
-            await self._run(task, scheduled_at=planned)
+            if await self._run(task_id, scheduled_at=planned) is None:
+                self._scheduler.remove(task_id)  # deleted or disabled meanwhile (elsewhere)
         except asyncio.CancelledError:
             raise
         except Exception:
             log.exception("clock task %s failed outside its run", task_id)
 
-    async def _run(self, task: ClockTask, *, scheduled_at: float | None) -> TaskLogEntry:
-        """One run of ``task``: log entry, one-shot run, delivery, run-once bookkeeping."""
+    async def _run(self, task_id: str, *, scheduled_at: float | None) -> TaskLogEntry | None:
+        """One run of a task: log entry, one-shot run, delivery, run-once bookkeeping.
+
+        None when the task is gone (or, for a scheduled run, disabled).
+        """
         store = await self._open()
         manual = scheduled_at is None
-        once = task.run_once and not manual
-        entry = await store.begin_run(
-            task,
-            trigger_text(task),
+        begun = await store.begin_run(
+            task_id,
+            trigger_text,
             manual=manual,
             scheduled_at=scheduled_at,
-            # A run-once task fires no more while its run decides its fate.
-            next_run_at=None if once else self._scheduler.next_fire(task.id),
+            next_run_at=None if manual else self._scheduler.next_fire(task_id),
         )
+        if begun is None:
+            return None
+        task, entry = begun
         if entry.status != "running":  # skipped: the task is running already
             await self._emit("run_finished", task.id, task=task, entry=entry)
             return entry
+        once = task.run_once and not manual
         if once:
             self._once_running.add(task.id)
             self._scheduler.remove(task.id)  # no second fire until this run decides its fate

@@ -12,9 +12,10 @@ quirk) and ANDs the two day fields, so both are translated here rather than pass
 
 from __future__ import annotations
 
+import functools
 import re
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta, tzinfo
 from typing import TYPE_CHECKING
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
@@ -64,6 +65,8 @@ class Schedule:
     timezone: tzinfo
     every: float | None = None
     crontab: str = ""  # the five fields (descriptor expanded, prefix removed)
+    # Built once while parsing; cron triggers hold no state, so jobs may share one.
+    cron_trigger: BaseTrigger | None = field(default=None, compare=False, repr=False)
 
     def trigger(self, first: float | None = None) -> BaseTrigger:
         """An APScheduler trigger; ``first`` anchors an ``@every`` period (default: now + it)."""
@@ -74,7 +77,8 @@ class Schedule:
             if first is not None:
                 start = datetime.fromtimestamp(first, self.timezone)
             return IntervalTrigger(seconds=self.every, start_date=start, timezone=self.timezone)
-        return _cron_trigger(self.crontab, self.timezone)
+        assert self.cron_trigger is not None
+        return self.cron_trigger
 
     def next_fire(self, after: float | None = None, *, first: float | None = None) -> float | None:
         """The first fire time after ``after`` (default now), as epoch seconds."""
@@ -91,6 +95,12 @@ def parse_schedule(text: str) -> Schedule:
     """Parse a schedule; `ClockError` says what is wrong and shows valid examples."""
     if not isinstance(text, str):
         raise ClockError(f"the schedule must be a string, got {type(text).__name__}; {EXAMPLES}")
+    # Many tasks share a schedule, and a clock with thousands of tasks parses them all at start.
+    return _parse(text, _local_zone())
+
+
+@functools.lru_cache(maxsize=4096)
+def _parse(text: str, local: tzinfo) -> Schedule:
     spec = text.strip()
     if not spec:
         raise ClockError(f"the schedule is empty; {EXAMPLES}")
@@ -101,7 +111,7 @@ def parse_schedule(text: str) -> Schedule:
         spec = spec[prefix.end() :]
         if not spec:
             raise ClockError(f"schedule {text!r} has a time zone but nothing after it; {EXAMPLES}")
-    tz = zone or _local_zone()
+    tz = zone or local
     lowered = spec.lower()
     if lowered.startswith("@every"):
         return Schedule(text.strip(), tz, every=_every(spec[len("@every") :].strip(), text))
@@ -123,12 +133,12 @@ def parse_schedule(text: str) -> Schedule:
     parts[4] = _day_of_week(parts[4], text)
     crontab = " ".join(parts)
     try:
-        _cron_trigger(crontab, tz)
+        trigger = _cron_trigger(crontab, tz)
     except ValueError as exc:
         raise ClockError(
             f"invalid cron schedule {text!r}: {_field_hint(crontab, tz, exc)}; {EXAMPLES}"
         ) from exc
-    return Schedule(text.strip(), tz, crontab=crontab)
+    return Schedule(text.strip(), tz, crontab=crontab, cron_trigger=trigger)
 
 
 def _star(field: str) -> str:

@@ -10,6 +10,7 @@ and a backlog after a stall fires once (coalesce).
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import logging
 import sys
@@ -30,6 +31,7 @@ if TYPE_CHECKING:  # pragma: no cover
 log = logging.getLogger(__name__)
 
 FireCallback = Callable[[str, float], None]
+START_BATCH = 250  # jobs added between two looks at the loop while starting
 
 
 class _LoopExecutor(BaseExecutor):  # type: ignore[misc]
@@ -62,16 +64,27 @@ class Scheduler:
         """How many tasks have a job."""
         return len(self._signatures)
 
-    def start(self, tasks: Iterable[ClockTask]) -> list[tuple[str, float | None]]:
-        """Start on the running loop with jobs for ``tasks``; returns their next fire times."""
+    async def start(self, tasks: Iterable[ClockTask]) -> list[tuple[str, float | None]]:
+        """Start on the running loop with jobs for ``tasks``; returns their next fire times.
+
+        The jobs are added while the scheduler is paused, a batch at a time with the loop free
+        in between, so thousands of tasks never hold the loop up for long.
+        """
         aps = AsyncIOScheduler(
             executors={"default": _LoopExecutor()},
             job_defaults={"coalesce": True, "misfire_grace_time": None, "max_instances": 1},
         )
         self._aps = aps
-        for task in tasks:
+        aps.start(paused=True)
+        for n, task in enumerate(tasks, 1):
+            if self._aps is not aps:
+                return []  # shut down meanwhile
             self.put(task)
-        aps.start()  # jobs added before start are scheduled at once, in one pass
+            if n % START_BATCH == 0:
+                await asyncio.sleep(0)
+        if self._aps is not aps:
+            return []
+        aps.resume()
         return [(task_id, self.next_fire(task_id)) for task_id in self._signatures]
 
     def shutdown(self) -> None:
@@ -97,7 +110,7 @@ class Scheduler:
             self.remove(task.id)
             return None
         if self._signatures.get(task.id) == task.cron:
-            return self.next_fire(task.id)
+            return self.next_fire(task.id) if self._aps.running else None
         try:
             schedule = parse_schedule(task.cron)
         except ValueError as exc:  # stored by hand or an older version: keep it unscheduled
@@ -114,7 +127,9 @@ class Scheduler:
             replace_existing=True,
         )
         self._signatures[task.id] = task.cron
-        return self.next_fire(task.id)
+        # Before `start` the job waits in APScheduler's pending list, where every lookup is a
+        # scan: `start` asks for the fire times once the jobs are in the job store.
+        return self.next_fire(task.id) if self._aps.running else None
 
     def _due(self, task_id: str, planned: float = 0.0) -> None:
         """The job function; `_LoopExecutor` passes the planned time (the default: arg check)."""

@@ -13,7 +13,7 @@ import builtins
 import json
 import sqlite3
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from ..store import ToolCallRecord
@@ -130,22 +130,24 @@ class ClockStore:
 
     async def begin_run(
         self,
-        task: ClockTask,
-        trigger: str,
+        task_id: str,
+        trigger: Callable[[ClockTask], str],
         *,
         manual: bool,
         scheduled_at: float | None,
         next_run_at: float | None = None,
-    ) -> TaskLogEntry:
-        """Log a run of ``task`` as ``running`` — or ``skipped`` when a live process runs it.
+    ) -> tuple[ClockTask, TaskLogEntry] | None:
+        """Log a run of the task as ``running`` — or ``skipped`` when a live process runs it.
 
-        A ``running`` entry also stamps the task's ``last_run_at``/``last_status``; a scheduled
-        one (``scheduled_at`` set) stores the task's ``next_run_at`` as well.
+        Reads the task in the same transaction (one trip to the store thread when a task is
+        due) and returns it with the entry; None, logging nothing, when the task is gone or a
+        scheduled run finds it disabled. ``trigger(task)`` makes the entry's input. A
+        ``running`` entry stamps the task's ``last_run_at``/``last_status``; a scheduled run
+        stores its ``next_run_at`` too (None for a run-once task, which waits for its run).
         """
-        trigger = clean_text(truncate(trigger, MAX_TRIGGER_CHARS))
         planned = (scheduled_at, next_run_at)
         return await self.db.run(
-            _begin_run, task, trigger, manual, planned, time.time(), self.max_log_entries
+            _begin_run, task_id, trigger, manual, planned, time.time(), self.max_log_entries
         )
 
     async def add_tool_calls(self, entry_id: int, calls: Sequence[ToolCallRecord]) -> None:
@@ -300,16 +302,21 @@ def _live_runner(conn: sqlite3.Connection, task_id: str) -> bool:
 
 def _begin_run(
     conn: sqlite3.Connection,
-    task: ClockTask,
-    trigger: str,
+    task_id: str,
+    make_trigger: Callable[[ClockTask], str],
     manual: bool,
     planned: tuple[float | None, float | None],
     now: float,
     max_entries: int,
-) -> TaskLogEntry:
+) -> tuple[ClockTask, TaskLogEntry] | None:
     owner = current_owner()
     scheduled_at, next_run_at = planned
     with transaction(conn):
+        rows = _select_tasks(conn, "WHERE id = ?", (task_id,))
+        if not rows or (not manual and not rows[0].enabled):
+            return None
+        task = rows[0]
+        trigger = clean_text(truncate(make_trigger(task), MAX_TRIGGER_CHARS))
         busy = _live_runner(conn, task.id)
         status = "skipped" if busy else RUNNING
         cursor = conn.execute(
@@ -334,17 +341,19 @@ def _begin_run(
             ),
         )
         if scheduled_at is not None:
+            task.next_run_at = None if task.run_once and not busy else next_run_at
             conn.execute(
-                "UPDATE clock_tasks SET next_run_at = ? WHERE id = ?", (next_run_at, task.id)
+                "UPDATE clock_tasks SET next_run_at = ? WHERE id = ?", (task.next_run_at, task.id)
             )
         if not busy:
+            task.last_run_at, task.last_status = now, RUNNING
             conn.execute(
                 "UPDATE clock_tasks SET last_run_at = ?, last_status = ? WHERE id = ?",
                 (now, RUNNING, task.id),
             )
         _prune(conn, max_entries)
         assert cursor.lastrowid is not None
-        return _select_logs(conn, "WHERE id = ?", (cursor.lastrowid,), 1)[0]
+        return task, _select_logs(conn, "WHERE id = ?", (cursor.lastrowid,), 1)[0]
 
 
 def _prune(conn: sqlite3.Connection, max_entries: int) -> None:
