@@ -7,7 +7,7 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from ania_nb import RunEvent, tool
+from ania_nb import Callbacks, RunEvent, tool
 from ania_nb.engine.usage import Usage
 from ania_nb.notebook.widgets import RunView
 from ania_nb.result import RunResult
@@ -390,3 +390,92 @@ async def test_a_real_team_run_shows_three_members_running_at_once(llm, make_age
     assert "    ↳ team_run: 3 children — success 3" in text
     assert "          ✓ meet(who=beta) → beta met the others · " in text
     assert "          gamma says **yes**" in text
+
+
+async def test_real_subagents_a_waited_one_nests_live_a_background_one_completes_later(
+    llm, make_agent
+):
+    gate = asyncio.Event()
+
+    @tool
+    def add(a: int, b: int) -> int:
+        """Add two numbers."""
+        return a + b
+
+    @tool
+    async def wait_for_data() -> str:
+        """Wait until the data is there."""
+        await gate.wait()
+        return "the data is there"
+
+    agent = make_agent(tools=[add, wait_for_data], overrides={"subagent.enable": True})
+    if not hasattr(agent, "agents"):  # until the Agent wires the agents package itself
+        from ania_nb.agents import Agents
+
+        agent.add_session_tools(Agents(agent).session_tools)
+    injected: list[RunEvent] = []
+    answered = asyncio.Event()
+
+    def background_events(event: RunEvent) -> None:  # the front end of injected turns
+        injected.append(event)
+        if event.kind == "run_end":
+            answered.set()
+
+    agent.outbox.callbacks_for = lambda session: Callbacks(on_event=background_events)
+
+    def asks(task: str) -> Any:
+        return lambda request: any(task in str(m.get("content")) for m in request.messages[1:2])
+
+    llm.route(
+        asks("sum job"),
+        reply("Adding.", tool_calls=[tool_call("add", {"a": 2, "b": 3})], usage=usage(10, 5)),
+        reply("The sum is **5**.", usage=usage(20, 5)),
+    )
+    llm.route(
+        asks("slow job"),
+        reply(tool_calls=[tool_call("wait_for_data")], usage=usage(10, 2)),
+        reply("The data **arrived**.", usage=usage(10, 3)),
+    )
+    llm.script(
+        reply(
+            tool_calls=[
+                tool_call("subagent_run", {"task": "sum job"}),
+                tool_call("subagent_run", {"task": "slow job", "background": True}),
+            ]
+        ),
+        reply("One is done, one runs on."),
+        reply("The background result is in."),  # the injected completion's turn
+    )
+    view = RunView(agent, session=SESSION, prompt="work")
+    saved = SavedOutput()
+    view._display_handle = saved
+    view.finish(await agent.chat("work", session=SESSION, callbacks=view.callbacks))
+
+    assert view.status == "success" and view.reply_text == "One is done, one runs on."
+    calls = [row for row in view.items if getattr(row, "name", "") == "subagent_run"]
+    assert len(calls) == 2 and all(row.state == "ok" for row in calls)
+    waited = view.children[calls[0].id]
+    [sync] = waited.rows.values()
+    assert (sync.label, sync.background, sync.status) == ("subagent", False, "success")
+    assert sync.task == "sum job"
+    assert [r.name for r in sync.tool_rows.values()] == ["add"]
+    assert sync.tool_rows[next(iter(sync.tool_rows))].result == "5"
+    assert "Adding." in sync.items[0].widget.value
+    assert sync.reply.value == "<p>The sum is <strong>5</strong>.</p>\n"
+    assert sync.accordion.titles[0].endswith(" · 40 tokens · 2 LLM calls")
+    assert view.items.index(waited) == view.items.index(calls[0]) + 1
+    [pending] = view.children[calls[1].id].rows.values()
+    assert pending.background and pending.status == "pending" and not pending.ended
+    assert "⧗ subagent in background: pending" in pending.chip.value
+    assert "↳ ⧗ subagent · background · pending" in saved.text
+
+    gate.set()  # the background child goes on after its launching run has ended
+    await until(lambda: pending.ended, "the background child's child_end")
+    assert pending.status == "success"
+    assert pending.reply.value == "<p>The data <strong>arrived</strong>.</p>\n"
+    assert "✓ subagent in background: success after " in pending.chip.value
+    assert " · 25 tokens · 2 LLM calls" in pending.chip.value
+    assert "↳ ✓ subagent · background · success · " in saved.text
+    assert "    The data **arrived**." in saved.text
+    await asyncio.wait_for(answered.wait(), 10)  # its result came back as a message
+    assert "[Subagent finished]" in llm.requests[-1].messages[-1]["content"]
