@@ -18,7 +18,7 @@ from ania_nb.clock import Clock, ClockError, ClockEvent
 from ania_nb.clock.schedule import parse_schedule
 from ania_nb.clock.store import SKIPPED_ERROR, ClockStore
 from ania_nb.orchestration import Delivery
-from ania_nb.testing import error, reply, tool_call
+from ania_nb.testing import error, reply, tool_call, usage
 
 WAIT = 15.0
 
@@ -412,3 +412,28 @@ async def test_a_disabled_clock_schedules_nothing(open_clock):
     assert not clock.active
     assert clock.status_text() == "clock: disabled (clock.enable is false)"
     assert clock.session_tools("nb:x") == []
+
+
+async def test_subagents_of_a_clock_run_are_drained_into_its_final_reply(llm, open_clock):
+    _, clock, watch = await open_clock()
+    llm.route(  # the clock run's requests (its scene prompt); the subagent takes the queue
+        "## Scheduled task",
+        reply(
+            tool_calls=[tool_call("subagent_run", {"task": "find the number"})],
+            usage=usage(10, 1),
+        ),
+        reply("I started a helper.", usage=usage(10, 1)),
+        reply("The number is 42.", usage=usage(10, 1)),
+    )
+    llm.script(reply("42", usage=usage(100, 5)))
+    task = await clock.create(cron="@yearly", title="ask", content="find it", target="nb:x")
+    entry = await clock.run_now(task.id)
+
+    assert entry.status == "success" and entry.reply == "The number is 42."
+    assert [d.text for d in watch.deliveries] == ["The number is 42."]  # only the last reply
+    clock_requests = [r for r in llm.requests if "## Scheduled task" in r.system]
+    assert len(clock_requests) == 3
+    report = clock_requests[2].messages[-1]["content"]
+    assert "【子代理执行结果汇总】" in report and "42" in report
+    assert [c.name for c in entry.tool_calls] == ["subagent_run"]
+    assert entry.total_tokens == 3 * 11 + 105  # the subagent's tokens count for the task
