@@ -45,6 +45,10 @@ class NotebookState:
             if agent.config.notebook.python_tool:
                 ask = agent.config.notebook.python_approval
                 agent.add_tool(PythonTool(namespace, ask=ask), replace=True)
+            from .widgets.clock import panel_callbacks
+
+            # Images, files and approvals of clock runs go to the open clock panels.
+            agent.outbox.callbacks_for = panel_callbacks(agent)
             self._agent = agent
         return self._agent
 

@@ -14,7 +14,7 @@ from .extension import NotebookState
 USAGE = (
     "usage: %ania config [key=value …] | mcp [list|add NAME CMD [ARGS…]|remove NAME|"
     "reconnect NAME] | skills [list|reload] | plan on|off|status | todo | stop | "
-    "history [show|clear] | tools | log | team [list|create|delete]"
+    "history [show|clear] | tools | log | team [list|create|delete] | clock [list|log|…]"
 )
 
 
@@ -173,6 +173,12 @@ async def _team(state: NotebookState, args: list[str]) -> None:
     await team_command(state, args)
 
 
+async def _clock(state: NotebookState, args: list[str]) -> None:
+    from .manage_clock import clock_command
+
+    await clock_command(state, args)
+
+
 async def _tools(state: NotebookState, args: list[str]) -> None:
     agent = await state.agent().start()
     executor = agent.session(state.default_session).executor
@@ -195,4 +201,5 @@ _COMMANDS = {
     "history": _history,
     "tools": _tools,
     "team": _team,
+    "clock": _clock,
 }

@@ -1,0 +1,49 @@
+"""``%ania clock``: the live clock panel, or any ``/clock`` sub-command as plain text.
+
+``%ania clock`` shows a `ClockPanel` of every task (the notebook user is the clock's admin);
+``%ania clock list``, ``log``, ``add …``, ``del …`` and the rest answer like ``/clock …`` sent
+by the local user in this notebook's session.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from IPython.core.error import UsageError
+
+from ..errors import UsageError as AniaUsageError
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .extension import NotebookState
+
+USAGE = (
+    "usage: %ania clock [--session] (the live panel; --session: this notebook's tasks only) | "
+    "%ania clock list [all] | log [ID] | add [--once] CRON | TITLE | CONTENT | on|off|del|run ID "
+    "| help   (the /clock commands)"
+)
+
+
+async def clock_command(state: NotebookState, args: list[str]) -> None:
+    """Run ``%ania clock …``: show the panel, or print a /clock answer.
+
+    The panel shown last is ``ClockPanel.open_panels()[-1]`` (not returned: the cell would
+    display it twice).
+    """
+    agent = await state.agent().start()  # starting the Agent starts its clock
+    session = state.default_session
+    if not args or args == ["--session"]:
+        from IPython.display import display
+
+        from .widgets.clock import ClockPanel
+
+        panel = ClockPanel(agent, target=session if args else None)
+        await panel.refresh()
+        display(panel)
+        return
+    if args[0] in ("-h", "--help"):
+        raise UsageError(USAGE)
+    try:
+        # None = the trusted local (notebook) user: admin rules let it do everything.
+        print(await agent.clock.command(session, " ".join(args), None))
+    except AniaUsageError as exc:
+        raise UsageError(str(exc)) from None

@@ -1,0 +1,245 @@
+"""`ClockPanel` on a real Agent and its real clock: rows follow task events, buttons call the
+clock, scheduled runs and their delivered text enter the feed, media reach the panel through
+the outbox's ``callbacks_for``, and a closed panel stops listening."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+
+import pytest
+from _media import PNG
+
+from ania_nb import ToolContext, tool
+from ania_nb.notebook.widgets.clock import ClockPanel, panel_callbacks
+from ania_nb.testing import reply, tool_call
+
+
+def clock_agent(make_agent, **overrides):
+    return make_agent(overrides={"clock.enable": True, **overrides})
+
+
+async def until(agent, condition) -> None:
+    """Wait until ``condition()`` holds, re-checking after each clock event and delivery.
+
+    The panels subscribed first, so they have seen each event when the check runs.
+    """
+    changed = asyncio.Event()
+    stops = [
+        agent.clock.subscribe(lambda _: changed.set()),
+        agent.outbox.subscribe(lambda _: changed.set()),
+    ]
+    try:
+        async with asyncio.timeout(10):
+            while not condition():
+                await changed.wait()
+                changed.clear()
+    finally:
+        for stop in stops:
+            stop()
+
+
+async def test_rows_follow_task_events_and_text_matches(make_agent):
+    agent = clock_agent(make_agent)
+    panel = await ClockPanel(agent).refresh()
+    assert panel.tasks == {} and panel.task_box.children == ()
+    assert "No results yet." in panel.text()
+    assert panel._repr_mimebundle_()["text/plain"] == panel.text()
+
+    task = await agent.clock.create(
+        cron="@daily", title="morning report", content="Summarise the news", target="nb:t"
+    )
+    assert list(panel.tasks) == [task.id]  # the task_created event, no reload
+    (row,) = panel.task_box.children
+    assert "morning report" in row.children[0].value and "@daily" in row.children[0].value
+    assert row.children[1].description == "Disable"
+    line = next(line for line in panel.text().splitlines() if f"#{task.id}" in line)
+    assert "morning report — @daily" in line and "next " in line and "nb:t" in line
+
+    await agent.clock.update(task.id, enabled=False)
+    assert panel.tasks[task.id].enabled is False
+    assert row.children[1].description == "Enable"
+    assert "disabled" in panel.text()
+
+    second = await agent.clock.create(cron="@hourly", title="b", content="x", target="nb:t")
+    assert list(panel.tasks) == [task.id, second.id]  # creation order
+    await agent.clock.delete(task.id)
+    assert list(panel.tasks) == [second.id]
+    assert len(panel.task_box.children) == 1
+    assert f"#{task.id}" not in panel.text()
+    panel.close()
+
+
+async def test_refresh_loads_existing_tasks_and_log(llm, make_agent):
+    agent = clock_agent(make_agent)
+    task = await agent.clock.create(cron="@daily", title="t", content="c", target="nb:t")
+    llm.script(reply("logged before the panel"))
+    await agent.clock.run_now(task.id)
+    panel = await ClockPanel(agent).refresh()
+    assert list(panel.tasks) == [task.id]
+    assert [item.text for item in panel.feed] == ["logged before the panel"]
+    assert panel.feed[0].status == "success" and panel.feed[0].manual
+    panel.close()
+
+
+async def test_buttons_call_the_clock_api(llm, make_agent):
+    agent = clock_agent(make_agent)
+    task = await agent.clock.create(cron="@daily", title="t", content="c", target="nb:t")
+    panel = await ClockPanel(agent).refresh()
+    toggle, run, delete = panel._rows[task.id].widget.children[1:]
+
+    toggle.click()
+    await panel.wait_actions()
+    stored = await agent.clock.get(task.id)
+    assert stored is not None and stored.enabled is False and stored.updater == "panel"
+    assert toggle.description == "Enable" and panel.message == f"disabled #{task.id}"
+    toggle.click()
+    await panel.wait_actions()
+    assert (await agent.clock.get(task.id)).enabled is True
+
+    llm.script(reply("The answer is **42**."))
+    run.click()
+    await panel.wait_actions()
+    assert panel.message == f"ran #{task.id}: success"
+    (item,) = panel.feed
+    assert item.status == "success" and item.manual and item.text == "The answer is **42**."
+    assert "<strong>42</strong>" in panel._feed_widgets[item.key].value  # Markdown rendered
+    assert llm.requests[-1].messages[-1]["content"].endswith("【定时任务】t\nc")
+
+    delete.click()
+    await panel.wait_actions()
+    assert await agent.clock.get(task.id) is None
+    assert panel.tasks == {} and panel.task_box.children == ()
+    assert panel.message.startswith(f"deleted #{task.id}")
+
+    panel.run_now(task.id)  # a task someone else deleted: said on the panel, nothing raised
+    await panel.wait_actions()
+    assert panel.message.startswith("✗ ") and task.id in panel.message
+    panel.close()
+
+
+async def test_a_scheduled_run_fires_and_its_full_delivered_text_enters_the_feed(llm, make_agent):
+    agent = clock_agent(make_agent)
+    await agent.start()
+    assert agent.clock.active
+    panel = await ClockPanel(agent).refresh()
+    assert agent.clock.status_text() in panel.header.value
+    long_reply = "# Report\n\n" + "word " * 400  # over the log's 1000-character cut
+    llm.script(reply(long_reply))
+    statuses: list[str] = []
+    panel.header.observe(lambda change: statuses.append(change["new"]), names="value")
+    task = await agent.clock.create(
+        cron="@every 1s", title="tick", content="report", target="nb:t", run_once=True
+    )
+    await until(agent, lambda: bool(panel.feed) and panel.feed[0].delivered)
+    await until(agent, lambda: task.id not in panel.tasks)  # run-once: deleted after its run
+    (item,) = panel.feed
+    assert item.status == "success" and not item.manual and item.task_id == task.id
+    assert item.text == long_reply.strip() or item.text == long_reply
+    assert "<h1>Report</h1>" in panel._feed_widgets[item.key].value
+    entry = (await agent.clock.logs(task_id=task.id))[0]
+    assert len(entry.reply or "") <= 1000 < len(item.text)  # the log keeps a cut copy
+    assert "# Report" in panel.text() and f"tick (#{task.id})" in panel.text()
+    assert statuses  # the header was re-rendered by the events
+    panel.close()
+
+
+async def test_a_repeating_task_row_shows_its_last_status_and_next_run(llm, make_agent):
+    agent = clock_agent(make_agent)
+    await agent.start()
+    panel = await ClockPanel(agent).refresh()
+    llm.script(reply("first"), reply("second"))
+    task = await agent.clock.create(cron="@every 1s", title="r", content="c", target="nb:t")
+    async with asyncio.timeout(10):
+        await panel.wait_until(lambda p: any(i.status == "success" for i in p.feed))
+    await panel.wait_actions()  # the row's store read after the run
+    shown = panel.tasks[task.id]
+    assert shown.last_status in ("success", "running") and shown.last_run_at is not None
+    assert shown.next_run_at is not None and shown.next_run_at > task.next_run_at
+    await agent.clock.update(task.id, enabled=False)
+    panel.close()
+    with pytest.raises(RuntimeError, match="closed"):
+        await panel.wait_until(lambda p: False)
+
+
+async def test_target_filter_and_close_stops_listening(make_agent):
+    agent = clock_agent(make_agent)
+    mine = ClockPanel(agent, target="nb:a")
+    every = ClockPanel(agent)
+    subscribers = agent.outbox.subscribers
+    a = await agent.clock.create(cron="@daily", title="a", content="x", target="nb:a")
+    b = await agent.clock.create(cron="@daily", title="b", content="x", target="nb:b")
+    assert list(mine.tasks) == [a.id] and list(every.tasks) == [a.id, b.id]
+    assert "tasks of nb:a" in mine.text()
+    assert ClockPanel.open_panels(agent) == [mine, every]
+
+    every.close()
+    assert agent.outbox.subscribers == subscribers - 1
+    assert ClockPanel.open_panels(agent) == [mine]
+    await agent.clock.delete(a.id)
+    await agent.clock.delete(b.id)
+    assert mine.tasks == {} and list(every.tasks) == [a.id, b.id]  # closed: frozen
+    mine.close()
+    mine.close()  # idempotent
+    assert agent.outbox.subscribers == subscribers - 2
+
+
+@tool
+async def chart(title: str, ctx: ToolContext) -> str:
+    """Send a chart image and a CSV file to the user."""
+    await ctx.callbacks.call("send_image", base64.b64encode(PNG).decode("ascii"))
+    await ctx.callbacks.call("send_file", "data.csv", base64.b64encode(b"a,b\n1,2\n").decode())
+    return "sent" if ctx.callbacks.has("send_image") else "no front end for images"
+
+
+async def test_media_of_a_clock_run_reach_the_open_panel(llm, make_agent):
+    agent = clock_agent(make_agent)
+    agent.add_tool(chart)
+    agent.outbox.callbacks_for = panel_callbacks(agent)
+    task = await agent.clock.create(cron="@daily", title="chart", content="plot", target="nb:t")
+
+    llm.script(reply(tool_calls=[tool_call("chart", {"title": "x"})]), reply("Chart sent."))
+    await agent.clock.run_now(task.id)  # no panel open: no media callbacks for the run
+    assert llm.requests[-1].messages[-1]["content"] == "no front end for images"
+
+    panel = await ClockPanel(agent).refresh()
+    llm.script(reply(tool_calls=[tool_call("chart", {"title": "x"})]), reply("Chart sent."))
+    await agent.clock.run_now(task.id)
+    assert llm.requests[-1].messages[-1]["content"] == "sent"
+    item = panel.feed[0]
+    assert item.text == "Chart sent." and [text for text, _ in item.media] == [
+        f"[image png, {len(PNG)} B]",
+        "[file data.csv, 8 B]",
+    ]
+    shown = panel._feed_widgets[item.key].value
+    assert 'src="data:image/png;base64,' in shown and 'download="data.csv"' in shown
+    assert "[file data.csv, 8 B]" in panel.text()
+    panel.close()
+    assert panel_callbacks(agent)("nb:t").provided() == []
+
+
+@tool
+def launch(target: str) -> str:
+    """Launch something (needs a human's approval)."""
+    return f"launched {target}"
+
+
+async def test_a_clock_runs_approval_is_answered_in_the_panel(llm, make_agent):
+    agent = clock_agent(make_agent, **{"approval.enable": True, "approval.tools": ["launch"]})
+    agent.add_tool(launch)
+    agent.outbox.callbacks_for = panel_callbacks(agent)
+    task = await agent.clock.create(cron="@daily", title="go", content="launch", target="nb:t")
+    panel = await ClockPanel(agent).refresh()
+    llm.script(reply(tool_calls=[tool_call("launch", {"target": "moon"})]), reply("Launched."))
+    run = asyncio.ensure_future(agent.clock.run_now(task.id))
+    async with asyncio.timeout(10):
+        await panel.wait_until(lambda p: bool(p._cards))
+    (card,) = panel._cards
+    assert card.request.tool == "launch" and card.request.admin_only
+    assert "? approval for launch" in panel.text()
+    card.allow_button.click()  # the local notebook user is the clock's admin
+    entry = await asyncio.wait_for(run, 10)
+    assert entry.status == "success" and panel.feed[0].text == "Launched."
+    assert llm.requests[-1].messages[-1]["content"] == "launched moon"
+    assert card.state == "allowed" and "? approval" not in panel.text()
+    panel.close()
