@@ -103,3 +103,29 @@ async def test_a_task_fires_while_the_kernel_is_idle_and_the_panel_changes(llm, 
     assert "✓ success · tick (#1) · nb:default" in final
     assert "**tick** from the clock" in final
     assert "tasks left: 0" in final  # run-once: deleted after its run
+
+
+def test_ania_clock_sub_commands_answer_like_slash_clock(llm, tmp_path):
+    _write_config(tmp_path, llm.base_url)
+    sources = [
+        "%load_ext ania_nb",
+        "%ania clock add --once @daily | water | Water the plants.",
+        "%ania clock list",
+        "%ania clock off 1",
+        "%ania clock --session",
+        "%ania clock help",
+        "%ania clock add @every 1q | bad | x",
+    ]
+    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(s) for s in sources])
+    NotebookClient(
+        nb, timeout=90, resources={"metadata": {"path": str(tmp_path)}}, allow_errors=True
+    ).execute()
+    out = [_text(cell.outputs) for cell in nb.cells]
+    assert out[1].startswith("created task ID=1, mode=once, cron=@daily, target=nb:default")
+    assert "✅ [1] water | once | @daily → nb:default" in out[2]
+    assert out[3].startswith("updated ID=1, state=disabled")
+    assert "tasks of nb:default · 1 task(s) shown" in out[4]  # the panel, this session only
+    assert "#1 water — @daily (once) · disabled · nb:default" in out[4]
+    assert "/clock add [--once] <cron> | <title> | <content>" in out[5]
+    assert out[6].startswith("Not created: schedule '@every 1q'")
+    assert not any(o.get("output_type") == "error" for cell in nb.cells for o in cell.outputs)
