@@ -11,6 +11,7 @@ import pytest
 
 from ania_nb import Callbacks, RunEvent
 from ania_nb.agents.roles import COMMON_NOTE, builtin_role
+from ania_nb.agents.subagent import SUBAGENT_PROMPT, TASK_PREFIX
 from ania_nb.agents.team_store import (
     GLOBAL_SCOPE,
     MAX_TEAMS_PER_SCOPE,
@@ -287,7 +288,7 @@ async def test_members_run_in_parallel_with_their_roles_and_the_usage_adds_up(ll
     assert all(COMMON_NOTE in p for p in prompts)
     for prompt, task in tasks.items():
         own = "\n\nCheck A." if prompt.startswith("You are Quinn") else ""
-        assert task.endswith("] Compare A and B." + own)
+        assert task.endswith(f"] {TASK_PREFIX}Compare A and B.{own}")
     # Usage: every LLM call of parent and members is in the parent's tally and record.
     assert result.usage.total_tokens == 55 + 110 + 3 * 15
     record = await (await agent.open_store()).runs.get(result.run_id)
@@ -325,7 +326,7 @@ async def test_roles_come_from_saved_teams_of_the_session_then_global(llm, make_
     assert any(p.startswith("You are Bo. global Bo") for p in prompts)
     assert not any("global Ann" in p for p in prompts)
     zed = [p for p in prompts if "You are Ann" not in p and "You are Bo" not in p]
-    assert len(zed) == 1 and MEMBER_MARK not in zed[0]  # the plain subagent prompt
+    assert len(zed) == 1 and zed[0].startswith(SUBAGENT_PROMPT)  # the plain subagent prompt
     report = script.tool_result()
     assert (
         "===== Member 3/3: Zed =====\n(unrecognised role “Zed”: run as a plain subagent)" in report
@@ -482,7 +483,7 @@ async def test_stopping_the_session_stops_every_member_and_keeps_their_tokens(ll
         release.set()
     assert result.status == "stopped"
     ends = [e.data["data"] for e in events if e.kind == "child" and e.data["kind"] == "child_end"]
-    assert [e["error"] for e in ends] == ["stopped", "stopped"]
+    assert [(e["status"], e["error"]) for e in ends] == [("stopped", "cancelled")] * 2
     runs = await (await agent.open_store()).runs.list(session=SESSION)
     assert sorted(r.status for r in runs) == ["stopped", "stopped", "stopped"]
 

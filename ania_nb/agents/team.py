@@ -14,7 +14,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from ..engine.callbacks import RunEvent
@@ -22,40 +22,23 @@ from ..engine.usage import Usage
 from ..errors import ToolError
 from ..orchestration.oneshot import OneShotJob
 from .roles import MAX_ROLE_CHARS, builtin_role, role_prompt
+from .subagent import (
+    TASK_PREFIX,
+    SubagentOutcome,
+    child_budget,
+    compose_prompt,
+    subagent_prompt,
+    truncate_result,
+)
 from .team_store import GLOBAL_SCOPE, TeamStore
 
 if TYPE_CHECKING:  # pragma: no cover
     from ..orchestration.host import AgentHost
-    from ..result import RunResult
     from ..tools import ToolContext
 
 __all__ = ["HARD_MAX_MEMBERS", "MemberOutcome", "MemberRequest", "team_run"]
 
 HARD_MAX_MEMBERS = 10
-
-# --- TEMPORARY until agents/subagent.py (H-sub) lands: then imported from there.
-PARENT_RESERVE = 30.0
-MAX_TIMEOUT = 1800.0
-
-
-def clamp_timeout(requested: float | None, default: float) -> float:
-    if requested is None or requested <= 0:
-        requested = default
-    return min(requested, MAX_TIMEOUT)
-
-
-def subagent_prompt() -> str:
-    return "You are a subagent working for the main agent. Your final text is returned."
-
-
-def compose_prompt(base: str, scene: str) -> str:
-    return f"{base}\n\n{scene}" if scene else base
-
-
-def truncate_result(text: str, limit: int) -> str:
-    if len(text) <= limit:
-        return text
-    return f"{text[:limit]}\n… (result too long, cut; the original has {len(text)} characters)"
 
 
 @dataclass(frozen=True)
@@ -69,21 +52,17 @@ class MemberRequest:
 
 @dataclass
 class MemberOutcome:
-    """How one member's run went."""
+    """One member: its role, full system prompt, and how its run went (``run``)."""
 
     name: str
     role: ResolvedRole
     prompt: str
-    task: str
-    result: RunResult | None = None
-    error: str = ""
-    elapsed: float = 0.0
-    usage: Usage = field(default_factory=Usage)
+    run: SubagentOutcome  # the run's task, result, error, elapsed time and usage
 
     @property
     def ok(self) -> bool:
         """Whether the member finished successfully."""
-        return self.result is not None and self.result.ok
+        return self.run.ok
 
 
 def check_request(
@@ -149,27 +128,27 @@ async def team_run(
     """Run the members in parallel on ``task`` and return the report (see the module doc)."""
     settings = host.config.team
     task, checked = check_request(task, members, settings.max_members)
-    budget = clamp_timeout(timeout_sec, settings.timeout)  # clamped before anything else
-    deadline = ctx.run_state.get("deadline")
-    if deadline:
-        left = deadline - time.monotonic()
-        if left <= PARENT_RESERVE:
-            raise ToolError(
-                f"cannot start the agent team: this request has {max(left, 0):.0f} s left and "
-                f"needs more than {PARENT_RESERVE:.0f} s; answer without the team"
-            )
-        budget = min(budget, left - PARENT_RESERVE)
+    # Clamped to 1800 s first, then shrunk to leave the parent 30 s (refused with ≤ 30 s left).
+    budget = child_budget(
+        timeout_sec, settings.timeout, ctx.run_state.get("deadline"), what="the agent team"
+    )
     scene = host.system_prompt_for(ctx.session)
     outcomes: list[MemberOutcome] = []
     for member in checked:
         role = await resolve_role(host, ctx.session, member)
         member_task = f"{task}\n\n{member.task}" if member.task else task
         outcomes.append(
-            MemberOutcome(member.name, role, compose_prompt(role.prompt, scene), member_task)
+            MemberOutcome(
+                member.name, role, compose_prompt(role.prompt, scene), SubagentOutcome(member_task)
+            )
         )
     for i, outcome in enumerate(outcomes):
         await _emit_child(
-            ctx, i, outcome.name, "child_start", {"role": outcome.role.role, "task": outcome.task}
+            ctx,
+            i,
+            outcome.name,
+            "child_start",
+            {"role": outcome.role.role, "task": outcome.run.task},
         )
     started = time.monotonic()
     await asyncio.gather(*(_run_member(host, ctx, i, o, budget) for i, o in enumerate(outcomes)))
@@ -184,44 +163,34 @@ async def _run_member(
     async def forward(event: RunEvent) -> None:
         await _emit_child(ctx, index, outcome.name, event.kind, event.data)
 
+    run = outcome.run
     job = OneShotJob(
         kind="team_member",
         session=ctx.session,
-        text=outcome.task,
+        text=TASK_PREFIX + run.task,
         system_prompt=outcome.prompt,
         timeout=budget,
         callbacks=ctx.callbacks,
         on_event=forward,
-        usage=outcome.usage,
+        usage=run.usage,
         max_iterations=host.config.team.max_iterations,
     )
     started = time.monotonic()
     try:
-        outcome.result = await host.run_one_shot(job)
-        if not outcome.result.ok:
-            outcome.error = outcome.result.error or outcome.result.status
+        run.result = await host.run_one_shot(job)
+        if not run.result.ok:
+            run.error = run.result.error or run.result.status
     except asyncio.CancelledError:
-        outcome.error = "stopped"
+        run.cancelled, run.error = True, "cancelled"
         raise
     except Exception as exc:  # one member's crash must not lose the others' results
-        outcome.error = f"{type(exc).__name__}: {exc}"
+        run.error = f"{type(exc).__name__}: {exc}"
     finally:
-        outcome.elapsed = time.monotonic() - started
+        run.elapsed = time.monotonic() - started
         parent = ctx.run_state.get("usage")
         if isinstance(parent, Usage):
-            parent.merge(outcome.usage)
-        await _emit_child(ctx, index, outcome.name, "child_end", _end_data(outcome))
-
-
-def _end_data(outcome: MemberOutcome) -> dict[str, Any]:
-    result = outcome.result
-    return {
-        "status": result.status if result is not None else "error",
-        "text": result.text if result is not None else "",
-        "error": outcome.error,
-        "elapsed": round(outcome.elapsed, 3),
-        "usage": outcome.usage.to_dict(),
-    }
+            parent.merge(run.usage)
+        await _emit_child(ctx, index, outcome.name, "child_end", run.end_data())
 
 
 async def _emit_child(
@@ -256,9 +225,9 @@ def report(outcomes: Sequence[MemberOutcome], elapsed: float, max_result_len: in
         if o.role.note:
             lines.append(f"({o.role.note})")
         if not o.ok:
-            lines.append(f"Failed: {o.error}")
-        elif not (o.result and o.result.text.strip()):
+            lines.append(f"Failed: {o.run.error}")
+        elif not o.run.text.strip():
             lines.append("(the member returned nothing)")
         else:
-            lines.append(truncate_result(o.result.text.strip(), max_result_len))
+            lines.append(truncate_result(o.run.text.strip(), max_result_len))
     return "\n".join(lines).rstrip()
