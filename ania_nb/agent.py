@@ -51,6 +51,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from .skills import SkillManager
 
 log = logging.getLogger(__name__)
+CLOCK_HELP = "/clock list|add|del|on|off|info|timeout|run|log|help: scheduled tasks"
 
 
 class Agent:
@@ -100,6 +101,10 @@ class Agent:
             in_use=lambda name: bool(self.approvals.pending(name)),
         )
         self.outbox = Outbox()  # final results of clock runs and background subagents
+        from .clock import Clock  # APScheduler: imported with the first Agent, not the package
+
+        self.clock = Clock(self)  # scheduled tasks; starts when the Agent opens
+        self._session_tools.append(self.clock.session_tools)
         self._stop_listeners: list[Callable[[str], object]] = []
         self._publishing: set[asyncio.Future[int]] = set()
         self._queues = SessionQueues(
@@ -130,6 +135,7 @@ class Agent:
         )
         if old is None or self.tool_gate is old.gate:
             self.tool_gate = self.governance.gate
+        self.governance.slash.register("clock", self._clock_command, CLOCK_HELP)
         if old is None or self.before_compact == old.pre_compact:
             self.before_compact = self.governance.pre_compact
         viewer = image_viewer(config, self.http.vision_client)
@@ -219,7 +225,15 @@ class Agent:
                     self.governance.attach(rt.store)
                     self._services = self._run_services(rt)
                     self._rt = rt
+                    await self._start_clock(rt)
         return self._rt
+
+    async def _start_clock(self, rt: Runtime) -> None:
+        """Start the scheduler; a clock that cannot start leaves the agent usable and says why."""
+        try:
+            await self.clock.start(rt.store)
+        except Exception:
+            log.exception("the clock could not start: scheduled tasks will not fire")
 
     def _check_loop(self) -> None:
         """An Agent lives on the event loop it was first used on (its tasks and locks do)."""
@@ -256,6 +270,9 @@ class Agent:
     async def _before_compact(self, history: list[Message]) -> None:
         if self.before_compact is not None:
             await self.before_compact(history)
+
+    async def _clock_command(self, session: str, args: str, sender: str | None) -> str:
+        return await self.clock.command(session, args, sender)
 
     async def _after_run(self, spec: RunSpec, result: RunResult) -> None:
         await self.governance.after_run(spec.kind, spec.session, result, task=spec.text)
@@ -494,6 +511,7 @@ class Agent:
         if self._closed:
             return
         self._closed = True
+        await self.clock.aclose()  # no task fires into a closing agent
         for state in self.sessions:
             self.stop(state.name)  # background work too
         await self._queues.aclose()

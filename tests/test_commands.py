@@ -77,12 +77,12 @@ async def test_custom_command_is_expanded_and_processed_as_a_message(llm, make_a
 async def test_builtins_and_unknown_commands_answer_without_the_model(llm, make_agent, tmp_path):
     agent, _ = commands_agent(make_agent, tmp_path, {"fr": "Translate into French: $args"})
     help_text = (await agent.chat("/help")).text
-    for name in ("/stop", "/plan", "/cmd", "/help", "/fr"):
+    for name in ("/stop", "/plan", "/cmd", "/help", "/clock", "/fr"):
         assert name in help_text
     unknown = await agent.chat("/frr bonjour")
     assert unknown.ok and unknown.text.startswith("Unknown command /frr.\nCommands:")
     assert "/fr — Translate into French: $args" in unknown.text
-    assert (await agent.chat("/clock list")).text == "/clock is not available in this agent."
+    assert (await agent.chat("/reboot now")).text == "/reboot is not available in this agent."
     assert llm.requests == []
     llm.script(reply("a path"))
     await agent.chat("/usr/bin/python crashes")  # not a command: an ordinary message

@@ -29,6 +29,7 @@ def test_every_key_is_documented_and_secrets_are_marked():
         "llm.api_key",
         "fallback.api_key",
         "compressor.api_key",
+        "subagent.api_key",
         "vision.api_key",
         "web.token",
         "meme.key",

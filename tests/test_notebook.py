@@ -363,6 +363,8 @@ def test_ania_stop_ends_a_background_run(shell, llm):
     shell.user_ns["agent"] = state_of(shell).agent()
     run(shell, "runs = await agent.runs(session='nb:default')")
     assert [r.status for r in shell.user_ns["runs"]] == ["stopped"]
+    # The loop runs only while a cell does: let the session's worker see its run end.
+    run(shell, "await asyncio.wait_for(agent.sessions.get('nb:default').worker, 20)")
     _, captured = run(shell, "%ania stop")
     assert "nothing was running" in captured.stdout
 
