@@ -151,6 +151,7 @@ async def test_a_task_fires_on_the_loop_with_its_targets_tools_and_delivers_only
         content="summarise the data",
         target="nb:reports",
         note="be brief",
+        created_by="qq:42",
     )
     delivery = await watch.delivery()
 
@@ -160,7 +161,7 @@ async def test_a_task_fires_on_the_loop_with_its_targets_tools_and_delivers_only
         source="clock",
         title="Report",
         status="success",
-        meta={"task_id": task.id, "entry_id": delivery.meta["entry_id"]},
+        meta={"task_id": task.id, "entry_id": delivery.meta["entry_id"], "created_by": "qq:42"},
     )
     assert texts == []  # the intermediate "let me look" never reached the front end
     first = llm.requests[0]
@@ -283,6 +284,24 @@ async def test_a_run_once_task_is_deleted_only_after_its_run_finished(llm, open_
     assert (await watch.delivery()).text == "once is enough"
     [entry] = await clock.logs(task_id=task.id)  # the log outlives the task
     assert entry.status == "success"
+
+
+async def test_a_run_once_task_made_repeating_during_its_run_is_scheduled_again(llm, open_clock):
+    hold = Hold()
+    _, clock, watch = await open_clock(tools=[hold.tool])
+    llm.script(reply(tool_calls=[tool_call("hold")]), reply("done"))
+    disable_on(clock, "task_updated", n=2)
+    task = await clock.create(
+        cron="@every 1s", title="once?", content="c", target="nb:x", run_once=True
+    )
+    await asyncio.wait_for(hold.entered.wait(), WAIT)
+    await clock.update(task.id, run_once=False)
+    hold.release.set()
+    again = (await watch.event("task_updated", n=2)).task
+
+    assert again is not None and again.enabled and not again.run_once
+    assert again.next_run_at is not None  # scheduled again, not deleted
+    assert [e.kind for e in watch.events].count("task_deleted") == 0
 
 
 async def test_a_failed_run_once_task_stays_disabled_with_its_log(llm, open_clock):

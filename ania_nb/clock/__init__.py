@@ -70,7 +70,10 @@ class Clock:
         self._rev = -1  # the store's edit counter as last seen
         self._revs: dict[str, int] = {}  # task id → revision of its last edit, as last seen
         self._holder: dict[str, Any] | None = None
-        self._lock = asyncio.Lock()
+        self._lock = asyncio.Lock()  # one start at a time
+        # Local edits and the poll of other processes' edits take turns, so neither mistakes
+        # the other's change for a foreign one (events are sent after it is released).
+        self._edits = asyncio.Lock()
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -93,6 +96,9 @@ class Clock:
             await clock_store.mark_interrupted()
             self._rev, self._revs = await clock_store.revision(), await clock_store.revisions()
             await self._take_over()
+            if self._state == "closed":  # closed while starting
+                await self._lease.release()
+                return
             self._state = "started"
             self._spawn(self._watch(), "ania-clock-watch")
 
@@ -175,9 +181,10 @@ class Clock:
         fields["creator"] = check_text("creator", creator)
         fields["next_run_at"] = parse_schedule(fields["cron"]).next_fire()
         store = await self._open()
-        task, rev = await store.create(fields)
-        self._revs[task.id] = rev
-        await self._apply(task)
+        async with self._edits:
+            task, rev = await store.create(fields)
+            self._revs[task.id] = rev
+            await self._apply(task)
         await self._emit("task_created", task.id, task=task)
         return task
 
@@ -212,11 +219,12 @@ class Clock:
             changes["next_run_at"] = None
         elif "cron" in changes or not old.enabled:
             changes["next_run_at"] = parse_schedule(changes.get("cron", old.cron)).next_fire()
-        done = await store.update(id, changes)
-        if done is None:
-            raise ClockError(f"no clock task with id {id!r} (it was deleted meanwhile)")
-        task, self._revs[id] = done
-        await self._apply(task)
+        async with self._edits:
+            done = await store.update(id, changes)
+            if done is None:
+                raise ClockError(f"no clock task with id {id!r} (it was deleted meanwhile)")
+            task, self._revs[id] = done
+            await self._apply(task)
         await self._emit("task_updated", task.id, task=task)
         return task
 
@@ -225,11 +233,13 @@ class Clock:
 
         A run in progress is not cancelled: it finishes and is logged.
         """
-        task = await (await self._open()).delete(check_text("id", id))
-        if task is None:
-            raise ClockError(f"no clock task with id {id!r}")
-        self._revs.pop(id, None)
-        self._scheduler.remove(id)
+        store = await self._open()
+        async with self._edits:
+            task = await store.delete(check_text("id", id))
+            if task is None:
+                raise ClockError(f"no clock task with id {id!r}")
+            self._revs.pop(id, None)
+            self._scheduler.remove(id)
         await self._emit("task_deleted", id, task=task)
         return task
 
@@ -322,22 +332,26 @@ class Clock:
     async def _sync(self) -> None:
         """Apply the edits other processes made since the last look."""
         assert self._store is not None
-        rev = await self._store.revision()
-        if rev == self._rev:
-            return
-        revs = await self._store.revisions()
-        self._rev = rev
-        changed = [i for i, r in revs.items() if self._revs.get(i) != r]
-        gone = [i for i in self._revs if i not in revs]
-        known = set(self._revs)
-        self._revs = revs
-        for task_id in gone:
-            self._scheduler.remove(task_id)
-            await self._emit("task_deleted", task_id)
-        for task in await self._store.tasks(changed):
-            await self._apply(task)
-            kind: EventKind = "task_updated" if task.id in known else "task_created"
-            await self._emit(kind, task.id, task=task)
+        events: builtins.list[tuple[EventKind, str, ClockTask | None]] = []
+        async with self._edits:
+            rev = await self._store.revision()
+            if rev == self._rev:
+                return
+            revs = await self._store.revisions()
+            self._rev = rev
+            changed = [i for i, r in revs.items() if self._revs.get(i) != r]
+            gone = [i for i in self._revs if i not in revs]
+            known = set(self._revs)
+            self._revs = revs
+            for task_id in gone:
+                self._scheduler.remove(task_id)
+                events.append(("task_deleted", task_id, None))
+            for task in await self._store.tasks(changed):
+                await self._apply(task)
+                kind: EventKind = "task_updated" if task.id in known else "task_created"
+                events.append((kind, task.id, task))
+        for kind, task_id, changed_task in events:
+            await self._emit(kind, task_id, task=changed_task)
 
     async def _apply(self, task: ClockTask) -> None:
         """Schedule (or unschedule) an edited task here, when this process holds the clock."""
@@ -423,7 +437,8 @@ class Clock:
                     source="clock",
                     title=task.title,
                     status=outcome.status,
-                    meta={"task_id": task.id, "entry_id": entry.id},
+                    # created_by: whom a chat platform mentions with the text (may be empty)
+                    meta={"task_id": task.id, "entry_id": entry.id, "created_by": task.created_by},
                 )
             )
         if once:
@@ -431,22 +446,35 @@ class Clock:
         return final
 
     async def _settle_once(self, task: ClockTask, succeeded: bool) -> None:
-        """After a scheduled run of a run-once task: delete it, or keep it disabled with its log."""
+        """After a scheduled run of a run-once task: delete it, or keep it disabled with its log.
+
+        A task made repeating during its run is scheduled again instead.
+        """
         assert self._store is not None
-        self._once_running.discard(task.id)
-        if succeeded:
-            gone = await self._store.delete(task.id, only_run_once=True)
-            if gone is not None:
-                self._revs.pop(task.id, None)
-                await self._emit("task_deleted", task.id, task=gone)
-                return
-        done = await self._store.update(
-            task.id, {"enabled": False, "next_run_at": None, "updater": "clock"}
-        )
-        if done is not None:
-            current, self._revs[task.id] = done
-            await self._apply(current)
-            await self._emit("task_updated", task.id, task=current)
+        event: tuple[EventKind, ClockTask] | None = None
+        async with self._edits:
+            self._once_running.discard(task.id)
+            current = await self._store.get(task.id)
+            if current is None:
+                return  # deleted during the run
+            if not current.run_once:  # made repeating meanwhile: it goes on
+                await self._apply(current)
+                event = ("task_updated", current)
+            elif succeeded:
+                gone = await self._store.delete(task.id, only_run_once=True)
+                if gone is not None:
+                    self._revs.pop(task.id, None)
+                    event = ("task_deleted", gone)
+            else:
+                done = await self._store.update(
+                    task.id, {"enabled": False, "next_run_at": None, "updater": "clock"}
+                )
+                if done is not None:
+                    current, self._revs[task.id] = done
+                    await self._apply(current)
+                    event = ("task_updated", current)
+        if event is not None:
+            await self._emit(event[0], task.id, task=event[1])
 
     async def _emit(
         self,
