@@ -109,12 +109,14 @@ def test_ania_clock_sub_commands_answer_like_slash_clock(llm, tmp_path):
     _write_config(tmp_path, llm.base_url)
     sources = [
         "%load_ext ania_nb",
-        "%ania clock add --once @daily | water | Water the plants.",
+        '%ania clock add --once @daily | water | Don\'t forget: "water" the plants.',
         "%ania clock list",
         "%ania clock off 1",
         "%ania clock --session",
         "%ania clock help",
         "%ania clock add @every 1q | bad | x",
+        "%ania clock info 1",
+        "%ania",
     ]
     nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(s) for s in sources])
     NotebookClient(
@@ -128,4 +130,6 @@ def test_ania_clock_sub_commands_answer_like_slash_clock(llm, tmp_path):
     assert "#1 water — @daily (once) · disabled · nb:default" in out[4]
     assert "/clock add [--once] <cron> | <title> | <content>" in out[5]
     assert out[6].startswith("Not created: schedule '@every 1q'")
+    assert 'Don\'t forget: "water" the plants.' in out[7]  # the content as typed
+    assert "clock [list|log|…]" in str(nb.cells[8].outputs)  # bare %ania: the usage
     assert not any(o.get("output_type") == "error" for cell in nb.cells for o in cell.outputs)

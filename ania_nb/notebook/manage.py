@@ -22,6 +22,11 @@ async def run_ania(state: NotebookState, line: str) -> Any:
     """Run one ``%ania`` sub-command; prints text or displays a widget."""
     from .magics import split_words
 
+    head, *rest = line.split(None, 1) or [""]
+    if head == "clock":  # /clock takes free text (a task's content): passed on verbatim
+        from .manage_clock import clock_command
+
+        return await clock_command(state, rest[0].strip() if rest else "")
     words = split_words(line)
     if not words:
         raise UsageError(USAGE)
@@ -173,12 +178,6 @@ async def _team(state: NotebookState, args: list[str]) -> None:
     await team_command(state, args)
 
 
-async def _clock(state: NotebookState, args: list[str]) -> None:
-    from .manage_clock import clock_command
-
-    await clock_command(state, args)
-
-
 async def _tools(state: NotebookState, args: list[str]) -> None:
     agent = await state.agent().start()
     executor = agent.session(state.default_session).executor
@@ -201,5 +200,4 @@ _COMMANDS = {
     "history": _history,
     "tools": _tools,
     "team": _team,
-    "clock": _clock,
 }

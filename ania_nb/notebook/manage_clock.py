@@ -18,32 +18,33 @@ if TYPE_CHECKING:  # pragma: no cover
 
 USAGE = (
     "usage: %ania clock [--session] (the live panel; --session: this notebook's tasks only) | "
-    "%ania clock list [all] | log [ID] | add [--once] CRON | TITLE | CONTENT | on|off|del|run ID "
-    "| help   (the /clock commands)"
+    "%ania clock list [all] | log [N] | add [--once] CRON | TITLE | CONTENT | "
+    "on|off|del|info|run ID | timeout ID SECONDS | help   (the /clock commands)"
 )
 
 
-async def clock_command(state: NotebookState, args: list[str]) -> None:
-    """Run ``%ania clock …``: show the panel, or print a /clock answer.
+async def clock_command(state: NotebookState, line: str) -> None:
+    """Run ``%ania clock <line>``: show the panel, or print what ``/clock <line>`` answers.
 
+    ``line`` is taken verbatim (quotes and apostrophes in a task's content stay as typed).
     The panel shown last is ``ClockPanel.open_panels()[-1]`` (not returned: the cell would
     display it twice).
     """
     agent = await state.agent().start()  # starting the Agent starts its clock
     session = state.default_session
-    if not args or args == ["--session"]:
+    if line in ("", "--session"):
         from IPython.display import display
 
         from .widgets.clock import ClockPanel
 
-        panel = ClockPanel(agent, target=session if args else None)
+        panel = ClockPanel(agent, target=session if line else None)
         await panel.refresh()
         display(panel)
         return
-    if args[0] in ("-h", "--help"):
+    if line in ("-h", "--help"):
         raise UsageError(USAGE)
     try:
         # None = the trusted local (notebook) user: admin rules let it do everything.
-        print(await agent.clock.command(session, " ".join(args), None))
+        print(await agent.clock.command(session, line, None))
     except AniaUsageError as exc:
         raise UsageError(str(exc)) from None
