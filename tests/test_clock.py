@@ -15,9 +15,11 @@ import pytest
 
 from ania_nb import Callbacks, tool
 from ania_nb.clock import Clock, ClockError, ClockEvent
+from ania_nb.clock.lease import Lease
 from ania_nb.clock.schedule import parse_schedule
 from ania_nb.clock.store import SKIPPED_ERROR, ClockStore
 from ania_nb.orchestration import Delivery
+from ania_nb.store import Store
 from ania_nb.testing import error, reply, tool_call, usage
 
 WAIT = 15.0
@@ -405,19 +407,31 @@ async def test_bad_input_is_refused_and_nothing_is_saved(open_clock):
     assert long.timeout == 1800  # clamped to the longest run allowed
 
 
-async def test_aclose_cancels_a_running_task_and_leaves_nothing_pending(llm, open_clock):
+async def test_closing_the_agent_cancels_a_running_task_and_leaves_nothing_pending(
+    llm, open_clock, tmp_path
+):
     hold = Hold()
     agent, clock, watch = await open_clock(tools=[hold.tool])
     llm.script(reply(tool_calls=[tool_call("hold")]))
     await clock.create(cron="@every 1s", title="long", content="hold", target="nb:x")
     await asyncio.wait_for(hold.entered.wait(), WAIT)
-    await clock.aclose()
+    if getattr(agent, "clock", None) is clock:
+        await agent.aclose()  # the Agent closes its clock first
+    else:  # pragma: no cover - before the Agent wired its clock
+        await clock.aclose()
 
     assert hold.cancelled == 1
     left = [t for t in asyncio.all_tasks() if t.get_name().startswith("ania-clock")]
     assert left == []
     assert not clock.active and clock.status_text() == "clock: closed"
-    [entry] = await ClockStore((await agent.open_store()).db).logs()
+    lease = Lease(tmp_path / "data")
+    assert await lease.acquire()  # released: the next Agent on this directory takes it at once
+    await lease.release()
+    store = await Store.open(tmp_path / "data")
+    try:
+        [entry] = await ClockStore(store.db).logs()
+    finally:
+        await store.close()
     assert (
         entry.status == "interrupted" and entry.error == "the clock was closed while the task ran"
     )
