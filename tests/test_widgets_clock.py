@@ -162,6 +162,28 @@ async def test_a_repeating_task_row_shows_its_last_status_and_next_run(llm, make
         await panel.wait_until(lambda p: False)
 
 
+async def test_a_standby_panel_sees_other_agents_edits_and_the_takeover(make_agent):
+    holder = clock_agent(make_agent)
+    await holder.start()
+    standby = clock_agent(make_agent)  # the same data directory
+    standby.clock.poll_interval = 0.05
+    await standby.start()
+    assert holder.clock.active and not standby.clock.active
+    panel = await ClockPanel(standby).refresh()
+    panel.lease_tick = 0.05
+    assert "standby" in panel.header.value and "#ef6c00" in panel.header.value
+    assert panel.text().startswith("⏰ clock: standby")
+
+    task = await holder.clock.create(cron="@daily", title="elsewhere", content="x", target="nb:t")
+    async with asyncio.timeout(10):
+        await panel.wait_until(lambda p: task.id in p.tasks)  # polled from the store
+    await holder.aclose()  # the lease is free: the standby takes over, the header says so
+    async with asyncio.timeout(10):
+        await panel.wait_until(lambda p: "active in this process" in p.header.value)
+    assert "#2e7d32" in panel.header.value and standby.clock.active
+    panel.close()
+
+
 async def test_target_filter_and_close_stops_listening(make_agent):
     agent = clock_agent(make_agent)
     mine = ClockPanel(agent, target="nb:a")
@@ -171,6 +193,10 @@ async def test_target_filter_and_close_stops_listening(make_agent):
     b = await agent.clock.create(cron="@daily", title="b", content="x", target="nb:b")
     assert list(mine.tasks) == [a.id] and list(every.tasks) == [a.id, b.id]
     assert "tasks of nb:a" in mine.text()
+    await agent.clock.update(a.id, target="nb:b")  # moved away: gone from nb:a's panel
+    assert mine.tasks == {} and list(every.tasks) == [a.id, b.id]
+    await agent.clock.update(a.id, target="nb:a")
+    assert list(mine.tasks) == [a.id]
     assert ClockPanel.open_panels(agent) == [mine, every]
 
     every.close()

@@ -61,6 +61,7 @@ class ClockPanel(Displayable):
         self.clock = agent.clock
         self.target = target
         self.feed_limit = feed_limit
+        self.lease_tick = LEASE_TICK
         self.tasks: dict[str, ClockTask] = {}  # in creation order
         self.feed: list[FeedItem] = []  # newest first
         self.message = ""  # the outcome of the last button action (or its error)
@@ -127,6 +128,8 @@ class ClockPanel(Displayable):
             return
         task = event.task
         if task is not None and not self._mine(task.target):
+            if self.tasks.pop(task.id, None) is not None:  # moved to another session
+                self._render()
             return
         if event.kind in ("task_created", "task_updated") and task is not None:
             self.tasks[task.id] = task
@@ -150,7 +153,7 @@ class ClockPanel(Displayable):
         if self.closed or delivery.source != "clock" or not self._mine(delivery.session):
             return
         meta = delivery.meta or {}
-        entry_id = meta.get("entry_id", meta.get("log_id"))
+        entry_id = meta.get("entry_id")
         task_id = str(meta.get("task_id", "") or "")
         item = self._find(entry_key(entry_id)) if entry_id is not None else None
         if item is None and entry_id is None and task_id:
@@ -445,10 +448,9 @@ class ClockPanel(Displayable):
 
     async def _tick(self) -> None:
         while not self.closed:
-            await asyncio.sleep(LEASE_TICK)
+            await asyncio.sleep(self.lease_tick)
             if (self.clock.active, self.clock.status_text()) != self._lease_seen:
-                self._render_header()
-                self.refresh_display()
+                self._render()
 
     def _button(self, action: str, task_id: str) -> None:
         """A task row's button was clicked (on the kernel's loop)."""
