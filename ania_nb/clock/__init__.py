@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import asyncio
 import builtins
-import inspect
 import logging
 import os
 from collections.abc import Callable, Coroutine
@@ -26,6 +25,7 @@ from .model import (
     ClockEvent,
     ClockTask,
     EventKind,
+    Listeners,
     TaskLogEntry,
     check_fields,
     check_text,
@@ -63,7 +63,7 @@ class Clock:
         self._store: ClockStore | None = None
         self._lease: Lease | None = None
         self._scheduler = Scheduler(self._fire)
-        self._subscribers: list[Callable[[ClockEvent], Any]] = []
+        self._listeners = Listeners()
         self._spawned: set[asyncio.Task[Any]] = set()  # scheduled runs and the watcher
         self._running: set[str] = set()  # ids of tasks running in this process
         self._once_running: set[str] = set()  # run-once tasks whose job waits for their run
@@ -267,13 +267,7 @@ class Clock:
 
         Task changes made by other processes are reported too (picked up by polling).
         """
-        self._subscribers.append(fn)
-
-        def unsubscribe() -> None:
-            if fn in self._subscribers:
-                self._subscribers.remove(fn)
-
-        return unsubscribe
+        return self._listeners.subscribe(fn)
 
     # ------------------------------------------------------------------ internals
 
@@ -484,14 +478,7 @@ class Clock:
         task: ClockTask | None = None,
         entry: TaskLogEntry | None = None,
     ) -> None:
-        event = ClockEvent(kind, task_id, task=task, entry=entry)
-        for fn in builtins.list(self._subscribers):
-            try:
-                result = fn(event)
-                if inspect.isawaitable(result):
-                    await result
-            except Exception:
-                log.exception("a clock subscriber failed on %s", kind)
+        await self._listeners.emit(ClockEvent(kind, task_id, task=task, entry=entry))
 
     # ------------------------------------------------------------------ faces
 
