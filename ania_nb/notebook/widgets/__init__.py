@@ -1,4 +1,4 @@
-"""Notebook widgets (ipywidgets 8): the live run view, the todo list and the run log.
+"""Notebook widgets (ipywidgets 8): the live run view, todo list, run log and clock panel.
 
 ipywidgets is imported only when a view is created, never when this package is imported.
 Every view also renders as plain text (``text()`` and the text/plain of its MIME bundle), so
@@ -8,9 +8,10 @@ nbconvert output and terminals stay readable.
 from __future__ import annotations
 
 from .approval import ApprovalCard
+from .clock import ClockPanel
 from .log import LogView
 from .run import RunView
 from .todo import TodoView
 from .tools import ToolRow
 
-__all__ = ["ApprovalCard", "LogView", "RunView", "TodoView", "ToolRow"]
+__all__ = ["ApprovalCard", "ClockPanel", "LogView", "RunView", "TodoView", "ToolRow"]
