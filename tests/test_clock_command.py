@@ -16,23 +16,11 @@ ADMIN, ALICE, BOB = "boss", "alice", "bob"
 G1, G2 = "g:1", "g:2"
 
 
-def wire(agent: Any) -> Any:
-    # TEMP until the lead wires agent.clock and routes /clock (remove before the final commit).
-    if not hasattr(agent, "clock"):
-        from ania_nb.clock import Clock
-
-        agent.clock = Clock(agent)
-        agent.add_session_tools(agent.clock.session_tools)
-        agent.governance.slash.register("clock", agent.clock.command, "scheduled tasks")
-    return agent
-
-
 @pytest.fixture
 async def agent(make_agent: Any) -> Any:
-    agent = wire(make_agent(overrides={"admin.ids": [ADMIN]}))
+    agent = make_agent(overrides={"admin.ids": [ADMIN]})
     await agent.start()
-    yield agent
-    await agent.clock.aclose()
+    return agent
 
 
 async def clock(agent: Any, args: str, session: str = G1, sender: str | None = ALICE) -> str:
@@ -234,7 +222,7 @@ async def test_log_admin_sees_every_chat_others_their_own(agent, llm):
 
 
 async def test_clock_not_enabled(make_agent, llm):
-    agent = wire(make_agent(overrides={"clock.enable": False}))
+    agent = make_agent(overrides={"clock.enable": False})
     for args in ("", "list", "help", f"add {DAILY} | t | c"):
         assert await clock(agent, args, sender=None) == "clock not enabled"
     assert llm.requests == []

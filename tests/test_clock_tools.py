@@ -28,22 +28,11 @@ async def call(agent: Any, llm: Any, session: str, name: str, args: dict | None 
     return message["content"]
 
 
-def wire(agent: Any) -> Any:
-    # TEMP until the lead wires agent.clock (remove before the final commit).
-    if not hasattr(agent, "clock"):
-        from ania_nb.clock import Clock
-
-        agent.clock = Clock(agent)
-        agent.add_session_tools(agent.clock.session_tools)
-    return agent
-
-
 @pytest.fixture
 async def agent(make_agent: Any) -> Any:
-    agent = wire(make_agent())
+    agent = make_agent()
     await agent.start()
-    yield agent
-    await agent.clock.aclose()
+    return agent
 
 
 async def test_create_list_get_delete_through_the_model(agent, llm):
@@ -299,7 +288,7 @@ async def test_plan_mode_blocks_changes_but_not_reading(agent, llm):
 
 
 async def test_no_clock_tools_when_the_clock_is_off(make_agent, llm):
-    agent = wire(make_agent(overrides={"clock.enable": False}))
+    agent = make_agent(overrides={"clock.enable": False})
     llm.script(reply("hi"))
     await agent.chat("hello", session="nb:a")
     names = {t["function"]["name"] for t in llm.requests[-1].tools or []}
