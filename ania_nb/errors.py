@@ -6,6 +6,8 @@ Four families, kept apart so callers can catch exactly what they mean (attribute
     ├── UsageError              developer misuse: bad config, bad tool definition, bad argument
     │   ├── ConfigError         a setting or a config file is missing or invalid [key]
     │   ├── ToolDefinitionError a tool cannot become a function schema [tool]
+    │   ├── ClockError          (ania_nb.clock) a clock task request was refused: bad schedule,
+    │   │                       blank content, unknown task or field
     │   └── MissingExtraError   an optional dependency is not installed; also an ImportError
     │                           [extra, name]
     ├── RunError                a run failed [session]

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 from datetime import datetime
 from zoneinfo import ZoneInfo
 
@@ -104,18 +107,22 @@ def test_a_time_zone_prefix_moves_the_fire_times():
     assert parse_schedule("TZ=Asia/Shanghai 0 8 * * *").next_fire(WED) == fire
 
 
-def test_local_time_by_default(monkeypatch):
-    monkeypatch.setenv("TZ", "Asia/Tokyo")
-    import tzlocal
-
-    tzlocal.reload_localzone()
-    try:
-        fire = parse_schedule("0 9 * * *").next_fire(WED)
-        assert fire is not None
-        assert datetime.fromtimestamp(fire, UTC).strftime("%H:%M") == "00:00"  # 09:00 at UTC+9
-    finally:
-        monkeypatch.delenv("TZ")
-        tzlocal.reload_localzone()
+def test_local_time_by_default():
+    # A fresh interpreter, so the local zone (TZ, read once per process) is Tokyo's.
+    code = (
+        "from ania_nb.clock.schedule import parse_schedule; "
+        f"print(parse_schedule('0 9 * * *').next_fire({WED}))"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code],
+        env={**os.environ, "TZ": "Asia/Tokyo"},
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=60,
+    ).stdout
+    fire = datetime.fromtimestamp(float(out), UTC)
+    assert fire.strftime("%a %H:%M") == "Thu 00:00"  # 09:00 at UTC+9
 
 
 @pytest.mark.parametrize(
