@@ -61,6 +61,24 @@ def test_weekday_ranges_and_steps_count_from_sunday():
     ]
 
 
+@pytest.mark.parametrize(
+    ("field", "days"),
+    [
+        ("mon-fri", "mon,tue,wed,thu,fri"),
+        ("sat,sun", "sun,sat"),
+        ("MON-FRI/2", "mon,wed,fri"),
+        ("1/2", "mon,wed,fri"),
+        ("7-7", "sun"),
+        ("0-7", "sun,mon,tue,wed,thu,fri,sat"),
+        ("5-7", "sun,fri,sat"),
+        ("*", "*"),
+        ("?", "*"),
+    ],
+)
+def test_weekday_fields_become_apschedulers_day_names(field, days):
+    assert parse_schedule(f"0 9 * * {field}").crontab == f"0 9 * * {days}"
+
+
 def test_both_day_fields_restricted_match_either_day():
     # Classic cron: the 1st of the month OR every Monday (APScheduler alone would AND them).
     assert fires("0 8 1 * 1", 3) == [

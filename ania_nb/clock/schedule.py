@@ -180,8 +180,6 @@ def _day_of_week(field: str, text: str) -> str:
         elif "-" in rng:
             a, _, b = rng.partition("-")
             low, high = _day(a, text), _day(b, text)
-            if high == 0 and b.strip() == "7":
-                high = 7
             if low > high:
                 raise _dow_error(f"range {rng!r} runs backwards", text)
         else:
@@ -193,13 +191,13 @@ def _day_of_week(field: str, text: str) -> str:
 
 
 def _day(token: str, text: str) -> int:
-    """One weekday: a number 0-7 or a three-letter name."""
+    """One weekday: a number 0-7 (kept, so that ``5-7`` is a range) or a three-letter name."""
     token = token.strip().lower()
     if token.isdigit():
         value = int(token)
         if value > 7:
             raise _dow_error(f"{token} is not a weekday (0-7, 0 and 7 are Sunday)", text)
-        return value % 7
+        return value
     if token in _DAY_NAMES:
         return _DAY_NAMES.index(token)
     raise _dow_error(f"{token!r} is not a weekday (0-7 or sun, mon, …, sat)", text)
