@@ -64,11 +64,16 @@ class Child:
         """Seconds since the child started."""
         return time.monotonic() - self.started
 
+    @property
+    def active(self) -> bool:
+        """Whether the child runs and nobody cancelled it (a cancelled run may take a moment)."""
+        return self.handle is not None and not self.handle.done() and not self.cancel_reason
+
     def cancel(self, reason: str) -> bool:
-        """Cancel the child's run; False if it already ended."""
-        if self.handle is None or self.handle.done():
+        """Cancel the child's run; False if it already ended or is being cancelled."""
+        if not self.active or self.handle is None:
             return False
-        self.cancel_reason = self.cancel_reason or reason
+        self.cancel_reason = reason
         self.handle.cancel()
         return True
 
@@ -129,12 +134,12 @@ class SubagentRegistry:
 
     def running(self, session: str) -> list[Child]:
         """The session's running children, oldest first."""
-        return [c for c in self._children.values() if c.session == session]
+        return [c for c in self._children.values() if c.session == session and c.active]
 
     def get(self, session: str, child_id: str) -> Child | None:
         """The session's running child with this id, if any."""
         child = self._children.get(child_id.strip())
-        return child if child is not None and child.session == session else None
+        return child if child is not None and child.session == session and child.active else None
 
     def cancel(self, session: str, child_id: str) -> bool:
         """Cancel a running child of ``session``; False if there is none with that id."""
@@ -156,8 +161,9 @@ class SubagentRegistry:
         try:
             await child.handle
         except asyncio.CancelledError:
-            if not child.cancel_reason:  # the caller itself was cancelled: pass it on
-                child.handle.cancel()
+            caller = asyncio.current_task()
+            if not child.cancel_reason or (caller is not None and caller.cancelling()):
+                child.handle.cancel()  # the caller itself was cancelled: pass it on
                 raise
         finally:
             self._children.pop(child.id, None)

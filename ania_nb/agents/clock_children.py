@@ -90,7 +90,7 @@ class ClockChildren:
     @property
     def running(self) -> list[Child]:
         """The children still running, oldest first."""
-        return [c for c in self._children if c.handle is not None and not c.handle.done()]
+        return [c for c in self._children if c.active]
 
     def launch(self, task: str, timeout_sec: float | None) -> Child:
         """Start a child on ``task``; `ToolError` when the run has too little time left."""
@@ -169,9 +169,9 @@ class ClockChildren:
 
     async def cancel_all(self) -> None:
         """Cancel every running child and wait until they ended (their tokens are counted)."""
-        handles = [c.handle for c in self.running if c.handle is not None]
         for child in self.running:
             child.cancel("stop")
+        handles = [c.handle for c in self._children if c.handle is not None and not c.handle.done()]
         if handles:
             await asyncio.gather(*handles, return_exceptions=True)
 

@@ -162,8 +162,8 @@ def format_result(
     reply = outcome.text.strip()
     cut = len(reply) > max_len
     meta = (
-        f"{outcome.elapsed:.1f}s · {outcome.usage.iterations} LLM rounds · "
-        f"{outcome.usage.total_tokens} tokens"
+        f"took {outcome.elapsed:.1f}s · LLM rounds {outcome.usage.iterations} · "
+        f"tokens {outcome.usage.total_tokens}"
     )
     if cut:
         meta += " · result truncated"

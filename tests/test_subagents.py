@@ -1,0 +1,516 @@
+"""Subagents: parallel synchronous children, time budget, stop, background injection, no recursion,
+truncation, usage, SubagentStop, and the clock-run variant (reference §4.4, §5.1, §5.2).
+
+The parent and its children share one scripted server: children are routed by the subagent
+prompt (`llm.route(CHILD, ...)`), the parent by its absence (`PARENT`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import re
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+from ania_nb import Callbacks, RunEvent
+from ania_nb.agents import Agents
+from ania_nb.agents.clock_children import REPORT_HEADER, ClockChildren
+from ania_nb.agents.subagent import (
+    MAX_TIMEOUT,
+    PARENT_RESERVE,
+    BudgetError,
+    child_budget,
+)
+from ania_nb.engine.usage import Usage
+from ania_nb.orchestration import Conversation, Delivery, OneShotJob
+from ania_nb.testing import RecordedRequest, error, reply, tool_call, usage
+
+SESSION = "nb:sub"
+CHILD = "You are a subagent"  # in the subagent prompt: routes the children's requests
+
+
+def PARENT(request: RecordedRequest) -> bool:
+    """The parent's requests: everything without the subagent prompt."""
+    return CHILD not in request.system
+
+
+def sub_agent(make_agent: Callable[..., Any], **overrides: Any) -> Any:
+    """An Agent with the subagent tools (wired here until the Agent wires `Agents` itself)."""
+    agent = make_agent(overrides={"subagent.enable": True, **overrides})
+    if getattr(agent, "agents", None) is None:
+        agents = Agents(agent)
+        agent.add_session_tools(agents.session_tools)
+        agent._test_agents = agents
+    return agent
+
+
+def run(task: str, **args: Any) -> Any:
+    return tool_call("subagent_run", {"task": task, **args})
+
+
+class Events:
+    """A front end's on_event: keeps ``child`` events and lets a test wait for one."""
+
+    def __init__(self) -> None:
+        self.children: list[dict[str, Any]] = []
+        self.changed = asyncio.Event()
+
+    def __call__(self, event: RunEvent) -> None:
+        if event.kind == "child":
+            self.children.append(event.data)
+            self.changed.set()
+
+    def kinds(self, child_id: str) -> list[str]:
+        return [e["kind"] for e in self.children if e["child_id"] == child_id]
+
+    def end(self, child_id: str) -> dict[str, Any]:
+        [end] = [
+            e["data"]
+            for e in self.children
+            if e["child_id"] == child_id and e["kind"] == "child_end"
+        ]
+        return end
+
+    async def wait_for(self, predicate: Callable[[], bool]) -> None:
+        async def loop() -> None:
+            while not predicate():
+                self.changed.clear()
+                await self.changed.wait()
+
+        await asyncio.wait_for(loop(), 10)
+
+
+def said(request: RecordedRequest) -> str:
+    """The last message's text without the time stamp the Agent puts before a turn."""
+    return re.sub(r"^\[\d{4}-[^\]]*\] ", "", request.messages[-1]["content"])
+
+
+def tool_results(request: RecordedRequest) -> list[str]:
+    return [m["content"] for m in request.messages if m.get("role") == "tool"]
+
+
+def child_requests(llm: Any) -> list[RecordedRequest]:
+    return [r for r in llm.requests if CHILD in r.system]
+
+
+# --------------------------------------------------------------------------- synchronous
+
+
+async def test_parallel_subagents_are_in_flight_together_and_both_results_return(
+    llm: Any, make_agent: Callable[..., Any]
+) -> None:
+    agent = sub_agent(make_agent)
+    both_asked = threading.Barrier(2, timeout=10)  # each child's request waits for the other's
+
+    def child(request: RecordedRequest) -> Any:
+        both_asked.wait()  # a sequential run would never get here twice: BrokenBarrierError
+        task = request.messages[-1]["content"].split("\n", 1)[1]
+        return reply(f"result of {task}", usage=usage(7, 3))
+
+    llm.responder = child
+    llm.route(
+        PARENT,
+        reply(tool_calls=[run("alpha"), run("beta")], usage=usage(10, 5)),
+        reply("both done", usage=usage(10, 5)),
+    )
+    events = Events()
+    result = await agent.chat("go", session=SESSION, callbacks=Callbacks(on_event=events))
+    assert result.text == "both done"
+    first, second = tool_results(llm.requests[-1])
+    assert first.startswith("[Subagent finished] ") and first.endswith("\nresult of alpha")
+    assert second.endswith("\nresult of beta")
+    assert "s · LLM rounds 1 · tokens 10\n" in first
+    asked = sorted(said(r) for r in child_requests(llm))
+    assert asked == ["【子代理任务】\nalpha", "【子代理任务】\nbeta"]
+    # nested transcripts: each child's own events arrive wrapped, ending with child_end
+    ids = sorted({e["child_id"] for e in events.children})
+    assert len(ids) == 2
+    for child_id in ids:
+        kinds = events.kinds(child_id)
+        assert kinds[0] == "child_start" and kinds[-1] == "child_end"
+        assert "run_start" in kinds and "run_end" in kinds
+        assert events.end(child_id)["status"] == "success"
+    calls = {e["call_id"] for e in events.children}
+    assert calls == {c.id for c in result.tool_calls}
+    # usage: every LLM call counted once in the parent's run, and in its record
+    assert result.usage.total_tokens == 2 * 15 + 2 * 10
+
+
+async def test_usage_totals_equal_every_llm_call_and_the_record_shows_them(
+    llm: Any, make_agent: Callable[..., Any]
+) -> None:
+    agent = sub_agent(make_agent)
+    llm.route(CHILD, reply("c1", usage=usage(7, 3)), reply("c2", usage=usage(20, 2)))
+    llm.route(
+        PARENT,
+        reply(tool_calls=[run("a"), run("b")], usage=usage(10, 5)),
+        reply("done", usage=usage(11, 4)),
+    )
+    result = await agent.chat("go", session=SESSION)
+    assert len(llm.requests) == 4
+    assert result.usage.total_tokens == 15 + 15 + 10 + 22  # every call's scripted usage
+    records = await agent.runs(session=SESSION)
+    parent = [r for r in records if r.input == "go"]
+    assert [r.total_tokens for r in parent] == [62]
+
+
+async def test_children_never_see_subagent_team_or_todo_tools(
+    llm: Any, make_agent: Callable[..., Any]
+) -> None:
+    agent = sub_agent(
+        make_agent, **{"team.enable": True, "todo.enable": True, "agent.builtin_tools": True}
+    )
+    llm.route(CHILD, reply("child done"))
+    llm.route(PARENT, reply(tool_calls=[run("look around")]), reply("ok"))
+    await agent.chat("go", session=SESSION)
+    parent_tools = set(llm.requests[0].tool_names)
+    assert {"subagent_run", "subagent_list", "subagent_cancel", "team_run", "todo_write"} <= (
+        parent_tools
+    )
+    [child] = child_requests(llm)
+    assert child.tool_names  # it has tools ...
+    banned = [
+        n for n in child.tool_names if n.startswith(("subagent_", "team_")) or n == "todo_write"
+    ]
+    assert banned == []  # ... but none that recurse
+    assert child.system.startswith("## Subagent\n")
+
+
+async def test_long_result_is_cut_with_the_original_length_noted(
+    llm: Any, make_agent: Callable[..., Any]
+) -> None:
+    agent = sub_agent(make_agent, **{"subagent.max_result_len": 100})
+    long = "x" * 250
+    llm.route(CHILD, reply(long))
+    llm.route(PARENT, reply(tool_calls=[run("write a lot")]), reply("ok"))
+    await agent.chat("go", session=SESSION)
+    [text] = tool_results(llm.requests[-1])
+    meta, body = text.split("\n", 1)
+    assert meta.endswith(" · result truncated")
+    assert body == "x" * 100 + "\n… (result too long, cut; the original has 250 characters)"
+
+
+async def test_subagent_stop_hook_gets_the_task_and_a_failed_child_is_a_tool_error(
+    llm: Any, make_agent: Callable[..., Any]
+) -> None:
+    agent = sub_agent(make_agent)
+    stops: list[dict[str, Any]] = []
+    agent.add_hook("SubagentStop", lambda event, payload: stops.append(payload))
+    llm.route(CHILD, error(400, "bad child request"))
+    llm.route(PARENT, reply(tool_calls=[run("summarise the report")]), reply("ok"))
+    await agent.chat("go", session=SESSION)
+    [text] = tool_results(llm.requests[-1])
+    assert "subagent failed" in text and "bad child request" in text
+    assert len(stops) == 1
+    assert "summarise the report" in stops[0]["prompt"]
+
+
+# --------------------------------------------------------------------------- budget
+
+
+def test_budget_is_clamped_before_it_is_shrunk() -> None:
+    far = time.monotonic() + 10_000
+    assert child_budget(1e9, 300, None) == MAX_TIMEOUT
+    assert child_budget(1e9, 300, far) == MAX_TIMEOUT  # clamped first: not 10 000 − 30
+    assert child_budget(None, 300, far) == 300
+    assert child_budget(0, 300, None) == 300
+    near = time.monotonic() + 100
+    assert 60 < child_budget(1e9, 300, near) <= 100 - PARENT_RESERVE
+    assert child_budget(1e9, 300, near, shrink=False) == MAX_TIMEOUT  # background children
+    with pytest.raises(BudgetError, match="not enough remaining time"):
+        child_budget(10, 300, time.monotonic() + PARENT_RESERVE)
+
+
+async def test_a_parent_near_its_deadline_gets_a_clear_refusal_and_no_child_runs(
+    llm: Any, make_agent: Callable[..., Any]
+) -> None:
+    agent = sub_agent(make_agent, **{"agent.run_timeout": 25})
+    llm.route(PARENT, reply(tool_calls=[run("too late", timeout_sec=1e9)]), reply("ok"))
+    result = await agent.chat("go", session=SESSION)
+    assert result.ok
+    [text] = tool_results(llm.requests[-1])
+    assert "cannot start subagent: not enough remaining time" in text
+    assert child_requests(llm) == []
+
+
+async def test_a_huge_timeout_is_clamped_then_shrunk_to_the_parents_deadline(
+    llm: Any, make_agent: Callable[..., Any]
+) -> None:
+    agent = sub_agent(make_agent, **{"agent.run_timeout": 100})
+    llm.route(CHILD, reply("fine"))
+    llm.route(PARENT, reply(tool_calls=[run("quick", timeout_sec=1e9)]), reply("ok"))
+    events = Events()
+    await agent.chat("go", session=SESSION, callbacks=Callbacks(on_event=events))
+    [start] = [e["data"] for e in events.children if e["kind"] == "child_start"]
+    assert 60 < start["timeout"] <= 100 - PARENT_RESERVE
+
+
+# --------------------------------------------------------------------------- stop, cancel
+
+
+async def test_stop_cancels_a_waiting_parents_children(
+    llm: Any, make_agent: Callable[..., Any]
+) -> None:
+    agent = sub_agent(make_agent)
+    release = threading.Event()
+
+    def slow_child(request: RecordedRequest) -> Any:
+        release.wait(10)
+        return reply("too late")
+
+    llm.responder = slow_child
+    llm.route(PARENT, reply(tool_calls=[run("a"), run("b")]))
+    events = Events()
+    chat = asyncio.create_task(
+        agent.chat("go", session=SESSION, callbacks=Callbacks(on_event=events))
+    )
+    try:
+        await asyncio.to_thread(llm.wait_for_requests, 3, 10)  # parent + both children
+        assert agent.stop(SESSION)
+        result = await asyncio.wait_for(chat, 10)
+    finally:
+        release.set()
+    assert result.status == "stopped"
+    child_runs = [
+        r for r in await agent.runs(session=SESSION) if r.input.startswith("【子代理任务】")
+    ]
+    assert sorted(r.status for r in child_runs) == ["stopped", "stopped"]
+    assert len(llm.requests) == 3  # nobody asked anything after the stop
+
+
+async def test_stop_cancels_background_children_and_nothing_is_injected(
+    llm: Any, make_agent: Callable[..., Any]
+) -> None:
+    agent = sub_agent(make_agent)
+    release = threading.Event()
+
+    def slow_child(request: RecordedRequest) -> Any:
+        release.wait(10)
+        return reply("too late")
+
+    llm.responder = slow_child
+    llm.route(PARENT, reply(tool_calls=[run("watch", background=True)]), reply("started it"))
+    events = Events()
+    result = await agent.chat("go", session=SESSION, callbacks=Callbacks(on_event=events))
+    try:
+        assert result.text == "started it"
+        parent = [r for r in llm.requests if PARENT(r)]
+        assert tool_results(parent[1])[0].startswith("✅ subagent started (ID: 1), running in")
+        await asyncio.to_thread(llm.wait_for_requests, 3, 10)  # the child asked
+        assert agent.stop(SESSION)  # True: a background child was stopped
+        await events.wait_for(lambda: "child_end" in events.kinds("1"))
+    finally:
+        release.set()
+    assert events.end("1")["status"] == "stopped"
+    assert events.children[0]["background"] is True
+    await asyncio.sleep(0)
+    assert len(llm.requests) == 3  # no injected message was answered
+
+
+async def test_list_and_cancel_a_background_child(llm: Any, make_agent: Callable[..., Any]) -> None:
+    agent = sub_agent(make_agent)
+    release = threading.Event()
+
+    def slow_child(request: RecordedRequest) -> Any:
+        release.wait(10)
+        return reply("too late")
+
+    llm.responder = slow_child
+    llm.route(
+        PARENT,
+        reply(tool_calls=[run("a long watch over the whole weekend, with notes", background=True)]),
+        reply(tool_calls=[tool_call("subagent_list")]),
+        reply(tool_calls=[tool_call("subagent_cancel", {"id": "1"})]),
+        reply(tool_calls=[tool_call("subagent_cancel", {"id": "1"}), tool_call("subagent_list")]),
+        reply("cancelled"),
+    )
+    events = Events()
+    try:
+        result = await agent.chat("go", session=SESSION, callbacks=Callbacks(on_event=events))
+    finally:
+        release.set()
+    assert result.text == "cancelled"
+    parent = [r for r in llm.requests if PARENT(r)]
+    listing = tool_results(parent[2])[-1]
+    assert listing.startswith("running subagents (1):\n1. ID: 1 (background) / task: a long watch")
+    assert tool_results(parent[3])[-1] == "cancelled subagent 1"
+    assert tool_results(parent[4])[-2:] == [
+        "no subagent with ID 1 (finished or wrong ID)",
+        "no running subagents",
+    ]
+    await events.wait_for(lambda: "child_end" in events.kinds("1"))
+    assert events.end("1")["status"] == "stopped"
+
+
+# --------------------------------------------------------------------------- background
+
+
+async def test_background_result_is_injected_into_an_idle_session(
+    llm: Any, make_agent: Callable[..., Any]
+) -> None:
+    agent = sub_agent(make_agent)
+    await agent.start()
+    parent_done = threading.Event()
+
+    def child(request: RecordedRequest) -> Any:
+        parent_done.wait(10)  # answer only once the parent's run is over: the session is idle
+        return reply("the weather is fine", usage=usage(30, 10))
+
+    llm.responder = child
+    llm.route(
+        PARENT,
+        reply(tool_calls=[run("check the weather", background=True)], usage=usage(5, 5)),
+        reply("I started a subagent", usage=usage(5, 5)),
+        reply("Summary: fine weather", usage=usage(8, 2)),
+    )
+    delivered: list[Delivery] = []
+    arrived = asyncio.Event()
+    agent.outbox.subscribe(lambda d: (delivered.append(d), arrived.set()))
+    first = await agent.chat("go", session=SESSION)
+    assert first.text == "I started a subagent"
+    assert first.usage.total_tokens == 20  # the child's tokens are not this run's
+    parent_done.set()
+    await asyncio.wait_for(arrived.wait(), 10)
+    assert [(d.text, d.source) for d in delivered] == [("Summary: fine weather", "subagent")]
+    injected = said(llm.requests[-1])
+    assert injected.startswith("[Subagent finished]\nID: 1\nTask: check the weather\n\n")
+    assert injected.endswith(" · LLM rounds 1 · tokens 40\nthe weather is fine")
+    records = await agent.runs(session=SESSION)
+    [answer] = [r for r in records if r.sender == "subagent"]
+    assert answer.total_tokens == 10 + 40  # its own call + the child's derived usage
+
+
+async def test_background_result_waits_for_a_busy_session(
+    llm: Any, make_agent: Callable[..., Any]
+) -> None:
+    agent = sub_agent(make_agent)
+    await agent.start()
+    child_ended = threading.Event()
+    events = Events()
+
+    def on_event(event: RunEvent) -> None:
+        events(event)
+        if event.kind == "child" and event.data["kind"] == "child_end":
+            child_ended.set()
+
+    def parent_second(request: RecordedRequest) -> Any:
+        child_ended.wait(10)  # the child finished while this run is still going
+        return reply("still busy, done now")
+
+    llm.route(CHILD, reply("early result"))
+    llm.route(PARENT, reply(tool_calls=[run("fast job", background=True)]))
+    llm.responder = lambda request: (
+        parent_second(request)
+        if "[Subagent finished]" not in str(request.messages[-1]["content"])
+        else reply("got the result")
+    )
+    delivered: list[Delivery] = []
+    arrived = asyncio.Event()
+    agent.outbox.subscribe(lambda d: (delivered.append(d), arrived.set()))
+    first = await agent.chat("go", session=SESSION, callbacks=Callbacks(on_event=on_event))
+    assert first.text == "still busy, done now"
+    assert child_ended.is_set()
+    await asyncio.wait_for(arrived.wait(), 10)
+    assert [d.text for d in delivered] == ["got the result"]
+    parent = [r for r in llm.requests if PARENT(r)]
+    assert len(parent) == 3  # launch, the busy run's end, then the injected message
+    assert "[Subagent finished]" not in str(parent[1].messages)
+    assert "\nearly result" in parent[2].messages[-1]["content"]
+    assert events.kinds("1") == ["child_start", "child_end"]  # background: start and end only
+
+
+# --------------------------------------------------------------------------- clock runs
+
+
+def clock_job(
+    agent: Any, children: ClockChildren, usage_: Usage, conversation: Any, text: str
+) -> Any:
+    return OneShotJob(
+        kind="clock",
+        session=SESSION,
+        text=text,
+        system_prompt="clock run",
+        timeout=max(0.001, children.deadline - time.monotonic()),
+        usage=usage_,
+        conversation=conversation,
+        extra_tools=children.tools(),
+    )
+
+
+async def test_clock_children_are_drained_into_the_same_run(
+    llm: Any, make_agent: Callable[..., Any]
+) -> None:
+    agent = sub_agent(make_agent)
+    tally = Usage()
+    children = ClockChildren(agent, SESSION, time.monotonic() + 120, tally)
+    conversation = Conversation(history=[])
+    llm.route(CHILD, reply("fact A", usage=usage(7, 3)), reply("fact B", usage=usage(7, 3)))
+    llm.route(
+        PARENT,
+        reply(tool_calls=[run("find A"), run("find B")], usage=usage(10, 0)),
+        reply("waiting for my helpers", usage=usage(10, 0)),
+        reply("A and B, summarised", usage=usage(10, 0)),
+    )
+
+    async def continue_with(text: str) -> Any:
+        return await agent.run_one_shot(clock_job(agent, children, tally, conversation, text))
+
+    first = await agent.run_one_shot(clock_job(agent, children, tally, conversation, "tick"))
+    assert first.text == "waiting for my helpers"
+    started = tool_results([r for r in llm.requests if PARENT(r)][1])
+    assert any("(ID: 1)" in t for t in started) and any("(ID: 2)" in t for t in started)
+    final = await children.drain(first, continue_with)
+    assert final.text == "A and B, summarised"
+    report = said(llm.requests[-1])
+    assert report.startswith(REPORT_HEADER)
+    assert "--- subagent (ID: 1) ---\nTask: find A\n" in report and report.count("fact ") == 2
+    assert tally.total_tokens == 3 * 10 + 2 * 10  # the run's calls and both children
+    assert children.running == []
+
+
+async def test_clock_drain_stops_after_five_rounds_and_cancels_the_rest(
+    llm: Any, make_agent: Callable[..., Any]
+) -> None:
+    agent = sub_agent(make_agent)
+    tally = Usage()
+    children = ClockChildren(agent, SESSION, time.monotonic() + 120, tally)
+    conversation = Conversation(history=[])
+    hold_last = threading.Event()
+    asked = {"n": 0}
+
+    def child(request: RecordedRequest) -> Any:
+        asked["n"] += 1
+        if asked["n"] == 6:
+            hold_last.wait(10)  # the sixth child never finishes in time
+        return reply(f"child {asked['n']}")
+
+    llm.responder = child
+    # every run launches one more child: the drain must give up after five reports
+    for i in range(6):
+        llm.route(PARENT, reply(tool_calls=[run(f"job {i + 1}")]), reply(f"reply {i}"))
+
+    async def continue_with(text: str) -> Any:
+        return await agent.run_one_shot(clock_job(agent, children, tally, conversation, text))
+
+    try:
+        first = await agent.run_one_shot(clock_job(agent, children, tally, conversation, "tick"))
+        final = await children.drain(first, continue_with)
+    finally:
+        hold_last.set()
+    assert final.text == "reply 5"
+    reports = [r for r in llm.requests if PARENT(r) and REPORT_HEADER in str(r.messages[-1])]
+    assert len(reports) == 5
+    assert children.running == []
+    assert children._children[-1].outcome.cancelled
+
+
+async def test_clock_children_refuse_to_start_with_30_s_or_less_left(make_agent: Any) -> None:
+    agent = sub_agent(make_agent)
+    children = ClockChildren(agent, SESSION, time.monotonic() + 20, Usage())
+    with pytest.raises(BudgetError, match="cannot start subagent: not enough remaining time"):
+        children.launch("anything", None)
+    assert children.running == []
