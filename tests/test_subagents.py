@@ -514,3 +514,33 @@ async def test_clock_children_refuse_to_start_with_30_s_or_less_left(make_agent:
     with pytest.raises(BudgetError, match="cannot start subagent: not enough remaining time"):
         children.launch("anything", None)
     assert children.running == []
+
+
+async def test_clock_drain_keeps_the_last_reply_when_nothing_finishes_before_the_reserve(
+    llm: Any, make_agent: Callable[..., Any]
+) -> None:
+    agent = sub_agent(make_agent)
+    tally = Usage()
+    children = ClockChildren(agent, SESSION, time.monotonic() + 120, tally)
+    conversation = Conversation(history=[])
+    hold = threading.Event()
+
+    def slow_child(request: RecordedRequest) -> Any:
+        hold.wait(10)
+        return reply("too late")
+
+    llm.responder = slow_child
+    llm.route(PARENT, reply(tool_calls=[run("slow")]), reply("my own answer"))
+
+    async def continue_with(text: str) -> Any:
+        raise AssertionError("nothing finished: there is nothing to report")
+
+    try:
+        first = await agent.run_one_shot(clock_job(agent, children, tally, conversation, "tick"))
+        await asyncio.to_thread(llm.wait_for_requests, 3, 10)  # the child is asking
+        children.deadline = time.monotonic() + PARENT_RESERVE  # only the reserve is left
+        final = await children.drain(first, continue_with)
+    finally:
+        hold.set()
+    assert final is first and final.text == "my own answer"
+    assert children.running == [] and children._children[0].outcome.cancelled
