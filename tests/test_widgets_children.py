@@ -243,10 +243,10 @@ async def test_a_background_child_completes_its_chip_after_the_run_has_ended(mak
     row = nested.rows["sub_7"]
     assert row.status == "pending" and not row.ended
     assert row.accordion.selected_index is None  # the chip says enough until opened
-    assert "⧗ subagent in background: pending · " in row.chip.value
+    assert "○ subagent in background: pending · " in row.chip.value
     assert list(row.widget.children) == [row.chip, row.accordion]
     assert nested._ticker is not None  # still ticking: the chip's time goes on after the run
-    assert "↳ ⧗ subagent · background · pending · " in saved.text
+    assert "↳ ○ subagent · background · pending · " in saved.text
 
     # the background runner delivers later, on the same callbacks
     on(
@@ -466,8 +466,8 @@ async def test_real_subagents_a_waited_one_nests_live_a_background_one_completes
     assert view.items.index(waited) == view.items.index(calls[0]) + 1
     [pending] = view.children[calls[1].id].rows.values()
     assert pending.background and pending.status == "pending" and not pending.ended
-    assert "⧗ subagent in background: pending" in pending.chip.value
-    assert "↳ ⧗ subagent · background · pending" in saved.text
+    assert "○ subagent in background: pending" in pending.chip.value
+    assert "↳ ○ subagent · background · pending" in saved.text
 
     gate.set()  # the background child goes on after its launching run has ended
     await until(lambda: pending.ended, "the background child's child_end")

@@ -33,7 +33,7 @@ from .tools import ToolRow
 __all__ = ["ChildRow", "ChildrenView"]
 
 TICK = 0.5  # seconds between elapsed-time updates of running children
-ICONS = {**STATUS_ICONS, "pending": "⧗"}
+ICONS = {**STATUS_ICONS, "pending": "○"}  # glyphs of common fonts (DejaVu has them)
 CHIP_COLORS = {"pending": "#ef6c00", "success": "#2e7d32"}
 TASK_CHARS = 2000  # of the child's task shown when its row is expanded
 
