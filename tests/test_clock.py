@@ -266,6 +266,23 @@ async def test_an_overlapping_trigger_is_skipped_and_logged(llm, open_clock):
     assert len(started) == 1
 
 
+async def test_skips_during_one_long_run_share_one_log_entry(llm, open_clock):
+    hold = Hold()
+    _, clock, watch = await open_clock(tools=[hold.tool])
+    llm.script(reply(tool_calls=[tool_call("hold")]), reply("finally"))
+    disable_on(clock, "run_finished", "skipped", n=3)
+    task = await clock.create(cron="@every 1s", title="slow", content="hold", target="nb:x")
+    third = (await watch.event("run_finished", "skipped", n=3)).entry
+    hold.release.set()
+    await watch.event("run_finished", "success")
+
+    first = (await watch.event("run_finished", "skipped")).entry
+    assert first is not None and third is not None and third.id == first.id
+    assert third.error == SKIPPED_ERROR + " (3 triggers skipped)"
+    assert third.scheduled_at == pytest.approx(first.scheduled_at + 2)
+    assert [e.status for e in await clock.logs(task_id=task.id)] == ["skipped", "success"]
+
+
 async def test_a_run_once_task_is_deleted_only_after_its_run_finished(llm, open_clock):
     hold = Hold()
     _agent, clock, watch = await open_clock(tools=[hold.tool])

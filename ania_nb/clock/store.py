@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import builtins
 import json
+import re
 import sqlite3
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -30,6 +31,7 @@ MAX_ERROR_CHARS = 1000
 MAX_TOOL_CALLS = 20
 INTERRUPTED_ERROR = "the process running it ended before the run finished (restart)"
 SKIPPED_ERROR = "the previous run of this task was still running"
+_SKIP_COUNT = re.compile(r"\((\d+) triggers skipped\)$")
 USAGE_KEYS = ("iterations", "prompt_tokens", "completion_tokens", "total_tokens", "cached_tokens")
 
 _TASK_COLUMNS = (
@@ -318,6 +320,17 @@ def _begin_run(
         task = rows[0]
         trigger = clean_text(truncate(make_trigger(task), MAX_TRIGGER_CHARS))
         busy = _live_runner(conn, task.id)
+        if scheduled_at is not None:
+            task.next_run_at = None if task.run_once and not busy else next_run_at
+            conn.execute(
+                "UPDATE clock_tasks SET next_run_at = ? WHERE id = ?", (task.next_run_at, task.id)
+            )
+        if (
+            busy
+            and scheduled_at is not None
+            and (again := _skipped_again(conn, task.id, scheduled_at, now)) is not None
+        ):
+            return task, again
         status = "skipped" if busy else RUNNING
         cursor = conn.execute(
             "INSERT INTO clock_log (task_id, title, target, trigger, status, started_at, "
@@ -340,11 +353,6 @@ def _begin_run(
                 owner.start,
             ),
         )
-        if scheduled_at is not None:
-            task.next_run_at = None if task.run_once and not busy else next_run_at
-            conn.execute(
-                "UPDATE clock_tasks SET next_run_at = ? WHERE id = ?", (task.next_run_at, task.id)
-            )
         if not busy:
             task.last_run_at, task.last_status = now, RUNNING
             conn.execute(
@@ -354,6 +362,30 @@ def _begin_run(
         _prune(conn, max_entries)
         assert cursor.lastrowid is not None
         return task, _select_logs(conn, "WHERE id = ?", (cursor.lastrowid,), 1)[0]
+
+
+def _skipped_again(
+    conn: sqlite3.Connection, task_id: str, scheduled_at: float, now: float
+) -> TaskLogEntry | None:
+    """Count one more skipped fire on the task's newest entry if that is one already.
+
+    A run outlasting many beats of a short period would otherwise flood the log with skips and
+    evict every other entry; the newest entry can only be a skip while the same run goes on.
+    """
+    row = conn.execute(
+        "SELECT id, status, error, manual FROM clock_log WHERE task_id = ? "
+        "ORDER BY id DESC LIMIT 1",
+        (task_id,),
+    ).fetchone()
+    if row is None or row[1] != "skipped" or row[3]:
+        return None
+    found = _SKIP_COUNT.search(row[2] or "")
+    count = (int(found.group(1)) if found else 1) + 1
+    conn.execute(
+        "UPDATE clock_log SET scheduled_at = ?, finished_at = ?, error = ? WHERE id = ?",
+        (scheduled_at, now, f"{SKIPPED_ERROR} ({count} triggers skipped)", row[0]),
+    )
+    return _select_logs(conn, "WHERE id = ?", (row[0],), 1)[0]
 
 
 def _prune(conn: sqlite3.Connection, max_entries: int) -> None:
