@@ -516,3 +516,16 @@ async def test_a_member_gets_only_the_time_the_parent_has_left_minus_30_seconds(
     assert "(0 succeeded · 1 failed)" in report
     failure = report.split("===== Member 1/1: a =====\n")[1]
     assert failure.startswith("Failed: the request took longer than 1.") and failure.endswith(" s")
+
+
+async def test_members_get_the_team_round_limit(llm, make_agent):
+    limits = {"team.max_iterations": 2, "subagent.max_iterations": 10}
+    agent = team_agent(make_agent, **limits)
+
+    def member(request: Any) -> Any:  # a member that would call tools forever
+        return reply(tool_calls=[tool_call("no_such_tool")], usage=usage(1, 1))
+
+    script = Scripted(run_team("t", {"name": "a", "role": "r"}), member)
+    llm.responder = script
+    await agent.chat("go", session=SESSION)
+    assert 2 <= len(script.member_requests) <= 3  # the limit, perhaps plus a forced last answer
