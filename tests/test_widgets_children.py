@@ -336,10 +336,6 @@ async def test_a_real_team_run_shows_three_members_running_at_once(llm, make_age
         return f"{who} met the others"
 
     agent = make_agent(tools=[meet], overrides={"team.enable": True})
-    if not hasattr(agent, "agents"):  # until the Agent wires the agents package itself
-        from ania_nb.agents.team_tools import team_tools
-
-        agent.add_session_tools(lambda session: team_tools(agent, session))
     names = ["alpha", "beta", "gamma"]
     for name in names:
         llm.route(
@@ -409,10 +405,6 @@ async def test_real_subagents_a_waited_one_nests_live_a_background_one_completes
         return "the data is there"
 
     agent = make_agent(tools=[add, wait_for_data], overrides={"subagent.enable": True})
-    if not hasattr(agent, "agents"):  # until the Agent wires the agents package itself
-        from ania_nb.agents import Agents
-
-        agent.add_session_tools(Agents(agent).session_tools)
     injected: list[RunEvent] = []
     answered = asyncio.Event()
 
