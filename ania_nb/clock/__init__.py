@@ -295,9 +295,10 @@ class Clock:
             return
         self._holder = None
         await self._store.mark_interrupted()  # the previous holder may have died mid-run
-        tasks = await self._store.list()
-        planned = await self._scheduler.start(t for t in tasks if t.enabled)
-        await self._store_planned(tasks, dict(planned))
+        async with self._edits:  # an edit made meanwhile is either listed here or applied after
+            tasks = await self._store.list()
+            planned = await self._scheduler.start(t for t in tasks if t.enabled)
+            await self._store_planned(tasks, dict(planned))
         log.info("clock active: %d task(s) scheduled", len(planned))
 
     async def _store_planned(
@@ -349,7 +350,7 @@ class Clock:
 
     async def _apply(self, task: ClockTask) -> None:
         """Schedule (or unschedule) an edited task here, when this process holds the clock."""
-        if not self.active or task.id in self._once_running:
+        if not self._scheduler.running or task.id in self._once_running:
             return
         planned = self._scheduler.put(task)
         if planned != task.next_run_at:
