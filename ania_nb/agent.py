@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ._http import HttpClients
+from .agents import Agents
 from .config import Config
 from .engine.callbacks import NO_CALLBACKS, ApprovalRequest, Callbacks
 from .engine.context import BeforeCompact
@@ -106,6 +107,8 @@ class Agent:
         self.clock = Clock(self)  # scheduled tasks; starts when the Agent opens
         self._session_tools.append(self.clock.session_tools)
         self._stop_listeners: list[Callable[[str], object]] = []
+        self.agents = Agents(self)  # subagents and teams of main sessions
+        self._session_tools.append(self.agents.session_tools)
         self._publishing: set[asyncio.Future[int]] = set()
         self._queues = SessionQueues(
             self.sessions,
@@ -515,6 +518,7 @@ class Agent:
         for state in self.sessions:
             self.stop(state.name)  # background work too
         await self._queues.aclose()
+        await self.agents.aclose()
         if self._rt is not None:
             await self._rt.aclose()
         for viewer in self._viewers:

@@ -114,7 +114,8 @@ async def test_a_one_shot_run_goes_through_the_same_path(llm, make_agent):
             "approval.enable": True,
             "approval.tools": ["risky"],
             "admin.ids": ["root"],
-            "clock.enable": False,  # no clock_* session tools in the tool list below
+            "clock.enable": False,  # no clock_* or subagent_* session tools in the list below
+            "subagent.enable": False,
         }
     )
     ran: list[str] = []

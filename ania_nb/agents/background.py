@@ -15,9 +15,8 @@ import asyncio
 import itertools
 import logging
 import time
-from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any
 
 from ..engine.callbacks import NO_CALLBACKS, Callbacks, RunEvent
 from ..orchestration.outbox import Delivery
@@ -125,8 +124,8 @@ class SubagentRegistry:
         self._children: dict[str, Child] = {}
         self._ids = itertools.count(1)
         self._closed = False
-        # A truthy return tells Agent.stop that something was stopped (the protocol says None).
-        host.on_stop(cast("Callable[[str], None]", self.stop_session))
+        # A truthy return tells Agent.stop that something was stopped.
+        host.on_stop(self.stop_session)
 
     def new_id(self) -> str:
         """A fresh child id, unique within this Agent."""

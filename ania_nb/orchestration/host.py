@@ -59,8 +59,8 @@ class AgentHost(Protocol):
         """Count tokens spent for the session outside a run (merged into its next run record)."""
         ...
 
-    def on_stop(self, listener: Callable[[str], None]) -> None:
-        """Call ``listener(session)`` whenever the session is stopped."""
+    def on_stop(self, listener: Callable[[str], object]) -> None:
+        """Call ``listener(session)`` on every stop (a truthy return: it stopped something)."""
         ...
 
     def is_admin(self, who: str | None) -> bool:

@@ -35,11 +35,12 @@ TODO_TOOLS = ("todo_write",)
 OneShotKind = Literal["clock", "subagent", "team_member"]
 
 # What each kind may not use: children never start children (no recursion) and have no todo
-# list; clock runs get the clock variant of the subagent tools through ``extra_tools``.
+# list; teams are for main sessions; clock runs get the clock variant of the subagent tools
+# through ``extra_tools``.
 HIDDEN_BY_KIND: dict[str, frozenset[str]] = {
     "subagent": frozenset((*SUBAGENT_TOOLS, *TEAM_TOOLS, *TODO_TOOLS)),
     "team_member": frozenset((*SUBAGENT_TOOLS, *TEAM_TOOLS, *TODO_TOOLS)),
-    "clock": frozenset((*SUBAGENT_TOOLS, *TODO_TOOLS)),
+    "clock": frozenset((*SUBAGENT_TOOLS, *TEAM_TOOLS, *TODO_TOOLS)),
 }
 
 
