@@ -471,3 +471,61 @@ async def test_real_subagents_a_waited_one_nests_live_a_background_one_completes
     assert "    The data **arrived**." in saved.text
     await asyncio.wait_for(answered.wait(), 10)  # its result came back as a message
     assert "[Subagent finished]" in llm.requests[-1].messages[-1]["content"]
+
+
+async def test_a_subagents_approval_card_is_answered_in_the_parent_view(llm, make_agent):
+    ran: list[str] = []
+
+    @tool(side_effects=True)
+    def danger(target: str) -> str:
+        """Do something risky to a target."""
+        ran.append(target)
+        return f"destroyed {target}"
+
+    gated = {"approval.enable": True, "approval.tools": ["danger"], "subagent.enable": True}
+    agent = make_agent(tools=[danger], overrides=gated)
+    llm.route(
+        "You are a subagent",
+        reply(tool_calls=[tool_call("danger", {"target": "tmp"})]),
+        reply("Cleaned up."),
+    )
+    llm.script(reply(tool_calls=[tool_call("subagent_run", {"task": "clean up"})]), reply("Done."))
+    view = RunView(agent, session=SESSION)
+    task = asyncio.create_task(agent.chat("go", session=SESSION, callbacks=view.callbacks))
+    await until(lambda: view.cards, "the child's approval card")
+    [card] = view.cards.values()
+    [nested] = view.children.values()
+    [row] = nested.rows.values()
+    assert card.state == "pending" and row.tool_rows and ran == []
+    card.allow_button.click()
+    view.finish(await asyncio.wait_for(task, 10))
+    assert ran == ["tmp"] and row.status == "success"
+    assert card.state == "allowed" and card.disabled  # resolved by the child's event
+    assert next(iter(row.tool_rows.values())).state == "ok"
+
+
+async def test_a_childs_approval_answered_elsewhere_resolves_its_card(llm, make_agent):
+    gated = {"approval.enable": True, "approval.tools": ["danger"], "subagent.enable": True}
+
+    @tool(side_effects=True)
+    def danger(target: str) -> str:
+        """Do something risky to a target."""
+        return f"destroyed {target}"
+
+    agent = make_agent(tools=[danger], overrides=gated)
+    llm.route(
+        "You are a subagent",
+        reply(tool_calls=[tool_call("danger", {"target": "tmp"})]),
+        reply("Left it alone."),
+    )
+    llm.script(reply(tool_calls=[tool_call("subagent_run", {"task": "clean up"})]), reply("Done."))
+    view = RunView(agent, session=SESSION)
+    task = asyncio.create_task(agent.chat("go", session=SESSION, callbacks=view.callbacks))
+    await until(lambda: view.cards, "the child's approval card")
+    [card] = view.cards.values()
+    agent.answer_approval(card.request.id, allow=False, reason="not today")  # e.g. by chat
+    await until(lambda: card.state != "pending", "the card to hear of the verdict")
+    assert card.state == "denied" and card.reason == "not today"
+    view.finish(await asyncio.wait_for(task, 10))
+    [row] = next(iter(view.children.values())).rows.values()
+    assert row.status == "success" and next(iter(row.tool_rows.values())).state == "denied"

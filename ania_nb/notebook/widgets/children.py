@@ -144,6 +144,8 @@ class ChildRow:
             )
         elif kind == "usage":
             self.usage = _ints(data)
+        elif kind == "retry" and data.get("discard"):
+            self._clear_stream()  # that attempt's streamed text is not part of the answer
         elif kind == "run_end":
             self.error = str(data.get("error") or self.error)
         elif kind == "child_end":

@@ -305,6 +305,11 @@ class RunView(Displayable):
 
     def _child(self, data: dict[str, Any]) -> None:
         """Route a child run's event to the nested view under its parent tool row."""
+        inner = data.get("data")
+        if data.get("kind") == "approval_resolved" and isinstance(inner, dict):
+            # A child's approval card is this view's (its request came through our callbacks).
+            self.on_event(RunEvent("approval_resolved", self.session, inner))
+            return
         call_id = str(data.get("call_id", ""))
         nested = self.children.get(call_id)
         if nested is None:
