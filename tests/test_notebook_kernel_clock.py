@@ -96,7 +96,7 @@ async def test_a_task_fires_while_the_kernel_is_idle_and_the_panel_changes(llm, 
 
     shown = nb.cells[1].outputs
     assert any("application/vnd.jupyter.widget-view+json" in o.get("data", {}) for o in shown)
-    assert "⏰ clock: active in this process" in _text(shown)  # the plain-text fallback
+    assert "◷ clock: active in this process" in _text(shown)  # the plain-text fallback
     assert "No results yet." in _text(shown)
     assert len(updates) >= 1
     final = _text(nb.cells[3].outputs)

@@ -172,7 +172,7 @@ async def test_a_standby_panel_sees_other_agents_edits_and_the_takeover(make_age
     panel = await ClockPanel(standby).refresh()
     panel.lease_tick = 0.05
     assert "standby" in panel.header.value and "#ef6c00" in panel.header.value
-    assert panel.text().startswith("⏰ clock: standby")
+    assert panel.text().startswith("◷ clock: standby")
 
     task = await holder.clock.create(cron="@daily", title="elsewhere", content="x", target="nb:t")
     async with asyncio.timeout(10):

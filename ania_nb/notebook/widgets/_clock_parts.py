@@ -130,8 +130,9 @@ def task_line(task: ClockTask) -> str:
 def task_html(task: ClockTask) -> str:
     """A task row's description as HTML."""
     title = html.escape(task.title or "(untitled)")
-    mode = " <small>once</small>" if task.run_once else ""
-    parts = [f"<b>#{html.escape(task.id)} {title}</b>", f"<code>{html.escape(task.cron)}</code>"]
+    mode = " (once)" if task.run_once else ""
+    schedule = f"<code>{html.escape(task.cron)}</code>{mode}"
+    parts = [f"<b>#{html.escape(task.id)} {title}</b>", schedule]
     if not task.enabled:
         parts.append('<span style="color:#757575">disabled</span>')
     elif task.next_run_at is not None:
@@ -141,9 +142,8 @@ def task_html(task: ClockTask) -> str:
         icon = ICONS.get(task.last_status, "?")
         parts.append(f'last <span style="color:{color}">{icon} {task.last_status}</span>')
     parts.append(f"<small>{html.escape(task.target)}</small>")
-    return (
-        " · ".join(parts) + mode + f"<br><small>{html.escape(one_line(task.content, 160))}</small>"
-    )
+    content = html.escape(one_line(task.content, 160))
+    return " · ".join(parts) + f"<br><small>{content}</small>"
 
 
 def item_html(item: FeedItem) -> str:

@@ -409,7 +409,7 @@ class ClockPanel(Displayable):
     def _header_text(self) -> str:
         status = self.clock.status_text()
         where = f" · tasks of {self.target}" if self.target else ""
-        return f"⏰ {status}{where} · {len(self.tasks)} task(s) shown"
+        return f"◷ {status}{where} · {len(self.tasks)} task(s) shown"
 
     def _render_header(self) -> None:
         self._lease_seen = (self.clock.active, self.clock.status_text())
