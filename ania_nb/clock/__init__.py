@@ -14,6 +14,7 @@ import asyncio
 import builtins
 import logging
 import os
+import time
 from collections.abc import Callable, Coroutine
 from typing import TYPE_CHECKING, Any
 
@@ -359,20 +360,26 @@ class Clock:
             task.next_run_at = planned
 
     def _fire(self, task_id: str, planned: float) -> None:
-        """APScheduler's callback (on the loop): start the task's run as a tracked task."""
-        if self._state == "started":
-            self._spawn(self._fired(task_id, planned), f"ania-clock-{task_id}")
+        """APScheduler's callback (on the loop): start the task's run as a tracked task.
 
-    async def _fired(self, task_id: str, planned: float) -> None:
+        The run's log entry starts now, when the clock fires, not when the task gets going.
+        """
+        if self._state != "closed":
+            fired = time.time()
+            self._spawn(self._fired(task_id, planned, fired), f"ania-clock-{task_id}")
+
+    async def _fired(self, task_id: str, planned: float, fired: float) -> None:
         try:
-            if await self._run(task_id, scheduled_at=planned) is None:
+            if await self._run(task_id, scheduled_at=planned, fired_at=fired) is None:
                 self._scheduler.remove(task_id)  # deleted or disabled meanwhile (elsewhere)
         except asyncio.CancelledError:
             raise
         except Exception:
             log.exception("clock task %s failed outside its run", task_id)
 
-    async def _run(self, task_id: str, *, scheduled_at: float | None) -> TaskLogEntry | None:
+    async def _run(
+        self, task_id: str, *, scheduled_at: float | None, fired_at: float | None = None
+    ) -> TaskLogEntry | None:
         """One run of a task: log entry, one-shot run, delivery, run-once bookkeeping.
 
         None when the task is gone (or, for a scheduled run, disabled).
@@ -385,6 +392,7 @@ class Clock:
             manual=manual,
             scheduled_at=scheduled_at,
             next_run_at=None if manual else self._scheduler.next_fire(task_id),
+            started_at=fired_at,
         )
         if begun is None:
             return None

@@ -138,6 +138,7 @@ class ClockStore:
         manual: bool,
         scheduled_at: float | None,
         next_run_at: float | None = None,
+        started_at: float | None = None,
     ) -> tuple[ClockTask, TaskLogEntry] | None:
         """Log a run of the task as ``running`` — or ``skipped`` when a live process runs it.
 
@@ -146,10 +147,17 @@ class ClockStore:
         scheduled run finds it disabled. ``trigger(task)`` makes the entry's input. A
         ``running`` entry stamps the task's ``last_run_at``/``last_status``; a scheduled run
         stores its ``next_run_at`` too (None for a run-once task, which waits for its run).
+        ``started_at`` defaults to now (the clock passes the moment it fired).
         """
         planned = (scheduled_at, next_run_at)
         return await self.db.run(
-            _begin_run, task_id, trigger, manual, planned, time.time(), self.max_log_entries
+            _begin_run,
+            task_id,
+            trigger,
+            manual,
+            planned,
+            started_at or time.time(),
+            self.max_log_entries,
         )
 
     async def add_tool_calls(self, entry_id: int, calls: Sequence[ToolCallRecord]) -> None:
