@@ -162,7 +162,7 @@ async def test_a_repeating_task_row_shows_its_last_status_and_next_run(llm, make
         await panel.wait_until(lambda p: False)
 
 
-async def test_a_standby_panel_sees_other_agents_edits_and_the_takeover(make_agent):
+async def test_a_standby_panel_sees_other_agents_edits_runs_and_the_takeover(llm, make_agent):
     holder = clock_agent(make_agent)
     await holder.start()
     standby = clock_agent(make_agent)  # the same data directory
@@ -177,6 +177,10 @@ async def test_a_standby_panel_sees_other_agents_edits_and_the_takeover(make_age
     task = await holder.clock.create(cron="@daily", title="elsewhere", content="x", target="nb:t")
     async with asyncio.timeout(10):
         await panel.wait_until(lambda p: task.id in p.tasks)  # polled from the store
+    llm.script(reply("ran in the holder"))
+    await holder.clock.run_now(task.id)  # no event reaches the standby: it reads the log
+    async with asyncio.timeout(10):
+        await panel.wait_until(lambda p: bool(p.feed) and p.feed[0].text == "ran in the holder")
     await holder.aclose()  # the lease is free: the standby takes over, the header says so
     async with asyncio.timeout(10):
         await panel.wait_until(lambda p: "active in this process" in p.header.value)
