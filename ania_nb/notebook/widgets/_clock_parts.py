@@ -6,13 +6,23 @@ front end.
 
 from __future__ import annotations
 
+import base64
 import html
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
-from ._format import STATUS_ICONS, duration_text, markdown_html, one_line
+from ._format import (
+    STATUS_ICONS,
+    decode_base64,
+    download_link,
+    duration_text,
+    image_format,
+    markdown_html,
+    one_line,
+    size_text,
+)
 
 if TYPE_CHECKING:  # pragma: no cover
     from ...clock import ClockTask, TaskLogEntry
@@ -158,3 +168,27 @@ def item_html(item: FeedItem) -> str:
     media = "".join(f"<div>{h}</div>" for _, h in item.media if h)
     style = "border-top:1px solid #eee;padding:4px 2px"
     return f'<div style="{style}">{head}{body}{media}</div>'
+
+
+def image_media(data: str) -> tuple[str, str]:
+    """Plain text and HTML of an image sent as base64, a data: URI or an http(s) URL."""
+    if data.startswith(("http://", "https://")):
+        return f"[image {data}]", f'<img src="{html.escape(data)}" style="max-width:100%">'
+    try:
+        raw = decode_base64(data)
+    except ValueError as exc:
+        return f"(an image could not be shown: {exc})", ""
+    fmt = image_format(raw)
+    b64 = base64.b64encode(raw).decode("ascii")
+    tag = f'<img src="data:image/{fmt};base64,{b64}" style="max-width:100%">'
+    return f"[image {fmt}, {size_text(len(raw))}]", tag
+
+
+def file_media(name: str, data: str) -> tuple[str, str]:
+    """Plain text and HTML (a download link) of a file sent as base64."""
+    try:
+        raw = decode_base64(data)
+    except ValueError as exc:
+        return f"(the file {name} could not be offered: {exc})", ""
+    link = download_link(name, base64.b64encode(raw).decode("ascii"), len(raw))
+    return f"[file {name}, {size_text(len(raw))}]", link

@@ -14,7 +14,6 @@ Images, files and approval requests of clock runs reach the open panels through
 from __future__ import annotations
 
 import asyncio
-import base64
 import html
 import logging
 import time
@@ -31,11 +30,12 @@ from ._clock_parts import (
     apply_entry,
     creation_key,
     entry_key,
+    file_media,
+    image_media,
     item_html,
     task_line,
 )
 from ._display import Displayable, close_tree
-from ._format import decode_base64, download_link, image_format, size_text
 
 if TYPE_CHECKING:  # pragma: no cover
     from ...agent import Agent
@@ -184,29 +184,11 @@ class ClockPanel(Displayable):
 
     def add_image(self, session: str, data: str) -> None:
         """Show an image a clock run sent to ``session`` (base64, data: URI or URL)."""
-        if data.startswith(("http://", "https://")):
-            url = html.escape(data)
-            self._add_media(session, f"[image {data}]", f'<img src="{url}" style="max-width:100%">')
-            return
-        try:
-            raw = decode_base64(data)
-        except ValueError as exc:
-            self._add_media(session, f"(an image could not be shown: {exc})", "")
-            return
-        fmt = image_format(raw)
-        b64 = base64.b64encode(raw).decode("ascii")
-        tag = f'<img src="data:image/{fmt};base64,{b64}" style="max-width:100%">'
-        self._add_media(session, f"[image {fmt}, {size_text(len(raw))}]", tag)
+        self._add_media(session, *image_media(data))
 
     def add_file(self, session: str, name: str, data: str) -> None:
         """Offer a file a clock run sent to ``session`` as a download link."""
-        try:
-            raw = decode_base64(data)
-        except ValueError as exc:
-            self._add_media(session, f"(the file {name} could not be offered: {exc})", "")
-            return
-        link = download_link(name, base64.b64encode(raw).decode("ascii"), len(raw))
-        self._add_media(session, f"[file {name}, {size_text(len(raw))}]", link)
+        self._add_media(session, *file_media(name, data))
 
     def add_approval(self, request: ApprovalRequest) -> None:
         """Show an approval card for a clock run's tool call (answered through the Agent)."""
