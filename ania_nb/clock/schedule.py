@@ -254,8 +254,9 @@ def _zone(name: str, text: str) -> tzinfo:
         ) from exc
 
 
+@functools.cache
 def _local_zone() -> tzinfo:
-    """The local time zone as APScheduler sees it (through tzlocal, which honours ``TZ``)."""
+    """The local time zone as APScheduler sees it (tzlocal: ``TZ`` or the system's, read once)."""
     from apscheduler.triggers.interval import IntervalTrigger
 
     zone: tzinfo = IntervalTrigger(seconds=1).timezone  # a trigger without zone takes the local
