@@ -244,7 +244,7 @@ async def test_a_background_child_completes_its_chip_after_the_run_has_ended(mak
     assert row.status == "pending" and not row.ended
     assert row.accordion.selected_index is None  # the chip says enough until opened
     assert "○ subagent in background: pending · " in row.chip.value
-    assert list(row.widget.children) == [row.chip, row.accordion]
+    assert list(row.widget.children) == [row.chip, row.accordion, row.followup_html]
     assert nested._ticker is not None  # still ticking: the chip's time goes on after the run
     assert "↳ ○ subagent · background · pending · " in saved.text
 
@@ -471,6 +471,15 @@ async def test_real_subagents_a_waited_one_nests_live_a_background_one_completes
     assert "    The data **arrived**." in saved.text
     await asyncio.wait_for(answered.wait(), 10)  # its result came back as a message
     assert "[Subagent finished]" in llm.requests[-1].messages[-1]["content"]
+    # the agent's reply to it (published on the outbox) shows under the chip
+    await until(lambda: pending.followup, "the reply to the injected result")
+    assert pending.followup == "The background result is in."
+    assert "↪ reply to a subagent message" in pending.followup_html.value
+    assert list(pending.widget.children)[-1] is pending.followup_html
+    assert "↪ reply to a subagent message:\n            The background result is in." in (
+        saved.text
+    )
+    assert view._unfollow is None  # answered: no longer listening
 
 
 async def test_a_subagents_approval_card_is_answered_in_the_parent_view(llm, make_agent):

@@ -93,6 +93,8 @@ class ChildRow:
         self._started = time.monotonic()
         self._elapsed: float | None = None  # the tool's figure, once the child has ended
         self._rendered = 0
+        self.followup_title = ""  # a background child: what the agent made of its result
+        self.followup = ""
 
         self.info = w.HTML("")
         self.body = w.VBox([])
@@ -105,7 +107,9 @@ class ChildRow:
             children=[panel], titles=(self.title(),), selected_index=None if background else 0
         )
         self.chip = w.HTML(self._chip_html())
-        self.widget = w.VBox([self.chip, self.accordion] if background else [self.accordion])
+        self.followup_html = w.HTML("")
+        parts = [self.chip, self.accordion, self.followup_html] if background else [self.accordion]
+        self.widget = w.VBox(parts)
 
     @property
     def elapsed(self) -> float:
@@ -185,6 +189,14 @@ class ChildRow:
                 row.finish(f"the child ended ({status})", "not finished", 0, "stopped")
         self.render()
 
+    def show_followup(self, title: str, text: str) -> None:
+        """Show the agent's reply to this background child's result (it came as a message)."""
+        self.followup_title, self.followup = title, text
+        self.followup_html.value = (
+            f'<div style="margin:2px 0 0 12px"><small>↪ {html.escape(title)}</small>'
+            f"{markdown_html(text)}</div>"
+        )
+
     def render(self) -> None:
         """Refresh the title, the chip, the streamed or final reply and the error."""
         self.accordion.titles = (self.title(),)
@@ -222,6 +234,9 @@ class ChildRow:
             lines += _indent(self.reply_text, "    ")
         if self.error and self.status != "success":
             lines.append(f"    error: {self.error}")
+        if self.followup_title:
+            lines.append(f"    ↪ {self.followup_title}:")
+            lines += _indent(self.followup, "      ")
         return "\n".join(lines)
 
     def _tool_row(self, data: Mapping[str, Any]) -> ToolRow:

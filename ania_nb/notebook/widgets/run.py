@@ -14,6 +14,7 @@ import asyncio
 import base64
 import html
 import time
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from ...engine.callbacks import ApprovalRequest, Callbacks, RunEvent
@@ -35,6 +36,7 @@ from .tools import ToolRow
 
 if TYPE_CHECKING:  # pragma: no cover
     from ...agent import Agent
+    from ...orchestration.outbox import Delivery
     from ...result import RunResult
     from .todo import TodoView
 
@@ -87,6 +89,8 @@ class RunView(Displayable):
         self.tool_rows: dict[str, ToolRow] = {}
         self.cards: dict[str, ApprovalCard] = {}
         self.children: dict[str, ChildrenView] = {}  # by the parent tool call's id
+        self._followups: list[ChildRow] = []  # background children whose reply is awaited
+        self._unfollow: Callable[[], None] | None = None
         self._last_assistant = ""
         self._rendered = 0  # characters of the streamed reply rendered so far
         self._started = time.monotonic()
@@ -242,6 +246,7 @@ class RunView(Displayable):
         self._stop_ticker()
         for nested in self.children.values():
             nested.close()
+        self._stop_following()
         close_tree(self.widget)
 
     @property
@@ -324,8 +329,35 @@ class RunView(Displayable):
         nested.apply(data)
 
     def _child_ended(self, row: ChildRow) -> None:
+        if row.background and row.status != "stopped":  # a cancelled child injects nothing
+            self._follow(row)
         if self._stopped_at is not None:  # a background child after the run: resave the text
             self.refresh_display()
+
+    def _follow(self, row: ChildRow) -> None:
+        """Wait for the agent's reply to a background child's result, published on the outbox."""
+        outbox = getattr(self.agent, "outbox", None)
+        if outbox is None:
+            return
+        self._followups.append(row)
+        if self._unfollow is None:
+            self._unfollow = outbox.subscribe(self._on_delivery)
+
+    def _on_delivery(self, delivery: Delivery) -> None:
+        if delivery.source != "subagent" or delivery.session != self.session:
+            return
+        # The results that ended by now are answered together (one queued batch, one reply).
+        rows, self._followups = self._followups, []
+        self._stop_following()
+        for row in rows:
+            row.show_followup(delivery.title, delivery.text)
+        if self._stopped_at is not None:
+            self.refresh_display()
+
+    def _stop_following(self) -> None:
+        if self._unfollow is not None:
+            self._unfollow()
+            self._unfollow = None
 
     def _render_header(self) -> None:
         color = STATUS_COLORS.get(self.status, "#c62828")
