@@ -185,6 +185,11 @@ async def test_a_standby_panel_sees_other_agents_edits_runs_and_the_takeover(llm
     async with asyncio.timeout(10):
         await panel.wait_until(lambda p: "active in this process" in p.header.value)
     assert "#2e7d32" in panel.header.value and standby.clock.active
+    ticker = panel._ticker
+    await standby.aclose()
+    async with asyncio.timeout(10):
+        await panel.wait_until(lambda p: "clock: closed" in p.header.value)
+        await ticker  # it stops once the clock is closed
     panel.close()
 
 

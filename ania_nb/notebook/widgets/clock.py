@@ -437,6 +437,8 @@ class ClockPanel(Displayable):
                 await self._follow_log()
             if (self.clock.active, self.clock.status_text()) != self._lease_seen:
                 self._render()
+            if self.clock.status_text().startswith("clock: closed"):
+                return  # its Agent was closed (e.g. by %ania config): nothing changes any more
 
     async def _follow_log(self) -> None:
         """On standby the holder's runs send no event here: reload when the log has moved on."""
