@@ -8,7 +8,8 @@ the parent's callbacks with ``{"call_id", "child_id", "label", "kind", "data", "
 `ChildrenView` gathers the children of one parent call under its tool row; each child is a
 `ChildRow` with status, elapsed time, tokens, its tool rows and its final reply as Markdown.
 A background child shows a pending chip that completes when its ``child_end`` arrives — even
-after the parent's run has ended. Everything updates on the loop that delivers the events (plus
+after the parent's run has ended — and then the agent's reply to its result (`RunView` hands it
+over from the outbox). Everything updates on the loop that delivers the events (plus
 a ticker task for the elapsed time while a child runs); ``text()`` renders it as plain text.
 """
 
