@@ -74,7 +74,7 @@ class Scheduler:
         self._aps: _LoopScheduler | None = None
 
         def due(task_id: str, planned: float = 0.0) -> None:
-            fire(task_id, planned)  # `_LoopExecutor` passes the planned time
+            self._fire(task_id, planned)  # `_LoopExecutor` passes the planned time
 
         # APScheduler checks the function's signature for every job it adds; computed once
         # here, that check stops being a quarter of the start-up time with many tasks.
