@@ -34,6 +34,7 @@ import asyncio
 import cProfile
 import gc
 import json
+import os
 import pstats
 import random
 import re
@@ -85,6 +86,11 @@ class Server:
             self.close()
             raise RuntimeError(f"scripted server did not start (got {line!r})")
         self.base_url = line.removeprefix("base_url=")
+
+    def cpu(self) -> float:
+        """CPU seconds the server process has used so far (user + system)."""
+        fields = Path(f"/proc/{self.proc.pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
     def close(self) -> None:
         """SIGTERM the server and wait for it."""
@@ -152,6 +158,7 @@ class Samples:
     wall: float = 0.0
     loop_cpu: float = 0.0
     cpu: float = 0.0
+    server_cpu: float = 0.0
     runq_wait: float = 0.0  # the loop thread runnable but not on a CPU (other processes)
     chats: int = 0
     chat_failed: int = 0
@@ -260,9 +267,9 @@ async def chat_workers(agent: Any, n: int, stop: asyncio.Event, into: Samples, t
     await asyncio.gather(*(worker(w) for w in range(n)))
 
 
-async def measure_lateness(args: argparse.Namespace, base_url: str, root: Path) -> dict[str, Any]:
+async def measure_lateness(args: argparse.Namespace, server: Server, root: Path) -> dict[str, Any]:
     """Create the tasks, wait for the first fires, then alternate idle and busy blocks."""
-    agent = make_agent(base_url, root / "lateness")
+    agent = make_agent(server.base_url, root / "lateness")
     clock = await open_clock(agent)
     recorder = Recorder()
     unsubscribe = clock.subscribe(recorder)
@@ -306,7 +313,7 @@ async def measure_lateness(args: argparse.Namespace, base_url: str, root: Path) 
                 gc.collect()
                 gc_watch.pauses.clear()
                 w0, lt0, c0 = time.time(), time.thread_time(), time.process_time()
-                q0 = runq_wait()
+                q0, sc0 = runq_wait(), server.cpu()
                 plan_timers(loop.time(), loop.time() + args.block, rate, s.timer, rng)
                 await asyncio.sleep(args.block)
                 w1 = time.time()
@@ -314,6 +321,7 @@ async def measure_lateness(args: argparse.Namespace, base_url: str, root: Path) 
                 s.loop_cpu += time.thread_time() - lt0
                 s.cpu += time.process_time() - c0
                 s.runq_wait += runq_wait() - q0
+                s.server_cpu += server.cpu() - sc0
                 s.gc_pauses += gc_watch.pauses
                 stop.set()
                 if workers is not None:
@@ -351,6 +359,7 @@ async def measure_lateness(args: argparse.Namespace, base_url: str, root: Path) 
             "loop_busy": s.loop_cpu / s.wall,
             "process_cpu": s.cpu / s.wall,
             "runq_wait": s.runq_wait / s.wall,
+            "server_cpu": s.server_cpu / s.wall,
             "gc": _gc_summary(s.gc_pauses, s.wall),
             "chats_per_s": s.chats / s.wall,
             "chat_failed": s.chat_failed,
@@ -376,7 +385,8 @@ def _block_line(kind: str, s: Samples) -> str:
         f"  {kind:4}: {st['n']:5} fires  clock p50 {st['p50_ms']:6.1f}  p99 {st['p99_ms']:6.1f} ms"
         f"  (dispatch p50 {dp['p50_ms']:5.1f}  p99 {dp['p99_ms']:5.1f})"
         f"  |  timer p50 {tm['p50_ms']:5.1f}  p99 {tm['p99_ms']:5.1f} ms  |  loop busy "
-        f"{s.loop_cpu / max(s.wall, 1e-9):.0%}  run-queue wait "
+        f"{s.loop_cpu / max(s.wall, 1e-9):.0%}  process {s.cpu / max(s.wall, 1e-9):.0%}  server "
+        f"{s.server_cpu / max(s.wall, 1e-9):.0%}  run-queue wait "
         f"{s.runq_wait / max(s.wall, 1e-9):.0%}"
         f"  gc max {_gc_summary(s.gc_pauses, s.wall)['max_ms']:.0f} ms"
         f"  chats {s.chats} (failed {s.chat_failed})"
@@ -541,7 +551,7 @@ def print_table(report: dict[str, Any]) -> None:
         )
         p(
             "| loop | fires/s | clock p50 / p99 / max ms | dispatch p99 | event p99 | "
-            "timer p50 / p99 ms | × timer p50, p99 | loop CPU | run-queue wait | "
+            "timer p50 / p99 ms | × timer p50, p99 | CPU: loop, process, server | run-queue wait | "
             "GC max (gen2 n) | chats/s |",
             file=sys.stderr,
         )
@@ -554,7 +564,8 @@ def print_table(report: dict[str, Any]) -> None:
                 f"| {kind} | {r['fires_per_s']:.1f} | {st['p50_ms']:.1f} / {st['p99_ms']:.1f} / "
                 f"{st['max_ms']:.1f} | {dispatch} | {r['event']['p99_ms']:.1f} | "
                 f"{tm['p50_ms']:.2f} / {tm['p99_ms']:.1f} | {r['ratio_p50']:.1f}×, "
-                f"{r['ratio_p99']:.1f}× | {r['loop_busy']:.0%} | {r['runq_wait']:.0%} | "
+                f"{r['ratio_p99']:.1f}× | {r['loop_busy']:.0%}, {r['process_cpu']:.0%}, "
+                f"{r['server_cpu']:.0%} | {r['runq_wait']:.0%} | "
                 f"{gcs['max_ms']:.0f} ms ({gcs['count'][2]}) | {r['chats_per_s']:.0f} |",
                 file=sys.stderr,
             )
@@ -631,7 +642,7 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
         with tempfile.TemporaryDirectory(prefix="ania-clock-") as tmp:
             root = Path(tmp)
             if not args.no_lateness:
-                report["lateness"] = await measure_lateness(args, server.base_url, root)
+                report["lateness"] = await measure_lateness(args, server, root)
             if not args.no_startup:
                 report["startup"] = await measure_startup(args, server.base_url, root)
     finally:
