@@ -457,6 +457,25 @@ async def test_closing_the_agent_cancels_a_running_task_and_leaves_nothing_pendi
         await clock.list()
 
 
+async def test_stopping_the_target_session_stops_its_clock_run(llm, open_clock):
+    hold = Hold()
+    agent, clock, watch = await open_clock(tools=[hold.tool])
+    llm.script(reply(tool_calls=[tool_call("hold")]))
+    disable_on(clock, "run_started")
+    task = await clock.create(cron="@every 1s", title="t", content="c", target="nb:busy")
+    await asyncio.wait_for(hold.entered.wait(), WAIT)
+    assert agent.stop("nb:other") is False  # another session's stop leaves it alone
+    assert agent.stop("nb:busy") is True
+    finished = (await watch.event("run_finished")).entry
+
+    assert hold.cancelled == 1
+    assert finished is not None and finished.status == "interrupted"
+    assert finished.error == "stopped: its target session was stopped while the task ran"
+    assert watch.deliveries == []
+    left = [t for t in asyncio.all_tasks() if t.get_name() == f"ania-clock-{task.id}"]
+    assert left == [] or all(t.done() for t in left)
+
+
 async def test_a_disabled_clock_schedules_nothing(open_clock):
     _agent, clock, _ = await open_clock(overrides={"clock.enable": False})
     assert not clock.active

@@ -31,7 +31,7 @@ from .model import (
     check_fields,
     check_text,
 )
-from .runner import CLOSED_ERROR, Outcome, run_task, trigger_text
+from .runner import CLOSED_ERROR, STOPPED_ERROR, Outcome, run_task, trigger_text
 from .schedule import parse_schedule
 from .scheduler import Scheduler
 from .store import ClockStore
@@ -75,6 +75,8 @@ class Clock:
         # Local edits and the poll of other processes' edits take turns, so neither mistakes
         # the other's change for a foreign one (events are sent after it is released).
         self._edits = asyncio.Lock()
+        self._targets: dict[asyncio.Task[Any], str] = {}  # scheduled runs here → their target
+        self._stopped: set[asyncio.Task[Any]] = set()  # runs cancelled by a stop of their target
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -101,6 +103,7 @@ class Clock:
                 await self._lease.release()
                 return
             self._state = "started"
+            self.host.on_stop(self._on_stop)
             self._spawn(self._watch(), "ania-clock-watch")
 
     async def aclose(self) -> None:
@@ -405,17 +408,33 @@ class Clock:
             self._once_running.add(task.id)
             self._scheduler.remove(task.id)  # no second fire until this run decides its fate
         self._running.add(task.id)
+        me = asyncio.current_task()
+        if not manual and me is not None:
+            self._targets[me] = task.target
         await self._emit("run_started", task.id, task=task, entry=entry)
         try:
             outcome = await run_task(self.host, store, task, entry.id)
         except asyncio.CancelledError:
-            outcome = Outcome("interrupted", error=CLOSED_ERROR)
+            why = STOPPED_ERROR if me in self._stopped else CLOSED_ERROR
+            outcome = Outcome("interrupted", error=why)
             await asyncio.shield(self._finish(task, entry, outcome, once))
             raise
         except Exception as exc:  # a bug must still close the entry
             log.exception("clock task %s failed", task.id)
             outcome = Outcome("error", error=f"internal error: {type(exc).__name__}: {exc}")
+        finally:
+            if me is not None:
+                self._targets.pop(me, None)
+                self._stopped.discard(me)
         return await self._finish(task, entry, outcome, once)
+
+    def _on_stop(self, session: str) -> bool:
+        """A stop of ``session`` (``/stop``) cancels the scheduled runs that target it."""
+        runs = [t for t, target in self._targets.items() if target == session and not t.done()]
+        for run in runs:
+            self._stopped.add(run)
+            run.cancel()
+        return bool(runs)
 
     async def _finish(
         self, task: ClockTask, entry: TaskLogEntry, outcome: Outcome, once: bool

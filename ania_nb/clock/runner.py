@@ -41,6 +41,7 @@ SCENE_PROMPT = (
     "nothing worth reporting, say so in one short sentence."
 )
 CLOSED_ERROR = "the clock was closed while the task ran"
+STOPPED_ERROR = "stopped: its target session was stopped while the task ran"
 
 
 def trigger_text(task: ClockTask) -> str:
