@@ -27,12 +27,7 @@ MEMBER_MARK = "member of an agent team"  # in every role prompt (COMMON_NOTE)
 
 def team_agent(make_agent: Callable[..., Any], **overrides: Any) -> Any:
     """An Agent with the team tools on (and the subagent tools, which members must not see)."""
-    agent = make_agent(overrides={"team.enable": True, "subagent.enable": True, **overrides})
-    if not hasattr(agent, "agents"):  # TEMPORARY until the Agent wires the agents package
-        from ania_nb.agents.team_tools import team_tools
-
-        agent.add_session_tools(lambda session: team_tools(agent, session))
-    return agent
+    return make_agent(overrides={"team.enable": True, "subagent.enable": True, **overrides})
 
 
 def system_of(request: Any) -> str:
@@ -301,9 +296,7 @@ async def test_members_never_see_subagent_team_or_todo_tools(llm, make_agent):
     llm.responder = script
     await agent.chat("go", session=SESSION)
     parent_tools = tool_names(script.parent_requests[0])
-    assert {"team_run", "team_create"} <= parent_tools
-    if hasattr(agent, "agents"):  # TEMPORARY condition until the Agent wires the agents package
-        assert "subagent_run" in parent_tools
+    assert {"team_run", "team_create", "subagent_run"} <= parent_tools
     (member,) = script.member_requests
     forbidden = {n for n in parent_tools if n.startswith(("team_", "subagent_"))} | {"todo_write"}
     assert tool_names(member) and not tool_names(member) & forbidden
@@ -529,3 +522,11 @@ async def test_members_get_the_team_round_limit(llm, make_agent):
     llm.responder = script
     await agent.chat("go", session=SESSION)
     assert 2 <= len(script.member_requests) <= 3  # the limit, perhaps plus a forced last answer
+
+
+async def test_team_tools_exist_only_when_enabled(llm, make_agent):
+    agent = make_agent(overrides={"subagent.enable": True})  # team.enable defaults to False
+    llm.script(reply("hi"))
+    await agent.chat("hello", session=SESSION)
+    names = tool_names(llm.requests[0])
+    assert "subagent_run" in names and not names & {"team_run", "team_create", "team_list"}
