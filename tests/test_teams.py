@@ -530,3 +530,12 @@ async def test_team_tools_exist_only_when_enabled(llm, make_agent):
     await agent.chat("hello", session=SESSION)
     names = tool_names(llm.requests[0])
     assert "subagent_run" in names and not names & {"team_run", "team_create", "team_list"}
+
+
+async def test_the_python_api_saves_and_reads_global_teams(make_agent):
+    agent = make_agent(overrides={"team.enable": True})
+    teams = await agent.agents.teams()
+    await teams.create("global", "reviewers", [{"name": "critic", "role": "Find the flaws."}])
+    assert [t.name for t in await teams.list("global")] == ["reviewers"]
+    again = await agent.agents.teams()
+    assert (await again.get("global", "reviewers")).members[0].role == "Find the flaws."

@@ -21,6 +21,7 @@ from .subagent_tools import subagent_tools
 if TYPE_CHECKING:  # pragma: no cover
     from ..orchestration.host import AgentHost
     from ..tools import Tool
+    from .team_store import TeamStore
 
 __all__ = ["Agents"]
 
@@ -44,6 +45,16 @@ class Agents:
         if config.team.enable:
             tools += _team_tools(self.host, session)
         return tools
+
+    async def teams(self) -> TeamStore:
+        """The saved teams of every scope, ``global`` included (`TeamStore`).
+
+        >>> teams = await agent.agents.teams()
+        >>> await teams.create("global", "reviewers", [{"name": "critic", "role": "…"}])
+        """
+        from .team_store import TeamStore
+
+        return TeamStore(await self.host.open_store())
 
     async def aclose(self) -> None:
         """Cancel every running subagent and wait for them to end."""
