@@ -12,7 +12,7 @@ from _media import PNG
 
 from ania_nb import ToolContext, tool
 from ania_nb.notebook.widgets.clock import ClockPanel, panel_callbacks
-from ania_nb.testing import reply, tool_call
+from ania_nb.testing import delay, reply, tool_call
 
 
 def clock_agent(make_agent, **overrides):
@@ -190,6 +190,22 @@ async def test_a_standby_panel_sees_other_agents_edits_runs_and_the_takeover(llm
     async with asyncio.timeout(10):
         await panel.wait_until(lambda p: "clock: closed" in p.header.value)
         await ticker  # it stops once the clock is closed
+    panel.close()
+
+
+async def test_a_timed_out_run_shows_the_notice_it_delivered(llm, make_agent):
+    agent = clock_agent(make_agent)
+    task = await agent.clock.create(
+        cron="@daily", title="slow", content="x", target="nb:t", timeout=0.3
+    )
+    panel = await ClockPanel(agent).refresh()
+    llm.script(delay(5, reply("too late")))
+    entry = await agent.clock.run_now(task.id)
+    (item,) = panel.feed
+    assert entry.status == item.status == "timeout" and item.delivered
+    assert item.text.startswith("⏰ clock task「slow」timed out")
+    assert "⏱ timeout · slow (#1)" in panel.text()
+    assert "last ⏱ timeout" in panel.text()
     panel.close()
 
 
