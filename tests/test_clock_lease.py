@@ -270,3 +270,26 @@ async def test_the_lease_excludes_a_second_holder_until_released(tmp_path):
     assert await second.acquire()
     await second.release()
     await second.release()  # idempotent
+
+
+async def test_the_holder_marks_the_run_of_a_standby_process_that_died(llm, make_agent, spawn):
+    llm.script(reply(tool_calls=[tool_call("hold")]))
+    _agent, clock, own = await _started(make_agent)
+    try:
+        assert clock.active
+        child = await spawn("run")
+        status = json.loads(await child.line("STATUS"))
+        assert status["active"] is False and status["text"].startswith("clock: standby")
+        await child.line("HOLDING")  # a manual run in the standby process
+        [entry] = await clock.logs()
+        assert entry.status == "running"
+        await child.kill()
+
+        async def interrupted() -> bool:
+            [now] = await clock.logs()
+            return now.status == "interrupted"
+
+        await _until(interrupted, "the holder marks the dead process's run")
+    finally:
+        for c in own:
+            await c.aclose()

@@ -28,6 +28,7 @@ if TYPE_CHECKING:  # pragma: no cover
 log = logging.getLogger("ania_nb.clock")
 
 POLL_SECONDS = 2.0  # how often edits of other processes are picked up and a free lease is tried
+ORPHAN_POLLS = 15  # the holder looks for runs of dead processes every this many polls
 
 
 class ClockEngine:
@@ -104,11 +105,16 @@ class ClockEngine:
 
     async def _watch(self) -> None:
         """Every poll interval: try the lease (standing by) and pick up other processes' edits."""
+        polls = 0
         while True:
             await asyncio.sleep(self.poll_interval)
+            polls += 1
             try:
                 if not self.active:
                     await self._take_over()
+                elif polls % ORPHAN_POLLS == 0 and self._store is not None:
+                    # A process that died mid-run while another held the clock.
+                    await self._store.mark_interrupted()
                 await self._sync()
             except Exception:
                 log.exception("the clock's poll failed; trying again in %g s", self.poll_interval)

@@ -448,22 +448,29 @@ def _finish_run(
         return rows[0] if rows else None
 
 
-def _mark_interrupted(conn: sqlite3.Connection) -> int:
+def _orphans(conn: sqlite3.Connection) -> list[tuple[int, str]]:
+    """``(entry id, task id)`` of the running entries whose process is gone."""
     me = current_owner()
+    rows = conn.execute(
+        "SELECT id, task_id, owner_host, owner_pid, owner_start FROM clock_log WHERE status = ?",
+        (RUNNING,),
+    ).fetchall()
+    return [
+        (entry_id, task_id)
+        for entry_id, task_id, host, pid, start in rows
+        if host == me.host and not is_alive(Owner(host, pid, start))
+    ]
+
+
+def _mark_interrupted(conn: sqlite3.Connection) -> int:
+    if not _orphans(conn):  # the usual case: a read, no write lock (it runs periodically)
+        return 0
     with transaction(conn):
-        rows = conn.execute(
-            "SELECT id, task_id, owner_host, owner_pid, owner_start FROM clock_log "
-            "WHERE status = ?",
-            (RUNNING,),
-        ).fetchall()
-        gone = [
-            (entry_id, task_id)
-            for entry_id, task_id, host, pid, start in rows
-            if host == me.host and not is_alive(Owner(host, pid, start))
-        ]
+        gone = _orphans(conn)
         for entry_id, task_id in gone:
             conn.execute(
-                "UPDATE clock_log SET status = 'interrupted', error = ? WHERE id = ?",
+                "UPDATE clock_log SET status = 'interrupted', error = ? WHERE id = ? "
+                "AND status = 'running'",
                 (INTERRUPTED_ERROR, entry_id),
             )
             conn.execute(
