@@ -8,6 +8,7 @@ Four families, kept apart so callers can catch exactly what they mean (attribute
     │   ├── ToolDefinitionError a tool cannot become a function schema [tool]
     │   ├── ClockError          (ania_nb.clock) a clock task request was refused: bad schedule,
     │   │                       blank content, unknown task or field
+    │   ├── TeamError           (ania_nb.agents) a saved team is invalid, over a limit or exists
     │   └── MissingExtraError   an optional dependency is not installed; also an ImportError
     │                           [extra, name]
     ├── RunError                a run failed [session]
@@ -24,7 +25,8 @@ Four families, kept apart so callers can catch exactly what they mean (attribute
     │                               [source, status_code]
     └── ToolSignal              raised inside a tool to steer the loop; never escapes a run
         └── ToolError           the tool failed with a message meant for the model
-            └── ToolArgumentsError  (ania_nb.tools.base) the model's arguments do not fit [tool]
+            ├── ToolArgumentsError  (ania_nb.tools.base) the model's arguments do not fit [tool]
+            └── BudgetError     (ania_nb.agents) a child cannot start: its parent's time is short
 
 A run that fails because of a `ResourceError` (say, the store) is reported through its
 `RunResult` like any other failed run; the exception itself is raised where no run is involved
