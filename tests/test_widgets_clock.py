@@ -79,7 +79,15 @@ async def test_refresh_loads_existing_tasks_and_log(llm, make_agent):
     assert list(panel.tasks) == [task.id]
     assert [item.text for item in panel.feed] == ["logged before the panel"]
     assert panel.feed[0].status == "success" and panel.feed[0].manual
+
+    fresh = ClockPanel(agent)  # a run finishes before the panel has loaded the log
+    llm.script(reply("newer"))
+    await agent.clock.run_now(task.id)
+    assert [item.text for item in fresh.feed] == ["newer"]
+    await fresh.refresh()
+    assert [item.text for item in fresh.feed] == ["newer", "logged before the panel"]
     panel.close()
+    fresh.close()
 
 
 async def test_buttons_call_the_clock_api(llm, make_agent):

@@ -119,6 +119,7 @@ class ClockPanel(Displayable):
                 self._upsert_entry(entry)
             elif not item.delivered:
                 apply_entry(item, entry)
+        self.feed.sort(key=lambda item: item.when, reverse=True)  # events may have come first
         self._render()
         return self
 
