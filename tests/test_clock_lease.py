@@ -194,6 +194,8 @@ async def test_one_process_holds_the_clock_and_another_takes_over_when_it_dies(
         )
         assert json.loads(await child.line("DELIVERY")) == "fired by the child"
         await _until(lambda: f"task_deleted:{task.id}" in events, "the deletion is seen here")
+        # The holder's run is announced here too (for a panel in this standing-by process).
+        await _until(lambda: f"run_finished:{task.id}" in events, "the run is seen here")
         assert mine == []
         [entry] = await clock.logs(task_id=task.id)
         assert entry.status == "success" and entry.reply == "fired by the child"

@@ -64,6 +64,7 @@ class Clock(ClockEngine):
             self._lease = Lease(os.path.dirname(clock_store.db.path))
             await clock_store.mark_interrupted()
             self._rev, self._revs = await clock_store.revision(), await clock_store.revisions()
+            self._log_seen = await clock_store.newest_entry_id()
             await self._take_over()
             if self._state == "closed":  # closed while starting
                 await self._lease.release()

@@ -49,6 +49,8 @@ class ClockEngine:
         self._rev = -1  # the store's edit counter as last seen
         self._revs: dict[str, int] = {}  # task id → revision of its last edit, as last seen
         self._holder: dict[str, Any] | None = None
+        self._log_seen = 0  # the newest log entry id looked at (other processes' runs)
+        self._others_running: set[int] = set()  # their entries still running, as last seen
         self._lock = asyncio.Lock()  # one start at a time
         # Local edits and the poll of other processes' edits take turns, so neither mistakes
         # the other's change for a foreign one (events are sent after it is released).
@@ -116,6 +118,7 @@ class ClockEngine:
                     # A process that died mid-run while another held the clock.
                     await self._store.mark_interrupted()
                 await self._sync()
+                await self._sync_runs()
             except Exception:
                 log.exception("the clock's poll failed; trying again in %g s", self.poll_interval)
 
@@ -142,6 +145,24 @@ class ClockEngine:
                 events.append((kind, task.id, task))
         for kind, task_id, changed_task in events:
             await self._emit(kind, task_id, task=changed_task)
+
+    async def _sync_runs(self) -> None:
+        """Announce the runs other processes started and finished since the last look.
+
+        So a panel in a process standing by shows the results of the runs the holder made.
+        """
+        assert self._store is not None
+        entries, self._log_seen = await self._store.others_runs(
+            self._log_seen, sorted(self._others_running)
+        )
+        for entry in entries:
+            if entry.status == "running":
+                if entry.id not in self._others_running:
+                    self._others_running.add(entry.id)
+                    await self._emit("run_started", entry.task_id, entry=entry)
+            else:
+                self._others_running.discard(entry.id)
+                await self._emit("run_finished", entry.task_id, entry=entry)
 
     async def _apply(self, task: ClockTask) -> None:
         """Schedule (or unschedule) an edited task here, when this process holds the clock."""

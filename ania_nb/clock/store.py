@@ -208,6 +208,19 @@ class ClockStore:
         rows = await self.db.run(_select_logs, "WHERE id = ?", (entry_id,), 1)
         return rows[0] if rows else None
 
+    async def newest_entry_id(self) -> int:
+        """The id of the newest log entry (0 when the log is empty)."""
+        return await self.db.run(_newest_entry_id)
+
+    async def others_runs(
+        self, after: int, watching: Sequence[int]
+    ) -> tuple[builtins.list[TaskLogEntry], int]:
+        """Entries of other processes newer than ``after`` or in ``watching``, oldest first.
+
+        Also returns the newest entry id, for the next look.
+        """
+        return await self.db.run(_others_runs, after, list(watching))
+
 
 # Store-thread functions: each receives the connection first (see ``Database.run``).
 
@@ -479,6 +492,26 @@ def _mark_interrupted(conn: sqlite3.Connection) -> int:
                 (task_id, RUNNING),
             )
     return len(gone)
+
+
+def _newest_entry_id(conn: sqlite3.Connection) -> int:
+    return int(conn.execute("SELECT coalesce(max(id), 0) FROM clock_log").fetchone()[0])
+
+
+def _others_runs(
+    conn: sqlite3.Connection, after: int, watching: list[int]
+) -> tuple[list[TaskLogEntry], int]:
+    me = current_owner()
+    newest = _newest_entry_id(conn)
+    marks = ",".join("?" * len(watching[:500]))
+    which = f"(id > ? OR id IN ({marks}))" if watching else "id > ?"
+    rows = _select_logs(
+        conn,
+        f"WHERE {which} AND NOT (owner_host IS ? AND owner_pid IS ?)",
+        (after, *watching[:500], me.host, me.pid),
+        1000,
+    )
+    return rows[::-1], newest
 
 
 def _select_logs(
