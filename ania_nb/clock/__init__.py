@@ -231,7 +231,7 @@ class Clock(ClockEngine):
     def subscribe(self, fn: Callable[[ClockEvent], Any]) -> Callable[[], None]:
         """Call ``fn`` (sync or async) with every `ClockEvent`; returns the unsubscribe function.
 
-        Task changes made by other processes are reported too (picked up by polling).
+        Task changes and runs of other processes are reported too, within a poll interval.
         """
         return self._listeners.subscribe(fn)
 

@@ -123,8 +123,10 @@ class ClockEvent:
     """A change a `Clock.subscribe` listener hears about.
 
     ``task_created``/``task_updated`` carry the task as it is now, ``task_deleted`` the task as
-    it was; ``run_started``/``run_finished`` carry the log entry and, when it still exists,
-    the task. ``task_id`` is always set.
+    it was (None when another process deleted it); ``run_started``/``run_finished`` carry the
+    log entry and the task as the run began (None for runs of other processes, seen by
+    polling: their ``run_started`` may be missed when a run ends within one poll, and a
+    ``skipped`` entry comes as ``run_finished`` alone). ``task_id`` is always set.
     """
 
     kind: EventKind
