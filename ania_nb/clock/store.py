@@ -468,11 +468,17 @@ def _orphans(conn: sqlite3.Connection) -> list[tuple[int, str]]:
         "SELECT id, task_id, owner_host, owner_pid, owner_start FROM clock_log WHERE status = ?",
         (RUNNING,),
     ).fetchall()
-    return [
-        (entry_id, task_id)
-        for entry_id, task_id, host, pid, start in rows
-        if host == me.host and not is_alive(Owner(host, pid, start))
-    ]
+    alive: dict[Owner, bool] = {}  # many entries share an owner: look at each process once
+    gone: list[tuple[int, str]] = []
+    for entry_id, task_id, host, pid, start in rows:
+        owner = Owner(host, pid, start)
+        if host != me.host:
+            continue  # another host's process cannot be checked
+        if owner not in alive:
+            alive[owner] = owner == me or is_alive(owner)
+        if not alive[owner]:
+            gone.append((entry_id, task_id))
+    return gone
 
 
 def _mark_interrupted(conn: sqlite3.Connection) -> int:
