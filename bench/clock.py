@@ -460,6 +460,7 @@ async def measure_startup(args: argparse.Namespace, base_url: str, root: Path) -
     path = (await agent.open_store()).db.path
     times: dict[str, list[float]] = {"sqlite": [], "list": [], "start": []}
     cpu: list[float] = []
+    stalls: list[float] = []
     first_start = None
     try:
         for r in range(args.repeat + 1):  # round 0: warm-up (and the first start, reported)
@@ -476,7 +477,7 @@ async def measure_startup(args: argparse.Namespace, base_url: str, root: Path) -
             assert len(listed) == args.stored
 
             gc.collect()
-            t_start, c_start = await start_clock(agent, args.stored)
+            t_start, c_start, stall = await start_clock(agent, args.stored)
             if r == 0:
                 first_start = t_start
                 continue
@@ -484,6 +485,7 @@ async def measure_startup(args: argparse.Namespace, base_url: str, root: Path) -
             times["list"].append(t_list)
             times["start"].append(t_start)
             cpu.append(c_start)
+            stalls.append(stall)
         if args.profile:  # one more start, profiled (not in the figures: cProfile slows it)
             profile = cProfile.Profile()
             await start_clock(agent, args.stored, profile)
@@ -501,6 +503,7 @@ async def measure_startup(args: argparse.Namespace, base_url: str, root: Path) -
         "first_clock_start_s": first_start,
         "median_s": med,
         "clock_start_cpu_s": statistics.median(cpu),
+        "longest_loop_stall_ms": 1000 * max(stalls),
         "ratio_start_to_sqlite": med["start"] / med["sqlite"],
         "ratio_start_to_list": med["start"] / med["list"],
         "ratio_list_to_sqlite": med["list"] / med["sqlite"],
@@ -510,11 +513,27 @@ async def measure_startup(args: argparse.Namespace, base_url: str, root: Path) -
 
 async def start_clock(
     agent: Any, expected: int, profile: cProfile.Profile | None = None
-) -> tuple[float, float]:
-    """Start and close a fresh ``Clock(agent)``; (wall, CPU) seconds of ``start()``."""
+) -> tuple[float, float, float]:
+    """Start and close a fresh ``Clock(agent)``: (wall, CPU, longest loop stall) of ``start()``.
+
+    The stall is the longest gap seen by a 1 ms ticker running on the loop meanwhile.
+    """
     from ania_nb.clock import Clock
 
     clock = Clock(agent)
+    loop = asyncio.get_running_loop()
+    done = False
+    stall = 0.0
+
+    async def ticker() -> None:
+        nonlocal stall
+        while not done:
+            t = loop.time()
+            await asyncio.sleep(0.001)
+            stall = max(stall, loop.time() - t - 0.001)
+
+    probe = asyncio.create_task(ticker())
+    await asyncio.sleep(0.01)
     if profile is not None:
         profile.enable()
     t0, c0 = time.perf_counter(), time.process_time()
@@ -522,12 +541,14 @@ async def start_clock(
     wall, cpu = time.perf_counter() - t0, time.process_time() - c0
     if profile is not None:
         profile.disable()
+    done = True
+    await probe
     status = clock.status_text()
     await clock.aclose()
     found = re.search(r"(\d+) task\(s\) scheduled", status)
     if found is None or int(found.group(1)) != expected:
         raise RuntimeError(f"the clock did not schedule all {expected} tasks: {status}")
-    return wall, cpu
+    return wall, cpu, stall
 
 
 # --------------------------------------------------------------------------- main
@@ -603,7 +624,8 @@ def print_table(report: dict[str, Any]) -> None:
         p(
             f"first Clock.start() after storing: {1000 * up['first_clock_start_s']:.0f} ms; "
             f"Agent.start() with the stored tasks: {1000 * up['agent_start_s']:.0f} ms; "
-            f"Clock.start() CPU {1000 * up['clock_start_cpu_s']:.0f} ms",
+            f"Clock.start() CPU {1000 * up['clock_start_cpu_s']:.0f} ms; longest loop stall "
+            f"during a start {up['longest_loop_stall_ms']:.0f} ms",
             file=sys.stderr,
         )
 
