@@ -88,6 +88,7 @@ class Clock(ClockEngine):
             task.cancel()
         if tasks:
             await asyncio.gather(*tasks, return_exceptions=True)
+        self._scheduler.shutdown()  # again: a take-over cut short may have started it
         if self._lease is not None:
             await self._lease.release()
 

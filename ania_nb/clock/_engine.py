@@ -86,6 +86,9 @@ class ClockEngine:
             self._holder = holder
             return
         self._holder = None
+        if self._state == "closed":  # closed while the lock was being taken
+            await self._lease.release()
+            return
         await self._store.mark_interrupted()  # the previous holder may have died mid-run
         async with self._edits:  # an edit made meanwhile is either listed here or applied after
             tasks = await self._store.list()

@@ -36,7 +36,15 @@ class Lease:
     async def acquire(self) -> bool:
         """Take the lock if it is free (never waits for it); True when held afterwards."""
         if self._file is None:
-            self._file = await asyncio.to_thread(_try_lock, self.path)
+            attempt = asyncio.ensure_future(asyncio.to_thread(_try_lock, self.path))
+            try:
+                self._file = await asyncio.shield(attempt)
+            except asyncio.CancelledError:
+                # The thread goes on: give up whatever lock it gets, then stop.
+                file = await attempt
+                if file is not None:
+                    await asyncio.to_thread(_unlock, file)
+                raise
         return self._file is not None
 
     async def release(self) -> None:
