@@ -13,7 +13,9 @@ time APScheduler fired for), taken from the ``run_started`` events of ``agent.cl
 (``run_started → event`` is when the event reached the subscriber). Baseline, in the same
 blocks and on the same loop: bare ``loop.call_at`` timers at random times, at the same rate,
 whose lateness is the loop's own lag; ratios are clock / timer. Goal (issue 13): clock p99 in
-the busy blocks ≤ 50 ms.
+the busy blocks ≤ 50 ms. Diagnostics per block: the scheduler's dispatch lateness (a stamp on
+its internal fire callback), loop-thread / process / server CPU, the loop thread's run-queue
+wait (``/proc/thread-self/schedstat``: CPU taken by other processes) and GC pauses.
 
 (b) **Start-up.** ``--stored`` tasks (default 10,000; a mix of crontab lines, descriptors and
 long ``@every`` periods) are stored, then a fresh ``Clock(agent).start()`` loads and schedules
@@ -22,7 +24,7 @@ to reading the same rows from SQLite alone (a fresh ``sqlite3`` connection, ``SE
 clock_tasks ORDER BY seq``, ``fetchall``), and to ``clock.list()`` (the rows read into
 ``ClockTask`` objects on the store thread); interleaved, ``--repeat`` times each, medians.
 
-    python bench/clock.py            # full: about 4 minutes on 2 cores
+    python bench/clock.py            # full: about 5 minutes on 2 cores
     python bench/clock.py --quick    # a short run to check that it works (about 1 minute)
     python bench/clock.py --json     # JSON on stdout, the table on stderr
 """
