@@ -105,10 +105,9 @@ class Agent:
         from .clock import Clock  # APScheduler: imported with the first Agent, not the package
 
         self.clock = Clock(self)  # scheduled tasks; starts when the Agent opens
-        self._session_tools.append(self.clock.session_tools)
         self._stop_listeners: list[Callable[[str], object]] = []
         self.agents = Agents(self)  # subagents and teams of main sessions
-        self._session_tools.append(self.agents.session_tools)
+        self._session_tools.append(self._builtin_session_tools)
         self._publishing: set[asyncio.Future[int]] = set()
         self._queues = SessionQueues(
             self.sessions,
@@ -279,6 +278,12 @@ class Agent:
 
     async def _after_run(self, spec: RunSpec, result: RunResult) -> None:
         await self.governance.after_run(spec.kind, spec.session, result, task=spec.text)
+
+    def _builtin_session_tools(self, session: str) -> list[Tool]:
+        """The clock_*, subagent_* and team_* tools (built-ins: off with agent.builtin_tools)."""
+        if not self.config.agent.builtin_tools:
+            return []
+        return [*self.clock.session_tools(session), *self.agents.session_tools(session)]
 
     def _new_session(self, name: str) -> Session:
         return Session(name, self._session_executor(name))

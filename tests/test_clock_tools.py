@@ -30,7 +30,7 @@ async def call(agent: Any, llm: Any, session: str, name: str, args: dict | None 
 
 @pytest.fixture
 async def agent(make_agent: Any) -> Any:
-    agent = make_agent()
+    agent = make_agent(overrides={"agent.builtin_tools": True})  # clock_* are built-in tools
     await agent.start()
     return agent
 
@@ -287,9 +287,17 @@ async def test_plan_mode_blocks_changes_but_not_reading(agent, llm):
     assert [(t.id, t.enabled) for t in await agent.clock.list()] == [(task.id, True)]
 
 
-async def test_no_clock_tools_when_the_clock_is_off(make_agent, llm):
-    agent = make_agent(overrides={"clock.enable": False})
-    llm.script(reply("hi"))
-    await agent.chat("hello", session="nb:a")
-    names = {t["function"]["name"] for t in llm.requests[-1].tools or []}
-    assert not {n for n in names if n.startswith("clock_")}
+async def test_no_clock_tools_when_the_clock_or_the_built_ins_are_off(make_agent, llm):
+    on = make_agent(overrides={"agent.builtin_tools": True})
+    off = make_agent(overrides={"clock.enable": False, "agent.builtin_tools": True})
+    bare = make_agent(overrides={"agent.builtin_tools": False}, data_dir=off.data_dir.parent / "b")
+    for agent in (on, off, bare):
+        llm.script(reply("hi"))
+        await agent.chat("hello", session="nb:a")
+    sent = [{t["function"]["name"] for t in r.tools or []} for r in llm.requests]
+    assert [sorted(n for n in names if n.startswith("clock_")) != [] for names in sent] == [
+        True,
+        False,
+        False,
+    ]
+    assert not {n for n in sent[2] if n.startswith(("subagent_", "team_", "todo_"))}

@@ -40,7 +40,9 @@ def PARENT(request: RecordedRequest) -> bool:
 
 def sub_agent(make_agent: Callable[..., Any], **overrides: Any) -> Any:
     """An Agent with the subagent tools (wired here until the Agent wires `Agents` itself)."""
-    agent = make_agent(overrides={"subagent.enable": True, **overrides})
+    agent = make_agent(
+        overrides={"subagent.enable": True, "agent.builtin_tools": True, **overrides}
+    )
     if getattr(agent, "agents", None) is None:
         agents = Agents(agent)
         agent.add_session_tools(agents.session_tools)

@@ -27,7 +27,14 @@ MEMBER_MARK = "member of an agent team"  # in every role prompt (COMMON_NOTE)
 
 def team_agent(make_agent: Callable[..., Any], **overrides: Any) -> Any:
     """An Agent with the team tools on (and the subagent tools, which members must not see)."""
-    return make_agent(overrides={"team.enable": True, "subagent.enable": True, **overrides})
+    return make_agent(
+        overrides={
+            "team.enable": True,
+            "subagent.enable": True,
+            "agent.builtin_tools": True,
+            **overrides,
+        }
+    )
 
 
 def system_of(request: Any) -> str:
@@ -525,7 +532,9 @@ async def test_members_get_the_team_round_limit(llm, make_agent):
 
 
 async def test_team_tools_exist_only_when_enabled(llm, make_agent):
-    agent = make_agent(overrides={"subagent.enable": True})  # team.enable defaults to False
+    agent = make_agent(
+        overrides={"subagent.enable": True, "agent.builtin_tools": True}
+    )  # team.enable: False
     llm.script(reply("hi"))
     await agent.chat("hello", session=SESSION)
     names = tool_names(llm.requests[0])
@@ -533,7 +542,7 @@ async def test_team_tools_exist_only_when_enabled(llm, make_agent):
 
 
 async def test_the_python_api_saves_and_reads_global_teams(make_agent):
-    agent = make_agent(overrides={"team.enable": True})
+    agent = make_agent(overrides={"team.enable": True, "agent.builtin_tools": True})
     teams = await agent.agents.teams()
     await teams.create("global", "reviewers", [{"name": "critic", "role": "Find the flaws."}])
     assert [t.name for t in await teams.list("global")] == ["reviewers"]

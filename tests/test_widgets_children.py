@@ -335,7 +335,7 @@ async def test_a_real_team_run_shows_three_members_running_at_once(llm, make_age
         await gate.wait()
         return f"{who} met the others"
 
-    agent = make_agent(tools=[meet], overrides={"team.enable": True})
+    agent = make_agent(tools=[meet], overrides={"team.enable": True, "agent.builtin_tools": True})
     names = ["alpha", "beta", "gamma"]
     for name in names:
         llm.route(
@@ -404,7 +404,9 @@ async def test_real_subagents_a_waited_one_nests_live_a_background_one_completes
         await gate.wait()
         return "the data is there"
 
-    agent = make_agent(tools=[add, wait_for_data], overrides={"subagent.enable": True})
+    agent = make_agent(
+        tools=[add, wait_for_data], overrides={"subagent.enable": True, "agent.builtin_tools": True}
+    )
     injected: list[RunEvent] = []
     answered = asyncio.Event()
 
@@ -491,7 +493,12 @@ async def test_a_subagents_approval_card_is_answered_in_the_parent_view(llm, mak
         ran.append(target)
         return f"destroyed {target}"
 
-    gated = {"approval.enable": True, "approval.tools": ["danger"], "subagent.enable": True}
+    gated = {
+        "approval.enable": True,
+        "approval.tools": ["danger"],
+        "subagent.enable": True,
+        "agent.builtin_tools": True,
+    }
     agent = make_agent(tools=[danger], overrides=gated)
     llm.route(
         "You are a subagent",
@@ -514,7 +521,12 @@ async def test_a_subagents_approval_card_is_answered_in_the_parent_view(llm, mak
 
 
 async def test_a_childs_approval_answered_elsewhere_resolves_its_card(llm, make_agent):
-    gated = {"approval.enable": True, "approval.tools": ["danger"], "subagent.enable": True}
+    gated = {
+        "approval.enable": True,
+        "approval.tools": ["danger"],
+        "subagent.enable": True,
+        "agent.builtin_tools": True,
+    }
 
     @tool(side_effects=True)
     def danger(target: str) -> str:

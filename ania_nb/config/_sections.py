@@ -72,7 +72,10 @@ class AgentSettings(Section):
     system_prompt: str = Field("", description="System prompt; empty = the built-in prompt.")
     builtin_tools: bool = Field(
         True,
-        description="Register the built-in tools (time, web, meme, images, gated tools, todo).",
+        description=(
+            "Register the built-in tools (time, web, meme, images, gated tools, todo, clock_*, "
+            "subagent_*, team_*)."
+        ),
     )
     max_tool_result_chars: int = Field(
         20000,
