@@ -32,7 +32,7 @@ if TYPE_CHECKING:  # pragma: no cover
 log = logging.getLogger(__name__)
 
 FireCallback = Callable[[str, float], None]
-START_BATCH = 250  # jobs added between two looks at the loop while starting
+START_BATCH = 50  # jobs added between two looks at the loop (each batch holds it ~15-40 ms)
 
 
 class _LoopExecutor(BaseExecutor):  # type: ignore[misc]
