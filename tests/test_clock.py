@@ -190,6 +190,15 @@ async def test_a_task_fires_on_the_loop_with_its_targets_tools_and_delivers_only
     assert after.next_run_at is None  # disabled now
     kinds = [e.kind for e in watch.events if e.kind != "task_updated"]
     assert kinds == ["task_created", "run_started", "run_finished"]
+    # The run is in the target's run records too, once, with its tool calls and tokens.
+    [record] = await agent.runs(session="nb:reports")
+    assert (record.status, record.sender, record.reply) == (
+        "success",
+        f"clock:{task.id}",
+        "It is done.",
+    )
+    assert record.input == trigger and [c.name for c in record.tool_calls] == ["lookup"]
+    assert record.total_tokens == entry.total_tokens
 
 
 async def test_next_run_at_stays_true_after_fires_and_every_change(llm, open_clock):

@@ -27,6 +27,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from ..engine.messages import Message
     from ..orchestration import AgentHost
     from ..result import RunResult
+    from ..store import RunJournal
     from .model import ClockTask
     from .store import ClockStore
 
@@ -79,28 +80,54 @@ class Outcome:
 
 
 class TaskLogRecorder:
-    """The `RunRecorder` of clock runs: tool calls go to the task-log entry as they happen.
+    """The `RunRecorder` of clock runs: the task-log entry and a run record of the target.
 
-    The entry itself is opened before the run (to detect overlaps) and closed by the clock
-    after the last drain round, so `begin` and `finish` only hand over the entry id.
+    Tool calls go to both as they happen. The entry is opened before the run (to detect
+    overlaps) and closed by the clock after the last drain round; the run record (in
+    ``agent.runs()``, sender ``clock:<task id>``) is opened by the first round and closed by
+    `close`, so one task run is one record however many drain rounds it took.
     """
 
-    def __init__(self, store: ClockStore, entry_id: int) -> None:
-        """Record into the log entry ``entry_id``."""
+    def __init__(
+        self, store: ClockStore, entry_id: int, runs: RunJournal | None = None, session: str = ""
+    ) -> None:
+        """Record into the log entry ``entry_id`` (and a run record of ``session``)."""
         self.store = store
         self.entry_id = entry_id
+        self.runs = runs
+        self.session = session
+        self.run_id: int | None = None
 
     async def begin(
         self, text: str, sender: str | None, turn: Message, *, load_history: bool
     ) -> tuple[int | None, list[Message] | None]:
-        """The entry exists already; a clock run starts without stored history."""
+        """Open the run record once; a clock run starts without stored history."""
+        if self.runs is not None and self.run_id is None:
+            try:
+                self.run_id = await self.runs.start(self.session, text, sender=sender)
+            except Exception:  # the task log still records the run
+                log.exception("could not open the run record of clock entry %s", self.entry_id)
         return self.entry_id, [] if load_history else None
 
     async def round(
         self, run_id: int | None, messages: Sequence[Message], calls: Sequence[ToolCallResult]
     ) -> None:
-        """Append the round's tool calls to the entry."""
+        """Append the round's tool calls to the entry and the run record."""
         await self.store.add_tool_calls(self.entry_id, call_records(calls))
+        if self.runs is not None and self.run_id is not None:
+            await self.runs.record_round(self.session, self.run_id, (), call_records(calls))
+
+    async def close(self, status: str, usage: Usage, reply: str | None, error: str | None) -> None:
+        """Close the run record (best effort: a failure is logged)."""
+        if self.runs is None or self.run_id is None:
+            return
+        run_id, self.run_id = self.run_id, None
+        try:
+            await self.runs.finish(
+                self.session, run_id, status, usage=usage.to_dict(), reply=reply, error=error
+            )
+        except Exception:
+            log.exception("could not close the run record %s of a clock run", run_id)
 
     async def finish(
         self, run_id: int | None, outcome: RunResult, messages: Sequence[Message]
@@ -126,6 +153,9 @@ async def run_task(host: AgentHost, store: ClockStore, task: ClockTask, entry_id
     children = _children(host, task, deadline, usage) if config.subagent.enable else None
     extra = list(children.tools()) if children is not None else []
 
+    journal = (await host.open_store()).journal
+    recorder = TaskLogRecorder(store, entry_id, journal, target)
+
     def job(text: str) -> OneShotJob:
         return OneShotJob(
             kind="clock",
@@ -135,7 +165,8 @@ async def run_task(host: AgentHost, store: ClockStore, task: ClockTask, entry_id
             timeout=max(0.001, deadline - time.monotonic()),
             callbacks=host.outbox.callbacks_for(target),
             usage=usage,
-            record=TaskLogRecorder(store, entry_id),
+            record=recorder,
+            sender=f"clock:{task.id}",
             conversation=conversation,
             extra_tools=extra,
         )
@@ -147,10 +178,15 @@ async def run_task(host: AgentHost, store: ClockStore, task: ClockTask, entry_id
         result = await host.run_one_shot(job(trigger_text(task)))
         if children is not None and result.ok:
             result = await children.drain(result, continue_with)
+    except asyncio.CancelledError:
+        await asyncio.shield(recorder.close("stopped", usage, None, "the clock run was stopped"))
+        raise
     finally:
         if children is not None:
             await _quietly(children.cancel_all())
-    return _outcome(task, result, usage, budget)
+    outcome = _outcome(task, result, usage, budget)
+    await recorder.close(result.status, usage, outcome.reply, outcome.error)
+    return outcome
 
 
 def _outcome(task: ClockTask, result: RunResult, usage: Usage, budget: float) -> Outcome:

@@ -70,6 +70,7 @@ class OneShotJob:
     conversation: Conversation | None = None
     extra_tools: Sequence[Tool] = ()
     hidden: frozenset[str] = frozenset()
+    sender: str | None = None  # who the record names as the sender (e.g. ``clock:<task id>``)
 
     def hidden_tools(self) -> frozenset[str]:
         """Every tool name this run may not see."""
@@ -96,6 +97,7 @@ def one_shot_spec(job: OneShotJob, executor: SessionToolExecutor, store: Store) 
         tools=ToolView(executor, hidden),
         record=job.record or StoreRecord(store, job.session, history=False),
         conversation=job.conversation,
+        sender=job.sender,
         admin_only_approval=True,  # nobody stands behind the run: only an admin may approve
         callbacks=callbacks,
         timeout=job.timeout,
