@@ -6,6 +6,9 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import os
+import sys
+from pathlib import Path
 
 import pytest
 from _media import PNG
@@ -170,29 +173,88 @@ async def test_a_repeating_task_row_shows_its_last_status_and_next_run(llm, make
         await panel.wait_until(lambda p: False)
 
 
-async def test_a_standby_panel_sees_other_agents_edits_runs_and_the_takeover(llm, make_agent):
-    holder = clock_agent(make_agent)
-    await holder.start()
-    standby = clock_agent(make_agent)  # the same data directory
-    standby.clock.poll_interval = 0.05
-    await standby.start()
-    assert holder.clock.active and not standby.clock.active
-    panel = await ClockPanel(standby).refresh()
-    panel.lease_tick = 0.05
-    assert "standby" in panel.header.value and "#ef6c00" in panel.header.value
-    assert panel.text().startswith("◷ clock: standby")
+ROOT = str(Path(__file__).resolve().parents[1])
+HOLDER = """
+import asyncio, sys
+from ania_nb import Agent
 
-    task = await holder.clock.create(cron="@daily", title="elsewhere", content="x", target="nb:t")
-    async with asyncio.timeout(10):
-        await panel.wait_until(lambda p: task.id in p.tasks)  # polled from the store
-    llm.script(reply("ran in the holder"))
-    await holder.clock.run_now(task.id)  # no event reaches the standby: it reads the log
-    async with asyncio.timeout(10):
-        await panel.wait_until(lambda p: bool(p.feed) and p.feed[0].text == "ran in the holder")
-    await holder.aclose()  # the lease is free: the standby takes over, the header says so
-    async with asyncio.timeout(10):
-        await panel.wait_until(lambda p: "active in this process" in p.header.value)
-    assert "#2e7d32" in panel.header.value and standby.clock.active
+async def main():
+    data_dir, base_url = sys.argv[1:3]
+    overrides = {"llm.stream": False, "agent.builtin_tools": False,
+                 "skills.dir": data_dir + "/no-skills", "mcp.config_file": data_dir + "/no.json"}
+    agent = Agent(base_url=base_url, api_key="sk", model="scripted", data_dir=data_dir,
+                  overrides=overrides)
+    await agent.start()
+    print("ACTIVE", agent.clock.active, flush=True)
+    loop = asyncio.get_running_loop()
+    await loop.run_in_executor(None, sys.stdin.readline)
+    task = await agent.clock.create(cron="@daily", title="elsewhere", content="x", target="nb:t")
+    print("TASK", task.id, flush=True)
+    await loop.run_in_executor(None, sys.stdin.readline)
+    print("RAN", (await agent.clock.run_now(task.id)).status, flush=True)
+    await loop.run_in_executor(None, sys.stdin.readline)
+    await agent.aclose()
+
+asyncio.run(main())
+"""
+
+
+async def test_a_standby_panel_follows_the_holder_process_and_the_takeover(
+    llm, make_agent, tmp_path
+):
+    holder = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-c",
+        HOLDER,
+        str(tmp_path / "data"),
+        llm.base_url,
+        stdin=asyncio.subprocess.PIPE,
+        stdout=asyncio.subprocess.PIPE,
+        env={**os.environ, "PYTHONPATH": ROOT},
+    )
+    assert holder.stdin is not None and holder.stdout is not None
+
+    async def said(prefix: str) -> str:
+        async with asyncio.timeout(30):
+            line = (await holder.stdout.readline()).decode()
+        assert line.startswith(prefix), line
+        return line[len(prefix) :].strip()
+
+    async def tell() -> None:
+        holder.stdin.write(b"go\n")
+        await holder.stdin.drain()
+
+    try:
+        assert await said("ACTIVE") == "True"
+        standby = clock_agent(make_agent)  # the same data directory, in this process
+        standby.clock.poll_interval = 0.05
+        await standby.start()
+        assert not standby.clock.active
+        panel = await ClockPanel(standby).refresh()
+        panel.lease_tick = 0.05
+        assert "standby" in panel.header.value and "#ef6c00" in panel.header.value
+        assert panel.text().startswith("◷ clock: standby")
+
+        await tell()
+        task_id = await said("TASK")
+        async with asyncio.timeout(10):
+            await panel.wait_until(lambda p: task_id in p.tasks)  # polled from the store
+        llm.script(reply("ran in the holder"))
+        await tell()
+        assert await said("RAN") == "success"
+        async with asyncio.timeout(10):  # announced from the log: no refresh
+            await panel.wait_until(lambda p: bool(p.feed) and p.feed[0].text == "ran in the holder")
+        assert panel.feed[0].task_id == task_id and panel.feed[0].manual
+
+        await tell()  # the holder closes: the lease is free, the standby takes over
+        async with asyncio.timeout(30):
+            await holder.wait()
+            await panel.wait_until(lambda p: "active in this process" in p.header.value)
+        assert "#2e7d32" in panel.header.value and standby.clock.active
+    finally:
+        if holder.returncode is None:
+            holder.kill()
+            await holder.wait()
     ticker = panel._ticker
     await standby.aclose()
     async with asyncio.timeout(10):

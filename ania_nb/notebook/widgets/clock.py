@@ -44,9 +44,7 @@ if TYPE_CHECKING:  # pragma: no cover
 
 log = logging.getLogger(__name__)
 
-# Seconds between looks at the lease (taking it over sends no event) and, on standby, at the
-# task log (the holder's runs send no event to another process).
-LEASE_TICK = 2.0
+LEASE_TICK = 2.0  # seconds between looks at the lease (taking it over sends no event)
 
 
 class ClockPanel(Displayable):
@@ -434,22 +432,10 @@ class ClockPanel(Displayable):
     async def _tick(self) -> None:
         while not self.closed:
             await asyncio.sleep(self.lease_tick)
-            if "standby" in self.clock.status_text():
-                await self._follow_log()
             if (self.clock.active, self.clock.status_text()) != self._lease_seen:
                 self._render()
             if self.clock.status_text().startswith("clock: closed"):
                 return  # its Agent was closed (e.g. by %ania config): nothing changes any more
-
-    async def _follow_log(self) -> None:
-        """On standby the holder's runs send no event here: reload when the log has moved on."""
-        try:
-            newest = await self.clock.logs(target=self.target, limit=1)
-            item = self._find(entry_key(newest[0].id)) if newest else None
-            if newest and (item is None or item.status != newest[0].status):
-                await self.refresh()
-        except Exception:  # the clock closed meanwhile: the panel stays as it was
-            log.debug("following the clock's log failed", exc_info=True)
 
     def _button(self, action: str, task_id: str) -> None:
         """A task row's button was clicked (on the kernel's loop)."""
