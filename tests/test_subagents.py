@@ -258,6 +258,8 @@ async def test_stop_cancels_a_waiting_parents_children(
     llm: Any, make_agent: Callable[..., Any]
 ) -> None:
     agent = sub_agent(make_agent)
+    stops: list[dict[str, Any]] = []
+    agent.add_hook("SubagentStop", lambda event, payload: stops.append(payload))
     release = threading.Event()
 
     def slow_child(request: RecordedRequest) -> Any:
@@ -282,6 +284,11 @@ async def test_stop_cancels_a_waiting_parents_children(
     ]
     assert sorted(r.status for r in child_runs) == ["stopped", "stopped"]
     assert len(llm.requests) == 3  # nobody asked anything after the stop
+    # SubagentStop follows every child run, a stopped one too.
+    assert sorted((p["status"], p["prompt"][-1]) for p in stops) == [
+        ("stopped", "a"),
+        ("stopped", "b"),
+    ]
 
 
 async def test_stop_cancels_background_children_and_nothing_is_injected(

@@ -24,7 +24,7 @@ from ..engine.repair import clean_text, repair_history
 from ..errors import ResourceError, RunError
 from ..result import RunResult, RunStatus
 from ..tools import ToolContext
-from .spec import RunSpec
+from .spec import ONE_SHOT_KINDS, RunSpec
 from .tool_view import ToolView
 
 log = logging.getLogger(__name__)
@@ -64,7 +64,7 @@ async def execute_run(spec: RunSpec, services: RunServices) -> RunResult:
     return await _Run(spec, services).execute()
 
 
-async def _uncancellable(work: Awaitable[None]) -> None:
+async def _uncancellable(work: Awaitable[object]) -> None:
     """Finish ``work`` even if cancelled again meanwhile (a second stop, a close).
 
     A stopped run's record must not stay ``running``.
@@ -135,7 +135,10 @@ class _Run:
         except asyncio.CancelledError:
             stopped = self._failed("stopped", "stopped by the user")
             await _uncancellable(self._close(stopped, []))
-            await self._emit("run_end", status="stopped", error=stopped.error)
+            if spec.kind in ONE_SHOT_KINDS:  # SubagentStop follows every child, stopped too
+                await _uncancellable(self._end(stopped))
+            else:
+                await self._emit("run_end", status="stopped", error=stopped.error)
             raise
         except (RunError, ResourceError) as exc:
             outcome = self._failed("error", str(exc))
@@ -156,6 +159,7 @@ class _Run:
         )
 
     async def _end(self, outcome: RunResult) -> RunResult:
+        """Announce the end and run the after-run hooks (Stop / SubagentStop)."""
         await self._emit("run_end", status=outcome.status, error=outcome.error)
         if self.services.after_run is not None:
             try:
