@@ -68,7 +68,6 @@ import json
 import os
 import platform
 import re
-import signal
 import statistics
 import subprocess
 import sys
@@ -80,7 +79,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Annotated, Any
 
-from _raw import assistant_message  # bench/ is the script's folder
+from _raw import ServerProcess, assistant_message  # bench/ is the script's folder
 
 MODEL = "bench-model"
 API_KEY = "sk-bench"
@@ -294,32 +293,20 @@ def write_script(path: Path, items: list[Any] | None = None) -> None:
     path.write_text(script_to_json(script_items() if items is None else items), encoding="utf-8")
 
 
-class Server:
+class Server(ServerProcess):
     """The scripted LLM server in a child process."""
 
     def __init__(self, script: Path, chunk_size: int = STREAM_CHUNK) -> None:
-        cmd = [sys.executable, "-m", "ania_nb.testing", "serve", "--script", str(script)]
-        self.proc = subprocess.Popen(
-            [*cmd, "--loop", "--chunk-size", str(chunk_size)],
-            stdout=subprocess.PIPE,
-            text=True,
+        super().__init__(
+            "-m",
+            "ania_nb.testing",
+            "serve",
+            "--script",
+            str(script),
+            "--loop",
+            "--chunk-size",
+            str(chunk_size),
         )
-        assert self.proc.stdout is not None
-        line = self.proc.stdout.readline().strip()
-        if not line.startswith("base_url="):
-            self.close()
-            raise RuntimeError(f"scripted server did not start (got {line!r})")
-        self.base_url = line.removeprefix("base_url=")
-
-    def close(self) -> None:
-        """SIGTERM the server and wait for it."""
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
 
 
 # --------------------------------------------------------------------------- the sides

@@ -38,7 +38,6 @@ import gc
 import json
 import os
 import platform
-import signal
 import subprocess
 import sys
 import tempfile
@@ -49,7 +48,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from _raw import assistant_message  # bench/ is the script's folder
+from _raw import ServerProcess, assistant_message  # bench/ is the script's folder
 
 MODEL = "bench-model"
 API_KEY = "sk-bench"
@@ -110,36 +109,11 @@ RAW_SCHEMAS = [
 ]
 
 
-class Server:
+class Server(ServerProcess):
     """The scripted server in a child process."""
 
     def __init__(self, latency: float) -> None:
-        self.proc = subprocess.Popen(
-            [sys.executable, "-c", SERVER, str(latency), FINAL_TEXT],
-            stdout=subprocess.PIPE,
-            text=True,
-        )
-        assert self.proc.stdout is not None
-        line = self.proc.stdout.readline().strip()
-        if not line.startswith("base_url="):
-            self.close()
-            raise RuntimeError(f"scripted server did not start (got {line!r})")
-        self.base_url = line.removeprefix("base_url=")
-
-    def cpu(self) -> float:
-        """CPU seconds the server process has used so far (user + system)."""
-        fields = Path(f"/proc/{self.proc.pid}/stat").read_text().rsplit(")", 1)[1].split()
-        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-    def close(self) -> None:
-        """SIGTERM the server and wait for it."""
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
+        super().__init__("-c", SERVER, str(latency), FINAL_TEXT)
 
 
 # --------------------------------------------------------------------------- the two sides
