@@ -7,29 +7,10 @@ from pathlib import Path
 
 import nbformat
 import pytest
+from _kernel import write_config
 from nbclient import NotebookClient
 
 from ania_nb.testing import delay, reply
-
-
-def _write_config(folder: Path, base_url: str) -> None:
-    (folder / "ania.toml").write_text(
-        f"""
-[llm]
-base_url = "{base_url}"
-api_key = "sk-scripted"
-model = "scripted"
-stream = false
-[retry]
-base_delay = 0.01
-[store]
-data_dir = "{folder / "data"}"
-[skills]
-dir = "{folder / "no-skills"}"
-[mcp]
-config_file = "{folder / "no-mcp.json"}"
-"""
-    )
 
 
 def _run(folder: Path, *cells: str, allow_errors: bool = False) -> list[dict]:
@@ -52,7 +33,7 @@ def _text(outputs: list) -> str:
 
 @pytest.fixture
 def folder(tmp_path: Path, llm) -> Path:
-    _write_config(tmp_path, llm.base_url)
+    write_config(tmp_path, llm.base_url)
     return tmp_path
 
 

@@ -5,32 +5,12 @@ from __future__ import annotations
 
 import asyncio
 import json
-from pathlib import Path
 
 import nbformat
+from _kernel import write_config
 from nbclient import NotebookClient
 
 from ania_nb.testing import reply
-
-
-def _write_config(folder: Path, base_url: str) -> None:
-    (folder / "ania.toml").write_text(
-        f"""
-[llm]
-base_url = "{base_url}"
-api_key = "sk-scripted"
-model = "scripted"
-stream = false
-[retry]
-base_delay = 0.01
-[store]
-data_dir = "{folder / "data"}"
-[skills]
-dir = "{folder / "no-skills"}"
-[mcp]
-config_file = "{folder / "no-mcp.json"}"
-"""
-    )
 
 
 def _text(outputs: list) -> str:
@@ -73,7 +53,7 @@ async def _widget_updates_while_idle(client: NotebookClient, *needles: str) -> l
 
 
 async def test_a_task_fires_while_the_kernel_is_idle_and_the_panel_changes(llm, tmp_path):
-    _write_config(tmp_path, llm.base_url)
+    write_config(tmp_path, llm.base_url)
     llm.script(reply("**tick** from the clock"))
     sources = [
         "%load_ext ania_nb",
@@ -106,7 +86,7 @@ async def test_a_task_fires_while_the_kernel_is_idle_and_the_panel_changes(llm, 
 
 
 def test_ania_clock_sub_commands_answer_like_slash_clock(llm, tmp_path):
-    _write_config(tmp_path, llm.base_url)
+    write_config(tmp_path, llm.base_url)
     sources = [
         "%load_ext ania_nb",
         '%ania clock add --once @daily | water | Don\'t forget: "water" the plants.',
