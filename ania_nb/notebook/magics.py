@@ -56,7 +56,7 @@ class AgentMagics(Magics):
 
     @line_magic("ania")  # type: ignore[arg-type]
     def ania(self, line: str) -> Any:
-        """Manage the agent: config, mcp, skills, plan, todo, stop, history, tools, log, clock.
+        """Manage the agent: settings, MCP, skills, plan mode, todos, history, clock, teams.
 
         %ania config [key=value …]      show settings (secrets masked) or set overrides
         %ania mcp [list|add NAME CMD…|remove NAME|reconnect NAME]
@@ -67,6 +67,7 @@ class AgentMagics(Magics):
         %ania tools                      the tool list the model sees, with sizes
         %ania clock [--session]          the live clock panel (scheduled tasks and results)
         %ania clock list|log|add|del|…   the /clock commands, as the notebook's admin
+        %ania team [list|create [--session] NAME MEMBER[=ROLE] …|delete [--session] NAME]
         """
         from .manage import run_ania
 
