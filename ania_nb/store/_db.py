@@ -376,9 +376,15 @@ def _check_is_database(conn: sqlite3.Connection, path: Path) -> None:
         "the data directory somewhere else."
     )
     try:
-        # Reading the header is the first real I/O; a foreign or corrupt file fails here.
-        version = conn.execute("PRAGMA user_version").fetchone()[0]
-        tables = {row[0] for row in conn.execute("SELECT name FROM sqlite_master")}
+        # Reading the header is the first real I/O; a foreign or corrupt file fails here. Both
+        # reads see one snapshot: another process may be migrating the file right now.
+        conn.execute("BEGIN")
+        try:
+            version = conn.execute("PRAGMA user_version").fetchone()[0]
+            rows = conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")
+            tables = {row[0] for row in rows}
+        finally:
+            conn.execute("COMMIT")
     except sqlite3.DatabaseError as exc:
         raise StoreError(f"{not_ours} (SQLite says: {exc})") from exc
     if version == 0 and {t for t in tables if not t.startswith("sqlite_")} - _OWN_TABLES:
