@@ -18,7 +18,7 @@ import asyncio
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 from ..engine.callbacks import NO_CALLBACKS, Callbacks, RunEvent
 from ..engine.usage import Usage
@@ -186,6 +186,8 @@ async def run_subagent(
     task: str,
     budget: float,
     *,
+    kind: Literal["subagent", "team_member"] = "subagent",
+    system_prompt: str | None = None,
     callbacks: Callbacks = NO_CALLBACKS,
     on_event: Callable[[RunEvent], Any] | None = None,
     usage: Usage | None = None,
@@ -194,18 +196,21 @@ async def run_subagent(
 ) -> SubagentOutcome:
     """Run one subagent on ``task`` for ``session`` within ``budget`` seconds (see `child_budget`).
 
-    ``callbacks`` are the front end's (images, files and approvals pass); ``on_event`` gets the
-    child's live events. The child's tokens land in the outcome's usage (and in ``usage`` when
-    given, even when the run is cancelled). Pass ``outcome`` to fill one the caller holds (it
-    stays complete when cancellation propagates). A failed run is in the outcome, never raised.
+    ``kind="team_member"`` with the member's ``system_prompt`` runs a team member (default:
+    the subagent prompt). ``callbacks`` are the front end's (images, files and approvals pass);
+    ``on_event`` gets the child's live events. The child's tokens land in the outcome's usage
+    (and in ``usage`` when given, even when the run is cancelled). Pass ``outcome`` to fill one
+    the caller holds (it stays complete when cancellation propagates). A failed run is in the
+    outcome, never raised.
     """
-    prompt = compose_prompt(SUBAGENT_PROMPT, host.system_prompt_for(session))
+    if system_prompt is None:
+        system_prompt = compose_prompt(SUBAGENT_PROMPT, host.system_prompt_for(session))
     outcome = outcome if outcome is not None else SubagentOutcome(task)
     job = OneShotJob(
-        kind="subagent",
+        kind=kind,
         session=session,
         text=TASK_PREFIX + task,
-        system_prompt=prompt,
+        system_prompt=system_prompt,
         timeout=budget,
         callbacks=callbacks,
         on_event=on_event,

@@ -20,13 +20,12 @@ from typing import TYPE_CHECKING, Any
 from ..engine.callbacks import RunEvent
 from ..engine.usage import Usage
 from ..errors import ToolError
-from ..orchestration.oneshot import OneShotJob
 from .roles import MAX_ROLE_CHARS, builtin_role, role_prompt
 from .subagent import (
-    TASK_PREFIX,
     SubagentOutcome,
     child_budget,
     compose_prompt,
+    run_subagent,
     subagent_prompt,
     truncate_result,
 )
@@ -163,34 +162,23 @@ async def _run_member(
     async def forward(event: RunEvent) -> None:
         await _emit_child(ctx, index, outcome.name, event.kind, event.data)
 
-    run = outcome.run
-    job = OneShotJob(
-        kind="team_member",
-        session=ctx.session,
-        text=TASK_PREFIX + run.task,
-        system_prompt=outcome.prompt,
-        timeout=budget,
-        callbacks=ctx.callbacks,
-        on_event=forward,
-        usage=run.usage,
-        max_iterations=host.config.team.max_iterations,
-    )
-    started = time.monotonic()
+    parent = ctx.run_state.get("usage")
     try:
-        run.result = await host.run_one_shot(job)
-        if not run.result.ok:
-            run.error = run.result.error or run.result.status
-    except asyncio.CancelledError:
-        run.cancelled, run.error = True, "cancelled"
-        raise
-    except Exception as exc:  # one member's crash must not lose the others' results
-        run.error = f"{type(exc).__name__}: {exc}"
+        await run_subagent(
+            host,
+            ctx.session,
+            outcome.run.task,
+            budget,
+            kind="team_member",
+            system_prompt=outcome.prompt,
+            callbacks=ctx.callbacks,
+            on_event=forward,
+            usage=parent if isinstance(parent, Usage) else None,
+            max_iterations=host.config.team.max_iterations,
+            outcome=outcome.run,
+        )
     finally:
-        run.elapsed = time.monotonic() - started
-        parent = ctx.run_state.get("usage")
-        if isinstance(parent, Usage):
-            parent.merge(run.usage)
-        await _emit_child(ctx, index, outcome.name, "child_end", run.end_data())
+        await _emit_child(ctx, index, outcome.name, "child_end", outcome.run.end_data())
 
 
 async def _emit_child(
