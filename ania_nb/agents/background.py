@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..engine.callbacks import NO_CALLBACKS, Callbacks, RunEvent
 from ..orchestration.outbox import Delivery
-from .subagent import SubagentOutcome, failure_text, format_result, run_subagent
+from .subagent import SubagentOutcome, child_event, failure_text, format_result, run_subagent
 
 if TYPE_CHECKING:  # pragma: no cover
     from ..orchestration.host import AgentHost
@@ -78,20 +78,10 @@ class Child:
 
     async def emit(self, kind: str, data: dict[str, Any]) -> None:
         """Send one ``child`` event on the callbacks of the run that started the child."""
-        await self.callbacks.emit(
-            RunEvent(
-                "child",
-                self.session,
-                {
-                    "call_id": self.call_id,
-                    "child_id": self.id,
-                    "label": "subagent",
-                    "kind": kind,
-                    "data": data,
-                    "background": self.background,
-                },
-            )
+        event = child_event(
+            self.session, self.call_id, self.id, "subagent", kind, data, background=self.background
         )
+        await self.callbacks.emit(event)
 
     async def forward(self, event: RunEvent) -> None:
         """Pass one of the child run's live events on as a ``child`` event."""

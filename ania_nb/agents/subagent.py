@@ -233,3 +233,25 @@ async def run_subagent(
         if usage is not None:
             usage.merge(outcome.usage)
     return outcome
+
+
+def child_event(
+    session: str,
+    call_id: str,
+    child_id: str,
+    label: str,
+    kind: str,
+    data: dict[str, Any],
+    *,
+    background: bool = False,
+) -> RunEvent:
+    """A ``child`` event: one event of a child run, shown nested under its parent's tool call."""
+    payload = {
+        "call_id": call_id,
+        "child_id": child_id,
+        "label": label,
+        "kind": kind,
+        "data": data,
+        "background": background,
+    }
+    return RunEvent("child", session, payload)

@@ -24,6 +24,7 @@ from .roles import MAX_ROLE_CHARS, builtin_role, role_prompt
 from .subagent import (
     SubagentOutcome,
     child_budget,
+    child_event,
     compose_prompt,
     run_subagent,
     subagent_prompt,
@@ -184,20 +185,8 @@ async def _run_member(
 async def _emit_child(
     ctx: ToolContext, index: int, label: str, kind: str, data: dict[str, Any]
 ) -> None:
-    await ctx.callbacks.emit(
-        RunEvent(
-            "child",
-            ctx.session,
-            {
-                "call_id": ctx.call_id,
-                "child_id": f"{ctx.call_id}:{index}",
-                "label": label,
-                "kind": kind,
-                "data": data,
-                "background": False,
-            },
-        )
-    )
+    event = child_event(ctx.session, ctx.call_id, f"{ctx.call_id}:{index}", label, kind, data)
+    await ctx.callbacks.emit(event)
 
 
 def report(outcomes: Sequence[MemberOutcome], elapsed: float, max_result_len: int) -> str:
