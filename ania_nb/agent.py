@@ -25,7 +25,6 @@ from .governance import ApprovalManager, Governance, PythonHook
 from .governance.commands import parse_slash
 from .orchestration import (
     Conversation,
-    Delivery,
     OneShotJob,
     Outbox,
     Pending,
@@ -41,6 +40,7 @@ from .orchestration import (
     resolve_config,
 )
 from .orchestration.oneshot import one_shot_services, one_shot_spec
+from .orchestration.outbox import reply_delivery
 from .prompts import DEFAULT_SYSTEM_PROMPT
 from .result import RunResult
 from .store import RunRecord, Store
@@ -108,7 +108,6 @@ class Agent:
         self._stop_listeners: list[Callable[[str], object]] = []
         self.agents = Agents(self)  # subagents and teams of main sessions
         self._session_tools.append(self._builtin_session_tools)
-        self._publishing: set[asyncio.Future[int]] = set()
         self._queues = SessionQueues(
             self.sessions,
             self._answer,
@@ -423,16 +422,8 @@ class Agent:
         """
         rt = await self._ensure_open()
         assert self._services is not None
-        if job.max_iterations is not None:
-            rounds = job.max_iterations
-        elif job.kind == "subagent":
-            rounds = self.config.subagent.max_iterations
-        elif job.kind == "team_member":
-            rounds = self.config.team.max_iterations
-        else:
-            rounds = self.config.agent.max_iterations
         spec = one_shot_spec(job, self._session_executor(job.session), rt.store)
-        services = one_shot_services(self._services, llm=rt.one_shot_llm, max_iterations=rounds)
+        services = one_shot_services(job, self._services, self.config, rt.one_shot_llm)
         return await execute_run(spec, services)
 
     def inject(
@@ -460,18 +451,7 @@ class Agent:
 
     def _publish_reply(self, state: Session, batch: list[Pending], result: RunResult) -> None:
         """Publish the reply to injected messages (nobody awaits it) on the outbox."""
-        source = batch[0].sender or "synthetic"
-        delivery = Delivery(
-            state.name,
-            result.text if result.ok else str(result),
-            source,
-            title=f"reply to a {source} message",
-            status=result.status,
-            meta={"run_id": result.run_id},
-        )
-        task = asyncio.ensure_future(self.outbox.publish(delivery))
-        self._publishing.add(task)
-        task.add_done_callback(self._publishing.discard)
+        self.outbox.publish_soon(reply_delivery(state.name, batch[0].sender or "synthetic", result))
 
     def add_derived_usage(self, session: str, usage: Usage) -> None:
         """Count tokens spent for ``session`` outside a run; its next run record includes them."""

@@ -22,6 +22,7 @@ from .spec import RunSpec, callbacks_for
 from .tool_view import ToolView
 
 if TYPE_CHECKING:  # pragma: no cover
+    from ..config import Config
     from ..engine.llm import LLMClient
     from ..store import Store
     from ..tools import SessionToolExecutor, Tool
@@ -106,8 +107,19 @@ def one_shot_spec(job: OneShotJob, executor: SessionToolExecutor, store: Store) 
 
 
 def one_shot_services(
-    services: RunServices, *, llm: LLMClient | None, max_iterations: int
+    job: OneShotJob, services: RunServices, config: Config, llm: LLMClient | None
 ) -> RunServices:
-    """The Agent's run services with the one-shot model (if it has its own) and round limit."""
-    limits = dataclasses.replace(services.limits, max_iterations=max_iterations)
+    """The Agent's run services with the one-shot model (if it has its own) and round limit.
+
+    The limit is the job's, else ``subagent.max_iterations`` / ``team.max_iterations`` for
+    children and ``agent.max_iterations`` for clock runs.
+    """
+    rounds = job.max_iterations
+    if rounds is None and job.kind == "subagent":
+        rounds = config.subagent.max_iterations
+    elif rounds is None and job.kind == "team_member":
+        rounds = config.team.max_iterations
+    elif rounds is None:
+        rounds = config.agent.max_iterations
+    limits = dataclasses.replace(services.limits, max_iterations=rounds)
     return dataclasses.replace(services, llm=llm or services.llm, limits=limits)

@@ -8,13 +8,17 @@ runs may use (images, files, approvals) through `Outbox.callbacks_for`.
 
 from __future__ import annotations
 
+import asyncio
 import inspect
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..engine.callbacks import NO_CALLBACKS, Callbacks
+
+if TYPE_CHECKING:  # pragma: no cover
+    from ..result import RunResult
 
 log = logging.getLogger(__name__)
 
@@ -35,6 +39,18 @@ class Delivery:
     meta: dict[str, Any] = field(default_factory=dict)
 
 
+def reply_delivery(session: str, source: str, result: RunResult) -> Delivery:
+    """The delivery of a reply nobody awaits (to a message injected by ``source``)."""
+    return Delivery(
+        session,
+        result.text if result.ok else str(result),
+        source,
+        title=f"reply to a {source} message",
+        status=result.status,
+        meta={"run_id": result.run_id},
+    )
+
+
 def _no_callbacks(session: str) -> Callbacks:
     return NO_CALLBACKS
 
@@ -44,6 +60,7 @@ class Outbox:
 
     def __init__(self) -> None:
         self._subscribers: list[Callable[[Delivery], Any]] = []
+        self._publishing: set[asyncio.Task[int]] = set()  # `publish_soon`'s, kept alive
         # The front end's callbacks for a session's background runs; none by default.
         self.callbacks_for: Callable[[str], Callbacks] = _no_callbacks
 
@@ -61,6 +78,12 @@ class Outbox:
     def subscribers(self) -> int:
         """How many subscribers there are."""
         return len(self._subscribers)
+
+    def publish_soon(self, delivery: Delivery) -> None:
+        """Publish from synchronous code (on the loop): `publish` in a task of its own."""
+        task = asyncio.ensure_future(self.publish(delivery))
+        self._publishing.add(task)
+        task.add_done_callback(self._publishing.discard)
 
     async def publish(self, delivery: Delivery) -> int:
         """Hand ``delivery`` to every subscriber; returns how many took it (failures are logged)."""
