@@ -1,4 +1,5 @@
-"""Real Jupyter kernels in tests: an ``ania.toml`` that points a kernel at the scripted server."""
+"""Real Jupyter kernels in tests: the ``ania.toml`` pointing a kernel at the scripted server,
+and the text of cell outputs."""
 
 from __future__ import annotations
 
@@ -24,3 +25,14 @@ dir = "{folder / "no-skills"}"
 config_file = "{folder / "no-mcp.json"}"
 """
     )
+
+
+def output_text(outputs: list) -> str:
+    """A cell's stream and text/plain outputs, joined."""
+    parts = []
+    for out in outputs:
+        if out.get("output_type") == "stream":
+            parts.append(out["text"])
+        elif "data" in out:
+            parts.append(out["data"].get("text/plain", ""))
+    return "".join(parts)

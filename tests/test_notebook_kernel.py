@@ -7,7 +7,7 @@ from pathlib import Path
 
 import nbformat
 import pytest
-from _kernel import write_config
+from _kernel import output_text, write_config
 from nbclient import NotebookClient
 
 from ania_nb.testing import delay, reply
@@ -19,16 +19,6 @@ def _run(folder: Path, *cells: str, allow_errors: bool = False) -> list[dict]:
     resources = {"metadata": {"path": str(folder)}}
     NotebookClient(nb, timeout=90, resources=resources, allow_errors=allow_errors).execute()
     return [cell.outputs for cell in nb.cells]
-
-
-def _text(outputs: list) -> str:
-    parts = []
-    for out in outputs:
-        if out.get("output_type") == "stream":
-            parts.append(out["text"])
-        elif "data" in out:
-            parts.append(out["data"].get("text/plain", ""))
-    return "".join(parts)
 
 
 @pytest.fixture
@@ -49,8 +39,8 @@ def test_agent_cell_interpolates_shows_a_view_and_sets_underscore(llm, folder):
     assert llm.requests[0].messages[-1]["content"].endswith("What is 41 + 1?")
     view = outputs[2]
     assert any("application/vnd.jupyter.widget-view+json" in o.get("data", {}) for o in view)
-    assert "It is 42." in _text(view)  # the plain-text fallback of the run view
-    assert _text(outputs[3]).strip() == "RunResult success It is 42."
+    assert "It is 42." in output_text(view)  # the plain-text fallback of the run view
+    assert output_text(outputs[3]).strip() == "RunResult success It is 42."
 
 
 def test_history_survives_a_kernel_restart(llm, folder):
@@ -60,7 +50,7 @@ def test_history_survives_a_kernel_restart(llm, folder):
     second = llm.requests[1].messages
     assert [m["role"] for m in second] == ["system", "user", "assistant", "user"]
     assert second[1]["content"].endswith("My favourite colour is blue.")
-    assert "You said blue." in _text(outputs[2])
+    assert "You said blue." in output_text(outputs[2])
 
 
 def test_background_run_returns_at_once_and_finishes_later(llm, folder):
@@ -77,8 +67,8 @@ def test_background_run_returns_at_once_and_finishes_later(llm, folder):
         "    await asyncio.sleep(0.05)\n"
         "print(_.text)",
     )
-    assert _text(outputs[2]).strip() == "cell returned"
-    assert _text(outputs[3]).strip() == "done in the background"
+    assert output_text(outputs[2]).strip() == "cell returned"
+    assert output_text(outputs[3]).strip() == "done in the background"
 
 
 def test_ania_management_commands(llm, folder):
@@ -96,13 +86,15 @@ def test_ania_management_commands(llm, folder):
         "%ania frobnicate",
         allow_errors=True,
     )
-    assert "plan mode is on" in _text(outputs[1])
-    assert "plan mode is off" in _text(outputs[3])
-    history = _text(outputs[5])
+    assert "plan mode is on" in output_text(outputs[1])
+    assert "plan mode is off" in output_text(outputs[3])
+    history = output_text(outputs[5])
     assert "user:" in history and "assistant: hello" in history
-    tools = _text(outputs[6])
+    tools = output_text(outputs[6])
     assert "notebook_vars" in tools and "python" in tools and "total" in tools
-    assert "llm.api_key = '***'" in _text(outputs[7]) or "llm.api_key = '" in _text(outputs[7])
-    assert "sk-scripted" not in _text(outputs[7])
+    assert "llm.api_key = '***'" in output_text(outputs[7]) or "llm.api_key = '" in output_text(
+        outputs[7]
+    )
+    assert "sk-scripted" not in output_text(outputs[7])
     err = outputs[8]
     assert any("unknown %ania command" in str(o) for o in err)

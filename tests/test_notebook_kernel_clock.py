@@ -7,21 +7,10 @@ import asyncio
 import json
 
 import nbformat
-from _kernel import write_config
+from _kernel import output_text, write_config
 from nbclient import NotebookClient
 
 from ania_nb.testing import reply
-
-
-def _text(outputs: list) -> str:
-    parts = []
-    for out in outputs:
-        if out.get("output_type") == "stream":
-            parts.append(out["text"])
-        elif "data" in out:
-            parts.append(out["data"].get("text/plain", ""))
-    return "".join(parts)
-
 
 CREATE = """\
 from ania_nb.notebook.widgets.clock import ClockPanel
@@ -66,7 +55,7 @@ async def test_a_task_fires_while_the_kernel_is_idle_and_the_panel_changes(llm, 
     async with client.async_setup_kernel():
         for index in range(3):
             await client.async_execute_cell(nb.cells[index], index)
-        assert "created 1 True" in _text(nb.cells[2].outputs)
+        assert "created 1 True" in output_text(nb.cells[2].outputs)
         # The kernel is idle now: the clock fires on its loop and the panel updates its widgets.
         updates = await _widget_updates_while_idle(
             client, "<strong>tick</strong> from the clock", "· 0 task(s) shown"
@@ -76,10 +65,10 @@ async def test_a_task_fires_while_the_kernel_is_idle_and_the_panel_changes(llm, 
 
     shown = nb.cells[1].outputs
     assert any("application/vnd.jupyter.widget-view+json" in o.get("data", {}) for o in shown)
-    assert "◷ clock: active in this process" in _text(shown)  # the plain-text fallback
-    assert "No results yet." in _text(shown)
+    assert "◷ clock: active in this process" in output_text(shown)  # the plain-text fallback
+    assert "No results yet." in output_text(shown)
     assert len(updates) >= 1
-    final = _text(nb.cells[3].outputs)
+    final = output_text(nb.cells[3].outputs)
     assert "✓ success · tick (#1) · nb:default" in final
     assert "**tick** from the clock" in final
     assert "tasks left: 0" in final  # run-once: deleted after its run
@@ -102,7 +91,7 @@ def test_ania_clock_sub_commands_answer_like_slash_clock(llm, tmp_path):
     NotebookClient(
         nb, timeout=90, resources={"metadata": {"path": str(tmp_path)}}, allow_errors=True
     ).execute()
-    out = [_text(cell.outputs) for cell in nb.cells]
+    out = [output_text(cell.outputs) for cell in nb.cells]
     assert out[1].startswith("created task ID=1, mode=once, cron=@daily, target=nb:default")
     assert "✅ [1] water | once | @daily → nb:default" in out[2]
     assert out[3].startswith("updated ID=1, state=disabled")
