@@ -31,14 +31,17 @@ from ._sections import (
     ApprovalSettings,
     BashSettings,
     ClockSettings,
+    EmbeddingSettings,
     CommandsSettings,
     ConfigToolSettings,
     EndpointSettings,
     FileSettings,
     HooksSettings,
+    KbSettings,
     LLMSettings,
     MCPSettings,
     MemeSettings,
+    MemorySettings,
     NotebookSettings,
     RetrySettings,
     SecuritySettings,
@@ -109,6 +112,13 @@ class Config(BaseSettings):
         default_factory=SubagentSettings, description="Subagents (and the one-shot runs' model)."
     )
     team: TeamSettings = Field(default_factory=TeamSettings, description="Agent teams.")
+    kb: KbSettings = Field(default_factory=KbSettings, description="The knowledge base.")
+    memory: MemorySettings = Field(
+        default_factory=MemorySettings, description="Long-term memory."
+    )
+    embedding: EmbeddingSettings = Field(
+        default_factory=EmbeddingSettings, description="Embedder of the kb and memory."
+    )
 
     @classmethod
     def settings_customise_sources(
