@@ -1,0 +1,1 @@
+"""Knowledge base and long-term memory on LanceDB (hybrid full-text + vector search)."""
