@@ -19,9 +19,9 @@ from typing import Any
 
 os.environ.setdefault("LANCE_LOG", "error")  # lance's Rust warnings would flood notebook cells
 
-import lancedb  # noqa: E402
-import pyarrow as pa  # noqa: E402
-from lancedb.index import FTS, BTree, HnswSq  # noqa: E402
+import lancedb
+import pyarrow as pa
+from lancedb.index import FTS, BTree, HnswSq
 
 log = logging.getLogger(__name__)
 
