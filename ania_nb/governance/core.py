@@ -16,7 +16,8 @@ The Agent calls it at fixed points of a run, which is where the hook events fire
   these three are not honoured (the run already ended; nothing is compacted differently).
 
 The prompt the model gets is, outermost first: UserPromptSubmit context, plan-mode note, todo
-reminder, SessionStart context, the user's text. Only the user's text is stored in the history.
+reminder, SessionStart context, auto-injected knowledge, the user's text. Only the user's text
+is stored in the history.
 """
 
 from __future__ import annotations
@@ -123,8 +124,13 @@ class Governance:
 
     # ------------------------------------------------------------------ events
 
-    async def before_turn(self, session: str, text: str, *, plan: bool = False) -> PreparedPrompt:
-        """Fire SessionStart (once) and UserPromptSubmit; assemble the prompt."""
+    async def before_turn(
+        self, session: str, text: str, *, plan: bool = False, context: str = ""
+    ) -> PreparedPrompt:
+        """Fire SessionStart (once) and UserPromptSubmit; assemble the prompt.
+
+        ``context`` (auto-injected knowledge) goes right before the user's text.
+        """
         _running_session.set(session)
         if session not in self._started:
             self._started.add(session)
@@ -142,6 +148,7 @@ class Governance:
             PLAN_NOTE if plan or self.plan.is_on(session) else "",
             await self.todos.reminder(session) if self.config.todo.enable else "",
             self._session_context.pop(session, ""),
+            context,
             text,
         ]
         return PreparedPrompt("\n\n".join(p for p in parts if p))

@@ -8,7 +8,7 @@ agents packages will build the other kinds. This layer sits above the engine, th
 """
 
 from .host import AgentHost
-from .main_turn import answer_batch
+from .main_turn import ContextSource, TurnContext, answer_batch
 from .oneshot import HIDDEN_BY_KIND, SUBAGENT_TOOLS, TEAM_TOOLS, OneShotJob, OneShotKind
 from .outbox import Delivery, Outbox
 from .queues import SessionQueues
@@ -28,6 +28,7 @@ __all__ = [
     "TEAM_TOOLS",
     "AgentHost",
     "AgentKind",
+    "ContextSource",
     "Conversation",
     "Delivery",
     "OneShotJob",
@@ -44,6 +45,7 @@ __all__ = [
     "SessionTable",
     "StoreRecord",
     "ToolView",
+    "TurnContext",
     "answer_batch",
     "callbacks_for",
     "execute_run",

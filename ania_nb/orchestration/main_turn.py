@@ -6,7 +6,9 @@ a UserPromptSubmit block is recorded as a refused run and the history is left as
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
 
 from ..engine.callbacks import RunEvent
 from ..result import RunResult
@@ -20,6 +22,17 @@ if TYPE_CHECKING:  # pragma: no cover
     from ..store import Store
 
 
+@dataclass(frozen=True)
+class TurnContext:
+    """Context added to one turn's prompt (never stored): the block and what front ends show."""
+
+    block: str
+    event: dict[str, Any] = field(default_factory=dict)  # data of a "knowledge" RunEvent
+
+
+ContextSource = Callable[[str, str], Awaitable["TurnContext | None"]]
+
+
 async def answer_batch(
     state: Session,
     batch: list[Pending],
@@ -29,12 +42,19 @@ async def answer_batch(
     store: Store,
     system_prompt: str,
     run_timeout: float,
+    context: ContextSource | None = None,
 ) -> RunResult:
-    """Answer every message of ``batch`` with one main run."""
+    """Answer every message of ``batch`` with one main run.
+
+    ``context(session, text)`` may add a block to this turn's prompt (the knowledge base's
+    auto-inject); the stored history keeps only the user's text.
+    """
     text, images = merge_batch(batch)
     callbacks = batch[-1].callbacks
     plan = any(p.plan for p in batch)  # one message asking for plan mode restricts the batch
-    prepared = await governance.before_turn(state.name, text, plan=plan)
+    extra = await context(state.name, text) if context is not None else None
+    block = extra.block if extra is not None else ""
+    prepared = await governance.before_turn(state.name, text, plan=plan, context=block)
     if prepared.blocked is not None:
         return await _refused(store, state.name, text, batch, prepared.blocked)
     spec = RunSpec(
@@ -42,6 +62,7 @@ async def answer_batch(
         session=state.name,
         text=text,
         prompt=prepared.prompt,
+        injected=extra.event if extra is not None and block else None,
         images=images,
         system_prompt=system_prompt,
         tools=state.executor,

@@ -118,6 +118,8 @@ class _Run:
             history = list(conv.history)  # before this turn
             conv.history.append(stored_turn)
         await self._emit("run_start", run_id=self.run_id, text=text)
+        if spec.injected:
+            await self._emit("knowledge", **spec.injected)
         final: list[Message] = []
         try:
             async with asyncio.timeout(spec.seconds_left):

@@ -10,7 +10,7 @@ from __future__ import annotations
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from ..engine.callbacks import Callbacks
 from ..engine.usage import Usage
@@ -64,6 +64,7 @@ class RunSpec:
     plan_mode: bool = False  # plan mode for this run only (on top of the session's)
     usage: Usage = field(default_factory=Usage)
     deadline: float = 0.0  # time.monotonic() by which the run must end; 0 = now + timeout
+    injected: dict[str, Any] | None = None  # auto-injected context, shown as a "knowledge" event
 
     def __post_init__(self) -> None:
         if not self.deadline:
