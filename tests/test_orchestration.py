@@ -31,6 +31,7 @@ LOWER_LAYERS = {
     "mcp": {"tools", "engine", "config", "store"},
     "skills": {"tools", "engine", "config", "store"},
     "governance": {"tools", "engine", "config", "store", "result"},
+    "knowledge": {"tools", "engine", "config", "store", "result"},
     "orchestration": {
         "governance",
         "tools",
