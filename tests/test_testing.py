@@ -19,12 +19,14 @@ import pytest
 
 import ania_nb.testing as testing
 from ania_nb.testing import (
+    EmbeddingsEndpoint,
     RecordedRequest,
     Reply,
     ScriptedLLM,
     cut_stream,
     delay,
     disconnect,
+    embedding_vector,
     error,
     garbage,
     raw,
@@ -663,8 +665,8 @@ async def test_wait_from_async_code_and_async_context_manager():
 
 def test_models_endpoint_and_unknown_paths(llm: ScriptedLLM, client: openai.OpenAI):
     assert [m.id for m in client.models.list()] == ["scripted"]
-    with pytest.raises(openai.NotFoundError, match="no route for POST /v1/embeddings"):
-        client.embeddings.create(model="m", input="x")
+    with pytest.raises(openai.NotFoundError, match="no route for POST /v1/completions"):
+        client.completions.create(model="m", prompt="x")
     status, body = _http(f"{llm.base_url}/nope")
     assert status == 404
     assert body["error"]["param"] is None and body["error"]["code"] == "unknown_url"
@@ -806,3 +808,96 @@ def test_all_is_sorted_and_matches_the_public_names():
     assert testing.__all__ == sorted(testing.__all__)
     public = {name for name in vars(testing) if not name.startswith("_")} - {"annotations"}
     assert set(testing.__all__) == public
+
+
+# -- /v1/embeddings -----------------------------------------------------------------------
+
+
+def _cosine(a: list[float], b: list[float]) -> float:
+    return sum(x * y for x, y in zip(a, b, strict=True))
+
+
+def test_embeddings_are_deterministic_unit_vectors_of_character_bigrams(
+    llm: ScriptedLLM, client: openai.OpenAI
+):
+    texts = ["How to deploy the service", "how to deploy a service?", "薄荷巧克力冰淇淋"]
+    resp = client.embeddings.create(model="embed-m", input=texts, encoding_format="float")
+    assert [d.index for d in resp.data] == [0, 1, 2] and resp.model == "embed-m"
+    vectors = [d.embedding for d in resp.data]
+    assert all(len(v) == 64 and abs(_cosine(v, v) - 1) < 1e-9 for v in vectors)
+    assert vectors[0] == embedding_vector(texts[0]) == llm.embeddings.vector(texts[0])
+    similar, unrelated = _cosine(vectors[0], vectors[1]), _cosine(vectors[0], vectors[2])
+    assert similar > 0.6 and abs(unrelated) < 0.3
+    assert resp.usage.prompt_tokens > 0
+    again = client.embeddings.create(model="embed-m", input=texts[0], encoding_format="float")
+    assert again.data[0].embedding == vectors[0]  # a single string works too
+    # Recorded apart from chat completions, whose request indices stay undisturbed.
+    assert llm.requests == []
+    seen = llm.embedding_requests
+    assert [r.index for r in seen] == [0, 1] and seen[0].inputs == texts
+    assert seen[1].inputs == [texts[0]] and seen[0].model == "embed-m"
+    assert seen[0].headers["authorization"] == f"Bearer {llm.api_key}"
+
+
+def test_embeddings_base64_encoding_and_dimensions(client: openai.OpenAI):
+    # The openai client asks for base64 by default and decodes it itself.
+    resp = client.embeddings.create(model="m", input=["base64 please"])
+    assert resp.data[0].embedding == pytest.approx(embedding_vector("base64 please"), abs=1e-6)
+    small = client.embeddings.create(
+        model="m", input=["x y"], dimensions=8, encoding_format="float"
+    )
+    assert small.data[0].embedding == embedding_vector("x y", 8)
+    with ScriptedLLM(embedding_dim=16) as other:
+        status, body = _http(
+            f"{other.base_url}/embeddings", json.dumps({"model": "m", "input": "hi"}).encode()
+        )
+    assert status == 200 and len(body["data"][0]["embedding"]) == 16
+
+
+def test_embeddings_refuse_bad_requests_as_openai_does(llm: ScriptedLLM, client: openai.OpenAI):
+    with pytest.raises(openai.BadRequestError, match=r"'input'\[1\] is an empty string"):
+        client.embeddings.create(model="m", input=["ok", ""])
+    with pytest.raises(openai.BadRequestError, match="token arrays"):
+        client.embeddings.create(model="m", input=[[1, 2, 3]])
+    status, body = _http(f"{llm.base_url}/embeddings", b'{"input": "no model"}')
+    assert status == 400 and "'model' is required" in body["error"]["message"]
+    status, body = _http(f"{llm.base_url}/embeddings", b"not json")
+    assert status == 400 and "not a JSON object" in body["error"]["message"]
+    assert len(llm.embedding_requests) == 4  # refused requests are recorded too
+
+
+def test_fail_embeddings_until_healed_and_scripted_answers(llm: ScriptedLLM, client: openai.OpenAI):
+    llm.fail_embeddings(503, "embedder down")
+    assert llm.embeddings.failing
+    for _ in range(2):
+        with pytest.raises(openai.InternalServerError, match="embedder down"):
+            client.embeddings.create(model="m", input="x")
+    llm.fail_embeddings(None)
+    assert client.embeddings.create(model="m", input="x", encoding_format="float").data
+    # Scripted answers come first, one per request, then vectors again.
+    llm.embeddings.script(error(429, "slow down"), garbage(), raw({"data": []}), delay(0.01))
+    assert llm.embeddings.pending == 4
+    with pytest.raises(openai.RateLimitError, match="slow down"):
+        client.embeddings.create(model="m", input="x")
+    with pytest.raises((ValueError, openai.APIError)):  # not JSON
+        client.embeddings.create(model="m", input="x")
+    assert client.embeddings.create(model="m", input="x", encoding_format="float").data == []
+    delayed = client.embeddings.create(model="m", input="x", encoding_format="float")
+    assert delayed.data[0].embedding == embedding_vector("x")
+    llm.embeddings.script(disconnect())
+    with pytest.raises(openai.APIConnectionError):
+        client.embeddings.create(model="m", input="x")
+    assert len(llm.embeddings.wait_for_requests(8)) == 8
+    with pytest.raises(TypeError, match=r"embeddings\.script"):
+        llm.embeddings.script(reply("not an embedding"))  # type: ignore[arg-type]
+    llm.fail_embeddings(500)
+    llm.reset()
+    assert llm.embedding_requests == [] and not llm.embeddings.failing
+    assert llm.embeddings.pending == 0 and isinstance(llm.embeddings, EmbeddingsEndpoint)
+
+
+def test_embedding_vector_of_blank_text_is_a_unit_vector():
+    assert embedding_vector("   ") == [1.0] + [0.0] * 63
+    assert embedding_vector("Deploy API") == embedding_vector("deploy api")  # case-blind
+    with pytest.raises(ValueError, match="dim must be >= 1"):
+        embedding_vector("x", 0)

@@ -21,6 +21,13 @@ Routes give requests their own script by system prompt or model name, before the
     llm.route("You are a subagent", reply("child's answer"))   # or llm.route("cheap-model", ...)
     llm.route(lambda req: "weather" in req.tool_names, reply("..."))
 
+`POST /v1/embeddings` answers deterministic vectors (hashed character bigrams, 64 dims), so
+similar texts get similar vectors; ``llm.fail_embeddings(503)`` makes it fail until
+``llm.fail_embeddings(None)``, ``llm.embeddings.script(error(500), delay(2))`` scripts the next
+answers, and ``llm.embedding_requests`` records what was asked::
+
+    llm.embeddings.vector("some text")     # the vector the server answers for it
+
 From another process: ``python -m ania_nb.testing serve --script script.json`` prints
 ``base_url=...``; write the file with `script_to_json`.
 """
@@ -28,6 +35,7 @@ From another process: ``python -m ania_nb.testing serve --script script.json`` p
 from __future__ import annotations
 
 from ania_nb.testing._conversation import conversation_problem
+from ania_nb.testing._embeddings import EmbeddingsEndpoint, embedding_vector
 from ania_nb.testing._script import (
     AUTO_USAGE,
     CutStream,
@@ -58,6 +66,7 @@ __all__ = [
     "CutStream",
     "Delay",
     "Disconnect",
+    "EmbeddingsEndpoint",
     "ErrorItem",
     "Garbage",
     "Raw",
@@ -72,6 +81,7 @@ __all__ = [
     "cut_stream",
     "delay",
     "disconnect",
+    "embedding_vector",
     "error",
     "garbage",
     "raw",

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from typing import Any, Self, cast
 
 from ania_nb.testing._conversation import conversation_problem
+from ania_nb.testing._embeddings import DEFAULT_DIM, EmbeddingsEndpoint
 from ania_nb.testing._http import LoopbackHandler, LoopbackServer
 from ania_nb.testing._script import (
     ITEM_TYPES,
@@ -39,7 +40,7 @@ RouteMatch = str | Callable[["RecordedRequest"], bool]
 
 @dataclass(frozen=True)
 class RecordedRequest:
-    """One request received on /v1/chat/completions, as the server saw it."""
+    """One request received on /v1/chat/completions (or /v1/embeddings), as the server saw it."""
 
     index: int
     path: str
@@ -51,6 +52,13 @@ class RecordedRequest:
     def model(self) -> str | None:
         """The requested model name."""
         return (self.body or {}).get("model")
+
+    @property
+    def inputs(self) -> list[str]:
+        """The texts of an embeddings request (empty if absent or malformed)."""
+        texts = self.body.get("input") if isinstance(self.body, dict) else None
+        texts = [texts] if isinstance(texts, str) else texts
+        return list(texts) if isinstance(texts, list) else []
 
     @property
     def messages(self) -> list[dict[str, Any]]:
@@ -121,8 +129,11 @@ class _Handler(LoopbackHandler):
             self._send_not_found()
 
     def do_POST(self) -> None:
-        """Serve `/v1/chat/completions` from the script; everything else is 404."""
+        """Serve `/v1/chat/completions` from the script, `/v1/embeddings`; else 404."""
         raw = self._read_body()
+        if self._route() == "/v1/embeddings":
+            self._serve_embeddings(raw)
+            return
         if self._route() != "/v1/chat/completions":
             self._send_not_found()
             return
@@ -144,6 +155,22 @@ class _Handler(LoopbackHandler):
                 return
             item = item.then if item.then is not None else llm._take(request)
         self._answer(item, request)
+
+    def _serve_embeddings(self, raw: bytes) -> None:
+        endpoint = self.llm.embeddings
+        headers = {k.lower(): v for k, v in self.headers.items()}
+        body = _loads(raw)
+        request = endpoint.record(lambda i: RecordedRequest(i, self.path, headers, body, raw))
+        item = endpoint.take()
+        while isinstance(item, Delay):  # a bare delay: then the vectors
+            if self.server.closing.wait(item.seconds):
+                self.close_connection = True
+                return
+            item = item.then
+        if item is None:
+            self._send_json(*endpoint.answer(request))
+        else:
+            self._answer(item, request)
 
     def _route(self) -> str:
         return self.path.split("?", 1)[0].rstrip("/")
@@ -221,6 +248,13 @@ class _Handler(LoopbackHandler):
             self._write_chunk(b"")  # the terminating zero-length chunk
 
 
+def _loads(raw: bytes) -> Any:
+    try:
+        return json.loads(raw)
+    except ValueError:
+        return None
+
+
 def _dumps(body: Any) -> bytes:
     try:
         return json.dumps(body, ensure_ascii=False).encode()
@@ -261,6 +295,10 @@ class ScriptedLLM(LoopbackServer):
     `conversation_problem`: tool calls without ids or names, arguments that are not JSON
     objects, results that answer no call) gets a 400 naming the problem, and consumes no
     script item.
+
+    `/v1/embeddings` answers deterministic vectors (`embeddings.vector(text)`, ``embedding_dim``
+    long, or the request's ``dimensions``); `fail_embeddings(503)` or `embeddings.script(...)`
+    make it fail; its requests are kept apart in `embedding_requests`.
     """
 
     api_key = "sk-scripted"
@@ -274,6 +312,7 @@ class ScriptedLLM(LoopbackServer):
         port: int = 0,
         responder: Responder | None = None,
         strict: bool = False,
+        embedding_dim: int = DEFAULT_DIM,
     ) -> None:
         if chunk_size < 1:
             raise ValueError(f"ScriptedLLM: chunk_size must be >= 1, got {chunk_size}")
@@ -281,6 +320,7 @@ class ScriptedLLM(LoopbackServer):
         self.chunk_size = chunk_size
         self.responder = responder
         self.strict = strict
+        self.embeddings = EmbeddingsEndpoint(embedding_dim)
         super().__init__(port=port)
         self._queue: deque[ScriptItem] = deque()
         self._routes: list[_Route] = []
@@ -360,11 +400,21 @@ class ScriptedLLM(LoopbackServer):
             return list(self._requests)
 
     def reset(self) -> None:
-        """Clear the queue, the routes and the recorded requests."""
+        """Clear the queue, the routes and the recorded requests (embeddings' too)."""
         with self._cond:
             self._queue.clear()
             self._routes.clear()
             self._requests.clear()
+        self.embeddings.reset()
+
+    def fail_embeddings(self, status: int | None = 503, message: str | None = None) -> None:
+        """Answer every `/v1/embeddings` request with HTTP ``status``; None: vectors again."""
+        self.embeddings.fail(status, message)
+
+    @property
+    def embedding_requests(self) -> list[RecordedRequest]:
+        """A copy of every `/v1/embeddings` request received so far, in order."""
+        return self.embeddings.requests
 
     def __repr__(self) -> str:
         where = self.base_url if self.running else "stopped"
@@ -373,10 +423,7 @@ class ScriptedLLM(LoopbackServer):
     # -- used by the handler threads -------------------------------------------------------
 
     def _record(self, path: str, headers: dict[str, str], raw: bytes) -> RecordedRequest:
-        try:
-            body = json.loads(raw)
-        except ValueError:
-            body = None
+        body = _loads(raw)
         with self._cond:
             request = RecordedRequest(len(self._requests), path, headers, body, raw)
             self._requests.append(request)
