@@ -14,7 +14,8 @@ from .extension import NotebookState
 USAGE = (
     "usage: %ania config [key=value …] | mcp [list|add NAME CMD [ARGS…]|remove NAME|"
     "reconnect NAME] | skills [list|reload] | plan on|off|status | todo | stop | "
-    "history [show|clear] | tools | log | team [list|create|delete] | clock [list|log|…]"
+    "history [show|clear] | tools | log | team [list|create|delete] | clock [list|log|…] | "
+    "kb [SCOPE|add|search|delete] | memory [SCOPE|forget]"
 )
 
 
@@ -27,6 +28,11 @@ async def run_ania(state: NotebookState, line: str) -> Any:
         from .manage_clock import clock_command
 
         return await clock_command(state, rest[0].strip() if rest else "")
+    if head in ("kb", "memory"):  # a search query is free text too: passed on verbatim
+        from .manage_kb import kb_command, memory_command
+
+        run = kb_command if head == "kb" else memory_command
+        return await run(state, rest[0].strip() if rest else "")
     words = split_words(line)
     if not words:
         raise UsageError(USAGE)

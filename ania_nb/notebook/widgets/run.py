@@ -165,6 +165,8 @@ class RunView(Displayable):
             card = self.cards.get(str(data.get("id")))
             if card is not None:
                 card.resolve(str(data.get("outcome", "error")), str(data.get("reason", "")))
+        elif kind == "knowledge":  # what auto-inject put into this turn
+            self._injected(data)
         elif kind == "todos" and self.todo_view is not None:
             self.todo_view.callbacks_hook(event)
         elif kind == "run_start":
@@ -294,6 +296,13 @@ class RunView(Displayable):
             self.reply_text = ""
             self.reply.value = ""
             self._rendered = 0
+
+    def _injected(self, data: dict[str, Any]) -> None:
+        import ipywidgets as w
+
+        from ._kb_parts import injected_html, injected_text
+
+        self._add(_Item(w.HTML(injected_html(data)), f"  {injected_text(data)}", "knowledge"))
 
     def _tool_end(self, data: dict[str, Any]) -> None:
         row = self.tool_rows.get(str(data.get("id", "")))

@@ -1,0 +1,442 @@
+"""`KbPanel` and `MemoryList`: the knowledge base and long-term memory, in a notebook.
+
+Both take a `Knowledge` (``agent.knowledge``) and a scope (a session name or ``global``). Every
+store call is async and runs as a task on the kernel's event loop (button clicks start tasks
+there), so the kernel stays responsive while LanceDB and the embedder work. ``text()`` renders
+the same panel as plain text for nbconvert and terminals.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import html
+import logging
+from collections.abc import Coroutine, Iterable
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from ...errors import UsageError
+from ._display import Displayable, close_tree
+from ._kb_parts import (
+    IngestBar,
+    doc_html,
+    doc_line,
+    hit_html,
+    hit_line,
+    memory_html,
+    memory_line,
+    scope_label,
+)
+
+if TYPE_CHECKING:  # pragma: no cover
+    from ...knowledge import AddResult, Document, Hit, Knowledge, MemoryEntry
+
+log = logging.getLogger(__name__)
+
+GLOBAL = "global"  # knowledge.GLOBAL_SCOPE, without importing the package for it
+MODES = ("hybrid", "fts", "vector")
+
+
+class _Panel(Displayable):
+    """What both views share: a scope dropdown, a message line, guarded button actions."""
+
+    def __init__(self, knowledge: Knowledge, scope: str) -> None:
+        import ipywidgets as w
+
+        self.knowledge = knowledge
+        self.scope = scope
+        self.scopes: dict[str, int] = {}
+        self.message = ""  # the outcome of the last action (or its error)
+        self.closed = False
+        self.actions: set[asyncio.Task[Any]] = set()
+        self.header = w.HTML()
+        self.message_html = w.HTML()
+        self.scope_picker = w.Dropdown(description="scope", layout=w.Layout(width="auto"))
+        self._picking = False  # options being set by the panel, not chosen by the user
+        self.scope_picker.observe(self._picked, names="value")
+
+    async def _counts(self) -> dict[str, int]:
+        raise NotImplementedError
+
+    async def _load(self) -> None:
+        raise NotImplementedError
+
+    def _render(self) -> None:
+        raise NotImplementedError
+
+    async def refresh(self) -> Any:
+        """Re-read the scopes and the shown scope's entries, and show them."""
+        self.scopes = await self._counts()
+        await self._load()
+        self._render()
+        return self
+
+    def show_scope(self, scope: str) -> asyncio.Task[Any]:
+        """Switch to another scope (what the dropdown does)."""
+        self.scope = scope.strip() or self.scope
+
+        async def work() -> str:
+            await self.refresh()
+            return ""
+
+        return self._act(work())
+
+    async def wait_actions(self) -> None:
+        """Wait until every action started so far (button work, searches) has finished."""
+        while self.actions:
+            await asyncio.wait(set(self.actions))
+
+    def close(self) -> None:
+        """Close the widgets (running actions finish without showing anything)."""
+        self.closed = True
+        close_tree(self.widget)
+
+    # ------------------------------------------------------------------ internals
+
+    def _picked(self, change: dict[str, Any]) -> None:
+        if not self._picking and change["new"] and change["new"] != self.scope:
+            self.show_scope(change["new"])
+
+    def _scope_options(self) -> list[tuple[str, str]]:
+        # The shown scope and global are always offered, with or without entries.
+        names = {**self.scopes}
+        for scope in (self.scope, GLOBAL):
+            names.setdefault(scope, 0)
+        return [(scope_label(s, n), s) for s, n in sorted(names.items())]
+
+    def _render_picker(self) -> None:
+        self._picking = True
+        try:
+            self.scope_picker.options = self._scope_options()
+            self.scope_picker.value = self.scope
+        finally:
+            self._picking = False
+
+    def _act(self, work: Coroutine[Any, Any, str]) -> asyncio.Task[Any]:
+        async def guarded() -> None:
+            try:
+                message = await work
+                if message:
+                    self._set_message(message)
+            except UsageError as exc:  # KnowledgeError: full, blank, unknown, bad path
+                self._set_message(f"✗ {exc}", error=True)
+            except Exception as exc:  # shown, not raised into the kernel's loop
+                log.exception("a knowledge panel action failed")
+                self._set_message(f"✗ {type(exc).__name__}: {exc}", error=True)
+            if not self.closed:
+                self._render()
+
+        task = asyncio.get_running_loop().create_task(guarded())
+        self.actions.add(task)
+        task.add_done_callback(self.actions.discard)
+        return task
+
+    def _set_message(self, text: str, *, error: bool = False) -> None:
+        self.message = text
+        color = "#c62828" if error else "#555"
+        self.message_html.value = f'<small style="color:{color}">{html.escape(text)}</small>'
+
+
+class KbPanel(_Panel):
+    """The kb of one scope: documents with chunk counts, search, add, delete and file ingest.
+
+    Show it, then `refresh` (``%ania kb`` does both). Searches cover the scope and ``global``
+    (the scope's own chunks first on ties), like the AI's ``kb_search``.
+    """
+
+    def __init__(self, knowledge: Knowledge, scope: str = GLOBAL, *, top_k: int = 5) -> None:
+        import ipywidgets as w
+
+        super().__init__(knowledge, scope)
+        self.top_k = top_k
+        self.documents: list[Document] = []
+        self.query = ""
+        self.mode = "hybrid"
+        self.hits: list[Hit] = []
+        self._doc_rows: dict[str, Any] = {}
+
+        small = w.Layout(width="auto")
+        self.doc_box = w.VBox([])
+        self.search_box = w.Text(
+            placeholder="search this scope and global…",
+            continuous_update=False,
+            layout=w.Layout(flex="1 1 auto"),
+        )
+        self.mode_picker = w.Dropdown(options=MODES, value="hybrid", layout=small)
+        self.search_button = w.Button(description="Search", icon="search", layout=small)
+        self.search_button.on_click(lambda _: self.search(self.search_box.value))
+        self.search_box.observe(lambda c: self.search(c["new"]), names="value")
+        self.results = w.HTML()
+        self.title_box = w.Text(placeholder="title", layout=w.Layout(width="100%"))
+        self.content_box = w.Textarea(
+            placeholder="content", layout=w.Layout(width="100%", height="80px")
+        )
+        self.add_button = w.Button(description="Add", icon="plus", layout=small)
+        self.add_button.on_click(lambda _: self.add(self.title_box.value, self.content_box.value))
+        self.path_box = w.Text(placeholder="file, folder or glob (.md .txt .pdf .ipynb)")
+        self.ingest_button = w.Button(description="Add files", icon="upload", layout=small)
+        self.ingest_button.on_click(lambda _: self.ingest(self.path_box.value))
+        self.progress = IngestBar(self._progressed)
+        self.widget = w.VBox(
+            [
+                w.HBox([self.header, self.scope_picker], layout=w.Layout(align_items="center")),
+                self.doc_box,
+                self.message_html,
+                w.HBox([self.search_box, self.mode_picker, self.search_button]),
+                self.results,
+                w.Accordion(
+                    [
+                        w.VBox(
+                            [
+                                self.title_box,
+                                self.content_box,
+                                self.add_button,
+                                w.HBox([self.path_box, self.ingest_button]),
+                                self.progress.widget,
+                            ]
+                        )
+                    ],
+                    titles=("Add documents",),
+                ),
+            ],
+            layout=w.Layout(border="1px solid #ddd", padding="4px"),
+        )
+        self._render()
+
+    # ------------------------------------------------------------------ actions
+
+    def search(self, query: str, *, mode: str | None = None) -> asyncio.Task[Any]:
+        """Search the scope and global; the ranked hits show under the search box."""
+        query = (query or "").strip()
+        if mode is not None:
+            self.mode_picker.value = mode
+        self.mode = str(self.mode_picker.value)
+
+        async def work() -> str:
+            self.query = query
+            await self._search()
+            return ""
+
+        return self._act(work())
+
+    def add(self, title: str, content: str, *, tags: Iterable[str] = ()) -> asyncio.Task[Any]:
+        """Add one document to the scope (cut at kb.max_content_chars, deduplicated)."""
+
+        async def work() -> str:
+            result = await self.knowledge.kb.add(self.scope, title, content, tags=tuple(tags))
+            await self.refresh()
+            doc = result.document
+            if not result.created:
+                return f"already there: [{doc.id}] {doc.title}"
+            self.title_box.value = self.content_box.value = ""
+            return f"added [{doc.id}] {doc.title} ({doc.chunks} chunks)"
+
+        return self._act(work())
+
+    def delete(self, doc_id: str) -> asyncio.Task[Any]:
+        """Delete a document of the scope and its chunks."""
+
+        async def work() -> str:
+            gone = await self.knowledge.kb.delete(self.scope, doc_id)
+            await self.refresh()
+            if not gone:
+                raise UsageError(f"no document [{doc_id}] in {self.scope}")
+            return f"deleted [{doc_id}]"
+
+        return self._act(work())
+
+    def ingest(self, spec: str | Path | Iterable[str | Path]) -> asyncio.Task[Any]:
+        """Add files (a path, folder or glob, or several) with a progress bar."""
+
+        async def work() -> str:
+            label = spec if isinstance(spec, str | Path) else ", ".join(map(str, spec))
+            if not str(label).strip():
+                raise UsageError("name a file, folder or glob to add")
+            self.ingest_button.disabled = True
+            try:
+                results = await ingest_with_bar(self.knowledge, self.scope, spec, self.progress)
+            finally:
+                self.ingest_button.disabled = False
+            await self.refresh()
+            return added_summary(results)
+
+        return self._act(work())
+
+    # ------------------------------------------------------------------ text
+
+    def text(self) -> str:
+        """The panel as plain text: header, one line per document, message, search results."""
+        lines = [self._header_text()]
+        lines += [f"  {doc_line(doc)}" for doc in self.documents]
+        if not self.documents:
+            lines.append("  (no documents)")
+        progress = self.progress.text()
+        if progress:
+            lines.append(progress)
+        if self.message:
+            lines.append(self.message)
+        if self.query:
+            lines.append(f"Search {self.query!r} ({self.mode}): {len(self.hits)} result(s)")
+            lines += [f"  {hit_line(i, hit)}" for i, hit in enumerate(self.hits, 1)]
+        return "\n".join(lines)
+
+    # ------------------------------------------------------------------ internals
+
+    async def _counts(self) -> dict[str, int]:
+        return await self.knowledge.kb.scopes()
+
+    async def _load(self) -> None:
+        self.documents = await self.knowledge.kb.documents(self.scope)
+        await self._search()  # the shown results follow adds, deletes and scope switches
+
+    async def _search(self) -> None:
+        query = self.query
+        if not query:
+            self.hits = []
+            return
+        scopes = [self.scope] if self.scope == GLOBAL else [self.scope, GLOBAL]
+        mode = self.mode
+        hits = await self.knowledge.kb.search(query, scopes, self.top_k, mode=mode)  # type: ignore[arg-type]
+        if (query, mode) == (self.query, self.mode):  # else a newer search started meanwhile
+            self.hits = hits
+
+    def _header_text(self) -> str:
+        chunks = sum(d.chunks for d in self.documents)
+        return (
+            f"📚 knowledge base · {self.scope} · {len(self.documents)} document(s), "
+            f"{chunks} chunk(s)"
+        )
+
+    def _progressed(self) -> None:
+        if not self.closed:
+            self.refresh_display()
+
+    def _render(self) -> None:
+        import ipywidgets as w
+
+        if self.closed:
+            return
+        self.header.value = f"<b>{html.escape(self._header_text())}</b>"
+        self._render_picker()
+        for doc_id in [d for d in self._doc_rows if d not in {doc.id for doc in self.documents}]:
+            close_tree(self._doc_rows.pop(doc_id))
+        for doc in self.documents:
+            row = self._doc_rows.get(doc.id)
+            if row is None:
+                button = w.Button(description="Delete", icon="trash", layout=w.Layout(width="auto"))
+                button.on_click(lambda _, doc_id=doc.id: self.delete(doc_id))
+                info = w.HTML(layout=w.Layout(flex="1 1 auto"))
+                row = self._doc_rows[doc.id] = w.HBox(
+                    [info, button], layout=w.Layout(align_items="center")
+                )
+            row.children[0].value = doc_html(doc)
+        self.doc_box.children = tuple(self._doc_rows[d.id] for d in self.documents)
+        if not self.query:
+            self.results.value = ""
+        elif not self.hits:
+            self.results.value = f"<i>nothing found for {html.escape(self.query)!s}</i>"
+        else:
+            self.results.value = "".join(hit_html(i, h) for i, h in enumerate(self.hits, 1))
+        self.refresh_display()
+
+
+class MemoryList(_Panel):
+    """The long-term memories of one scope, newest first, each with a Forget button."""
+
+    def __init__(self, knowledge: Knowledge, scope: str = GLOBAL) -> None:
+        import ipywidgets as w
+
+        super().__init__(knowledge, scope)
+        self.entries: list[MemoryEntry] = []
+        self._rows: dict[str, Any] = {}
+        self.entry_box = w.VBox([])
+        self.widget = w.VBox(
+            [
+                w.HBox([self.header, self.scope_picker], layout=w.Layout(align_items="center")),
+                self.entry_box,
+                self.message_html,
+            ],
+            layout=w.Layout(border="1px solid #ddd", padding="4px"),
+        )
+        self._render()
+
+    def forget(self, memory_id: str) -> asyncio.Task[Any]:
+        """Forget one memory of the scope."""
+
+        async def work() -> str:
+            gone = await self.knowledge.memory.forget(self.scope, memory_id)
+            await self.refresh()
+            if not gone:
+                raise UsageError(f"no memory [{memory_id}] in {self.scope}")
+            return f"forgot [{memory_id}]"
+
+        return self._act(work())
+
+    def text(self) -> str:
+        """The list as plain text: header, one line per memory, message."""
+        lines = [self._header_text()]
+        lines += [f"  {memory_line(e)}" for e in self.entries] or ["  (no memories)"]
+        if self.message:
+            lines.append(self.message)
+        return "\n".join(lines)
+
+    async def _counts(self) -> dict[str, int]:
+        return await self.knowledge.memory.scopes()
+
+    async def _load(self) -> None:
+        self.entries = await self.knowledge.memory.entries(self.scope)
+
+    def _header_text(self) -> str:
+        count = len(self.entries)
+        return f"🧠 memories · {self.scope} · {count} entr{'y' if count == 1 else 'ies'}"
+
+    def _render(self) -> None:
+        import ipywidgets as w
+
+        if self.closed:
+            return
+        self.header.value = f"<b>{html.escape(self._header_text())}</b>"
+        self._render_picker()
+        for key in [k for k in self._rows if k not in {e.id for e in self.entries}]:
+            close_tree(self._rows.pop(key))
+        for entry in self.entries:
+            row = self._rows.get(entry.id)
+            if row is None:
+                button = w.Button(description="Forget", icon="trash", layout=w.Layout(width="auto"))
+                button.on_click(lambda _, memory_id=entry.id: self.forget(memory_id))
+                info = w.HTML(layout=w.Layout(flex="1 1 auto"))
+                row = self._rows[entry.id] = w.HBox(
+                    [info, button], layout=w.Layout(align_items="center")
+                )
+            row.children[0].value = memory_html(entry)
+        self.entry_box.children = tuple(self._rows[e.id] for e in self.entries)
+        self.refresh_display()
+
+
+async def ingest_with_bar(
+    knowledge: Knowledge,
+    scope: str,
+    spec: str | Path | Iterable[str | Path],
+    bar: IngestBar,
+    *,
+    base: Path | None = None,
+) -> list[AddResult]:
+    """`KnowledgeBase.ingest` with ``bar`` following it; the bar ends with the outcome."""
+    label = str(spec) if isinstance(spec, str | Path) else ", ".join(map(str, spec))
+    bar.start(f"adding {label} to {scope}")
+    try:
+        extra = {"base": base} if base is not None else {}
+        results = await knowledge.kb.ingest(scope, spec, progress=bar.update, **extra)
+    except Exception as exc:
+        bar.finish(f"✗ {exc}", failed=True)
+        raise
+    bar.finish(added_summary(results))
+    return results
+
+
+def added_summary(results: list[AddResult]) -> str:
+    """``added 3 document(s) (12 chunks), 1 already there``."""
+    new = [r.document for r in results if r.created]
+    text = f"added {len(new)} document(s) ({sum(d.chunks for d in new)} chunks)"
+    known = len(results) - len(new)
+    return text + (f", {known} already there" if known else "")
