@@ -126,7 +126,7 @@ class _Batched:
         for start in range(0, len(batch), self.batch_size):
             left = None if deadline is None else deadline - time.monotonic()
             if left is not None and left <= 0:
-                raise EmbeddingError(f"{self.identity}: embedding timed out after {timeout:g}s")
+                raise EmbeddingError(f"{self.identity}: embedding timed out after {timeout:.3g}s")
             parts.append(await self._embed_batch(batch[start : start + self.batch_size], left))
         dims = {p.shape[1] for p in parts}
         if len(dims) > 1:
@@ -206,7 +206,7 @@ class OfflineEmbedder(_Batched):
             vectors = await asyncio.wait_for(asyncio.to_thread(_encode_offline, batch), timeout)
         except TimeoutError as exc:
             raise EmbeddingError(
-                f"{self.identity}: embedding timed out after {timeout:g}s"
+                f"{self.identity}: embedding timed out after {timeout:.3g}s"
             ) from exc
         except EmbeddingError:
             raise
@@ -298,11 +298,11 @@ class EndpointEmbedder(_Batched):
             )
         except openai.APIStatusError as exc:
             raise EmbeddingError(
-                f"{self.identity} answered HTTP {exc.status_code}: {_short(exc.message)}",
+                f"{self.identity} answered HTTP {exc.status_code}: {_status_message(exc)}",
                 status_code=exc.status_code,
             ) from exc
         except openai.APITimeoutError as exc:
-            raise EmbeddingError(f"{self.identity} timed out after {limit:g}s") from exc
+            raise EmbeddingError(f"{self.identity} timed out after {limit:.3g}s") from exc
         except openai.APIConnectionError as exc:
             raise EmbeddingError(f"cannot reach {self.identity}: {exc}") from exc
         except Exception as exc:  # a malformed body, an unexpected client error
@@ -329,8 +329,14 @@ class EndpointEmbedder(_Batched):
             await client.close()
 
 
-def _short(text: str, limit: int = 300) -> str:
-    return text if len(text) <= limit else text[: limit - 1] + "…"
+def _status_message(exc: Any) -> str:
+    """The server's own error message (the body's), not the client's "Error code: …" wrapper."""
+    body = exc.body
+    if isinstance(body, dict) and isinstance(body.get("error"), dict):
+        body = body["error"]
+    text = body.get("message") if isinstance(body, dict) else None
+    text = text if isinstance(text, str) and text else str(exc.message)
+    return text if len(text) <= 300 else text[:299] + "…"
 
 
 # ---------------------------------------------------------------------------- factory
