@@ -6,6 +6,7 @@ similarity gate and the inject timeout are tested over real HTTP.
 
 from __future__ import annotations
 
+import json
 import logging
 import time
 from pathlib import Path
@@ -24,7 +25,7 @@ from ania_nb.knowledge.inject import (
     scene_prompt,
 )
 from ania_nb.knowledge.model import MemoryEntry
-from ania_nb.testing import delay
+from ania_nb.testing import delay, reply
 
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
 
@@ -230,3 +231,15 @@ def test_scene_prompt_paragraphs_follow_the_switches() -> None:
     quiet = scene_prompt(make_config(**{"memory.enable": False, "kb.auto_inject": False}))
     assert "added automatically" not in quiet
     assert scene_prompt(make_config(**{"memory.enable": False, "kb.enable": False})) == ""
+
+
+async def test_agent_injects_into_the_turn_but_not_the_history(make_agent: Any, llm: Any) -> None:
+    agent = make_agent(overrides={"agent.builtin_tools": True, "embedding.provider": "none"})
+    await agent.knowledge.kb.add(GLOBAL_SCOPE, "Deploying", DEPLOY)
+    llm.script(reply("use make deploy"), reply("you are welcome"))
+    await agent.chat("how do I make deploy work?", session="nb:a")
+    turn = json.dumps(llm.requests[-1].messages, ensure_ascii=False)
+    assert KB_HEADER in turn and f"《Deploying》：{DEPLOY}" in turn
+    await agent.chat("thanks", session="nb:a")
+    later = json.dumps(llm.requests[-1].messages, ensure_ascii=False)
+    assert "how do I make deploy work?" in later and KB_HEADER not in later

@@ -24,12 +24,14 @@ from ania_nb.knowledge.tools import (
     memories_text,
     memory_line,
 )
+from ania_nb.testing import reply, tool_call
 from ania_nb.tools.base import ToolArgumentsError, ToolContext
 
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
 
 KB_TOOLS = ["kb_search", "kb_add", "kb_list", "kb_delete"]
 MEMORY_TOOLS = ["memory_save", "memory_search", "memory_forget"]
+DEPLOY_TEXT = "To deploy, run make deploy from the repository root."
 
 
 def make_config(**overrides: Any) -> Config:
@@ -339,3 +341,53 @@ async def test_memory_limits(tmp_path: Path) -> None:
         assert len(await knowledge.memory.entries("f:qq:9")) == 2
     finally:
         await knowledge.aclose()
+
+
+# ------------------------------------------------------------------ through Agent.chat
+
+
+async def call(agent: Any, llm: Any, session: str, name: str, args: dict | None = None) -> str:
+    """The model calls one tool in ``session``; returns the tool message the model got back."""
+    llm.script(reply(tool_calls=[tool_call(name, args or {})]), reply("ok"))
+    await agent.chat(f"please use {name}", session=session)
+    message = llm.requests[-1].messages[-1]
+    assert message["role"] == "tool"
+    return str(message["content"])
+
+
+AGENT_OVERRIDES = {"agent.builtin_tools": True, "embedding.provider": "none"}
+
+
+async def test_the_model_uses_the_tools_through_agent_chat(make_agent: Any, llm: Any) -> None:
+    agent = make_agent(overrides=AGENT_OVERRIDES)
+    added = await call(agent, llm, "nb:a", "kb_add", {"title": "Deploy", "content": DEPLOY_TEXT})
+    [doc] = await agent.knowledge.kb.documents("nb:a")
+    assert added == f"已加入知识库（ID={doc.id}）：Deploy"
+    sent = {t["function"]["name"] for t in llm.requests[-1].body["tools"]}
+    assert set(KB_TOOLS + MEMORY_TOOLS) <= sent
+    system = llm.requests[-1].messages[0]
+    assert system["role"] == "system" and "【知识库】" in system["content"]
+
+    found = await call(agent, llm, "nb:a", "kb_search", {"query": "make deploy"})
+    assert found == f"知识库相关片段（1 条）：\n[{doc.id}] 《Deploy》（nb:a）：{DEPLOY_TEXT}"
+    elsewhere = await call(agent, llm, "nb:b", "kb_search", {"query": "make deploy"})
+    assert elsewhere == "no material related to「make deploy」"
+    refused = await call(agent, llm, "nb:b", "kb_delete", {"id": doc.id})
+    assert refused.startswith("Error executing tool:") and f"not found: {doc.id}" in refused
+    bad = await call(agent, llm, "nb:a", "kb_search", {"query": "x", "top_k": "many"})
+    assert "Error executing tool:" in bad and "top_k" in bad
+    assert len(await agent.knowledge.kb.documents("nb:a")) == 1
+
+    saved = await call(agent, llm, "f:qq:7", "memory_save", {"content": "likes jazz"})
+    [entry] = await agent.knowledge.memory.entries("f:qq:7")
+    assert saved == f"已记住（ID={entry.id}）：likes jazz"
+    assert await call(agent, llm, "f:qq:8", "memory_search") == "no memories yet"
+
+
+async def test_disabled_parts_give_no_tools(make_agent: Any, llm: Any) -> None:
+    agent = make_agent(overrides={**AGENT_OVERRIDES, "kb.enable": False})
+    llm.script(reply("hi"))
+    await agent.chat("hello", session="nb:a")
+    sent = {t["function"]["name"] for t in llm.requests[-1].body["tools"]}
+    assert set(MEMORY_TOOLS) <= sent and not sent & set(KB_TOOLS)
+    assert "【知识库】" not in llm.requests[-1].messages[0]["content"]
