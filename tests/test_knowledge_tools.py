@@ -391,3 +391,28 @@ async def test_disabled_parts_give_no_tools(make_agent: Any, llm: Any) -> None:
     sent = {t["function"]["name"] for t in llm.requests[-1].body["tools"]}
     assert set(MEMORY_TOOLS) <= sent and not sent & set(KB_TOOLS)
     assert "【知识库】" not in llm.requests[-1].messages[0]["content"]
+
+
+@pytest.mark.parametrize(
+    "query",
+    [
+        '"unbalanced',
+        "a AND (b OR",
+        "\\",
+        "*",
+        "title:x",
+        "'; DROP TABLE kb_chunks; --",
+        "部署" * 900,
+    ],
+)
+async def test_hostile_queries_find_nothing_or_something_but_never_break(
+    tools: Tools, knowledge: Knowledge, query: str
+) -> None:
+    await tools("kb_add", title="Deploy", content="run make deploy")
+    await tools("memory_save", content="likes jazz")
+    found = await tools("kb_search", query=query)
+    assert found.startswith(("知识库相关片段", "no material related to"))
+    recalled = await tools("memory_search", query=query)
+    assert recalled.startswith(("相关记忆", "长期记忆", "no memory related to"))
+    assert len(await knowledge.kb.documents("nb:a")) == 1
+    assert len(await knowledge.memory.entries("nb:a")) == 1
