@@ -23,6 +23,7 @@ from .engine.usage import Usage
 from .errors import UsageError
 from .governance import ApprovalManager, Governance, PythonHook
 from .governance.commands import parse_slash
+from .knowledge import Knowledge
 from .orchestration import (
     Conversation,
     OneShotJob,
@@ -35,6 +36,7 @@ from .orchestration import (
     Session,
     SessionQueues,
     SessionTable,
+    TurnContext,
     answer_batch,
     execute_run,
     resolve_config,
@@ -107,6 +109,7 @@ class Agent:
         self.clock = Clock(self)  # scheduled tasks; starts when the Agent opens
         self._stop_listeners: list[Callable[[str], object]] = []
         self.agents = Agents(self)  # subagents and teams of main sessions
+        self.knowledge = Knowledge(lambda: self.config, self.data_dir)  # kb and memory
         self._session_tools.append(self._builtin_session_tools)
         self._queues = SessionQueues(
             self.sessions,
@@ -189,7 +192,12 @@ class Agent:
         """The system prompt sent first in every request (with the skills registry, once open)."""
         base = self.config.agent.system_prompt or DEFAULT_SYSTEM_PROMPT
         skills = self._rt.skills_prompt() if self._rt is not None else ""
-        return f"{base}\n\n{skills}" if skills else base
+        scene = ""
+        if self.config.agent.builtin_tools:
+            from .knowledge.inject import scene_prompt
+
+            scene = scene_prompt(self.config)
+        return "\n\n".join(p for p in (base, skills, scene) if p)
 
     @property
     def mcp(self) -> MCPRegistry | None:
@@ -279,10 +287,29 @@ class Agent:
         await self.governance.after_run(spec.kind, spec.session, result, task=spec.text)
 
     def _builtin_session_tools(self, session: str) -> list[Tool]:
-        """The clock_*, subagent_* and team_* tools (built-ins: off with agent.builtin_tools)."""
+        """The clock_*, subagent_*, team_*, kb_* and memory_* tools (off with builtin_tools)."""
         if not self.config.agent.builtin_tools:
             return []
-        return [*self.clock.session_tools(session), *self.agents.session_tools(session)]
+        from .knowledge.tools import knowledge_tools
+
+        return [
+            *self.clock.session_tools(session),
+            *self.agents.session_tools(session),
+            *knowledge_tools(self.knowledge, session, self.config),
+        ]
+
+    async def _turn_context(self, session: str, text: str) -> TurnContext | None:
+        """The knowledge auto-injected into a main turn (None: nothing relevant, or off)."""
+        if not self.config.agent.builtin_tools:
+            return None
+        from .knowledge.inject import auto_inject
+
+        try:
+            found = await auto_inject(self.knowledge, session, text, self.config)
+        except Exception:  # knowledge is an aid: a broken store must not stop the chat
+            log.exception("auto-inject failed for %s", session)
+            return None
+        return None if found is None else TurnContext(found.block, found.event())
 
     def _new_session(self, name: str) -> Session:
         return Session(name, self._session_executor(name))
@@ -397,6 +424,7 @@ class Agent:
             store=rt.store,
             system_prompt=self.system_prompt,
             run_timeout=self.config.agent.run_timeout,
+            context=self._turn_context,
         )
 
     # ------------------------------------------------ host of the clock, subagents, teams
@@ -504,6 +532,7 @@ class Agent:
             self.stop(state.name)  # background work too
         await self._queues.aclose()
         await self.agents.aclose()
+        await self.knowledge.aclose()
         if self._rt is not None:
             await self._rt.aclose()
         for viewer in self._viewers:

@@ -9,6 +9,8 @@ Four families, kept apart so callers can catch exactly what they mean (attribute
     │   ├── ClockError          (ania_nb.clock) a clock task request was refused: bad schedule,
     │   │                       blank content, unknown task or field
     │   ├── TeamError           (ania_nb.agents) a saved team is invalid, over a limit or exists
+    │   ├── KnowledgeError      (ania_nb.knowledge) a kb/memory request was refused: blank,
+    │   │                       full scope, unknown id, read-only scope
     │   └── MissingExtraError   an optional dependency is not installed; also an ImportError
     │                           [extra, name]
     ├── RunError                a run failed [session]
@@ -19,6 +21,7 @@ Four families, kept apart so callers can catch exactly what they mean (attribute
     ├── ResourceError           something the agent relies on failed, inside a run or outside
     │   ├── StoreError          the embedded store could not be opened, read or written
     │   ├── MCPServerError      an MCP server could not be connected or is closed [server]
+    │   ├── EmbeddingError      (ania_nb.knowledge) the embedder failed [status_code]
     │   └── SkillError          a skill could not be read, installed or removed [skill]
     │       ├── FrontmatterError    a SKILL.md frontmatter block is invalid; also a ValueError
     │       └── SkillInstallError   bad source, unsafe archive or failed download

@@ -31,9 +31,9 @@ from ._sections import (
     ApprovalSettings,
     BashSettings,
     ClockSettings,
-    EmbeddingSettings,
     CommandsSettings,
     ConfigToolSettings,
+    EmbeddingSettings,
     EndpointSettings,
     FileSettings,
     HooksSettings,
@@ -113,9 +113,7 @@ class Config(BaseSettings):
     )
     team: TeamSettings = Field(default_factory=TeamSettings, description="Agent teams.")
     kb: KbSettings = Field(default_factory=KbSettings, description="The knowledge base.")
-    memory: MemorySettings = Field(
-        default_factory=MemorySettings, description="Long-term memory."
-    )
+    memory: MemorySettings = Field(default_factory=MemorySettings, description="Long-term memory.")
     embedding: EmbeddingSettings = Field(
         default_factory=EmbeddingSettings, description="Embedder of the kb and memory."
     )

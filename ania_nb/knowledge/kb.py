@@ -134,8 +134,8 @@ class KnowledgeBase:
             return
         if self.store.writes_vectors():
             vectors = await self.store.document_vectors([r["search_text"] for r in rows])
-            for row, vector in zip(rows, vectors or [None] * len(rows), strict=True):
-                row["vector"] = vector
+            for i, row in enumerate(rows):
+                row["vector"] = vectors[i] if vectors is not None else None
         elif await table.vector_label() is not None:
             for row in rows:
                 row["vector"] = None

@@ -28,7 +28,7 @@ log = logging.getLogger(__name__)
 VECTOR = "vector"
 TEXT = "search_text"  # what the full-text index sees: title, tags and the chunk
 # n-grams of 1–3 characters: Chinese has no spaces, and single characters carry meaning.
-FTS_CONFIG = {"ngram_min_length": 1, "ngram_max_length": 3}
+NGRAM_MIN, NGRAM_MAX = 1, 3
 OPTIMIZE_EVERY = 64  # writes between compactions (each add is a fragment; many slow queries)
 
 
@@ -240,7 +240,13 @@ class LanceTable:
         indices = await self.table.list_indices()
         if any(TEXT in i.columns for i in indices):
             return
-        config = FTS(base_tokenizer="ngram", stem=False, remove_stop_words=False, **FTS_CONFIG)
+        config = FTS(
+            base_tokenizer="ngram",
+            ngram_min_length=NGRAM_MIN,
+            ngram_max_length=NGRAM_MAX,
+            stem=False,
+            remove_stop_words=False,
+        )
         await self.table.create_index(TEXT, config=config, replace=True)
         await self.table.create_index("scope", config=BTree(), replace=True)
 
