@@ -232,3 +232,19 @@ async def test_import_ania_nb_knowledge_does_not_load_lancedb() -> None:
         subprocess.run, [sys.executable, "-c", code], capture_output=True, text=True, timeout=60
     )
     assert done.stdout.strip() == "[]", done.stderr
+
+
+async def test_ingest_skips_unreadable_files_and_says_why(
+    knowledge: Knowledge, tmp_path: Path
+) -> None:
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    (docs / "good.md").write_text("# Good\n\nreadable notes about ferrets", encoding="utf-8")
+    (docs / "empty.txt").write_text("", encoding="utf-8")
+    report = await knowledge.kb.ingest("nb:a", docs)
+    assert [r.document.title for r in report] == ["Good"]
+    assert [Path(p).name for p, _ in report.skipped] == ["empty.txt"]
+    with pytest.raises(KnowledgeError):
+        await knowledge.kb.ingest("nb:a", docs / "empty.txt")
+    hits = await knowledge.kb.search("ferrets", ["nb:a"])
+    assert hits[0].title == "Good" and hits[0].source.endswith("good.md")

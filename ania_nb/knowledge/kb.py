@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from .chunking import chunk_text, dedupe_key, match_share, truncate
-from .model import AddResult, Document, Hit, KnowledgeError, SourceDoc
+from .model import AddResult, Document, Hit, IngestReport, KnowledgeError, SourceDoc
 from .search import MODES, Ranked, SearchMode, fuse, order, scope_filter
 from .search import sql_string as _q
 from .store import KB_TABLE, KnowledgeStore
@@ -154,13 +154,25 @@ class KnowledgeBase:
         *,
         progress: Progress | None = None,
         base: Path | None = None,
-    ) -> list[AddResult]:
-        """Add files (.md, .txt, .pdf, .ipynb; globs and folders too), one document each."""
+    ) -> IngestReport:
+        """Add files (.md, .txt, .pdf, .ipynb; globs and folders too), one document each.
+
+        A file that cannot be read (empty, encrypted, binary, too big) is skipped and listed in
+        the report's ``skipped``; when no file at all can be read, its reason is raised.
+        """
         from .ingest import expand_paths, read_document
 
         paths = await asyncio.to_thread(expand_paths, spec, base)
-        docs = [await asyncio.to_thread(read_document, p) for p in paths]
-        return await self.add_many(scope, docs, progress=progress)
+        docs: list[SourceDoc] = []
+        skipped: list[tuple[str, str]] = []
+        for path in paths:
+            try:
+                docs.append(await asyncio.to_thread(read_document, path))
+            except KnowledgeError as exc:
+                skipped.append((str(path), str(exc)))
+        if not docs and skipped:
+            raise KnowledgeError(skipped[0][1])
+        return IngestReport(await self.add_many(scope, docs, progress=progress), skipped)
 
     async def ingest_dataframe(
         self,

@@ -45,6 +45,14 @@ class AddResult:
     created: bool  # False: a document with the same title and content existed (dedupe)
 
 
+class IngestReport(list[AddResult]):
+    """The documents an ingest added (a list of `AddResult`) and the files it had to skip."""
+
+    def __init__(self, results: list[AddResult], skipped: list[tuple[str, str]]) -> None:
+        super().__init__(results)
+        self.skipped = skipped  # (path, why) of files that could not be read
+
+
 @dataclass(frozen=True)
 class Hit:
     """One kb search result: a chunk with its document and how well it matched.
