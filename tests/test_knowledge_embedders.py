@@ -285,6 +285,17 @@ async def test_query_cache_is_an_lru_keyed_by_stripped_text(llm: ScriptedLLM):
     await cache.get("beta")
     assert len(llm.embedding_requests) == 4
     assert await cache.get("   ") is None and len(llm.embedding_requests) == 4
+    # Concurrent requests for one query share a single call.
+    together = await asyncio.gather(*(cache.get(q) for q in ("delta", " delta", "delta ")))
+    assert len(llm.embedding_requests) == 5 and together[0] is together[1] is together[2]
+    # A caller that gives up does not cancel the shared call of the others.
+    llm.embeddings.script(delay(1))
+    quitter = asyncio.create_task(cache.get("epsilon"))
+    stayer = asyncio.create_task(cache.get("epsilon"))
+    await asyncio.to_thread(llm.embeddings.wait_for_requests, 6)
+    quitter.cancel()
+    vector = await asyncio.wait_for(stayer, 10)
+    assert quitter.cancelled() and vector is not None and len(llm.embedding_requests) == 6
     with pytest.raises(ValueError, match="size must be >= 1"):
         QueryVectorCache(embedder, size=0)
     await embedder.aclose()

@@ -379,7 +379,11 @@ def make_embedder(config: Config) -> Embedder | None:
 
 
 class QueryVectorCache:
-    """The last ``size`` query vectors (LRU, keyed by stripped text); failures give None."""
+    """The last ``size`` query vectors (LRU, keyed by stripped text); failures give None.
+
+    Concurrent requests for the same query (a kb and a memory search of one turn) share one
+    embedding call, bounded by the first caller's timeout.
+    """
 
     def __init__(self, embedder: Embedder, size: int = 128) -> None:
         if size < 1:
@@ -387,6 +391,7 @@ class QueryVectorCache:
         self.embedder = embedder
         self.size = size
         self._vectors: OrderedDict[str, np.ndarray] = OrderedDict()
+        self._pending: dict[str, asyncio.Future[np.ndarray | None]] = {}
 
     def __len__(self) -> int:
         return len(self._vectors)
@@ -405,8 +410,17 @@ class QueryVectorCache:
         if vector is not None:
             self._vectors.move_to_end(key)
             return vector
+        pending = self._pending.get(key)
+        if pending is None:
+            pending = asyncio.ensure_future(self._fetch(key, timeout))
+            self._pending[key] = pending
+            pending.add_done_callback(lambda _: self._pending.pop(key, None))
+        # Shielded: a caller that gives up does not cancel the others' shared call.
+        return await asyncio.shield(pending)
+
+    async def _fetch(self, key: str, budget: float | None) -> np.ndarray | None:
         try:
-            vectors = await self.embedder.embed([key], timeout=timeout)
+            vectors = await self.embedder.embed([key], timeout=budget)
             vector = vectors[0]
         except asyncio.CancelledError:
             raise
