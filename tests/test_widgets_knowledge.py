@@ -296,11 +296,14 @@ def test_ania_kb_commands_add_search_delete_and_show_the_panel(shell, tmp_path):
     docs.mkdir()
     (docs / "deploy.md").write_text(f"# Deploying\n\n{DEPLOY}\n")
     (docs / "tea.txt").write_text(TEA)
+    (docs / "empty.md").write_text("")  # skipped, listed; the others are added
     (tmp_path / "faq.md").write_text("# FAQ\n\nThe office opens at nine o'clock.\n")
 
     result, out = run(shell, "%ania kb add docs/*")
     assert result.success, result.error_in_exec
-    assert "added 2 document(s) (2 chunks)" in shown_text(out)  # the bar's final text
+    summary = "added 2 document(s) (2 chunks), 1 file(s) skipped: 'docs/empty.md' has no text"
+    assert summary in shown_text(out)  # the bar's final text
+    assert "  ! skipped 'docs/empty.md' has no text to add" in out.stdout
     assert re.search(r"\+ \[\w{8}\] Deploying · 1 chunk\(s\) · docs/deploy.md", out.stdout)
     run(shell, "%ania kb add faq.md --scope global")
 

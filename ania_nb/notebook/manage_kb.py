@@ -123,7 +123,7 @@ async def _add(knowledge: Knowledge, scope: str, paths: list[str]) -> Any:
     from IPython.display import display
 
     from .widgets._kb_parts import IngestBar
-    from .widgets.knowledge import ingest_with_bar
+    from .widgets.knowledge import ingest_with_bar, skipped_files
 
     bar = IngestBar()
     display(bar)  # ends with the summary: "added 3 document(s) (12 chunks), 1 already there"
@@ -133,3 +133,5 @@ async def _add(knowledge: Knowledge, scope: str, paths: list[str]) -> Any:
         doc = result.document
         mark = "+" if result.created else "="
         print(f"  {mark} [{doc.id}] {doc.title} · {doc.chunks} chunk(s) · {doc.source}")
+    for _, why in skipped_files(results):
+        print(f"  ! skipped {why}")

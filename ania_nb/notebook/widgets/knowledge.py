@@ -445,8 +445,18 @@ async def ingest_with_bar(
 
 
 def added_summary(results: list[AddResult]) -> str:
-    """``added 3 document(s) (12 chunks), 1 already there``."""
+    """``added 3 document(s) (12 chunks), 1 already there, 1 file(s) skipped: a.pdf (…)``."""
     new = [r.document for r in results if r.created]
     text = f"added {len(new)} document(s) ({sum(d.chunks for d in new)} chunks)"
     known = len(results) - len(new)
-    return text + (f", {known} already there" if known else "")
+    text += f", {known} already there" if known else ""
+    skipped = skipped_files(results)
+    if skipped:
+        shown = "; ".join(why for _, why in skipped[:3]) + (" …" if len(skipped) > 3 else "")
+        text += f", {len(skipped)} file(s) skipped: {shown}"
+    return text
+
+
+def skipped_files(results: list[AddResult]) -> list[tuple[str, str]]:
+    """The (path, reason) pairs of files an ingest could not read (`IngestReport.skipped`)."""
+    return list(getattr(results, "skipped", None) or ())
