@@ -99,3 +99,125 @@ async def test_global_and_local_vectors_respect_scopes(tmp_path: Path) -> None:
     hits = await k.kb.search("cat food", ["g:2", GLOBAL_SCOPE], mode="vector")
     assert {h.scope for h in hits} == {GLOBAL_SCOPE}
     await k.aclose()
+
+
+# --------------------------------------------------------------------------- the endpoint path
+
+
+def endpoint(llm: Any, **overrides: Any) -> Config:
+    """Settings using the scripted server's /v1/embeddings."""
+    values = {
+        "embedding.provider": "endpoint",
+        "embedding.base_url": llm.base_url,
+        "embedding.api_key": llm.api_key,
+        "embedding.model": "scripted-embed",
+        "embedding.timeout": 5.0,
+    }
+    values.update(overrides)
+    return config(**values)
+
+
+async def test_endpoint_vectors_are_used_over_http(tmp_path: Path, llm: Any) -> None:
+    k = Knowledge(endpoint(llm), tmp_path)
+    await fill(k)
+    status = await k.status()
+    assert status.embedder == f"endpoint:scripted-embed@127.0.0.1:{llm.port}" or (
+        status.embedder.startswith("endpoint:scripted-embed@")
+    )
+    assert status.dim == 64 and status.vectors_ready
+    asked = len(llm.embedding_requests)
+    hits = await k.kb.search("Python packaging pip", ["nb:a"])
+    assert hits[0].title == "Python packaging" and hits[0].similarity is not None
+    assert len(llm.embedding_requests) == asked + 1
+    await k.kb.search("Python packaging pip", ["nb:a"])  # the query vector is cached
+    assert len(llm.embedding_requests) == asked + 1
+    await k.aclose()
+
+
+async def test_endpoint_down_falls_back_to_full_text_and_fills_vectors_later(
+    tmp_path: Path, llm: Any
+) -> None:
+    k = Knowledge(endpoint(llm), tmp_path)
+    k.store.retry_seconds = 0.05
+    await k.open()
+    llm.fail_embeddings(503)
+    await fill(k)  # adds work: rows wait for their vectors
+    hits = await k.kb.search("Python packaging pip", ["nb:a"])
+    assert hits[0].title == "Python packaging" and hits[0].similarity is None
+    assert await k.store.table("kb_chunks").count_missing() == len(DOCS)
+    llm.fail_embeddings(None)
+    await asyncio.wait_for(k.wait_reembedded(), 30)
+    assert await k.store.table("kb_chunks").count_missing() == 0
+    hits = await k.kb.search("packaging with pip", ["nb:a"])
+    assert hits[0].similarity is not None
+    await k.aclose()
+
+
+async def test_endpoint_down_at_start_attaches_when_it_answers(tmp_path: Path, llm: Any) -> None:
+    llm.fail_embeddings(503)
+    k = Knowledge(endpoint(llm), tmp_path)
+    k.store.retry_seconds = 0.05
+    await fill(k)
+    assert (await k.status()).dim is None
+    assert (await k.kb.search("Python packaging", ["nb:a"]))[0].similarity is None
+    llm.fail_embeddings(None)
+    for _ in range(200):
+        if (await k.status()).dim == 64:
+            break
+        await asyncio.sleep(0.05)
+    await asyncio.wait_for(k.wait_reembedded(), 30)
+    assert (await k.status()).vectors_ready
+    assert await k.store.table("kb_chunks").count_missing() == 0
+    await k.aclose()
+
+
+async def test_switching_between_embedders_of_other_sizes(tmp_path: Path, llm: Any) -> None:
+    k = Knowledge(endpoint(llm), tmp_path)
+    await fill(k)
+    await k.aclose()
+    k = Knowledge(config(), tmp_path)
+    await asyncio.wait_for(k.wait_reembedded(), 60)
+    status = await k.status()
+    assert status.dim == 512 and status.vectors_ready
+    hits = await k.kb.search("what food is poisonous for cats?", ["nb:a"], mode="vector")
+    assert hits[0].title == "猫的饮食"
+    await k.aclose()
+
+
+async def test_an_ann_index_is_built_past_the_threshold(tmp_path: Path, llm: Any) -> None:
+    from ania_nb.knowledge import SourceDoc
+
+    k = Knowledge(endpoint(llm, **{"kb.ann_threshold": 1000, "kb.max_docs": 2000}), tmp_path)
+    docs = [SourceDoc(f"note {i}", f"note number {i} about topic {i % 37}") for i in range(1000)]
+    await k.kb.add_many("nb:a", docs)
+    table = k.store.table("kb_chunks")
+    await table.maintain()
+    assert (await k.status()).vector_index != ""
+    hits = await k.kb.search("note number 512 about topic 31", ["nb:a"])
+    assert hits and hits[0].title == "note 512"
+    await k.aclose()
+
+
+async def test_half_filled_vectors_are_not_searched(tmp_path: Path, llm: Any) -> None:
+    from ania_nb.testing import delay, error
+
+    plain = Knowledge(config(**{"embedding.provider": "none"}), tmp_path)
+    await fill(plain)
+    await plain.aclose()
+    # The probe and the first one-row batch answer; the second batch fails and the fill pauses.
+    llm.embeddings.script(delay(0), delay(0), error(503))
+    k = Knowledge(endpoint(llm, **{"embedding.batch_size": 1}), tmp_path)
+    await k.open()
+    progress = k.store.progress["kb_chunks"]
+    for _ in range(400):
+        if progress.error:
+            break
+        await asyncio.sleep(0.025)
+    assert progress.error and progress.running and progress.done == 1
+    assert not (await k.status()).vectors_ready
+    filled = await k.store.table("kb_chunks").rows("vector IS NOT NULL", ["title", "text"])
+    query = f"{filled[0]['title']} {filled[0]['text']}"
+    hits = await k.kb.search(query, ["nb:a", GLOBAL_SCOPE], top_k=4)
+    assert hits[0].title == filled[0]["title"]
+    assert all(h.similarity is None for h in hits)  # full-text until every row is filled
+    await k.aclose()

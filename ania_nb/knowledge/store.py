@@ -26,11 +26,12 @@ if TYPE_CHECKING:  # pragma: no cover
 log = logging.getLogger(__name__)
 KB_TABLE = "kb_chunks"
 MEMORY_TABLE = "memories"
-RETRY_SECONDS = 30.0  # wait after a failed embedding batch before trying again
 
 
 class KnowledgeStore:
     """Tables and embedder of the knowledge base and memory; opened on first use."""
+
+    retry_seconds = 30.0  # wait after the embedder failed before trying it again
 
     def __init__(self, settings: Callable[[], Config], path: Path) -> None:
         self.settings = settings
@@ -42,6 +43,7 @@ class KnowledgeStore:
         self.progress: dict[str, ReembedProgress] = {}
         self._usable: dict[str, bool] = {}  # table → its vectors are the embedder's, all of them
         self._fills: dict[str, asyncio.Task[None]] = {}
+        self._retry: asyncio.Task[None] | None = None
         self._lock = asyncio.Lock()
         self._opened = False
         self._closed = False
@@ -92,19 +94,41 @@ class KnowledgeStore:
             return
         self.queries = QueryVectorCache(self.embedder)
         try:
-            self.dim = await self.embedder.dimension()
+            dim = await self.embedder.dimension()
         except EmbeddingError as exc:
             log.warning("embedder %s unavailable, full-text only: %s", self.embedder.identity, exc)
+            self._retry = asyncio.get_running_loop().create_task(self._attach_later())
             return
+        await self._label_tables(dim)
+
+    async def _attach_later(self) -> None:
+        """Ask the embedder for its dimension every `retry_seconds` until it answers."""
+        from .embedders import EmbeddingError
+
+        assert self.embedder is not None
+        while not self._closed:
+            await asyncio.sleep(self.retry_seconds)
+            try:
+                dim = await self.embedder.dimension()
+            except EmbeddingError:
+                continue
+            log.info("embedder %s reachable again", self.embedder.identity)
+            await self._label_tables(dim)
+            return
+
+    async def _label_tables(self, dim: int) -> None:
+        """Give the tables' vector columns to the embedder; re-embed what it has not made."""
+        assert self.embedder is not None
         for name, table in self.tables.items():
-            dropped = await table.relabel(self.embedder.identity, self.dim)
+            dropped = await table.relabel(self.embedder.identity, dim)
             if dropped and not await table.count():  # nothing to re-embed
                 await table.mark_complete(True)
                 dropped = False
             label = await table.vector_label()
             self._usable[name] = label is not None and label.complete and not dropped
             if dropped or not self._usable[name] or await table.count_missing():
-                self._start_fill(name)
+                self._start_fill(name, dim=dim)
+        self.dim = dim
 
     def vectors_usable(self, name: str) -> bool:
         """Whether searches of table ``name`` may use vectors now."""
@@ -126,7 +150,7 @@ class KnowledgeStore:
         except EmbeddingError as exc:
             log.warning("could not embed %d new rows (filled later): %s", len(texts), exc)
             for name in self.tables:
-                self._start_fill(name, delay=RETRY_SECONDS)
+                self._start_fill(name, delay=self.retry_seconds)
             return None
         return [list(map(float, v)) for v in vectors]
 
@@ -142,21 +166,22 @@ class KnowledgeStore:
 
     # ------------------------------------------------------------------ re-embedding
 
-    def _start_fill(self, name: str, delay: float = 0.0) -> None:
+    def _start_fill(self, name: str, delay: float = 0.0, dim: int | None = None) -> None:
         running = self._fills.get(name)
-        if self._closed or (running is not None and not running.done()):
+        dim = dim or self.dim
+        if self._closed or dim is None or (running is not None and not running.done()):
             return
         progress = self.progress.setdefault(name, ReembedProgress(name))
         progress.running, progress.error = True, ""
-        self._fills[name] = asyncio.get_running_loop().create_task(self._fill(name, delay))
+        self._fills[name] = asyncio.get_running_loop().create_task(self._fill(name, delay, dim))
 
-    async def _fill(self, name: str, delay: float) -> None:
+    async def _fill(self, name: str, delay: float, dim: int) -> None:
         """Give every row of ``name`` a vector, in batches; retry after embedder failures."""
         from .embedders import EmbeddingError
         from .tables import TEXT
 
         table, progress = self.tables[name], self.progress[name]
-        assert self.embedder is not None and self.dim is not None
+        assert self.embedder is not None
         batch = self.config.embedding.batch_size
         try:
             if delay:
@@ -173,9 +198,9 @@ class KnowledgeStore:
                 except EmbeddingError as exc:
                     progress.error = str(exc)
                     log.warning("re-embedding %s paused: %s", name, exc)
-                    await asyncio.sleep(RETRY_SECONDS)
+                    await asyncio.sleep(self.retry_seconds)
                     continue
-                await table.set_vectors([r["id"] for r in rows], vectors, self.dim)
+                await table.set_vectors([r["id"] for r in rows], vectors, dim)
                 progress.done += len(rows)
                 progress.total = max(progress.total, progress.done)
             await table.mark_complete(True)
@@ -204,9 +229,10 @@ class KnowledgeStore:
     async def aclose(self) -> None:
         """Stop background work; stored data is already durable."""
         self._closed = True
-        for task in self._fills.values():
+        background = [*self._fills.values(), *([self._retry] if self._retry else [])]
+        for task in background:
             task.cancel()
-        for task in self._fills.values():
+        for task in background:
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await task
         for table in self.tables.values():
