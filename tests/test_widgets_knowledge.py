@@ -164,7 +164,7 @@ async def test_ingest_shows_a_progress_bar_and_refuses_a_bad_path(knowledge, tmp
     assert panel.ingest_button.disabled is True
     assert "reading files…" in panel.text()
     await settled(panel)
-    assert any(0 < done < 70 for done, _ in seen), seen  # a partial step was shown
+    assert any(0 < done < total for done, total in seen), seen  # a partial step was shown
     assert seen[-1] == (70, 70) and panel.progress.state == "finished"
     assert panel.progress.bar.bar_style == "success" and not panel.ingest_button.disabled
     assert panel.message == "added 70 document(s) (70 chunks)"
@@ -176,6 +176,26 @@ async def test_ingest_shows_a_progress_bar_and_refuses_a_bad_path(knowledge, tmp
     assert panel.message.startswith("✗ ") and "missing" in panel.message
     assert panel.progress.state == "failed" and panel.progress.bar.bar_style == "danger"
     assert len(await k.kb.documents("nb:t")) == 70
+    panel.close()
+
+
+async def test_a_dataframe_column_is_added_with_the_progress_bar(knowledge):
+    import pyarrow as pa
+
+    k = knowledge()
+    table = pa.table(
+        {"name": [f"Tip {i}" for i in range(66)], "text": [f"tip number {i}" for i in range(66)]}
+    )
+    panel = await KbPanel(k, "nb:t").refresh()
+    seen: list[tuple[int, int]] = []
+    panel.progress.bar.observe(lambda c: seen.append((c["new"], panel.progress.bar.max)), "value")
+    await panel.ingest_dataframe(table, "text", title_column="name")
+    assert panel.message == "added 66 document(s) (66 chunks)"
+    assert any(0 < done < total for done, total in seen) and seen[-1] == (66, 66), seen
+    assert {d.title for d in panel.documents} == {f"Tip {i}" for i in range(66)}
+    assert {d.source for d in panel.documents} == {"dataframe"}
+    await panel.ingest_dataframe(table, "body")
+    assert panel.message.startswith("✗ no column 'body'") and panel.progress.state == "failed"
     panel.close()
 
 
@@ -307,6 +327,12 @@ def test_ania_kb_commands_add_search_delete_and_show_the_panel(shell, tmp_path):
     assert re.search(r"\+ \[\w{8}\] Deploying · 1 chunk\(s\) · docs/deploy.md", out.stdout)
     run(shell, "%ania kb add faq.md --scope global")
 
+    shell.user_ns["tips"] = {"text": ["Water the plants on Mondays."], "who": ["Ops"]}
+    _, out = run(shell, "%ania kb add-df tips text --title who --scope global")
+    assert "added 1 document(s) (1 chunks)" in shown_text(out) and "] Ops · 1 chunk" in out.stdout
+    result, _ = run(shell, "%ania kb add-df nope text")
+    assert "no variable 'nope' in the notebook" in str(result.error_in_exec)
+
     _, out = run(shell, "%ania kb search what's the deploy health endpoint?")  # apostrophe kept
     assert out.stdout.startswith("1. 《Deploying》 [")
     _, out = run(shell, "%ania kb search office nine --scope global")
@@ -319,7 +345,7 @@ def test_ania_kb_commands_add_search_delete_and_show_the_panel(shell, tmp_path):
     assert "📚 knowledge base · nb:default · 2 document(s), 2 chunk(s)" in panel_text
     doc_id = re.search(r"\[(\w{8})\] Deploying", panel_text).group(1)
     _, out = run(shell, "%ania kb global")
-    assert "· global · 1 document(s)" in shown_text(out)
+    assert "· global · 2 document(s)" in shown_text(out)
 
     _, out = run(shell, f"%ania kb delete {doc_id}")
     assert out.stdout.strip() == f"deleted document {doc_id} from nb:default"

@@ -15,7 +15,7 @@ USAGE = (
     "usage: %ania config [key=value …] | mcp [list|add NAME CMD [ARGS…]|remove NAME|"
     "reconnect NAME] | skills [list|reload] | plan on|off|status | todo | stop | "
     "history [show|clear] | tools | log | team [list|create|delete] | clock [list|log|…] | "
-    "kb [SCOPE|add|search|delete] | memory [SCOPE|forget]"
+    "kb [SCOPE|add|add-df|search|delete] | memory [SCOPE|forget]"
 )
 
 

@@ -1,26 +1,29 @@
 """``%ania kb`` and ``%ania memory``: the knowledge panel and memory list, or one command.
 
 ``%ania kb [SCOPE]`` shows a `KbPanel` (default scope: this notebook's session);
-``%ania kb add PATH|GLOB … [--scope S]`` adds files with a progress bar; ``%ania kb search
-QUERY [--scope S]`` prints ranked results (the scope and ``global``); ``%ania kb delete ID
-[--scope S]`` deletes a document. ``%ania memory [SCOPE]`` shows a `MemoryList`;
-``%ania memory forget ID [--scope S]`` forgets one memory.
+``%ania kb add PATH|GLOB … [--scope S]`` adds files with a progress bar; ``%ania kb add-df
+VAR COLUMN [--title COL]`` adds one document per cell of a DataFrame (or pyarrow table, or
+dict of lists) column; ``%ania kb search QUERY [--scope S]`` prints ranked results (the scope
+and ``global``); ``%ania kb delete ID [--scope S]`` deletes a document.
+``%ania memory [SCOPE]`` shows a `MemoryList`; ``%ania memory forget ID [--scope S]`` forgets
+one memory.
 """
 
 from __future__ import annotations
 
 import re
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from IPython.core.error import UsageError
 
 if TYPE_CHECKING:  # pragma: no cover
-    from ..knowledge import Knowledge
+    from ..knowledge import AddResult, Knowledge
     from .extension import NotebookState
 
 KB_USAGE = (
     "usage: %ania kb [SCOPE] (the panel) | kb add PATH|GLOB … [--scope S] | "
-    "kb search QUERY [--scope S] | kb delete ID [--scope S]"
+    "kb add-df VAR COLUMN [--title COL] [--scope S] | kb search QUERY [--scope S] | "
+    "kb delete ID [--scope S]"
 )
 MEMORY_USAGE = "usage: %ania memory [SCOPE] (the list) | memory forget ID [--scope S]"
 _SCOPE_OPTION = re.compile(r"(?:^|\s)--scope(?:=|\s+)(\S+)")
@@ -45,6 +48,8 @@ async def kb_command(state: NotebookState, line: str) -> None:
         if not paths:
             raise UsageError("usage: %ania kb add PATH|GLOB … [--scope S]")
         await _add(knowledge, scope, paths)
+    elif sub == "add-df":
+        await _add_dataframe(state, knowledge, scope, split_words(rest))
     elif sub == "delete":
         ids = split_words(rest)
         if len(ids) != 1:
@@ -119,16 +124,49 @@ async def _search(knowledge: Knowledge, scope: str, query: str) -> None:
         print(hit_line(rank, hit))
 
 
-async def _add(knowledge: Knowledge, scope: str, paths: list[str]) -> Any:
+async def _add(knowledge: Knowledge, scope: str, paths: list[str]) -> None:
     from IPython.display import display
 
     from .widgets._kb_parts import IngestBar
-    from .widgets.knowledge import ingest_with_bar, skipped_files
+    from .widgets.knowledge import ingest_with_bar
 
     bar = IngestBar()
     display(bar)  # ends with the summary: "added 3 document(s) (12 chunks), 1 already there"
     spec = paths[0] if len(paths) == 1 else paths
-    results = await ingest_with_bar(knowledge, scope, spec, bar)
+    _print_added(await ingest_with_bar(knowledge, scope, spec, bar))
+
+
+async def _add_dataframe(
+    state: NotebookState, knowledge: Knowledge, scope: str, words: list[str]
+) -> None:
+    from IPython.display import display
+
+    from .widgets._kb_parts import IngestBar
+    from .widgets.knowledge import dataframe_with_bar
+
+    title_column = None
+    if "--title" in words:
+        at = words.index("--title")
+        if at + 1 >= len(words):
+            raise UsageError("--title needs a column name")
+        title_column = words[at + 1]
+        del words[at : at + 2]
+    if len(words) != 2:
+        raise UsageError("usage: %ania kb add-df VAR COLUMN [--title COL] [--scope S]")
+    name, column = words
+    if name not in state.shell.user_ns:
+        raise UsageError(f"no variable {name!r} in the notebook")
+    bar = IngestBar()
+    display(bar)
+    df = state.shell.user_ns[name]
+    _print_added(
+        await dataframe_with_bar(knowledge, scope, df, column, bar, title_column=title_column)
+    )
+
+
+def _print_added(results: list[AddResult]) -> None:
+    from .widgets.knowledge import skipped_files
+
     for result in results:
         doc = result.document
         mark = "+" if result.created else "="

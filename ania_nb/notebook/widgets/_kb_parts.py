@@ -180,6 +180,7 @@ class IngestBar(Displayable):
         self.total = 0
         self.state = "idle"  # idle, reading, adding, finished, failed
         self.note = ""
+        self.waiting = ""
         self._on_change = on_change
         self.bar = w.IntProgress(value=0, min=0, max=1, layout=w.Layout(width="240px"))
         self.label = w.Label("")
@@ -187,9 +188,10 @@ class IngestBar(Displayable):
             [self.bar, self.label], layout=w.Layout(align_items="center", display="none")
         )
 
-    def start(self, what: str) -> None:
-        """Show the bar before the first count (files are being read)."""
+    def start(self, what: str, waiting: str = "starting…") -> None:
+        """Show the bar before the first count (``waiting``: e.g. files are being read)."""
         self.state, self.done, self.total, self.note = "reading", 0, 0, what
+        self.waiting = waiting
         self.bar.bar_style = "info"
         self._show()
 
@@ -210,7 +212,7 @@ class IngestBar(Displayable):
         if self.state == "idle":
             return ""
         if self.state == "reading":
-            return f"{self.note}: reading files…"
+            return f"{self.note}: {self.waiting}"
         if self.state == "adding":
             return f"{self.note}: {self.done}/{self.total} documents"
         return self.note

@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import html
 import logging
-from collections.abc import Coroutine, Iterable
+from collections.abc import Awaitable, Callable, Coroutine, Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -33,6 +33,8 @@ if TYPE_CHECKING:  # pragma: no cover
     from ...knowledge import AddResult, Document, Hit, Knowledge, KnowledgeStatus, MemoryEntry
 
 log = logging.getLogger(__name__)
+
+Progress = Callable[[int, int], Any]
 
 GLOBAL = "global"  # knowledge.GLOBAL_SCOPE, without importing the package for it
 MODES = ("hybrid", "fts", "vector")
@@ -251,14 +253,25 @@ class KbPanel(_Panel):
 
     def ingest(self, spec: str | Path | Iterable[str | Path]) -> asyncio.Task[Any]:
         """Add files (a path, folder or glob, or several) with a progress bar."""
+        label = spec if isinstance(spec, str | Path) else ", ".join(map(str, spec))
+        if not str(label).strip():
+            return self._act(_refuse("name a file, folder or glob to add"))
+        return self._adding(ingest_with_bar(self.knowledge, self.scope, spec, self.progress))
 
+    def ingest_dataframe(
+        self, df: Any, column: str, *, title_column: str | None = None
+    ) -> asyncio.Task[Any]:
+        """Add one document per non-blank cell of ``df[column]`` with a progress bar."""
+        job = dataframe_with_bar(
+            self.knowledge, self.scope, df, column, self.progress, title_column=title_column
+        )
+        return self._adding(job)
+
+    def _adding(self, job: Awaitable[list[AddResult]]) -> asyncio.Task[Any]:
         async def work() -> str:
-            label = spec if isinstance(spec, str | Path) else ", ".join(map(str, spec))
-            if not str(label).strip():
-                raise UsageError("name a file, folder or glob to add")
-            self.ingest_button.disabled = True
+            self.ingest_button.disabled = True  # one ingest at a time from this panel
             try:
-                results = await ingest_with_bar(self.knowledge, self.scope, spec, self.progress)
+                results = await job
             finally:
                 self.ingest_button.disabled = False
             await self.refresh()
@@ -433,10 +446,44 @@ async def ingest_with_bar(
 ) -> list[AddResult]:
     """`KnowledgeBase.ingest` with ``bar`` following it; the bar ends with the outcome."""
     label = str(spec) if isinstance(spec, str | Path) else ", ".join(map(str, spec))
-    bar.start(f"adding {label} to {scope}")
+    extra = {"base": base} if base is not None else {}
+
+    def run(progress: Progress) -> Awaitable[list[AddResult]]:
+        return knowledge.kb.ingest(scope, spec, progress=progress, **extra)
+
+    return await with_bar(bar, f"adding {label} to {scope}", run, waiting="reading files…")
+
+
+async def dataframe_with_bar(
+    knowledge: Knowledge,
+    scope: str,
+    df: Any,
+    column: str,
+    bar: IngestBar,
+    *,
+    title_column: str | None = None,
+) -> list[AddResult]:
+    """`KnowledgeBase.ingest_dataframe` (one document per cell) with ``bar`` following it."""
+
+    def run(progress: Progress) -> Awaitable[list[AddResult]]:
+        return knowledge.kb.ingest_dataframe(
+            scope, df, column, title_column=title_column, progress=progress
+        )
+
+    return await with_bar(bar, f"adding column {column!r} to {scope}", run)
+
+
+async def with_bar(
+    bar: IngestBar,
+    label: str,
+    run: Callable[[Progress], Awaitable[list[AddResult]]],
+    *,
+    waiting: str = "starting…",
+) -> list[AddResult]:
+    """Run an adding job with ``bar`` showing its progress and, at the end, its outcome."""
+    bar.start(label, waiting)
     try:
-        extra = {"base": base} if base is not None else {}
-        results = await knowledge.kb.ingest(scope, spec, progress=bar.update, **extra)
+        results = await run(bar.update)
     except Exception as exc:
         bar.finish(f"✗ {exc}", failed=True)
         raise
@@ -460,3 +507,7 @@ def added_summary(results: list[AddResult]) -> str:
 def skipped_files(results: list[AddResult]) -> list[tuple[str, str]]:
     """The (path, reason) pairs of files an ingest could not read (`IngestReport.skipped`)."""
     return list(getattr(results, "skipped", None) or ())
+
+
+async def _refuse(message: str) -> str:
+    raise UsageError(message)
