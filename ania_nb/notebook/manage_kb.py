@@ -127,8 +127,7 @@ async def _search(knowledge: Knowledge, scope: str, query: str) -> None:
 async def _add(knowledge: Knowledge, scope: str, paths: list[str]) -> None:
     from IPython.display import display
 
-    from .widgets._kb_parts import IngestBar
-    from .widgets.knowledge import ingest_with_bar
+    from .widgets._kb_parts import IngestBar, ingest_with_bar
 
     bar = IngestBar()
     display(bar)  # ends with the summary: "added 3 document(s) (12 chunks), 1 already there"
@@ -141,8 +140,7 @@ async def _add_dataframe(
 ) -> None:
     from IPython.display import display
 
-    from .widgets._kb_parts import IngestBar
-    from .widgets.knowledge import dataframe_with_bar
+    from .widgets._kb_parts import IngestBar, dataframe_with_bar
 
     title_column = None
     if "--title" in words:
@@ -165,7 +163,7 @@ async def _add_dataframe(
 
 
 def _print_added(results: list[AddResult]) -> None:
-    from .widgets.knowledge import skipped_files
+    from .widgets._kb_parts import skipped_files
 
     for result in results:
         doc = result.document

@@ -1,7 +1,8 @@
 """Parts of the knowledge panel: row texts, the ingest progress bar, the "injected" line.
 
 Documents, search hits and memories render as plain text and HTML; the run widget shows a
-``knowledge`` event (what auto-inject added to a turn) as one compact line.
+``knowledge`` event (what auto-inject added to a turn) as one compact line; `ingest_with_bar`
+and `dataframe_with_bar` add documents with an `IngestBar` following them.
 
 Nothing here imports ipywidgets at module level, so the plain-text renderings work without a
 front end.
@@ -10,7 +11,8 @@ front end.
 from __future__ import annotations
 
 import html
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ._clock_parts import clock_time
@@ -18,8 +20,9 @@ from ._display import Displayable
 from ._format import one_line, size_text
 
 if TYPE_CHECKING:  # pragma: no cover
-    from ...knowledge import Document, Hit, KnowledgeStatus, MemoryEntry
+    from ...knowledge import AddResult, Document, Hit, Knowledge, KnowledgeStatus, MemoryEntry
 
+Progress = Callable[[int, int], Any]
 ROW = "padding:2px 4px"
 MUTED = "color:#757575"
 
@@ -226,3 +229,76 @@ class IngestBar(Displayable):
             self._on_change()
         else:  # shown on its own (``%ania kb add``): the saved text follows too
             self.refresh_display()
+
+
+async def ingest_with_bar(
+    knowledge: Knowledge,
+    scope: str,
+    spec: str | Path | Iterable[str | Path],
+    bar: IngestBar,
+    *,
+    base: Path | None = None,
+) -> list[AddResult]:
+    """`KnowledgeBase.ingest` with ``bar`` following it; the bar ends with the outcome."""
+    label = str(spec) if isinstance(spec, str | Path) else ", ".join(map(str, spec))
+    extra = {"base": base} if base is not None else {}
+
+    def run(progress: Progress) -> Awaitable[list[AddResult]]:
+        return knowledge.kb.ingest(scope, spec, progress=progress, **extra)
+
+    return await with_bar(bar, f"adding {label} to {scope}", run, waiting="reading files…")
+
+
+async def dataframe_with_bar(
+    knowledge: Knowledge,
+    scope: str,
+    df: Any,
+    column: str,
+    bar: IngestBar,
+    *,
+    title_column: str | None = None,
+) -> list[AddResult]:
+    """`KnowledgeBase.ingest_dataframe` (one document per cell) with ``bar`` following it."""
+
+    def run(progress: Progress) -> Awaitable[list[AddResult]]:
+        return knowledge.kb.ingest_dataframe(
+            scope, df, column, title_column=title_column, progress=progress
+        )
+
+    return await with_bar(bar, f"adding column {column!r} to {scope}", run)
+
+
+async def with_bar(
+    bar: IngestBar,
+    label: str,
+    run: Callable[[Progress], Awaitable[list[AddResult]]],
+    *,
+    waiting: str = "starting…",
+) -> list[AddResult]:
+    """Run an adding job with ``bar`` showing its progress and, at the end, its outcome."""
+    bar.start(label, waiting)
+    try:
+        results = await run(bar.update)
+    except Exception as exc:
+        bar.finish(f"✗ {exc}", failed=True)
+        raise
+    bar.finish(added_summary(results))
+    return results
+
+
+def added_summary(results: list[AddResult]) -> str:
+    """``added 3 document(s) (12 chunks), 1 already there, 1 file(s) skipped: a.pdf (…)``."""
+    new = [r.document for r in results if r.created]
+    text = f"added {len(new)} document(s) ({sum(d.chunks for d in new)} chunks)"
+    known = len(results) - len(new)
+    text += f", {known} already there" if known else ""
+    skipped = skipped_files(results)
+    if skipped:
+        shown = "; ".join(why for _, why in skipped[:3]) + (" …" if len(skipped) > 3 else "")
+        text += f", {len(skipped)} file(s) skipped: {shown}"
+    return text
+
+
+def skipped_files(results: list[AddResult]) -> list[tuple[str, str]]:
+    """The (path, reason) pairs of files an ingest could not read (`IngestReport.skipped`)."""
+    return list(getattr(results, "skipped", None) or ())

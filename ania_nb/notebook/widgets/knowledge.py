@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import html
 import logging
-from collections.abc import Awaitable, Callable, Coroutine, Iterable
+from collections.abc import Awaitable, Coroutine, Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -19,10 +19,13 @@ from ...errors import UsageError
 from ._display import Displayable, close_tree
 from ._kb_parts import (
     IngestBar,
+    added_summary,
+    dataframe_with_bar,
     doc_html,
     doc_line,
     hit_html,
     hit_line,
+    ingest_with_bar,
     memory_html,
     memory_line,
     scope_label,
@@ -33,8 +36,6 @@ if TYPE_CHECKING:  # pragma: no cover
     from ...knowledge import AddResult, Document, Hit, Knowledge, KnowledgeStatus, MemoryEntry
 
 log = logging.getLogger(__name__)
-
-Progress = Callable[[int, int], Any]
 
 GLOBAL = "global"  # knowledge.GLOBAL_SCOPE, without importing the package for it
 MODES = ("hybrid", "fts", "vector")
@@ -434,79 +435,6 @@ class MemoryList(_Panel):
             row.children[0].value = memory_html(entry)
         self.entry_box.children = tuple(self._rows[e.id] for e in self.entries)
         self.refresh_display()
-
-
-async def ingest_with_bar(
-    knowledge: Knowledge,
-    scope: str,
-    spec: str | Path | Iterable[str | Path],
-    bar: IngestBar,
-    *,
-    base: Path | None = None,
-) -> list[AddResult]:
-    """`KnowledgeBase.ingest` with ``bar`` following it; the bar ends with the outcome."""
-    label = str(spec) if isinstance(spec, str | Path) else ", ".join(map(str, spec))
-    extra = {"base": base} if base is not None else {}
-
-    def run(progress: Progress) -> Awaitable[list[AddResult]]:
-        return knowledge.kb.ingest(scope, spec, progress=progress, **extra)
-
-    return await with_bar(bar, f"adding {label} to {scope}", run, waiting="reading files…")
-
-
-async def dataframe_with_bar(
-    knowledge: Knowledge,
-    scope: str,
-    df: Any,
-    column: str,
-    bar: IngestBar,
-    *,
-    title_column: str | None = None,
-) -> list[AddResult]:
-    """`KnowledgeBase.ingest_dataframe` (one document per cell) with ``bar`` following it."""
-
-    def run(progress: Progress) -> Awaitable[list[AddResult]]:
-        return knowledge.kb.ingest_dataframe(
-            scope, df, column, title_column=title_column, progress=progress
-        )
-
-    return await with_bar(bar, f"adding column {column!r} to {scope}", run)
-
-
-async def with_bar(
-    bar: IngestBar,
-    label: str,
-    run: Callable[[Progress], Awaitable[list[AddResult]]],
-    *,
-    waiting: str = "starting…",
-) -> list[AddResult]:
-    """Run an adding job with ``bar`` showing its progress and, at the end, its outcome."""
-    bar.start(label, waiting)
-    try:
-        results = await run(bar.update)
-    except Exception as exc:
-        bar.finish(f"✗ {exc}", failed=True)
-        raise
-    bar.finish(added_summary(results))
-    return results
-
-
-def added_summary(results: list[AddResult]) -> str:
-    """``added 3 document(s) (12 chunks), 1 already there, 1 file(s) skipped: a.pdf (…)``."""
-    new = [r.document for r in results if r.created]
-    text = f"added {len(new)} document(s) ({sum(d.chunks for d in new)} chunks)"
-    known = len(results) - len(new)
-    text += f", {known} already there" if known else ""
-    skipped = skipped_files(results)
-    if skipped:
-        shown = "; ".join(why for _, why in skipped[:3]) + (" …" if len(skipped) > 3 else "")
-        text += f", {len(skipped)} file(s) skipped: {shown}"
-    return text
-
-
-def skipped_files(results: list[AddResult]) -> list[tuple[str, str]]:
-    """The (path, reason) pairs of files an ingest could not read (`IngestReport.skipped`)."""
-    return list(getattr(results, "skipped", None) or ())
 
 
 async def _refuse(message: str) -> str:
