@@ -37,6 +37,7 @@ from .errors import (
     UsageError,
 )
 from .governance.hooks import HookResult
+from .knowledge import Knowledge, KnowledgeError
 from .result import RunResult
 from .tools import BaseTool, Tool, ToolContext, tool
 
@@ -71,6 +72,8 @@ __all__ = [
     "FrontmatterError",
     "HookResult",
     "HttpClients",
+    "Knowledge",
+    "KnowledgeError",
     "LLMError",
     "LLMStreamError",
     "MCPServerError",

@@ -14,6 +14,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from ..config import Config
+from .embedders import Embedder, EmbeddingError, register_lancedb_function
 from .kb import KnowledgeBase
 from .memory import MemoryBook
 from .model import (
@@ -34,6 +35,8 @@ __all__ = [
     "GLOBAL_SCOPE",
     "AddResult",
     "Document",
+    "Embedder",
+    "EmbeddingError",
     "Hit",
     "IngestReport",
     "Knowledge",
@@ -44,6 +47,7 @@ __all__ = [
     "MemoryEntry",
     "ReembedProgress",
     "SourceDoc",
+    "register_lancedb_function",
 ]
 
 
