@@ -157,22 +157,28 @@ class KnowledgeBase:
     ) -> IngestReport:
         """Add files (.md, .txt, .pdf, .ipynb; globs and folders too), one document each.
 
-        A file that cannot be read (empty, encrypted, binary, too big) is skipped and listed in
+        Files are read and written 64 at a time; ``progress(files done, files)`` follows. A
+        file that cannot be read (empty, encrypted, binary, too big) is skipped and listed in
         the report's ``skipped``; when no file at all can be read, its reason is raised.
         """
         from .ingest import expand_paths, read_document
 
         paths = await asyncio.to_thread(expand_paths, spec, base)
-        docs: list[SourceDoc] = []
+        added: list[AddResult] = []
         skipped: list[tuple[str, str]] = []
-        for path in paths:
-            try:
-                docs.append(await asyncio.to_thread(read_document, path))
-            except KnowledgeError as exc:
-                skipped.append((str(path), str(exc)))
-        if not docs and skipped:
+        for start in range(0, len(paths), WRITE_BATCH):  # read and write a batch at a time
+            docs: list[SourceDoc] = []
+            for path in paths[start : start + WRITE_BATCH]:
+                try:
+                    docs.append(await asyncio.to_thread(read_document, path))
+                except KnowledgeError as exc:
+                    skipped.append((str(path), str(exc)))
+            added.extend(await self.add_many(scope, docs))
+            if progress is not None:
+                progress(min(start + WRITE_BATCH, len(paths)), len(paths))
+        if not added and skipped:
             raise KnowledgeError(skipped[0][1])
-        return IngestReport(await self.add_many(scope, docs, progress=progress), skipped)
+        return IngestReport(added, skipped)
 
     async def ingest_dataframe(
         self,

@@ -56,7 +56,7 @@ class AgentMagics(Magics):
 
     @line_magic("ania")  # type: ignore[arg-type]
     def ania(self, line: str) -> Any:
-        """Manage the agent: settings, MCP, skills, plan mode, todos, history, clock, teams.
+        """Manage the agent: settings, MCP, skills, plan mode, todos, history, clock, teams, kb.
 
         %ania config [key=value …]      show settings (secrets masked) or set overrides
         %ania mcp [list|add NAME CMD…|remove NAME|reconnect NAME]
@@ -68,6 +68,10 @@ class AgentMagics(Magics):
         %ania clock [--session]          the live clock panel (scheduled tasks and results)
         %ania clock list|log|add|del|…   the /clock commands, as the notebook's admin
         %ania team [list|create [--session] NAME MEMBER[=ROLE] …|delete [--session] NAME]
+        %ania kb [SCOPE]                 the knowledge panel (documents, search, add, delete)
+        %ania kb add PATH|GLOB … [--scope S] | add-df VAR COLUMN [--title COL]
+        %ania kb search QUERY [--scope S] | delete ID [--scope S]
+        %ania memory [SCOPE] | memory forget ID [--scope S]
         """
         from .manage import run_ania
 

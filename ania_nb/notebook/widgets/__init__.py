@@ -1,4 +1,4 @@
-"""Notebook widgets (ipywidgets 8): the live run view, todo list, run log and clock panel.
+"""Notebook widgets (ipywidgets 8): run view, todo list, run log, clock and knowledge panels.
 
 ipywidgets is imported only when a view is created, never when this package is imported.
 Every view also renders as plain text (``text()`` and the text/plain of its MIME bundle), so
@@ -9,9 +9,19 @@ from __future__ import annotations
 
 from .approval import ApprovalCard
 from .clock import ClockPanel
+from .knowledge import KbPanel, MemoryList
 from .log import LogView
 from .run import RunView
 from .todo import TodoView
 from .tools import ToolRow
 
-__all__ = ["ApprovalCard", "ClockPanel", "LogView", "RunView", "TodoView", "ToolRow"]
+__all__ = [
+    "ApprovalCard",
+    "ClockPanel",
+    "KbPanel",
+    "LogView",
+    "MemoryList",
+    "RunView",
+    "TodoView",
+    "ToolRow",
+]
