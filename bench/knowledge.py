@@ -51,7 +51,7 @@ from load import _quantile, machine  # bench/ is the script's folder
 SET = Path(__file__).parent / "data" / "knowledge_set.json"
 KINDS = ("keyword", "paraphrase", "cross-zh-en", "cross-en-zh")
 WEIGHTS = (0.3, 0.5, 0.6, 0.7, 0.8, 0.9)
-GATED_WEIGHTS = (0.5, 0.6, 0.7, 0.8)
+GATED_WEIGHTS = (0.5, 0.6, 0.7, 0.8, 0.9)
 NGRAM_METHODS = ("fts", "linear w=0.7", "gated w=0.8")
 RRF_K = 60
 POOL = 50  # candidates taken from each list
@@ -155,11 +155,23 @@ def rank_linear(fts: Sequence[tuple[str, float]], sims: dict[str, float], weight
 
 
 def rank_gated(
-    fts: Sequence[tuple[str, float]], sims: dict[str, float], match: dict[str, float], weight: float
+    fts: Sequence[tuple[str, float]],
+    sims: dict[str, float],
+    match: dict[str, float],
+    weight: float,
+    noise: float = 0.0,
 ) -> Ranking:
-    """Variant: the keyword part is ``bm25/best × match`` (accidental n-gram hits count little)."""
+    """Variant: keyword part ``bm25/best × (noise + (1 − noise)·match)``.
+
+    ``match`` is the share of the query's terms in the chunk, so accidental n-gram hits (a
+    Chinese query's single characters in Chinese text about something else) count little;
+    the product keeps ``noise`` = 0.25 (``NOISE_SHARE``) of the keyword score without a match.
+    """
     best = max((s for _, s in fts), default=0.0)
-    keyword = {c: (s / best if best > 0 else 0.0) * match.get(c, 0.0) for c, s in fts}
+    keyword = {
+        c: (s / best if best > 0 else 0.0) * (noise + (1 - noise) * match.get(c, 0.0))
+        for c, s in fts
+    }
     ids = list(dict.fromkeys([*keyword, *sims]))
     score = {
         c: weight * max(sims.get(c, 0.0), 0.0) + (1 - weight) * keyword.get(c, 0.0) for c in ids
@@ -289,6 +301,8 @@ def raw_rankings(cands: dict[str, Candidates]) -> dict[str, dict[str, Ranking]]:
         methods[f"linear w={w}"] = {}
     for w in GATED_WEIGHTS:
         methods[f"gated w={w}"] = {}
+    for w in (0.7, 0.8):
+        methods[f"noise.25 w={w}"] = {}
     methods["vec+match w=0.8"] = {}
     for qid, c in cands.items():
         pool = {cid: c.sims[cid] for cid in dict.fromkeys([*(x for x, _ in c.fts), *c.vector])}
@@ -299,6 +313,8 @@ def raw_rankings(cands: dict[str, Candidates]) -> dict[str, dict[str, Ranking]]:
             methods[f"linear w={w}"][qid] = rank_linear(c.fts, pool, w)
         for w in GATED_WEIGHTS:
             methods[f"gated w={w}"][qid] = rank_gated(c.fts, pool, c.match, w)
+        for w in (0.7, 0.8):
+            methods[f"noise.25 w={w}"][qid] = rank_gated(c.fts, pool, c.match, w, 0.25)
         methods["vec+match w=0.8"][qid] = rank_vector_match(c.sims, c.vector, c.match, 0.8)
     return methods
 
@@ -442,7 +458,7 @@ async def product_quality(
     t0 = time.perf_counter()
     added = await knowledge.kb.add_many(SCOPE, docs)
     if hasattr(knowledge, "wait_reembedded"):
-        await knowledge.wait_reembedded(600)
+        await asyncio.wait_for(knowledge.wait_reembedded(), 600)
     elapsed = time.perf_counter() - t0
     chunks = sum(a.document.chunks for a in added)
     ingest = {
@@ -528,7 +544,9 @@ async def timed_searches(
     """p50/p99 of fts, vector and hybrid (fts, then vector, then fusion) as kb_search does."""
     where = f"scope IN ('{SCOPE}', '{GLOBAL}')"
     wanted = 20  # max(top_k * 4, 20) for the default top_k 5
-    times: dict[str, list[float]] = {"fts": [], "vector": [], "hybrid": []}
+    from ania_nb.knowledge.chunking import match_share
+
+    times: dict[str, list[float]] = {"fts": [], "vector": [], "hybrid": [], "vec+match": []}
 
     async def fts(text: str, cols: list[str]) -> list[dict[str, Any]]:
         q = table.query().nearest_to_text(text).where(where).select(cols)
@@ -557,6 +575,11 @@ async def timed_searches(
                 )
             rank_linear([(r["id"], r["_score"]) for r in rows], sims, 0.7)
             times["hybrid"].append(time.perf_counter() - t0)
+            t0 = time.perf_counter()  # no full-text search: vector list + keyword share
+            vrows = await vector(v)
+            share = {r["id"]: match_share(text, f"{r['title']}\n{r['text']}") for r in vrows}
+            rank_vector_match({r["id"]: 1 - r["_distance"] for r in vrows}, list(share), share, 0.8)
+            times["vec+match"].append(time.perf_counter() - t0)
     return {
         mode: {
             "n": len(v),
@@ -640,6 +663,99 @@ async def latency(
     return result
 
 
+async def product_latency(
+    n: int, chunks: list[Chunk], vectors: Any, queries: list[str], work: Path, repeat: int
+) -> dict[str, Any] | None:
+    """``kb.search`` (hybrid, fts; top_k 5) on ``n`` synthetic chunks written into the
+    Knowledge's own table, before and after its upkeep builds the ANN index.
+
+    The rows go straight into the opened table (internal: ``store.table``, ``maintain``) because
+    embedding them through ``add_many`` would take too long; query vectors are cached after the
+    first pass, so the figures are the search itself.
+    """
+    try:
+        import pyarrow as pa
+
+        from ania_nb.config import Config
+        from ania_nb.knowledge import Knowledge
+        from ania_nb.knowledge.store import KB_TABLE
+    except ImportError as exc:
+        say(f"(product latency skipped: {exc})")
+        return None
+    config = Config().with_overrides({"embedding.provider": "offline"})
+    knowledge = Knowledge(config, work / f"product{n}")
+    await knowledge.store.open()
+    table = knowledge.store.table(KB_TABLE)
+    schema = await table.table.schema()
+    syn = synthetic(n, chunks, vectors)
+    extra = {
+        "source": pa.array([""] * n),
+        "tags": pa.array([[] for _ in range(n)], pa.list_(pa.string())),
+        "created_at": pa.array([time.time()] * n, pa.float64()),
+        "chunk_index": pa.array([i % 3 for i in range(n)], pa.int32()),
+        "chunks": pa.array([3] * n, pa.int32()),
+        "chars": pa.array([500] * n, pa.int32()),
+        "dedupe": pa.array([f"k{i // 3}" for i in range(n)]),
+    }
+    columns = {name: syn.column(name) for name in syn.column_names}
+    columns.update(extra)
+    rows = pa.table({f.name: columns[f.name] for f in schema}).cast(schema)
+    t0 = time.perf_counter()
+    for i in range(0, n, 10_000):
+        await table.table.add(rows.slice(i, 10_000))
+    write = time.perf_counter() - t0
+    table.ann_threshold = 10**12  # first without the ANN index
+    t0 = time.perf_counter()
+    await table.maintain()
+    upkeep = time.perf_counter() - t0
+
+    async def timed() -> dict[str, dict[str, float]]:
+        for text in queries:  # warm the query-vector cache
+            await knowledge.kb.search(text, [SCOPE, GLOBAL], 5)
+        times: dict[str, list[float]] = {"hybrid": [], "fts": []}
+        for _ in range(repeat):
+            for text in queries:
+                for mode in times:
+                    t0 = time.perf_counter()
+                    await knowledge.kb.search(text, [SCOPE, GLOBAL], 5, mode=mode)  # type: ignore[arg-type]
+                    times[mode].append(time.perf_counter() - t0)
+        return {m: _ms_figures(v) for m, v in times.items()}
+
+    flat = await timed()
+    table.ann_threshold = 1000
+    t0 = time.perf_counter()
+    await table.maintain()
+    ann_build = time.perf_counter() - t0
+    status = await knowledge.status()
+    ann = await timed()
+    await knowledge.aclose()
+    say(
+        f"\nproduct kb.search, {n} chunks (written {write:.1f} s, compaction + text index "
+        f"{upkeep:.1f} s, ANN upkeep {ann_build:.1f} s, index {status.vector_index!r}):"
+    )
+    for label, figures in (("flat", flat), ("ANN", ann)):
+        say(
+            f"  {label:<5} "
+            + "   ".join(
+                f"{m} p50 {f['p50_ms']:.1f} / p99 {f['p99_ms']:.1f} ms" for m, f in figures.items()
+            )
+        )
+    return {
+        "chunks": n,
+        "write_s": write,
+        "upkeep_s": upkeep,
+        "ann_upkeep_s": ann_build,
+        "vector_index": status.vector_index,
+        "flat": flat,
+        "ann": ann,
+    }
+
+
+def _ms_figures(values: list[float]) -> dict[str, float]:
+    v = sorted(values)
+    return {"n": len(v), "p50_ms": 1000 * _quantile(v, 0.5), "p99_ms": 1000 * _quantile(v, 0.99)}
+
+
 # --------------------------------------------------------------------------- (5) import
 
 
@@ -720,9 +836,20 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
             qvec = encode(texts)
             sizes = [10_000] if args.quick else [10_000, 100_000]
             configs = [g for g in args.ngrams if g != PRODUCT_NGRAMS] + [PRODUCT_NGRAMS]
+            if not args.no_product:
+                result["product_latency"] = [
+                    await product_latency(n, chunks, vectors, texts, work, 1) for n in sizes
+                ]
             result["latency"] = [
                 await latency(
-                    n, chunks, vectors, texts, qvec, work, 1 if args.quick else 2, configs
+                    n,
+                    chunks,
+                    vectors,
+                    texts,
+                    qvec,
+                    work,
+                    2 if n <= 10_000 and not args.quick else 1,
+                    configs,
                 )
                 for n in sizes
             ]
@@ -750,14 +877,17 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument(
         "--ngrams",
         type=_ngram_list,
-        default=[(1, 3), (2, 2)],
-        help="full-text n-gram sizes to compare, e.g. 1-3,2-3,2-2 (1-3 is the product's)",
+        default=None,
+        help="full-text n-gram sizes to compare, e.g. 1-3,2-3,2-2 (1-3 is the product's; "
+        "default 2-2,1-3, with --quick 1-3 only)",
     )
     return p.parse_args(argv)
 
 
 if __name__ == "__main__":
     arguments = parse_args()
+    if arguments.ngrams is None:
+        arguments.ngrams = [PRODUCT_NGRAMS] if arguments.quick else [(2, 2), PRODUCT_NGRAMS]
     if not arguments.json:
         out = sys.stdout
     figures = asyncio.run(main(arguments))
