@@ -12,6 +12,7 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from ._host import AgentHostMethods
 from ._http import HttpClients
 from .agents import Agents
 from .config import Config
@@ -19,14 +20,12 @@ from .engine.callbacks import NO_CALLBACKS, ApprovalRequest, Callbacks
 from .engine.context import BeforeCompact
 from .engine.loop import Gate, GateDecision, ToolCall
 from .engine.messages import Message
-from .engine.usage import Usage
 from .errors import UsageError
 from .governance import ApprovalManager, Governance, PythonHook
 from .governance.commands import parse_slash
 from .knowledge import Knowledge
 from .orchestration import (
     Conversation,
-    OneShotJob,
     Outbox,
     Pending,
     RunLimits,
@@ -38,14 +37,11 @@ from .orchestration import (
     SessionTable,
     TurnContext,
     answer_batch,
-    execute_run,
     resolve_config,
 )
-from .orchestration.oneshot import one_shot_services, one_shot_spec
-from .orchestration.outbox import reply_delivery
 from .prompts import DEFAULT_SYSTEM_PROMPT
 from .result import RunResult
-from .store import RunRecord, Store
+from .store import RunRecord
 from .tools import SessionToolExecutor, Tool, ToolExecutor
 from .tools.builtin import HttpSource, ImageViewer, default_tools, gated_tools, image_viewer
 
@@ -57,7 +53,7 @@ log = logging.getLogger(__name__)
 CLOCK_HELP = "/clock list|add|del|on|off|info|timeout|run|log|help: scheduled tasks"
 
 
-class Agent:
+class Agent(AgentHostMethods):
     """An LLM agent with tools, persistent per-session history and run records.
 
     >>> agent = Agent(base_url="http://127.0.0.1:8000/v1", api_key="sk-…", model="gpt-4o")
@@ -426,68 +422,6 @@ class Agent:
             run_timeout=self.config.agent.run_timeout,
             context=self._turn_context,
         )
-
-    # ------------------------------------------------ host of the clock, subagents, teams
-
-    async def open_store(self) -> Store:
-        """The embedded store, opening the Agent first if needed."""
-        return (await self._ensure_open()).store
-
-    def is_admin(self, who: str | None) -> bool:
-        """Whether ``who`` is an admin (None is the trusted local user of a notebook)."""
-        return self.governance.is_admin(who)
-
-    def system_prompt_for(self, session: str) -> str:
-        """The system prompt of a session's runs (the same for every session today)."""
-        return self.system_prompt
-
-    async def run_one_shot(self, job: OneShotJob) -> RunResult:
-        """Run a clock run, subagent or team member (see `OneShotJob`) and return its outcome.
-
-        The run uses a fresh table of the target session's tools, the subagent model if one is
-        configured, and only admins may approve its tool calls. A failure is in the result's
-        status; cancelling the caller cancels the run.
-        """
-        rt = await self._ensure_open()
-        assert self._services is not None
-        spec = one_shot_spec(job, self._session_executor(job.session), rt.store)
-        services = one_shot_services(job, self._services, self.config, rt.one_shot_llm)
-        return await execute_run(spec, services)
-
-    def inject(
-        self,
-        session: str,
-        text: str,
-        *,
-        sender: str = "subagent",
-        callbacks: Callbacks | None = None,
-    ) -> bool:
-        """Queue a synthetic message (a background subagent's result) for ``session``.
-
-        It is answered at once if the session is idle, else after the current reply, like any
-        queued message; nobody awaits it, so the reply is published on `outbox`. Returns False
-        (and drops the message) when the session's queue is full.
-        """
-        if self._closed:
-            return False
-        future = asyncio.get_running_loop().create_future()
-        pending = Pending(text, sender, (), callbacks or NO_CALLBACKS, future, synthetic=True)
-        if self._queues.offer(self.session(session), pending):
-            return True
-        log.warning("queue of %s is full: a %s message was dropped", session, sender)
-        return False
-
-    def _publish_reply(self, state: Session, batch: list[Pending], result: RunResult) -> None:
-        """Publish the reply to injected messages (nobody awaits it) on the outbox."""
-        self.outbox.publish_soon(reply_delivery(state.name, batch[0].sender or "synthetic", result))
-
-    def add_derived_usage(self, session: str, usage: Usage) -> None:
-        """Count tokens spent for ``session`` outside a run; its next run record includes them."""
-        self.session(session).derived.merge(usage)
-
-    def on_stop(self, listener: Callable[[str], object]) -> None:
-        """Call ``listener(session)`` on every `stop` (a truthy return: it stopped something)."""
-        self._stop_listeners.append(listener)
 
     # ------------------------------------------------------------------ records
 

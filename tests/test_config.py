@@ -30,6 +30,7 @@ def test_every_key_is_documented_and_secrets_are_marked():
         "fallback.api_key",
         "compressor.api_key",
         "subagent.api_key",
+        "embedding.api_key",
         "vision.api_key",
         "web.token",
         "meme.key",
