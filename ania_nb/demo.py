@@ -1,4 +1,4 @@
-"""The offline demo: a real agent run (parallel tool calls, persistent history, run records).
+"""The offline demo: parallel tool calls, persistent history, knowledge across languages, records.
 
 The model is `ania_nb.testing.ScriptedLLM`, a real OpenAI-compatible HTTP server on 127.0.0.1, so
 the demo exercises the same code path as a hosted model, without a network or an API key.
@@ -22,6 +22,8 @@ from .tools import tool
 
 QUESTION = "How many words are in 'the quick brown fox jumps', what is 17 × 23, and what day is it?"
 FOLLOW_UP = "What was my first question?"
+KB_QUESTION = "When should the office cat be fed?"
+HANDBOOK = ("办公室守则", "办公室的猫叫年糕。每天下午三点喂一次猫粮，不要给它吃巧克力或洋葱。")
 
 
 @tool
@@ -67,7 +69,12 @@ def _script(llm: Any) -> None:
         messages = request.messages
         results = [m["content"] for m in messages if m.get("role") == "tool"]
         users = [m["content"] for m in messages if m.get("role") == "user"]
-        if messages[-1].get("role") == "tool":
+        if "【知识库】" in str(users[-1]):  # the handbook chunk was auto-injected
+            text = (
+                "The office cat, 年糕 (Niangao), is fed once a day at 3 pm — and never chocolate "
+                "or onions (from the handbook 《办公室守则》)."
+            )
+        elif messages[-1].get("role") == "tool":
             words, product, day = results[-3:]
             text = (
                 f"'the quick brown fox jumps' has {words} words, "
@@ -91,6 +98,9 @@ def _printer(out: Callable[[str], None]) -> Callbacks:
             out(f"  {mark}  {data['name']} → {data['result']}  [{data['duration_ms']} ms]")
         elif event.kind == "assistant_text":
             out(f"  …  {data['text']}")
+        elif event.kind == "knowledge":
+            for chunk in data["chunks"]:
+                out(f"  📚 injected 《{chunk['title']}》 (similarity {chunk['similarity']:.2f})")
 
     return Callbacks(on_event=on_event)
 
@@ -121,7 +131,10 @@ async def run_demo(data_dir: Path | None = None, out: Callable[[str], None] = pr
                 out(f"ania-nb demo — offline; scripted model at {llm.base_url}; data in {folder}")
                 callbacks = _printer(out)
                 status = 0
-                for question in (QUESTION, FOLLOW_UP):
+                for question in (QUESTION, FOLLOW_UP, KB_QUESTION):
+                    if question == KB_QUESTION:  # a Chinese handbook, an English question
+                        await agent.knowledge.kb.add("global", *HANDBOOK)
+                        out(f"\nkb    + 《{HANDBOOK[0]}》 {HANDBOOK[1]}")
                     out(f"\nyou   › {question}")
                     result = await agent.chat(question, session="demo", callbacks=callbacks)
                     out(f"agent ‹ {result}")

@@ -27,6 +27,7 @@ def test_demo_runs_offline_with_parallel_tools_and_history(tmp_path):
     assert "has 5 words, 17 × 23 = 391" in out
     assert "Your first question was" in out
     assert "2 LLM calls" in out and "3 tool calls" in out
+    assert "📚 injected 《办公室守则》" in out and "fed once a day at 3 pm" in out  # offline kb
     assert (tmp_path / "demo" / "ania.db").is_file()
 
 
@@ -35,7 +36,7 @@ def test_runs_lists_the_records_of_a_data_dir(tmp_path):
     done = _run("runs", env={"ANIA_STORE__DATA_DIR": str(tmp_path / "d")}, cwd=tmp_path)
     assert done.returncode == 0, done.stderr
     lines = done.stdout.strip().splitlines()
-    assert len(lines) == 2 and all("success" in line for line in lines)
+    assert len(lines) == 3 and all("success" in line for line in lines)
     failed = _run("runs", "--status", "error", env={"ANIA_STORE__DATA_DIR": str(tmp_path / "d")})
     assert "no run records" in failed.stdout
 
