@@ -14,7 +14,7 @@ query the bench takes the full-text list (BM25 ``_score``, 50 rows) and the exac
 combination ``w·max(sim, 0) + (1 − w)·bm25/best`` at several ``w``; ``rrf``: reciprocal-rank
 fusion ``Σ 1/(60 + rank)``; ``gated``: the linear combination with the keyword part multiplied
 by the query-term share ``match`` (``match_share`` of title + chunk); ``noise.25``: the
-product's form of that gate (``bm25/best × (0.25 + 0.75·match)``, ``NOISE_SHARE``);
+former product form of that gate (``bm25/best × (0.25 + 0.75·match)``, ``NOISE_SHARE``, dropped);
 ``vec+match``: no full-text search at all, the vector list re-scored ``0.8·sim + 0.2·match``.
 Then the same for other full-text n-gram sizes (``--ngrams``). (2) **Quality, product**: the
 same documents through ``Knowledge.kb.add_many`` (ingest throughput) and
@@ -173,7 +173,7 @@ def rank_gated(
 
     ``match`` is the share of the query's terms in the chunk, so accidental n-gram hits (a
     Chinese query's single characters in Chinese text about something else) count little;
-    the product keeps ``noise`` = 0.25 (``NOISE_SHARE``) of the keyword score without a match.
+    the product kept ``noise`` = 0.25 (``NOISE_SHARE``) of the keyword score without a match.
     """
     best = max((s for _, s in fts), default=0.0)
     keyword = {

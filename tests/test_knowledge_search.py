@@ -184,18 +184,87 @@ async def test_switching_between_embedders_of_other_sizes(tmp_path: Path, llm: A
     await k.aclose()
 
 
-async def test_an_ann_index_is_built_past_the_threshold(tmp_path: Path, llm: Any) -> None:
+async def test_an_ann_index_is_built_past_the_threshold_and_full_text_asked_less(
+    tmp_path: Path, llm: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
     from ania_nb.knowledge import SourceDoc
 
     k = Knowledge(endpoint(llm, **{"kb.ann_threshold": 1000, "kb.max_docs": 2000}), tmp_path)
     docs = [SourceDoc(f"note {i}", f"note number {i} about topic {i % 37}") for i in range(1000)]
     await k.kb.add_many("nb:a", docs)
     table = k.store.table("kb_chunks")
+    asked: list[str] = []
+    original = table.text_search
+
+    async def counting(text: str, *args: Any) -> Any:
+        asked.append(text)
+        return await original(text, *args)
+
+    monkeypatch.setattr(table, "text_search", counting)
+    await k.kb.search("a note about a topic", ["nb:a"])
+    assert asked == ["a note about a topic"]  # no ANN index yet: both lists, always
     await table.maintain()
     assert (await k.status()).vector_index != ""
+    asked.clear()
+    await k.kb.search("a note about a topic", ["nb:a"])
+    assert asked == []  # the vector list alone: the full-text query is what costs at scale
+    for exact in ("topic 31", "note_id", "the `table` call", "HTTP errors", "a.b"):
+        await k.kb.search(exact, ["nb:a"])
+        assert asked[-1] == exact, exact
     hits = await k.kb.search("note number 512 about topic 31", ["nb:a"])
     assert hits and hits[0].title == "note 512"
+    assert len(await k.kb.search("a note", ["nb:a"], mode="fts")) == 5  # fts mode: always
+    assert asked[-1] == "a note"
     await k.aclose()
+
+
+@pytest.mark.parametrize(
+    ("query", "exact"),
+    [
+        ("error 404 on upload", True),
+        ("what does max_docs do", True),
+        ("configure pyproject.toml", True),
+        ("camelCase names", True),
+        ("the HTTP layer", True),
+        ('the phrase "grow tea"', True),
+        ("「办公室守则」", True),
+        ("what food is poisonous for cats", False),
+        ("如何安装软件包", False),
+        ("A question", False),
+    ],
+)
+def test_wants_exact_spots_numbers_identifiers_and_quotes(query: str, exact: bool) -> None:
+    from ania_nb.knowledge.search import wants_exact
+
+    assert wants_exact(query) is exact
+
+
+def test_an_accidental_keyword_hit_gets_no_keyword_credit() -> None:
+    from ania_nb.knowledge.search import fuse, order
+
+    # A full-text hit sharing only n-grams with the query (match 0) scores on its meaning alone,
+    # so a more similar vector candidate outranks it however high its BM25 score.
+    noise = {"id": "noise", "_score": 10.0, "vector": [0.35, 0.0]}
+    meant = {"id": "meant", "_distance": 0.6}
+    ranked = fuse(
+        [noise],
+        [meant],
+        weight=0.8,
+        query_vector=[1.0, 0.0],
+        match=lambda row: 0.0,
+    )
+    assert [r.row["id"] for r in order(ranked, None)] == ["meant", "noise"]
+    assert {r.row["id"]: round(r.score, 4) for r in ranked} == {"noise": 0.28, "meant": 0.32}
+    # Without a query vector the keyword score is BM25 relative to the best, times the share.
+    shares = {"a": 1.0, "b": 0.5}
+    ranked = fuse(
+        [{"id": "a", "_score": 4.0}, {"id": "b", "_score": 8.0}],
+        [],
+        weight=0.8,
+        query_vector=None,
+        match=lambda row: shares[row["id"]],
+    )
+    assert {r.row["id"]: r.score for r in ranked} == {"a": 0.5, "b": 0.5}
 
 
 async def test_half_filled_vectors_are_not_searched(tmp_path: Path, llm: Any) -> None:

@@ -12,7 +12,7 @@ from typing import Any
 
 from .chunking import chunk_text, dedupe_key, match_share, truncate
 from .model import AddResult, Document, Hit, IngestReport, KnowledgeError, SourceDoc
-from .search import MODES, Ranked, SearchMode, fuse, order, scope_filter
+from .search import MODES, Ranked, SearchMode, fuse, order, scope_filter, wants_exact
 from .search import sql_string as _q
 from .store import KB_TABLE, KnowledgeStore
 
@@ -247,8 +247,10 @@ class KnowledgeBase:
     ) -> list[Hit]:
         """The chunks of ``scopes`` best matching ``query``; the first scope is the local one.
 
-        ``hybrid`` mixes keyword and vector ranks (vectors only when the embedder is ready and
-        answers within ``embed_timeout``, else full-text); ``fts`` and ``vector`` use one of them.
+        ``hybrid`` scores vector candidates by meaning and keyword share (vectors only when the
+        embedder is ready and answers within ``embed_timeout``, else full-text); full-text
+        candidates join them while the table has no ANN index, then only for queries naming
+        something exact (see `search.wants_exact`). ``fts`` and ``vector`` use one list.
         """
         if mode not in MODES:
             raise KnowledgeError(f"mode must be one of {', '.join(MODES)}, got {mode!r}")
@@ -266,7 +268,7 @@ class KnowledgeBase:
         columns = [*HIT_COLUMNS, "vector"] if vector is not None else HIT_COLUMNS
         text_rows: list[dict[str, Any]] = []
         vector_rows: list[dict[str, Any]] = []
-        if mode != "vector":
+        if mode == "fts" or (mode == "hybrid" and _text_wanted(table, vector, query)):
             text_rows = await _text_rows(table, query, where, wanted, columns)
         if vector is not None:
             vector_rows = await table.vector_search(vector, where, wanted, HIT_COLUMNS)
@@ -279,6 +281,11 @@ class KnowledgeBase:
         )
         kept = [r for r in ranked if r.match > 0 or (r.similarity or 0.0) >= MIN_SIMILARITY]
         return [_hit(r) for r in order(kept, scopes[0])[:k]]
+
+
+def _text_wanted(table: Any, vector: Any, query: str) -> bool:
+    """Whether a hybrid search also asks the full-text index (see the search module)."""
+    return vector is None or not table.vector_index or wants_exact(query)
 
 
 async def _text_rows(

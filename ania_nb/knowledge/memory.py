@@ -22,7 +22,7 @@ from .store import MEMORY_TABLE, KnowledgeStore
 
 COLUMNS = ["id", "scope", "user_id", "content", "tags", "created_at"]
 # Without a keyword in common, a memory must be at least this similar to count as related.
-MIN_SIMILARITY = 0.45
+MIN_SIMILARITY = 0.35  # as kb.inject_min_similarity: off-topic queries peak at 0.30-0.32
 
 
 def _entry(row: dict[str, Any], score: float = 0.0) -> MemoryEntry:

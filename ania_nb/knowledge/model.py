@@ -57,7 +57,7 @@ class IngestReport(list[AddResult]):
 class Hit:
     """One kb search result: a chunk with its document and how well it matched.
 
-    ``score`` ranks (0..1: vector similarity and keyword rank mixed by ``kb.vector_weight``);
+    ``score`` ranks (0..1: vector similarity and keyword share mixed by ``kb.vector_weight``);
     ``similarity`` is the cosine similarity (None without vectors); ``match`` is the share of
     the query's keywords found in the chunk (0..1), which auto-inject gates on.
     """

@@ -1,26 +1,44 @@
-"""Hybrid ranking: full-text and vector candidates fused by a weighted linear combination.
+"""Hybrid ranking: vector candidates (plus full-text ones when they are cheap or needed) scored
+by a weighted linear combination of meaning and keyword share.
 
-Reciprocal-rank fusion was measured and rejected (bench/knowledge.py): it gives a same-language
-keyword rank as much weight as a vector rank, so a query in one language about material in the
-other loses its only good signal. A linear combination weighted toward the vector similarity
-keeps it.
+Measured on a labelled bilingual set (bench/knowledge.py, bench/RESULTS.md):
 
-BM25 over character n-grams finds Chinese without a dictionary, but in English text some
-n-grams of any query occur everywhere, and a BM25 score is only meaningful relative to the other
-candidates. So the keyword score is the BM25 score normalised by the query's best one, scaled by
-the share of the query's keywords the chunk really contains (``match``): a chunk sharing only
-n-gram noise with the query keeps at most a quarter of its keyword score. ``score`` is in 0..1.
+- Reciprocal-rank fusion was rejected: it gives a same-language keyword rank as much weight as a
+  vector rank, so a query in one language about material in the other loses its only good
+  signal (r@1 0.00 Chinese→English).
+- BM25 over 1–3-character n-grams finds Chinese without a dictionary, but some n-grams of any
+  query occur everywhere, so its best hit is often an accidental one. The keyword part is
+  therefore the share of the query's words a chunk really contains (``match``), which is 0 for
+  an accidental n-gram hit: ``score = w·similarity + (1 − w)·match`` (r@1 0.86, r@5 1.00 at
+  w = 0.8, better than vectors alone, no loss on keyword queries).
+- With vectors the full-text query only contributes candidates, and it is what costs at scale
+  (581 ms at 100k chunks against 8 ms for the ANN vector search). So it runs while the table is
+  small enough to have no ANN index, and after that only for queries naming something exact
+  (:func:`wants_exact`: digits, identifiers, quoted text), which a vector may not place.
+- Without vectors (``fts`` mode, no embedder, embedder down) the keyword score is BM25
+  normalised by the query's best, times ``match``; it ranks alone.
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
 SearchMode = Literal["hybrid", "fts", "vector"]
 MODES: tuple[str, ...] = ("hybrid", "fts", "vector")
-NOISE_SHARE = 0.25  # keyword score left to a candidate that contains none of the query's words
+
+# Tokens a vector may not place but a keyword index does: anything with a digit, identifiers
+# with inner punctuation or case changes (snake_case, a.b, a/b, a::b, camelCase, HTTP), quotes.
+_EXACT = re.compile(
+    r"\d|[A-Za-z][_.:/#@-]+[A-Za-z0-9]|[a-z][A-Z]|\b[A-Z]{2,}\b|[\"'“”‘’「」『』`]"
+)
+
+
+def wants_exact(query: str) -> bool:
+    """Whether ``query`` names something exact (a number, an identifier, a quoted phrase)."""
+    return _EXACT.search(query) is not None
 
 
 @dataclass(frozen=True)
@@ -57,14 +75,11 @@ def fuse(
 ) -> list[Ranked]:
     """Merge both candidate lists by row id into ranked candidates (unsorted).
 
-    A keyword-only candidate gets its similarity from its stored vector when both exist; a
-    vector-only candidate has keyword score 0. Without a query vector the keyword score ranks
-    alone; without keyword candidates the similarity does.
+    With a query vector: ``weight·similarity + (1 − weight)·match``; a keyword-only candidate
+    gets its similarity from its stored vector. Without one: ``bm25/best · match``.
     """
     best = max((float(r.get("_score") or 0.0) for r in text_rows), default=0.0)
-    keyword = {
-        r["id"]: (float(r.get("_score") or 0.0) / best if best > 0 else 0.0) for r in text_rows
-    }
+    bm25 = {r["id"]: float(r.get("_score") or 0.0) for r in text_rows}
     similarity: dict[str, float] = {
         r["id"]: 1.0 - float(r["_distance"]) for r in vector_rows if r.get("_distance") is not None
     }
@@ -78,13 +93,10 @@ def fuse(
         if sim is None and query_vector is not None and stored is not None:
             sim = _dot(query_vector, stored)
         share = match(row)
-        kw = keyword.get(row_id, 0.0) * (NOISE_SHARE + (1.0 - NOISE_SHARE) * share)
         if query_vector is None:
-            score = kw
-        elif not text_rows:
-            score = max(sim or 0.0, 0.0)
+            score = (bm25.get(row_id, 0.0) / best if best > 0 else 0.0) * share
         else:
-            score = weight * max(sim or 0.0, 0.0) + (1.0 - weight) * kw
+            score = weight * max(sim or 0.0, 0.0) + (1.0 - weight) * share
         ranked.append(Ranked(row, score, sim, share))
     return ranked
 
