@@ -810,7 +810,10 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
         }
         print_quality("raw: fusion of the full-text and vector lists (documents, 10 chunks)", raw)
         result["raw"] = raw
-        config = (0.45, 0.6)
+        from ania_nb.config import Config
+
+        defaults = Config()
+        config = (defaults.kb.inject_min_similarity, defaults.kb.inject_min_match)
         none_ids = {q["id"] for q in data["queries"] if not q["relevant"]}
         result["calibration_raw"] = {}
         for method in ("linear w=0.7", "gated w=0.8"):

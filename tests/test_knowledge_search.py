@@ -231,6 +231,7 @@ async def test_an_ann_index_is_built_past_the_threshold_and_full_text_asked_less
         ("what food is poisonous for cats", False),
         ("如何安装软件包", False),
         ("A question", False),
+        ("what's the best tea? don't guess", False),
     ],
 )
 def test_wants_exact_spots_numbers_identifiers_and_quotes(query: str, exact: bool) -> None:

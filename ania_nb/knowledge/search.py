@@ -1,5 +1,4 @@
-"""Hybrid ranking: vector candidates (plus full-text ones when they are cheap or needed) scored
-by a weighted linear combination of meaning and keyword share.
+"""Hybrid ranking: meaning and keyword share, combined linearly, over the candidates.
 
 Measured on a labelled bilingual set (bench/knowledge.py, bench/RESULTS.md):
 
@@ -30,10 +29,9 @@ SearchMode = Literal["hybrid", "fts", "vector"]
 MODES: tuple[str, ...] = ("hybrid", "fts", "vector")
 
 # Tokens a vector may not place but a keyword index does: anything with a digit, identifiers
-# with inner punctuation or case changes (snake_case, a.b, a/b, a::b, camelCase, HTTP), quotes.
-_EXACT = re.compile(
-    r"\d|[A-Za-z][_.:/#@-]+[A-Za-z0-9]|[a-z][A-Z]|\b[A-Z]{2,}\b|[\"'“”‘’「」『』`]"
-)
+# with inner punctuation or case changes (snake_case, a.b, a/b, a::b, camelCase, HTTP), double
+# quotes (an apostrophe is not a quote: "what's").
+_EXACT = re.compile(r"\d|[A-Za-z][_.:/#@-]+[A-Za-z0-9]|[a-z][A-Z]|\b[A-Z]{2,}\b|[\"“”「」『』`]")
 
 
 def wants_exact(query: str) -> bool:
