@@ -24,6 +24,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from .config import Config
     from .governance import Governance
     from .orchestration import Outbox, RunServices, Runtime, SessionQueues
+    from .quota import Quota
     from .tools import SessionToolExecutor
 
 log = logging.getLogger("ania_nb.agent")
@@ -38,6 +39,7 @@ class AgentHostMethods:
         governance: Governance
         _closed: bool
         _queues: SessionQueues
+        quota: Quota
         _services: RunServices | None
         _stop_listeners: list[Callable[[str], object]]
 
@@ -100,8 +102,17 @@ class AgentHostMethods:
         self.outbox.publish_soon(reply_delivery(state.name, batch[0].sender or "synthetic", result))
 
     def add_derived_usage(self, session: str, usage: Usage) -> None:
-        """Count tokens spent for ``session`` outside a run; its next run record includes them."""
-        self.session(session).derived.merge(usage)
+        """Show tokens of background work in ``session``'s next run record.
+
+        They were counted toward quotas by the work's own run records; the next main run's
+        usage includes them so the user sees what the conversation cost.
+        """
+        self.session(session).derived.include(usage)
+
+    async def quota_denial(self, session: str) -> str | None:
+        """Why new work for ``session`` is refused today (a daily token quota), or None."""
+        denial = await self.quota.check(session)
+        return denial.message if denial is not None else None
 
     def on_stop(self, listener: Callable[[str], object]) -> None:
         """Call ``listener(session)`` on every `stop` (a truthy return: it stopped something)."""

@@ -40,6 +40,7 @@ from .orchestration import (
     resolve_config,
 )
 from .prompts import DEFAULT_SYSTEM_PROMPT
+from .quota import Quota
 from .result import RunResult
 from .store import RunRecord
 from .tools import SessionToolExecutor, Tool, ToolExecutor
@@ -106,6 +107,7 @@ class Agent(AgentHostMethods):
         self._stop_listeners: list[Callable[[str], object]] = []
         self.agents = Agents(self)  # subagents and teams of main sessions
         self.knowledge = Knowledge(lambda: self.config, self.data_dir)  # kb and memory
+        self.quota = Quota(lambda: self.config, self.open_store)  # daily limits and usage
         self._session_tools.append(self._builtin_session_tools)
         self._queues = SessionQueues(
             self.sessions,
@@ -229,9 +231,21 @@ class Agent(AgentHostMethods):
                         self._assemble(rt.config)
                     self.governance.attach(rt.store)
                     self._services = self._run_services(rt)
+                    rt.store.journal.usage_day = self.quota.counting_day
                     self._rt = rt
+                    await self._prune_counters()
                     await self._start_clock(rt)
         return self._rt
+
+    async def _prune_counters(self) -> None:
+        """Drop usage counters past ``quota.retention_days`` (a failure only delays it)."""
+        try:
+            pruned = await self.quota.prune()
+        except Exception:
+            log.exception("could not prune old usage counters")
+        else:
+            if pruned:
+                log.info("pruned %d usage counters older than quota.retention_days", pruned)
 
     async def _start_clock(self, rt: Runtime) -> None:
         """Start the scheduler; a clock that cannot start leaves the agent usable and says why."""
@@ -262,6 +276,7 @@ class Agent(AgentHostMethods):
             gate=self._gate,
             after_tool=self.governance.after_tool,
             after_run=self._after_run,
+            price=self.quota.cost,
         )
 
     async def start(self) -> Agent:
@@ -421,6 +436,7 @@ class Agent(AgentHostMethods):
             system_prompt=self.system_prompt,
             run_timeout=self.config.agent.run_timeout,
             context=self._turn_context,
+            admit=self.quota_denial,
         )
 
     # ------------------------------------------------------------------ records

@@ -9,16 +9,17 @@ from .engine.loop import ToolCallResult
 from .engine.usage import Usage
 from .errors import RunError
 
-RunStatus = Literal["success", "stopped", "timeout", "error"]
+RunStatus = Literal["success", "stopped", "timeout", "error", "denied"]
 
 
 @dataclass
 class RunResult:
     """The outcome of one `Agent.chat` request.
 
-    ``status`` is ``success``, ``stopped`` (cancelled), ``timeout`` or ``error``; ``error`` says why
-    for the last three. Several messages that queued while the session was busy are answered by
-    one run, and every one of their callers receives the same result.
+    ``status`` is ``success``, ``stopped`` (cancelled), ``timeout``, ``error`` or ``denied`` (a
+    daily token quota is used up; nothing ran); ``error`` says why for all but ``success``.
+    Several messages that queued while the session was busy are answered by one run, and every
+    one of their callers receives the same result.
     """
 
     text: str

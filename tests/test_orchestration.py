@@ -32,6 +32,7 @@ LOWER_LAYERS = {
     "skills": {"tools", "engine", "config", "store"},
     "governance": {"tools", "engine", "config", "store", "result"},
     "knowledge": {"tools", "engine", "config", "store", "result"},
+    "quota": {"engine", "config", "store"},
     "orchestration": {
         "governance",
         "tools",

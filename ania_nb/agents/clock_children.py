@@ -40,6 +40,7 @@ from .background import Child, preview
 from .subagent import (
     MAX_TIMEOUT,
     PARENT_RESERVE,
+    check_quota,
     child_budget,
     failure_text,
     format_result,
@@ -117,7 +118,7 @@ class ClockChildren:
                 outcome=child.outcome,
             )
         finally:
-            self.usage.merge(child.outcome.usage)
+            self.usage.include(child.outcome.usage)
 
     def cancel(self, child_id: str) -> bool:
         """Cancel a running child; False if there is none with that id."""
@@ -207,7 +208,8 @@ class _RunTool(BaseTool[_RunParams]):
         self.children = children
 
     async def execute(self, params: _RunParams, ctx: ToolContext) -> str:
-        """Launch the child."""
+        """Launch the child (unless a daily token quota is used up)."""
+        await check_quota(self.children.host, self.children.session)
         child = self.children.launch(params.task, params.timeout_sec)
         return (
             f"✅ subagent started (ID: {child.id}), up to {child.timeout:.0f} s; results will be "

@@ -97,6 +97,13 @@ def child_budget(
     return min(budget, left - PARENT_RESERVE) if shrink else budget
 
 
+async def check_quota(host: AgentHost, session: str, what: str = "subagent") -> None:
+    """`ToolError` (the model's tool result) when a daily token quota refuses new work."""
+    denied = await host.quota_denial(session)
+    if denied is not None:
+        raise ToolError(f"{what} not started: {denied}")
+
+
 def subagent_prompt() -> str:
     """The role part of a subagent's system prompt."""
     return SUBAGENT_PROMPT
@@ -231,7 +238,7 @@ async def run_subagent(
     finally:
         outcome.elapsed = time.monotonic() - started
         if usage is not None:
-            usage.merge(outcome.usage)
+            usage.include(outcome.usage)
     return outcome
 
 

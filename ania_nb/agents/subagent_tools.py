@@ -18,7 +18,7 @@ from ..engine.usage import Usage
 from ..errors import ToolError
 from ..tools import BaseTool, Tool, ToolContext
 from .background import Child, SubagentRegistry, preview
-from .subagent import MAX_TIMEOUT, child_budget, failure_text, format_result
+from .subagent import MAX_TIMEOUT, check_quota, child_budget, failure_text, format_result
 
 if TYPE_CHECKING:  # pragma: no cover
     from ..orchestration.host import AgentHost
@@ -72,6 +72,7 @@ class SubagentRunTool(BaseTool[SubagentRunParams]):
         task = params.task.strip()
         if not task:
             raise ToolError("task is empty; describe the complete task for the subagent")
+        await check_quota(self.host, ctx.session)
         settings = self.host.config.subagent
         deadline = ctx.run_state.get("deadline")
         # Clamped first, then shrunk to the parent's deadline (a background child outlives it).
@@ -99,7 +100,7 @@ class SubagentRunTool(BaseTool[SubagentRunParams]):
         finally:
             parent = ctx.run_state.get("usage")
             if isinstance(parent, Usage):
-                parent.merge(child.outcome.usage)
+                parent.include(child.outcome.usage)
             else:  # called outside a run: count the tokens for the session anyway
                 self.host.add_derived_usage(ctx.session, child.outcome.usage)
             await child.emit("child_end", child.outcome.end_data())

@@ -23,6 +23,7 @@ from ..errors import ToolError
 from .roles import MAX_ROLE_CHARS, builtin_role, role_prompt
 from .subagent import (
     SubagentOutcome,
+    check_quota,
     child_budget,
     child_event,
     compose_prompt,
@@ -128,6 +129,7 @@ async def team_run(
     """Run the members in parallel on ``task`` and return the report (see the module doc)."""
     settings = host.config.team
     task, checked = check_request(task, members, settings.max_members)
+    await check_quota(host, ctx.session, "agent team")
     # Clamped to 1800 s first, then shrunk to leave the parent 30 s (refused with ≤ 30 s left).
     budget = child_budget(
         timeout_sec, settings.timeout, ctx.run_state.get("deadline"), what="the agent team"

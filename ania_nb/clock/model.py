@@ -23,7 +23,7 @@ log = logging.getLogger(__name__)
 
 # Task-log statuses (reference §7.4 plus ``skipped`` for an overlapping trigger).
 RUNNING = "running"
-LOG_STATUSES = ("running", "success", "timeout", "error", "interrupted", "skipped")
+LOG_STATUSES = ("running", "success", "timeout", "error", "interrupted", "skipped", "denied")
 FINAL_LOG_STATUSES = frozenset(LOG_STATUSES) - {RUNNING}
 
 # Fields a caller may change with `Clock.update` (everything else is kept by the clock).

@@ -119,12 +119,24 @@ class TaskLogRecorder:
 
     async def close(self, status: str, usage: Usage, reply: str | None, error: str | None) -> None:
         """Close the run record (best effort: a failure is logged)."""
-        if self.runs is None or self.run_id is None:
+        if self.runs is None:
+            return
+        if self.run_id is None:  # no record could be opened: its tokens still count
+            try:
+                await self.runs.count(self.session, usage.own())
+            except Exception:
+                log.exception("could not count the tokens of clock entry %s", self.entry_id)
             return
         run_id, self.run_id = self.run_id, None
         try:
             await self.runs.finish(
-                self.session, run_id, status, usage=usage.to_dict(), reply=reply, error=error
+                self.session,
+                run_id,
+                status,
+                usage=usage.to_dict(),
+                reply=reply,
+                error=error,
+                counted=usage.own(),
             )
         except Exception:
             log.exception("could not close the run record %s of a clock run", run_id)
@@ -144,6 +156,9 @@ async def run_task(host: AgentHost, store: ClockStore, task: ClockTask, entry_id
     Cancellation propagates (the caller closes the entry).
     """
     config = host.config
+    denied = await host.quota_denial(task.target)
+    if denied is not None:  # logged, not delivered: nobody asked for this run just now
+        return Outcome("denied", error=denied)
     budget = task_timeout(task, config.clock.default_timeout)
     deadline = time.monotonic() + budget
     target = task.target

@@ -1,6 +1,7 @@
 """Configuration: `Config` and its sections."""
 
 from ._layers import SAVED_CONFIG_NAMESPACE, UNSAVABLE_KEYS, ConfigLayers
+from ._quota_sections import ModelPrice, PricingSettings, QuotaSettings
 from ._sections import (
     AdminSettings,
     AgentSettings,
@@ -45,7 +46,10 @@ __all__ = [
     "LLMSettings",
     "MCPSettings",
     "MemeSettings",
+    "ModelPrice",
     "NotebookSettings",
+    "PricingSettings",
+    "QuotaSettings",
     "RetrySettings",
     "Section",
     "SecuritySettings",

@@ -25,6 +25,7 @@ from pydantic_settings import (
 )
 
 from ..errors import ConfigError
+from ._quota_sections import PricingSettings, QuotaSettings
 from ._sections import (
     AdminSettings,
     AgentSettings,
@@ -116,6 +117,12 @@ class Config(BaseSettings):
     memory: MemorySettings = Field(default_factory=MemorySettings, description="Long-term memory.")
     embedding: EmbeddingSettings = Field(
         default_factory=EmbeddingSettings, description="Embedder of the kb and memory."
+    )
+    quota: QuotaSettings = Field(
+        default_factory=QuotaSettings, description="Daily token quotas and usage counters."
+    )
+    pricing: PricingSettings = Field(
+        default_factory=PricingSettings, description="Per-model token prices for costs."
     )
 
     @classmethod

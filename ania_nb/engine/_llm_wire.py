@@ -73,6 +73,7 @@ class Completion:
     finish_reason: str | None = None
     raw_arguments: dict[str, str] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
+    asked: str = ""  # the configured model that answered (``model`` is the provider's name)
 
     @property
     def truncated(self) -> bool:

@@ -87,7 +87,8 @@ class ContextWindow:
                     {"role": "user", "content": transcript},
                 ]
             )
-            usage.add_call(completion.usage, count_iteration=False)
+            model = completion.asked or completion.model
+            usage.add_call(completion.usage, model=model, count_iteration=False)
             summary = (completion.message.get("content") or "").strip()
             if not summary:
                 raise LLMError("the compressor returned an empty summary")

@@ -246,6 +246,7 @@ class LLMClient:
                 continue
             if run is not None:
                 run.prefer_fallback = client is not self
+            completion.asked = client.model
             return completion
         if len(errors) == 1:
             raise errors[0]

@@ -208,7 +208,7 @@ class ToolLoop:
             on_delta=on_delta,
             on_retry=on_retry,
         )
-        self.usage.add_call(completion.usage)
+        self.usage.add_call(completion.usage, model=completion.asked or completion.model)
         if self.callbacks.on_event is not None:
             await self._emit("usage", **self.usage.to_dict())
         return completion

@@ -2,9 +2,26 @@
 
 from __future__ import annotations
 
-import threading
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from typing import Any
+
+
+@dataclass
+class Tokens:
+    """Token counts of some LLM calls: prompt, completion, cached prompt and total."""
+
+    prompt: int = 0
+    completion: int = 0
+    cached: int = 0
+    total: int = 0
+
+    def add(self, other: Tokens) -> None:
+        """Add ``other``'s counts."""
+        self.prompt += other.prompt
+        self.completion += other.completion
+        self.cached += other.cached
+        self.total += other.total
 
 
 @dataclass
@@ -14,6 +31,11 @@ class Usage:
     ``prompt/completion/total/cached`` are sums over all LLM calls; ``last_prompt_tokens`` is the
     prompt size of the most recent call (what the context window compares against its budget);
     ``iterations`` counts LLM calls of the tool loop, including the forced final answer.
+
+    ``models`` splits the run's own calls by the model asked; ``included`` holds work that has
+    its own run record (subagents, team members, clock children, background work), added to the
+    sums for the user but counted by quotas under that record. ``cost`` is set at the end of a
+    run when ``pricing`` covers every model used (else None: never a guess).
     """
 
     prompt_tokens: int = 0
@@ -22,29 +44,60 @@ class Usage:
     cached_tokens: int = 0
     last_prompt_tokens: int = 0
     iterations: int = 0
+    models: dict[str, Tokens] = field(default_factory=dict)
+    included: dict[str, Tokens] = field(default_factory=dict)
+    cost: float | None = None
 
-    def add_call(self, raw: Any, *, count_iteration: bool = True) -> None:
-        """Add the ``usage`` block of one chat completion (object or dict); None adds nothing."""
+    def add_call(self, raw: Any, *, model: str = "", count_iteration: bool = True) -> None:
+        """Add the ``usage`` block of one chat completion (object or dict) asked of ``model``.
+
+        None adds nothing; a missing or zero ``total_tokens`` is prompt + completion.
+        """
         if count_iteration:
             self.iterations += 1
         if raw is None:
             return
         get = raw.get if isinstance(raw, dict) else lambda k, d=None: getattr(raw, k, d)
-        prompt = int(get("prompt_tokens", 0) or 0)
-        completion = int(get("completion_tokens", 0) or 0)
-        total = int(get("total_tokens", 0) or 0) or prompt + completion
-        self.prompt_tokens += prompt
-        self.completion_tokens += completion
-        self.total_tokens += total
-        self.cached_tokens += _cached_tokens(raw, get)
+        prompt = _count(get("prompt_tokens", 0))
+        completion = _count(get("completion_tokens", 0))
+        total = _count(get("total_tokens", 0)) or prompt + completion
+        tokens = Tokens(prompt, completion, _cached_tokens(raw, get), total)
+        self._add_sums(tokens)
+        self.models.setdefault(model, Tokens()).add(tokens)
         self.last_prompt_tokens = prompt
 
     def merge(self, other: Usage) -> None:
-        """Add another run's token counts (not its iterations or last prompt size)."""
-        self.prompt_tokens += other.prompt_tokens
-        self.completion_tokens += other.completion_tokens
-        self.total_tokens += other.total_tokens
-        self.cached_tokens += other.cached_tokens
+        """Add work that belongs to this run's record (a compaction, say); not its iterations."""
+        self._add_sums(other.tokens())
+        _add_models(self.models, other.models)
+        _add_models(self.included, other.included)
+
+    def include(self, other: Usage) -> None:
+        """Add work recorded under its own run record (a subagent): shown here, counted there."""
+        self._add_sums(other.tokens())
+        _add_models(self.included, other.models)
+        _add_models(self.included, other.included)
+
+    def tokens(self) -> Tokens:
+        """The sums as `Tokens`."""
+        return Tokens(
+            self.prompt_tokens, self.completion_tokens, self.cached_tokens, self.total_tokens
+        )
+
+    def own(self) -> dict[str, Tokens]:
+        """Tokens of this run's own calls by model (what its record counts toward quotas)."""
+        return {m: t for m, t in self.models.items() if t.total or t.prompt or t.completion}
+
+    @property
+    def own_tokens(self) -> int:
+        """Total tokens of this run's own calls."""
+        return sum(t.total for t in self.models.values())
+
+    def _add_sums(self, tokens: Tokens) -> None:
+        self.prompt_tokens += tokens.prompt
+        self.completion_tokens += tokens.completion
+        self.total_tokens += tokens.total
+        self.cached_tokens += tokens.cached
 
     def to_dict(self) -> dict[str, int]:
         """Plain-dict form for storage and display."""
@@ -58,6 +111,19 @@ class Usage:
         }
 
 
+def _add_models(into: dict[str, Tokens], more: Mapping[str, Tokens]) -> None:
+    for model, tokens in more.items():
+        into.setdefault(model, Tokens()).add(tokens)
+
+
+def _count(value: Any) -> int:
+    """A token count from a provider's field: non-negative int, anything else 0."""
+    try:
+        return max(0, int(value or 0))
+    except (TypeError, ValueError):
+        return 0
+
+
 def _cached_tokens(raw: Any, get: Any) -> int:
     """Cached prompt tokens: ``prompt_tokens_details.cached_tokens`` or DeepSeek's field."""
     details = get("prompt_tokens_details", None)
@@ -68,27 +134,8 @@ def _cached_tokens(raw: Any, get: Any) -> int:
             else getattr(details, "cached_tokens", None)
         )
         if value:
-            return int(value)
+            return _count(value)
     hit = get("prompt_cache_hit_tokens", None)
     if hit is None and not isinstance(raw, dict):
         hit = (getattr(raw, "model_extra", None) or {}).get("prompt_cache_hit_tokens")
-    return int(hit or 0)
-
-
-class UsageAccumulator:
-    """Thread- and task-safe running total for work outside the main loop (subagents, OCR)."""
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._usage = Usage()
-
-    def add(self, usage: Usage) -> None:
-        """Add a finished piece of work's usage."""
-        with self._lock:
-            self._usage.merge(usage)
-
-    def take(self) -> Usage:
-        """Return the total so far and reset it."""
-        with self._lock:
-            usage, self._usage = self._usage, Usage()
-            return usage
+    return _count(hit)

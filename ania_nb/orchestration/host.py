@@ -56,11 +56,15 @@ class AgentHost(Protocol):
         ...
 
     def add_derived_usage(self, session: str, usage: Usage) -> None:
-        """Count tokens spent for the session outside a run (merged into its next run record)."""
+        """Show background work's tokens (counted by its own records) in the next run record."""
         ...
 
     def on_stop(self, listener: Callable[[str], object]) -> None:
         """Call ``listener(session)`` on every stop (a truthy return: it stopped something)."""
+        ...
+
+    async def quota_denial(self, session: str) -> str | None:
+        """Why new work for ``session`` is refused today (a daily token quota), or None."""
         ...
 
     def is_admin(self, who: str | None) -> bool:

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..engine.callbacks import RunEvent
 from ..result import RunResult
+from .queues import resolve
 from .records import StoreRecord
 from .run import RunServices, execute_run
 from .sessions import Pending, Session, merge_batch, senders_of
@@ -31,6 +32,7 @@ class TurnContext:
 
 
 ContextSource = Callable[[str, str], Awaitable["TurnContext | None"]]
+Admission = Callable[[str], Awaitable["str | None"]]  # why a session may not run now, or None
 
 
 async def answer_batch(
@@ -43,13 +45,19 @@ async def answer_batch(
     system_prompt: str,
     run_timeout: float,
     context: ContextSource | None = None,
+    admit: Admission | None = None,
 ) -> RunResult:
     """Answer every message of ``batch`` with one main run.
 
-    ``context(session, text)`` may add a block to this turn's prompt (the knowledge base's
-    auto-inject); the stored history keeps only the user's text.
+    ``admit(session)`` may refuse the run (a used-up quota): the batch and every message still
+    queued get a ``denied`` result and nothing runs. ``context(session, text)`` may add a block
+    to this turn's prompt (the knowledge base's auto-inject); the stored history keeps only the
+    user's text.
     """
     text, images = merge_batch(batch)
+    denied = await admit(state.name) if admit is not None else None
+    if denied is not None:
+        return await _denied(store, state, text, batch, denied)
     callbacks = batch[-1].callbacks
     plan = any(p.plan for p in batch)  # one message asking for plan mode restricts the batch
     extra = await context(state.name, text) if context is not None else None
@@ -78,6 +86,21 @@ async def answer_batch(
         usage=state.take_derived(),  # tokens of background work since the last run count here
     )
     return await execute_run(spec, services)
+
+
+async def _denied(
+    store: Store, state: Session, text: str, batch: list[Pending], reason: str
+) -> RunResult:
+    """A quota refused the turn: record it, drop the queue (its callers get the same answer)."""
+    run_id = await store.runs.start(state.name, text, senders_of(batch))
+    await store.runs.finish(run_id, "denied", error=reason)
+    result = RunResult("", "denied", state.name, run_id=run_id, error=reason)
+    dropped, state.queue = state.queue, []
+    for pending in dropped:
+        resolve(pending, result)
+    event = RunEvent("run_end", state.name, {"status": "denied", "error": reason})
+    await batch[-1].callbacks.emit(event)
+    return result
 
 
 async def _refused(

@@ -95,6 +95,7 @@ class StoreRecord:
             usage=outcome.usage.to_dict(),
             reply=outcome.text or None,
             error=outcome.error,
+            counted=outcome.usage.own(),  # the run's own calls; included work has its records
         )
 
     async def replace_history(self, messages: Sequence[Message]) -> None:

@@ -21,6 +21,7 @@ from ..engine.llm import LLMClient
 from ..engine.loop import Gate, ToolCall, ToolCallResult, ToolLoop
 from ..engine.messages import Message, estimate_tokens, for_storage, timestamped, user_message
 from ..engine.repair import clean_text, repair_history
+from ..engine.usage import Usage
 from ..errors import ResourceError, RunError
 from ..result import RunResult, RunStatus
 from ..tools import ToolContext
@@ -57,6 +58,7 @@ class RunServices:
     gate: Gate | None = None
     after_tool: Callable[[ToolCallResult, Any], Awaitable[None]] | None = None
     after_run: Callable[[RunSpec, RunResult], Awaitable[None]] | None = None
+    price: Callable[[Usage], float | None] | None = None  # sets ``usage.cost`` at the end
 
 
 async def execute_run(spec: RunSpec, services: RunServices) -> RunResult:
@@ -171,7 +173,12 @@ class _Run:
         return outcome
 
     async def _close(self, outcome: RunResult, final: Sequence[Message]) -> None:
-        """Close the record; a failed write is logged, never raised."""
+        """Price the run and close its record; a failed write is logged, never raised."""
+        if self.services.price is not None:
+            try:
+                self.usage.cost = self.services.price(self.usage)
+            except Exception:
+                log.exception("could not price run %s", self.run_id)
         try:
             await self.spec.record.finish(self.run_id, outcome, final)
         except Exception:

@@ -51,7 +51,8 @@ class Session:
     batch: list[Pending] = field(default_factory=list)  # the messages the current run answers
     conversation: Conversation = field(default_factory=Conversation)
     last_used: float = field(default_factory=time.monotonic)
-    # Tokens spent for the session outside its runs (background subagents): the next run's.
+    # Tokens of background work for the session (counted by that work's own run records),
+    # shown in the next run's usage. Only touched on the event loop: no lock needed.
     derived: Usage = field(default_factory=Usage)
 
     def take_derived(self) -> Usage:

@@ -2,7 +2,7 @@
 
 ``store = await Store.open(data_dir)`` opens ``<data_dir>/ania.db`` and exposes KV namespaces
 (``store.kv(name)``), chat history (``store.history``), the run log (``store.runs``) and the op log
-(``store.oplog``).
+(``store.oplog``) and the usage counters (``store.usage``).
 """
 
 from __future__ import annotations
@@ -13,10 +13,12 @@ from .journal import RunJournal
 from .kv import KVNamespace
 from .oplog import OpLog, OpRecord
 from .runlog import RunLog, RunRecord, ToolCallRecord
+from .usage import DayCount, UsageLedger
 
 __all__ = [
     "ChatHistory",
     "Database",
+    "DayCount",
     "KVNamespace",
     "OpLog",
     "OpRecord",
@@ -25,4 +27,5 @@ __all__ = [
     "RunRecord",
     "Store",
     "ToolCallRecord",
+    "UsageLedger",
 ]

@@ -150,6 +150,30 @@ MIGRATIONS: tuple[tuple[str, ...], ...] = (
             value INTEGER NOT NULL
         )""",
     ),
+    # Usage accounting (``usage.py``): per-session counters of each quota day (reset and pruned),
+    # daily totals per model (kept for history), and what each run record counted on which day.
+    (
+        "ALTER TABLE runs ADD COLUMN counted_tokens INTEGER NOT NULL DEFAULT 0",
+        "ALTER TABLE runs ADD COLUMN usage_day TEXT",
+        """CREATE TABLE IF NOT EXISTS usage_counters (
+            day TEXT NOT NULL,
+            session TEXT NOT NULL,
+            prompt_tokens INTEGER NOT NULL DEFAULT 0,
+            completion_tokens INTEGER NOT NULL DEFAULT 0,
+            cached_tokens INTEGER NOT NULL DEFAULT 0,
+            total_tokens INTEGER NOT NULL DEFAULT 0,
+            PRIMARY KEY (day, session)
+        )""",
+        """CREATE TABLE IF NOT EXISTS usage_daily (
+            day TEXT NOT NULL,
+            model TEXT NOT NULL,
+            prompt_tokens INTEGER NOT NULL DEFAULT 0,
+            completion_tokens INTEGER NOT NULL DEFAULT 0,
+            cached_tokens INTEGER NOT NULL DEFAULT 0,
+            total_tokens INTEGER NOT NULL DEFAULT 0,
+            PRIMARY KEY (day, model)
+        )""",
+    ),
 )
 
 # Several processes may open one directory at once; a writer waits this long for the lock.
@@ -165,6 +189,8 @@ _OWN_TABLES = frozenset(
         "clock_tasks",
         "clock_log",
         "clock_meta",
+        "usage_counters",
+        "usage_daily",
     }
 )
 
@@ -280,12 +306,14 @@ class Store:
         from .journal import RunJournal
         from .oplog import OpLog
         from .runlog import RunLog
+        from .usage import UsageLedger
 
         self.db = db
         self.history: ChatHistory = ChatHistory(db)
         self.runs: RunLog = RunLog(db, max_entries=run_log_max_entries)
         self.journal: RunJournal = RunJournal(db, max_entries=self.runs.max_entries)
         self.oplog: OpLog = OpLog(db)
+        self.usage: UsageLedger = UsageLedger(db)
 
     @classmethod
     async def open(cls, data_dir: str | PathLike[str], *, run_log_max_entries: int = 200) -> Store:

@@ -40,9 +40,11 @@ from .runlog import (
     prepare_start,
     prepare_tool_call,
 )
+from .usage import UsageLedger, add_counts
 
 if TYPE_CHECKING:
     from ._db import Database
+    from .usage import Tokens
 
 Message = dict[str, Any]
 Outcome = tuple[str, dict[str, int], str | None, str | None]
@@ -68,6 +70,9 @@ class RunJournal:
         self._db = db
         self._max_entries = max_entries
         self._begun: dict[int, _Begun] = {}
+        # The quota day a finishing run's tokens count on, None while nothing is counted
+        # (set by whoever owns the quota settings; see ``usage.py``).
+        self.usage_day: Callable[[], str | None] = lambda: None
 
     async def begin(
         self,
@@ -133,10 +138,16 @@ class RunJournal:
         usage: Mapping[str, int] | None = None,
         reply: str | None = None,
         error: str | None = None,
+        counted: Mapping[str, Tokens] | None = None,
     ) -> None:
-        """Store the last messages (final answer) and (best effort) close the run record."""
+        """Store the last messages (final answer) and (best effort) close the run record.
+
+        ``counted`` (the run's own tokens by model) is added to the usage counters of the
+        current quota day in the same transaction, and noted on the record.
+        """
         encoded = encode_messages(messages)
         outcome = _outcome(status, usage, reply, error)
+        day = self.usage_day() if counted else None
         try:
             await self._db.run(
                 _finish,
@@ -147,9 +158,16 @@ class RunJournal:
                 self._begun.get(run_id),
                 self._max_entries,
                 time.time(),
+                (day, counted) if day and counted else None,
             )
         finally:
             self._begun.pop(run_id, None)
+
+    async def count(self, session: str, counted: Mapping[str, Tokens]) -> None:
+        """Count tokens whose run has no record (it could not be written) on the current day."""
+        day = self.usage_day()
+        if day and counted:
+            await UsageLedger(self._db).add(day, session, counted)
 
 
 # Lenient preparation: bookkeeping values that fail validation are kept as far as they are valid.
@@ -272,10 +290,13 @@ def _finish(
     begun: _Begun | None,
     max_entries: int,
     now: float,
+    counting: tuple[str, Mapping[str, Tokens]] | None,
 ) -> None:
     with transaction(conn):
         if encoded:
             insert_rows(conn, session, encoded, now, replace=False)
+        # Counted whatever becomes of the record: a quota must not depend on bookkeeping.
+        added = add_counts(conn, counting[0], session, counting[1]) if counting else 0
 
         def close() -> None:
             row = conn.execute("SELECT status FROM runs WHERE id = ?", (run_id,)).fetchone()
@@ -295,6 +316,11 @@ def _finish(
                     outcome[0],
                 )
             finish_run(conn, run_id, *outcome, now, reopen=True)
+            if counting:
+                conn.execute(
+                    "UPDATE runs SET counted_tokens = ?, usage_day = ? WHERE id = ?",
+                    (added, counting[0], run_id),
+                )
 
         _best_effort(conn, run_id, begun, max_entries, f"its outcome {outcome[0]!r}", close)
 

@@ -28,7 +28,7 @@ MAX_ERROR_CHARS = 1000
 ELLIPSIS = "…"
 
 RUNNING = "running"
-FINAL_STATUSES = frozenset({"success", "stopped", "timeout", "error", "interrupted"})
+FINAL_STATUSES = frozenset({"success", "stopped", "timeout", "error", "interrupted", "denied"})
 STATUSES = FINAL_STATUSES | {RUNNING}
 INTERRUPTED_ERROR = "the process running it ended before the run finished"
 USAGE_KEYS = ("prompt_tokens", "completion_tokens", "total_tokens", "cached_tokens", "iterations")
@@ -36,7 +36,7 @@ USAGE_KEYS = ("prompt_tokens", "completion_tokens", "total_tokens", "cached_toke
 _COLUMNS = (
     "id, session, sender, input, status, started_at, finished_at, duration_ms, iterations, "
     "prompt_tokens, completion_tokens, total_tokens, cached_tokens, tool_calls, "
-    "tool_calls_total, reply, error"
+    "tool_calls_total, reply, error, counted_tokens, usage_day"
 )
 
 
@@ -82,6 +82,8 @@ class RunRecord:
     tool_calls_total: int = 0
     reply: str | None = None
     error: str | None = None
+    counted_tokens: int = 0  # what this record added to the usage counters (its own calls)
+    usage_day: str | None = None  # the quota day it counted on
 
     def to_dict(self) -> dict[str, Any]:
         """Plain-dict form (tool calls as dicts) for JSON and display."""

@@ -77,7 +77,8 @@ class ImageViewer:
             return f"\n<{tag}>description failed: {exc}</{tag}>"
         usage = ctx.run_state.get("usage")  # the run's tally: vision tokens count as the run's
         if usage is not None:
-            usage.add_call(completion.usage, count_iteration=False)
+            model = completion.asked or completion.model
+            usage.add_call(completion.usage, model=model, count_iteration=False)
         text = (completion.message.get("content") or "").strip() or "(no description)"
         return f"\n<{tag}>\n{text}\n</{tag}>"
 

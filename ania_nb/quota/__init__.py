@@ -1,0 +1,23 @@
+"""Usage accounting: daily token quotas per session and for everyone, costs, usage reports.
+
+Tokens are counted when a run record closes (``ania_nb.store.usage``); `Quota` checks the
+limits before work, resets counters, prunes old ones and builds the `UsageReport` the notebook
+view and ``ania-nb usage`` show.
+"""
+
+from .days import day_of, next_midnight
+from .pricing import cost, usage_cost
+from .quota import Denial, Quota
+from .report import DayUsage, SessionUsage, UsageReport
+
+__all__ = [
+    "DayUsage",
+    "Denial",
+    "Quota",
+    "SessionUsage",
+    "UsageReport",
+    "cost",
+    "day_of",
+    "next_midnight",
+    "usage_cost",
+]
