@@ -1,0 +1,390 @@
+"""Quotas and usage accounting against the scripted server: counting, denials, resets, costs.
+
+Every LLM call's tokens are counted once, by the run record that made the call, in the
+transaction that closes it; children (subagents, team members, clock children) have records of
+their own, so a parent's usage shows their tokens without counting them again.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from datetime import datetime, timedelta
+from typing import Any
+from zoneinfo import ZoneInfo
+
+import pytest
+
+from ania_nb import Callbacks, tool
+from ania_nb.engine.usage import Tokens, Usage
+from ania_nb.quota import cost
+from ania_nb.testing import RecordedRequest, ScriptedLLM, reply, tool_call, usage
+
+SESSION = "nb:q"
+CHILD = "You are a subagent"  # in the subagent prompt: routes the children's requests
+SUBAGENTS = {
+    "agent.builtin_tools": True,
+    "subagent.enable": True,
+    "kb.auto_inject": False,
+}
+ZONE = "Asia/Shanghai"
+
+
+def parent(request: RecordedRequest) -> bool:
+    return CHILD not in request.system
+
+
+def at(text: str) -> float:
+    """The epoch time of a wall-clock time in the quota's zone, e.g. ``2026-12-01 23:59``."""
+    return datetime.fromisoformat(text).replace(tzinfo=ZoneInfo(ZONE)).timestamp()
+
+
+async def counters(agent: Any, day: str) -> tuple[int, int, int]:
+    """(sum of the run records' counted tokens, sum of the session counters, daily total)."""
+    store = await agent.open_store()
+    daily = sum(r.total for r in await store.usage.daily(day, day))
+    return await store.usage.counted(day), await store.usage.used(day), daily
+
+
+# --------------------------------------------------------------------------- counting
+
+
+async def test_a_day_of_mixed_work_counts_every_call_once(llm, make_agent) -> None:
+    agent = make_agent(overrides=SUBAGENTS)
+    await agent.start()
+    day = agent.quota.today()
+    child = reply("child says hi", usage=usage(30, 10))
+    llm.route(CHILD, child, child)  # each child: 40
+    llm.route(
+        parent,
+        reply("plain answer", usage=usage(100, 20)),  # run 1: 120
+        reply(tool_calls=[tool_call("subagent_run", {"task": "look"})], usage=usage(50, 5)),
+        reply("used a subagent", usage=usage(60, 5)),  # run 2: 120 own + 40 child
+        reply(
+            tool_calls=[tool_call("subagent_run", {"task": "later", "background": True})],
+            usage=usage(10, 10),
+        ),
+        reply("started one", usage=usage(10, 10)),  # run 3: 40 own; its child 40
+    )
+    first = await agent.chat("hello", session=SESSION)
+    second = await agent.chat("delegate", session=SESSION)
+    assert (first.usage.total_tokens, second.usage.total_tokens) == (120, 160)
+    assert second.usage.own_tokens == 120  # the child's 40 are shown, counted by its record
+    delivered = asyncio.Event()
+    agent.outbox.subscribe(lambda d: delivered.set())
+    llm.route(parent, reply("background summary", usage=usage(5, 5)))  # run 4: 10 own
+    third = await agent.chat("in the background", session=SESSION)
+    assert third.ok
+    await asyncio.wait_for(delivered.wait(), 10)
+
+    counted, used, daily = await counters(agent, day)
+    assert counted == used == daily == 120 + 120 + 40 + 40 + 40 + 10
+    records = await agent.runs(session=SESSION)
+    assert sum(r.total_tokens for r in records) > counted  # parents show their children too
+    assert sum(r.counted_tokens for r in records) == counted
+    assert {r.usage_day for r in records} == {day}
+    [summary] = [r for r in records if r.sender == "subagent"]
+    assert (summary.total_tokens, summary.counted_tokens) == (50, 10)  # 40 derived shown
+
+
+async def test_clock_runs_and_their_children_count_for_the_target(llm, make_agent) -> None:
+    agent = make_agent(overrides={"subagent.enable": True})
+    await agent.start()
+    llm.route(
+        "## Scheduled task",
+        reply(tool_calls=[tool_call("subagent_run", {"task": "find"})], usage=usage(10, 1)),
+        reply("started", usage=usage(10, 1)),
+        reply("The number is 42.", usage=usage(10, 1)),
+    )
+    llm.script(reply("42", usage=usage(100, 5)))
+    task = await agent.clock.create(cron="@yearly", title="ask", content="find", target="nb:t")
+    entry = await agent.clock.run_now(task.id)
+    assert entry.status == "success" and entry.total_tokens == 33 + 105
+    day = agent.quota.today()
+    store = await agent.open_store()
+    assert await store.usage.used(day, "nb:t") == 33 + 105
+    assert await counters(agent, day) == (138, 138, 138)
+
+
+async def test_vision_and_compression_count_under_their_own_models(llm, make_agent) -> None:
+    img = "https://cdn.example/photo.jpg"
+
+    def describe(request: Any) -> Any:
+        return reply("a cat", usage=usage(50, 5))
+
+    with ScriptedLLM(responder=describe) as vision:
+        llm.script(
+            reply(tool_calls=[tool_call("load_images")], usage=usage(100, 10)),
+            reply("it is a cat", usage=usage(100, 10)),
+        )
+        agent = make_agent(
+            overrides={
+                "agent.builtin_tools": True,
+                "kb.auto_inject": False,
+                "vision.model": "describer",
+                "vision.base_url": vision.base_url,
+                "pricing.models": {"scripted": {"input": 1.0, "output": 2.0}},
+            }
+        )
+
+        async def load() -> list[str]:
+            return [img]
+
+        result = await agent.chat("what is it?", callbacks=Callbacks(load_images=load))
+    assert result.ok and result.usage.total_tokens == 220 + 55
+    assert result.usage.cost is None  # the describer has no price: no cost, never a guess
+    day = agent.quota.today()
+    store = await agent.open_store()
+    by_model = {r.key: r.total for r in await store.usage.daily(day, day)}
+    assert by_model == {"scripted": 220, "describer": 55}
+    assert await counters(agent, day) == (275, 275, 275)
+
+
+async def test_costs_use_the_configured_prices(llm, make_agent) -> None:
+    prices = {"scripted": {"input": 2.0, "output": 8.0, "cached": 0.5}}
+    agent = make_agent(overrides={"pricing.models": prices})
+    llm.script(reply("hi", usage=usage(1_000_000, 500_000, cached=400_000)))
+    result = await agent.chat("hello", session=SESSION)
+    # 600k fresh prompt × 2 + 400k cached × 0.5 + 500k completion × 8, per million
+    assert result.usage.cost == pytest.approx(1.2 + 0.2 + 4.0)
+    report = await agent.quota.report(days=3)
+    assert report.days[-1].cost == pytest.approx(5.4) and report.days[0].cost is None
+    assert "$5.4000" in report.to_text()
+
+
+def test_cost_is_none_for_unknown_models_and_for_nothing_used() -> None:
+    from ania_nb.config import ModelPrice
+
+    price = {"a": ModelPrice(input=1, output=1)}
+    assert cost({"a": Tokens(10, 10, 0, 20)}, price) == pytest.approx(20 / 1e6)
+    assert cost({"a": Tokens(10, 10, 0, 20), "b": Tokens(1, 1, 0, 2)}, price) is None
+    assert cost({}, price) is None
+    usage_ = Usage()
+    usage_.add_call({"prompt_tokens": 5, "completion_tokens": 3}, model="a")
+    assert usage_.total_tokens == 8 and usage_.own() == {"a": Tokens(5, 3, 0, 8)}
+    usage_.add_call({"prompt_tokens": "junk", "completion_tokens": -4}, model="a")
+    assert usage_.total_tokens == 8  # a provider's nonsense counts as nothing, never negative
+
+
+async def test_counting_off_counts_and_limits_nothing(llm, make_agent) -> None:
+    agent = make_agent(overrides={"quota.enable": False, "quota.daily_tokens": 10})
+    llm.script(reply("one", usage=usage(100, 100)), reply("two", usage=usage(100, 100)))
+    assert (await agent.chat("a", session=SESSION)).ok
+    assert (await agent.chat("b", session=SESSION)).ok  # no limit while counting is off
+    assert await counters(agent, agent.quota.today()) == (0, 0, 0)
+
+
+# --------------------------------------------------------------------------- denials
+
+
+async def test_the_session_limit_is_checked_then_added(llm, make_agent) -> None:
+    agent = make_agent(
+        overrides={"quota.daily_tokens": 100, "quota.timezone": ZONE}
+    )
+    agent.quota.now = lambda: at("2026-12-01 21:30")
+    llm.script(reply("long answer", usage=usage(120, 30)))
+    first = await agent.chat("start", session=SESSION)
+    assert first.ok  # started at 0 of 100: it may finish over the limit
+    sent = len(llm.requests)
+    denied = await agent.chat("more", session=SESSION)
+    assert denied.status == "denied" and len(llm.requests) == sent  # nothing was asked
+    assert denied.error == (
+        "today's token quota of this session is used up (150 of 100 tokens per session per "
+        f"day); it resets at 00:00 {ZONE} (in 2 h 30 min)"
+    )
+    [record] = await agent.runs(session=SESSION, status="denied")
+    assert record.input.endswith("more") and record.error == denied.error
+    assert "denied" in str(denied)
+    other = await agent.chat("hi", session="nb:other")  # other sessions are not limited
+    assert other.status != "denied"
+
+
+async def test_reaching_the_limit_exactly_is_used_up(llm, make_agent) -> None:
+    agent = make_agent(overrides={"quota.daily_tokens": 100})
+    llm.script(reply("a", usage=usage(99, 0)), reply("b", usage=usage(1, 0)))
+    assert (await agent.chat("x", session=SESSION)).ok
+    assert (await agent.chat("y", session=SESSION)).ok  # 99 < 100
+    denied = await agent.chat("z", session=SESSION)  # 100 of 100
+    assert denied.status == "denied" and "(100 of 100 tokens" in (denied.error or "")
+
+
+async def test_the_global_limit_names_everyone(llm, make_agent) -> None:
+    agent = make_agent(overrides={"quota.global_daily_tokens": 100})
+    llm.script(reply("a", usage=usage(60, 0)), reply("b", usage=usage(60, 0)))
+    assert (await agent.chat("x", session="nb:a")).ok
+    assert (await agent.chat("y", session="nb:b")).ok  # 60 < 100 at its start
+    denied = await agent.chat("z", session="nb:c")
+    assert denied.status == "denied"
+    assert "quota of all sessions is used up (120 of 100 tokens per day for everyone)" in (
+        denied.error or ""
+    )
+
+
+async def test_a_denied_batch_answers_every_waiting_caller(llm, make_agent) -> None:
+    release = asyncio.Event()
+    entered = asyncio.Event()
+
+    @tool(name="hold")
+    async def hold() -> str:
+        """Wait for the test."""
+        entered.set()
+        await release.wait()
+        return "released"
+
+    agent = make_agent(overrides={"quota.daily_tokens": 50})
+    agent.add_tool(hold)
+    llm.script(
+        reply(tool_calls=[tool_call("hold")], usage=usage(40, 0)),
+        reply("done", usage=usage(40, 0)),
+    )
+    running = asyncio.create_task(agent.chat("first", session=SESSION))
+    await asyncio.wait_for(entered.wait(), 10)
+    waiting = [asyncio.create_task(agent.chat(t, session=SESSION)) for t in ("second", "third")]
+    await asyncio.sleep(0)
+    release.set()
+    assert (await running).ok
+    results = await asyncio.gather(*waiting)
+    assert [r.status for r in results] == ["denied", "denied"]
+    assert results[0] is results[1]  # one denial for the batch: nothing was left queued
+    assert len(llm.requests) == 2
+
+
+async def test_the_day_rolls_over_at_midnight_in_the_quota_zone(llm, make_agent) -> None:
+    agent = make_agent(overrides={"quota.daily_tokens": 100, "quota.timezone": ZONE})
+    agent.quota.now = lambda: at("2026-12-01 23:59")
+    llm.script(reply("big", usage=usage(200, 0)), reply("new day", usage=usage(10, 0)))
+    assert (await agent.chat("a", session=SESSION)).ok
+    assert (await agent.chat("b", session=SESSION)).status == "denied"
+    agent.quota.now = lambda: at("2026-12-02 00:00")
+    assert agent.quota.today() == "2026-12-02"
+    assert (await agent.chat("c", session=SESSION)).ok
+    store = await agent.open_store()
+    assert await store.usage.used("2026-12-01", SESSION) == 200
+    assert await store.usage.used("2026-12-02", SESSION) == 10
+
+
+async def test_subagent_and_team_launches_are_refused_as_tool_results(llm, make_agent) -> None:
+    agent = make_agent(overrides={**SUBAGENTS, "team.enable": True, "quota.daily_tokens": 100})
+    llm.route(CHILD, reply("child used a lot", usage=usage(150, 0)))
+    llm.route(
+        parent,
+        reply(tool_calls=[tool_call("subagent_run", {"task": "one"})], usage=usage(5, 0)),
+        reply(tool_calls=[tool_call("subagent_run", {"task": "two"})], usage=usage(5, 0)),
+        reply(
+            tool_calls=[
+                tool_call("team_run", {"task": "t", "members": [{"name": "a", "role": "x"}]})
+            ],
+            usage=usage(5, 0),
+        ),
+        reply("gave up", usage=usage(5, 0)),
+    )
+    result = await agent.chat("go", session=SESSION)
+    assert result.ok  # the run itself started under the limit
+    first, second, team = result.tool_calls
+    assert first.error is None
+    assert second.error and second.error.startswith("subagent not started: today's token quota")
+    assert team.error and team.error.startswith("agent team not started: today's token quota")
+    assert sum(1 for r in llm.requests if not parent(r)) == 1  # only the first child ran
+
+
+async def test_a_clock_run_over_quota_is_logged_denied_and_delivers_nothing(
+    llm, make_agent
+) -> None:
+    agent = make_agent(overrides={"quota.daily_tokens": 10})
+    await agent.start()
+    llm.script(reply("spent", usage=usage(20, 0)))
+    assert (await agent.chat("x", session="nb:t")).ok
+    deliveries: list[Any] = []
+    agent.outbox.subscribe(deliveries.append)
+    task = await agent.clock.create(cron="@yearly", title="t", content="c", target="nb:t")
+    entry = await agent.clock.run_now(task.id)
+    assert entry.status == "denied" and "quota of this session is used up" in (entry.error or "")
+    assert deliveries == [] and len(llm.requests) == 1
+
+
+# --------------------------------------------------------------------------- upkeep
+
+
+async def test_reset_lifts_a_denial_keeps_history_and_is_audited(llm, make_agent) -> None:
+    agent = make_agent(overrides={"quota.daily_tokens": 100})
+    llm.script(reply("a", usage=usage(150, 0)), reply("b", usage=usage(150, 0)))
+    assert (await agent.chat("x", session=SESSION)).ok
+    assert (await agent.chat("x", session="nb:other")).ok
+    assert (await agent.chat("y", session=SESSION)).status == "denied"
+    assert await agent.quota.reset(SESSION, actor="alice") == 150
+    llm.script(reply("again", usage=usage(1, 0)))
+    assert (await agent.chat("z", session=SESSION)).ok
+    assert await agent.quota.reset(actor="admin") == 151  # everyone: 1 + the other's 150
+    day = agent.quota.today()
+    store = await agent.open_store()
+    assert await store.usage.used(day) == 0
+    assert sum(r.total for r in await store.usage.daily(day, day)) == 301  # history stays
+    log = await store.oplog.list(category="quota")
+    assert [(e.action, e.actor, e.session) for e in log] == [
+        ("reset", "admin", None),
+        ("reset", "alice", SESSION),
+    ]
+    assert log[0].detail == f"reset all sessions for {day}: 151 tokens cleared"
+
+
+async def test_old_counters_are_pruned_at_start_and_daily_totals_survive(
+    llm, make_agent, tmp_path
+) -> None:
+    data = tmp_path / "data"
+    first = make_agent(data_dir=data, overrides={"quota.retention_days": 3})
+    await first.start()
+    today = datetime.fromisoformat(first.quota.today())
+    store = await first.open_store()
+    for back in (0, 2, 3, 10):
+        day = (today - timedelta(days=back)).date().isoformat()
+        await store.usage.add(day, SESSION, {"m": Tokens(10, 5, 0, 15 + back)})
+    await first.aclose()
+
+    second = make_agent(data_dir=data, overrides={"quota.retention_days": 3})
+    await second.start()
+    store = await second.open_store()
+    since = (today - timedelta(days=30)).date().isoformat()
+    kept = [c.day for c in await store.usage.sessions(since)]
+    assert kept == [(today - timedelta(days=b)).date().isoformat() for b in (2, 0)]
+    assert len(await store.usage.daily(since)) == 4  # the plot's history is kept
+    report = await second.quota.report(days=11)
+    assert [d.total for d in report.days if d.total] == [25, 18, 17, 15]
+    assert report.sessions[0].session == SESSION and report.sessions[0].total == 15
+
+
+async def test_the_report_shows_limits_and_the_text_table(llm, make_agent) -> None:
+    agent = make_agent(overrides={"quota.daily_tokens": 200, "quota.global_daily_tokens": 1000})
+    llm.script(reply("a", usage=usage(100, 50)), reply("b", usage=usage(10, 0)))
+    await agent.chat("x", session="nb:a")
+    await agent.chat("y", session="nb:b")
+    report = await agent.quota.report(days=2)
+    assert [(s.session, s.total, s.share) for s in report.sessions] == [
+        ("nb:a", 150, 0.75),
+        ("nb:b", 10, 0.05),
+    ]
+    assert (report.global_used, report.global_limit) == (160, 1000)
+    text = report.to_text()
+    assert "All sessions today: 160 tokens (limit 1,000)" in text
+    assert "nb:a" in text and "75%" in text and text.count("\n") > 6
+    mine = await agent.quota.report(days=2, session="nb:b")
+    assert [s.session for s in mine.sessions] == ["nb:b"] and mine.days[-1].total == 10
+    with pytest.raises(ValueError, match="days must be at least 1"):
+        await agent.quota.report(days=0)
+
+
+def test_a_bad_time_zone_is_refused_with_the_fix() -> None:
+    from ania_nb import Config
+    from ania_nb.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="unknown time zone 'Mars/Base'; use an IANA name"):
+        Config().with_overrides({"quota.timezone": "Mars/Base"})
+
+
+async def test_counting_does_not_depend_on_the_wall_clock_of_records(llm, make_agent) -> None:
+    """The quota day is the quota clock's, not the record's timestamps (tests inject it)."""
+    agent = make_agent(overrides={"quota.timezone": "UTC"})
+    agent.quota.now = lambda: time.time() - 3 * 86400
+    llm.script(reply("old", usage=usage(7, 0)))
+    await agent.chat("x", session=SESSION)
+    [record] = await agent.runs(session=SESSION)
+    assert record.usage_day == agent.quota.today() and record.counted_tokens == 7
