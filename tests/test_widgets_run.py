@@ -403,3 +403,17 @@ async def test_a_stream_retried_after_shown_text_takes_that_text_back(llm, make_
     assert "FIRST" not in view.reply.value and "Second, whole." in view.reply.value
     assert any("retrying" in n for n in notices)  # the retry was shown while it happened
     assert view.error_html.value == ""  # and the note is gone once the run succeeded
+
+
+async def test_a_priced_run_shows_its_cost_and_a_denied_one_its_reason(llm, make_agent):
+    prices = {"scripted": {"input": 3.0, "output": 15.0}}
+    agent = make_agent(overrides={"pricing.models": prices, "quota.daily_tokens": 1000})
+    llm.script(reply("hi", usage=usage(1000, 200)))
+    view = RunView(agent, session="nb:cost")
+    view.finish(await start(agent, view))
+    assert view.usage_label.value.endswith(" · 1 LLM call · cost $0.0060")  # 0.003 + 0.003
+    assert "cost $0.0060" in view.text().splitlines()[0]
+    denied = RunView(agent, session="nb:cost")
+    denied.finish(await start(agent, denied))
+    assert denied.status == "denied" and "⛔ denied" in denied.text()
+    assert "quota of this session is used up (1,200 of 1,000" in denied.text()

@@ -22,6 +22,7 @@ STATUS_ICONS = {
     "timeout": "⏱",
     "error": "✗",
     "interrupted": "■",
+    "denied": "⛔",
 }
 TODO_ICONS = {"pending": "○", "in_progress": "◐", "completed": "●"}
 _IMAGE_MAGIC = (

@@ -230,7 +230,7 @@ class RunView(Displayable):
         self.reply_text = result.text
         self.reply.value = markdown_html(result.text)
         self._rendered = len(result.text)
-        self.usage_label.value = usage_text(self.usage)
+        self.usage_label.value = usage_text(self.usage) + self._cost_text(result)
         for card in self.cards.values():
             if card.state == "pending":
                 card.resolve("stopped", f"the run ended ({result.status})")
@@ -242,6 +242,12 @@ class RunView(Displayable):
         self._stop_ticker()
         self._render_header()
         self.refresh_display()
+
+    def _cost_text(self, result: RunResult) -> str:
+        """`` · cost $0.0123`` when every model the run used has a configured price."""
+        if result.usage.cost is None:
+            return ""
+        return f" · cost {self.agent.config.pricing.currency}{result.usage.cost:,.4f}"
 
     def close(self) -> None:
         """Stop the ticker and close the widgets (the view cannot be shown again)."""
@@ -264,6 +270,8 @@ class RunView(Displayable):
         usage = usage_text(self.usage) if self.usage else ""
         if usage:
             head += f" · {usage}"
+            if self.result is not None:
+                head += self._cost_text(self.result)
         lines = [head]
         if self.prompt:
             lines.append(f"› {one_line(self.prompt, 200)}")
