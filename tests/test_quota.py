@@ -178,9 +178,7 @@ async def test_counting_off_counts_and_limits_nothing(llm, make_agent) -> None:
 
 
 async def test_the_session_limit_is_checked_then_added(llm, make_agent) -> None:
-    agent = make_agent(
-        overrides={"quota.daily_tokens": 100, "quota.timezone": ZONE}
-    )
+    agent = make_agent(overrides={"quota.daily_tokens": 100, "quota.timezone": ZONE})
     agent.quota.now = lambda: at("2026-12-01 21:30")
     llm.script(reply("long answer", usage=usage(120, 30)))
     first = await agent.chat("start", session=SESSION)
