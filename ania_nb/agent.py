@@ -41,6 +41,8 @@ from .orchestration import (
 )
 from .prompts import DEFAULT_SYSTEM_PROMPT
 from .quota import Quota
+from .quota.command import HELP as QUOTA_HELP
+from .quota.command import quota_command
 from .result import RunResult
 from .store import RunRecord
 from .tools import SessionToolExecutor, Tool, ToolExecutor
@@ -138,6 +140,7 @@ class Agent(AgentHostMethods):
         if old is None or self.tool_gate is old.gate:
             self.tool_gate = self.governance.gate
         self.governance.slash.register("clock", self._clock_command, CLOCK_HELP)
+        self.governance.slash.register("quota", self._quota_command, QUOTA_HELP)
         if old is None or self.before_compact == old.pre_compact:
             self.before_compact = self.governance.pre_compact
         viewer = image_viewer(config, self.http.vision_client)
@@ -293,6 +296,9 @@ class Agent(AgentHostMethods):
 
     async def _clock_command(self, session: str, args: str, sender: str | None) -> str:
         return await self.clock.command(session, args, sender)
+
+    async def _quota_command(self, session: str, args: str, sender: str | None) -> str:
+        return await quota_command(self.quota, self.is_admin, session, args, sender)
 
     async def _after_run(self, spec: RunSpec, result: RunResult) -> None:
         await self.governance.after_run(spec.kind, spec.session, result, task=spec.text)

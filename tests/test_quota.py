@@ -386,3 +386,32 @@ async def test_counting_does_not_depend_on_the_wall_clock_of_records(llm, make_a
     await agent.chat("x", session=SESSION)
     [record] = await agent.runs(session=SESSION)
     assert record.usage_day == agent.quota.today() and record.counted_tokens == 7
+
+
+async def test_the_quota_command_shows_usage_and_lets_only_admins_reset(llm, make_agent) -> None:
+    agent = make_agent(
+        overrides={"admin.ids": ["boss"], "quota.daily_tokens": 100, "quota.timezone": ZONE}
+    )
+    agent.quota.now = lambda: at("2026-12-01 12:00")
+    llm.script(reply("a", usage=usage(80, 0)))
+    await agent.chat("x", session="g:1", sender="alice")
+
+    async def quota(args: str, sender: str | None, session: str = "g:1") -> str:
+        result = await agent.chat(f"/quota {args}".strip(), session=session, sender=sender)
+        assert result.ok
+        return result.text
+
+    assert await quota("", "alice") == (
+        "tokens today in g:1: 80 of 100 (80%)\n"
+        "all sessions today: 80 (no limit)\n"
+        f"the day resets at 00:00 {ZONE}"
+    )
+    assert await quota("reset", "alice") == "only an admin may reset quota counters"
+    assert await quota("reset g:1 extra", "boss") == "usage: /quota | /quota reset [SESSION|all]"
+    assert await quota("reset", "boss") == "reset today's token counter of g:1 (80 tokens cleared)"
+    assert await quota("reset all", None) == (
+        "reset today's token counter of every session (0 tokens cleared)"
+    )
+    log = await (await agent.open_store()).oplog.list(category="quota")
+    assert [(e.actor, e.session) for e in log] == [("local", None), ("boss", "g:1")]
+    assert len(llm.requests) == 1  # commands never reach the model

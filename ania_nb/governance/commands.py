@@ -20,6 +20,7 @@ NAME_RE = re.compile(r"^[a-zA-Z][a-zA-Z0-9_-]{0,31}$")
 BUILTIN_COMMANDS = frozenset(
     {
         "clock",
+        "quota",
         "stop",
         "plan",
         "cmd",
