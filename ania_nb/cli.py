@@ -1,4 +1,4 @@
-"""The ``ania-nb`` command line: ``demo``, ``config`` and ``runs``."""
+"""The ``ania-nb`` command line: ``demo``, ``config``, ``runs`` and ``usage``."""
 
 from __future__ import annotations
 
@@ -28,7 +28,37 @@ def _parser() -> argparse.ArgumentParser:
         "--status", choices=["running", "success", "stopped", "timeout", "error", "interrupted"]
     )
     runs.add_argument("--limit", type=int, default=20, help="how many (default 20)")
+    usage = sub.add_parser(
+        "usage",
+        help="today's tokens per session against the quotas and the daily totals",
+        description="Print today's token usage per session against quota.daily_tokens and "
+        "quota.global_daily_tokens, and the daily totals (with costs when pricing.models "
+        "prices every model used) of the store in store.data_dir.",
+    )
+    usage.add_argument(
+        "--config",
+        "--file",
+        dest="file",
+        type=Path,
+        metavar="PATH",
+        help="TOML file to read (default: ./ania.toml)",
+    )
+    usage.add_argument(
+        "--days", type=_positive, default=14, metavar="N", help="days of history (default 14)"
+    )
+    usage.add_argument("--session", metavar="S", help="only this session")
     return parser
+
+
+def _positive(text: str) -> int:
+    """A whole number of at least 1 (argparse type: a bad one exits with code 2)."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
+    return value
 
 
 def _show_config(path: Path | None) -> int:
@@ -64,6 +94,30 @@ async def _show_runs(args: argparse.Namespace) -> int:
     return 0
 
 
+async def _show_usage(args: argparse.Namespace) -> int:
+    from .config import Config
+    from .quota import Quota
+    from .store import Store
+    from .store._db import DB_FILENAME
+
+    config = Config.load(args.file)
+    data_dir = Path(config.store.data_dir)
+    if not (data_dir / DB_FILENAME).is_file():  # reading must not create an empty store
+        print(f"no usage recorded: no store in {data_dir}")
+        return 0
+    store = await Store.open(data_dir)
+
+    async def open_store() -> Store:
+        return store
+
+    try:
+        report = await Quota(lambda: config, open_store).report(args.days, args.session)
+    finally:
+        await store.close()
+    print(report.to_text())
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run the command line; returns the exit code."""
     args = _parser().parse_args(argv)
@@ -78,6 +132,8 @@ def main(argv: list[str] | None = None) -> int:
             return _show_config(args.file)
         if args.command == "runs":
             return asyncio.run(_show_runs(args))
+        if args.command == "usage":
+            return asyncio.run(_show_usage(args))
     except AniaError as exc:
         print(f"ania-nb: error: {exc}", file=sys.stderr)
         return 2

@@ -61,3 +61,82 @@ def test_help():
     done = _run("--help")
     assert done.returncode == 0
     assert "demo" in done.stdout and "runs" in done.stdout
+
+
+# ------------------------------------------------------------------ ania-nb usage
+
+
+def _seed_usage(data_dir) -> str:
+    """Counters of today and yesterday (UTC) written through the store; returns today."""
+    import asyncio
+    import time
+
+    from ania_nb.engine.usage import Tokens
+    from ania_nb.quota.days import day_of, days_back, zone
+    from ania_nb.store import Store
+
+    today = day_of(time.time(), zone("UTC"))
+    yesterday = days_back(today, 2)[0]
+
+    async def seed() -> None:
+        store = await Store.open(data_dir)
+        try:
+            await store.usage.add(today, "nb:a", {"m": Tokens(1000, 200, 100, 1200)})
+            await store.usage.add(today, "nb:b", {"m": Tokens(50, 10, 0, 60)})
+            await store.usage.add(yesterday, "nb:a", {"m": Tokens(500, 0, 0, 500)})
+        finally:
+            await store.close()
+
+    asyncio.run(seed())
+    return today
+
+
+def test_usage_prints_today_per_session_and_the_daily_table(tmp_path):
+    today = _seed_usage(tmp_path / "d")
+    config = tmp_path / "quota.toml"
+    config.write_text(
+        f'[store]\ndata_dir = "{tmp_path / "d"}"\n'
+        '[quota]\ntimezone = "UTC"\ndaily_tokens = 1000\n'
+        "[pricing.models.m]\ninput = 1.0\noutput = 2.0\ncached = 0.5\n"
+    )
+    done = _run("usage", "--config", str(config), "--days", "3", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    assert lines[0] == f"Usage on {today} (UTC); the day resets at 00:00"
+    assert "All sessions today: 1,260 tokens (limit unlimited)" in lines
+    row = next(x for x in lines if x.startswith("nb:a "))
+    assert row.split() == ["nb:a", "1,200", "1,000", "120%", "1,000", "200", "100"]
+    assert "Daily tokens, all sessions, last 3 days:" in lines
+    assert lines[-1].split()[:2] == [today, "1,260"]
+    # today: 950 fresh × 1 + 100 cached × 0.5 + 210 completion × 2, per million
+    assert lines[-1].split()[-1] == "$0.0014" and lines[-2].split()[-1] == "$0.0005"
+    assert lines[-3].split()[-1] == "-"  # nothing used that day: no cost
+
+    mine = _run("usage", "--file", str(config), "--session", "nb:b", cwd=tmp_path)
+    assert mine.returncode == 0, mine.stderr
+    assert "Daily tokens, session nb:b, last 14 days:" in mine.stdout
+    assert "nb:a" not in mine.stdout and "\nnb:b " in mine.stdout
+
+
+def test_usage_without_a_store_creates_none_and_bad_arguments_exit_2(tmp_path):
+    env = {"ANIA_STORE__DATA_DIR": str(tmp_path / "nothing")}
+    done = _run("usage", env=env, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == f"no usage recorded: no store in {tmp_path / 'nothing'}"
+    assert not (tmp_path / "nothing").exists()
+    for bad, why in (("0", "must be at least 1, got 0"), ("two", "expected a whole number")):
+        failed = _run("usage", "--days", bad, env=env, cwd=tmp_path)
+        assert failed.returncode == 2 and why in failed.stderr, failed.stderr
+    (tmp_path / "ania.toml").write_text('[quota]\ntimezone = "Mars/Base"\n')
+    broken = _run("usage", cwd=tmp_path)
+    assert broken.returncode == 2 and "unknown time zone 'Mars/Base'" in broken.stderr
+    assert "Traceback" not in broken.stderr
+
+
+def test_usage_help_lists_every_option():
+    done = _run("usage", "--help")
+    assert done.returncode == 0
+    for option in ("--days N", "--session S", "--config PATH", "--file PATH"):
+        assert option in done.stdout
+    top = _run("--help")
+    assert "usage" in top.stdout and "quotas" in top.stdout

@@ -15,7 +15,8 @@ USAGE = (
     "usage: %ania config [key=value …] | mcp [list|add NAME CMD [ARGS…]|remove NAME|"
     "reconnect NAME] | skills [list|reload] | plan on|off|status | todo | stop | "
     "history [show|clear] | tools | log | team [list|create|delete] | clock [list|log|…] | "
-    "kb [SCOPE|add|add-df|search|delete] | memory [SCOPE|forget]"
+    "kb [SCOPE|add|add-df|search|delete] | memory [SCOPE|forget] | "
+    "usage [--days N] [--session S] | quota [reset [SESSION|all]]"
 )
 
 
@@ -184,6 +185,18 @@ async def _team(state: NotebookState, args: list[str]) -> None:
     await team_command(state, args)
 
 
+async def _usage(state: NotebookState, args: list[str]) -> None:
+    from .manage_usage import usage_command
+
+    await usage_command(state, args)
+
+
+async def _quota(state: NotebookState, args: list[str]) -> None:
+    from .manage_usage import quota_command
+
+    await quota_command(state, args)
+
+
 async def _tools(state: NotebookState, args: list[str]) -> None:
     agent = await state.agent().start()
     executor = agent.session(state.default_session).executor
@@ -206,4 +219,6 @@ _COMMANDS = {
     "history": _history,
     "tools": _tools,
     "team": _team,
+    "usage": _usage,
+    "quota": _quota,
 }

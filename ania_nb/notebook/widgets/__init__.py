@@ -1,4 +1,4 @@
-"""Notebook widgets (ipywidgets 8): run view, todo list, run log, clock and knowledge panels.
+"""Notebook widgets (ipywidgets 8): run view, todo list, run log, clock, knowledge, usage panels.
 
 ipywidgets is imported only when a view is created, never when this package is imported.
 Every view also renders as plain text (``text()`` and the text/plain of its MIME bundle), so
@@ -14,6 +14,7 @@ from .log import LogView
 from .run import RunView
 from .todo import TodoView
 from .tools import ToolRow
+from .usage import UsagePanel
 
 __all__ = [
     "ApprovalCard",
@@ -24,4 +25,5 @@ __all__ = [
     "RunView",
     "TodoView",
     "ToolRow",
+    "UsagePanel",
 ]

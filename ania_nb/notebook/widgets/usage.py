@@ -1,0 +1,299 @@
+"""`UsagePanel`: today's tokens per session against the quotas, and a plot of the last days.
+
+The panel reads a `UsageReport` from `Quota.report` (``agent.quota``) on the kernel's event loop
+(the Refresh button starts a task there) and draws the daily tokens with matplotlib into a PNG
+``Image`` widget, off the loop. matplotlib is an optional import: `panel_available` says whether
+the panel can be shown, and ``%ania usage`` prints ``report.to_text()`` when it cannot. The
+panel's plain text (``text()``, the text/plain of its output) is that same table.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import html
+import io
+import logging
+from collections.abc import Coroutine
+from typing import TYPE_CHECKING, Any
+
+from ._display import Displayable, close_tree
+
+if TYPE_CHECKING:  # pragma: no cover
+    from ...quota import Quota, UsageReport
+
+log = logging.getLogger(__name__)
+
+# Stacked from the bottom: cached prompt tokens are a part of the prompt, so the bar's height
+# is prompt + completion and cached is shown as the share of the prompt that hit the cache.
+SERIES = ("cached", "prompt (not cached)", "completion")
+COLORS = {"cached": "#90caf9", "prompt (not cached)": "#1e88e5", "completion": "#fb8c00"}
+WARN_SHARE = 0.8  # bars turn orange here; red once the limit is reached (work is refused)
+
+
+def panel_available() -> bool:
+    """Whether ipywidgets and matplotlib can be imported (else: the text table)."""
+    try:
+        import ipywidgets  # noqa: F401
+        import matplotlib  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+def daily_series(report: UsageReport) -> dict[str, list[int]]:
+    """The plotted values per day (oldest first): cached, not-cached prompt and completion."""
+    cached = [min(d.cached, d.prompt) for d in report.days]
+    return {
+        "cached": cached,
+        "prompt (not cached)": [d.prompt - c for d, c in zip(report.days, cached, strict=True)],
+        "completion": [d.completion for d in report.days],
+    }
+
+
+def bar_style(share: float | None) -> str:
+    """The progress bar's style for a used/limit share: red when used up."""
+    if share is None:
+        return ""
+    if share >= 1:
+        return "danger"
+    return "warning" if share >= WARN_SHARE else "success"
+
+
+def period_cost(report: UsageReport) -> float | None:
+    """The cost of the shown days; None if none is priced or a day with tokens is unpriced."""
+    used = [d for d in report.days if d.total or d.prompt or d.completion]
+    if not used or any(d.cost is None for d in used):
+        return None
+    return sum(d.cost or 0.0 for d in used)
+
+
+def plot_png(report: UsageReport) -> bytes:
+    """The daily tokens as stacked bars (costs above them when priced), as PNG bytes."""
+    from matplotlib.figure import Figure  # no pyplot: no global state, no GUI backend
+    from matplotlib.ticker import FuncFormatter
+
+    series = daily_series(report)
+    labels = [d.day[5:] for d in report.days]  # MM-DD
+    figure = Figure(figsize=(max(4.0, 0.45 * len(labels) + 2), 2.8), dpi=100)
+    axes = figure.add_subplot()
+    bottom = [0] * len(labels)
+    for name in SERIES:
+        values = series[name]
+        axes.bar(labels, values, bottom=bottom, label=name, color=COLORS[name], width=0.7)
+        bottom = [b + v for b, v in zip(bottom, values, strict=True)]
+    for x, (day, height) in enumerate(zip(report.days, bottom, strict=True)):
+        if day.cost is not None:
+            money = f"{report.currency}{day.cost:.2f}"
+            axes.annotate(money, (x, height), ha="center", va="bottom", fontsize=7)
+    who = f"session {report.session}" if report.session else "all sessions"
+    axes.set_title(f"Daily tokens, {who}", fontsize=9)
+    axes.yaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:,.0f}"))
+    axes.tick_params(axis="both", labelsize=7)
+    axes.tick_params(axis="x", labelrotation=60)
+    axes.set_ylim(0, max([*bottom, 1]) * 1.15)  # room for the cost labels
+    axes.legend(fontsize=7, loc="upper left", frameon=False)
+    axes.spines[["top", "right"]].set_visible(False)
+    figure.tight_layout()
+    out = io.BytesIO()
+    figure.savefig(out, format="png")
+    return out.getvalue()
+
+
+class UsagePanel(Displayable):
+    """Today's usage per session vs the limits (progress bars), a daily plot and a Refresh button.
+
+    Show it, then `refresh` (``%ania usage`` does both). ``days`` is the plot's span;
+    ``session`` limits the rows and the plot to one session.
+    """
+
+    def __init__(self, quota: Quota, *, days: int = 14, session: str | None = None) -> None:
+        import ipywidgets as w
+
+        if days < 1:
+            raise ValueError(f"days must be at least 1, got {days}")
+        self.quota = quota
+        self.days = days
+        self.session = session
+        self.report: UsageReport | None = None
+        self.message = ""  # the last refresh's error, if any
+        self.closed = False
+        self.actions: set[asyncio.Task[Any]] = set()
+        self.bars: dict[str, Any] = {}  # session (or "" for all sessions) → its progress bar
+        self.plot_data: dict[str, list[int]] = {}
+
+        self.header = w.HTML()
+        self.refresh_button = w.Button(
+            description="Refresh", icon="refresh", layout=w.Layout(width="auto")
+        )
+        self.refresh_button.on_click(lambda _: self.reload())
+        self.total_box = w.VBox([])
+        self.session_box = w.VBox([])
+        self.plot = w.Image(format="png", layout=w.Layout(max_width="100%"))
+        self.plot_note = w.HTML()
+        self.day_table = w.HTML()
+        self.message_html = w.HTML()
+        self.widget = w.VBox(
+            [
+                w.HBox([self.header, self.refresh_button], layout=w.Layout(align_items="center")),
+                self.total_box,
+                self.session_box,
+                self.plot,
+                self.plot_note,
+                w.Accordion([self.day_table], titles=("Daily table",)),
+                self.message_html,
+            ],
+            layout=w.Layout(border="1px solid #ddd", padding="4px"),
+        )
+        self._render()
+
+    async def refresh(self) -> UsagePanel:
+        """Read the report and redraw the bars and the plot."""
+        report = await self.quota.report(self.days, self.session)
+        png = await asyncio.to_thread(_plot_or_none, report)  # drawing takes a while: off-loop
+        self.report = report
+        self.plot_data = daily_series(report)
+        self.plot.value = png or b""
+        self.plot.layout.display = None if png else "none"
+        self.plot_note.value = (
+            "" if png else "<small><i>no plot: matplotlib is not installed</i></small>"
+        )
+        self.message = ""
+        self.message_html.value = ""
+        self._render()
+        return self
+
+    def reload(self) -> asyncio.Task[Any]:
+        """Refresh as a task on the running loop (what the Refresh button does)."""
+
+        async def work() -> None:
+            await self.refresh()
+
+        return self._act(work())
+
+    async def wait_actions(self) -> None:
+        """Wait until every refresh started so far has finished."""
+        while self.actions:
+            await asyncio.wait(set(self.actions))
+
+    def close(self) -> None:
+        """Close the widgets (a running refresh finishes without showing anything)."""
+        self.closed = True
+        close_tree(self.widget)
+
+    def text(self) -> str:
+        """The plain-text table of the report (what terminals and ``ania-nb usage`` show)."""
+        lines = [self.report.to_text() if self.report is not None else "📊 usage (not loaded)"]
+        if self.message:
+            lines.append(self.message)
+        return "\n".join(lines)
+
+    # ------------------------------------------------------------------ internals
+
+    def _act(self, work: Coroutine[Any, Any, None]) -> asyncio.Task[Any]:
+        async def guarded() -> None:
+            try:
+                await work
+            except Exception as exc:  # shown, not raised into the kernel's loop
+                log.exception("the usage panel could not refresh")
+                self.message = f"✗ {type(exc).__name__}: {exc}"
+                color = "#c62828"
+                escaped = html.escape(self.message)
+                self.message_html.value = f'<small style="color:{color}">{escaped}</small>'
+                self.refresh_display()
+
+        task = asyncio.get_running_loop().create_task(guarded())
+        self.actions.add(task)
+        task.add_done_callback(self.actions.discard)
+        return task
+
+    def _render(self) -> None:
+        if self.closed:
+            return
+        report = self.report
+        if report is None:
+            self.header.value = "<b>📊 usage</b> <small>(loading…)</small>"
+            return
+        resets = f"{report.resets_at:%H:%M}"
+        self.header.value = (
+            f"<b>📊 usage · {html.escape(report.today)}</b> "
+            f"<small>({html.escape(report.timezone)}; the day resets at {resets})</small>"
+        )
+        for bar in list(self.bars.values()):
+            bar.close()
+        self.bars = {}
+        for box in (self.total_box, self.session_box):
+            for child in box.children:
+                close_tree(child)
+        notes = []
+        if not report.enabled:
+            notes.append(_note("quota.enable is off: nothing is counted or limited"))
+        share = report.global_used / report.global_limit if report.global_limit else None
+        label = f"all sessions: {_tokens(report.global_used, report.global_limit, share)}"
+        self.total_box.children = (*notes, self._row("", label, share))
+        rows = [
+            self._row(s.session, f"{s.session}: {_tokens(s.total, s.limit, s.share)}", s.share)
+            for s in report.sessions
+        ]
+        if not rows:
+            rows = [
+                _note("no tokens counted today" + (f" in {self.session}" if self.session else ""))
+            ]
+        self.session_box.children = tuple(rows)
+        self.day_table.value = _day_table(report)
+        self.refresh_display()
+
+    def _row(self, key: str, label: str, share: float | None) -> Any:
+        import ipywidgets as w
+
+        text = w.HTML(html.escape(label), layout=w.Layout(width="360px"))
+        if share is None:  # no limit: nothing to fill
+            return w.HBox([text])
+        bar = w.FloatProgress(
+            value=min(share, 1.0) * 100,
+            min=0,
+            max=100,
+            bar_style=bar_style(share),
+            layout=w.Layout(width="240px"),
+        )
+        self.bars[key] = bar
+        return w.HBox([text, bar], layout=w.Layout(align_items="center"))
+
+
+def _plot_or_none(report: UsageReport) -> bytes | None:
+    try:
+        return plot_png(report)
+    except ImportError:
+        return None
+
+
+def _tokens(used: int, limit: int, share: float | None) -> str:
+    if not limit or share is None:
+        return f"{used:,} tokens (no limit)"
+    return f"{used:,} of {limit:,} tokens ({share:.0%})"
+
+
+def _note(text: str) -> Any:
+    import ipywidgets as w
+
+    return w.HTML(f'<small style="color:#757575">{html.escape(text)}</small>')
+
+
+def _day_table(report: UsageReport) -> str:
+    priced = any(d.cost is not None for d in report.days)
+    head = ["day", "tokens", "prompt", "completion", "cached", *(["cost"] if priced else [])]
+    cell = 'style="padding:0 8px;text-align:right"'
+    rows = []
+    for d in reversed(report.days):  # newest first
+        values = [f"{d.total:,}", f"{d.prompt:,}", f"{d.completion:,}", f"{d.cached:,}"]
+        if priced:
+            values.append("-" if d.cost is None else f"{report.currency}{d.cost:,.4f}")
+        cells = "".join(f"<td {cell}>{html.escape(v)}</td>" for v in values)
+        rows.append(f"<tr><td>{html.escape(d.day)}</td>{cells}</tr>")
+    total = period_cost(report)
+    foot = (
+        f"<small>cost over {len(report.days)} days: {report.currency}{total:,.4f}</small>"
+        if total is not None
+        else ""
+    )
+    header = "".join(f"<th {cell}>{h}</th>" for h in head)
+    return f"<table><tr>{header}</tr>{''.join(rows)}</table>{foot}"
