@@ -162,6 +162,9 @@ async def test_counting_off_is_said_and_a_failed_refresh_is_shown(llm, make_agen
     panel = await UsagePanel(agent.quota).refresh()
     assert "quota.enable is off" in panel.total_box.children[0].value
     assert len(panel.report.days) == 14 and bytes(panel.plot.value).startswith(PNG)
+    long = await UsagePanel(agent.quota, days=45).refresh()  # fewer day labels, still drawn
+    assert len(long.plot_data["completion"]) == 45 and bytes(long.plot.value).startswith(PNG)
+    long.close()
 
     await agent.aclose()  # the store is gone: the button shows why instead of raising
     panel.refresh_button.click()

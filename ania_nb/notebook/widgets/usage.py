@@ -27,6 +27,7 @@ log = logging.getLogger(__name__)
 # is prompt + completion and cached is shown as the share of the prompt that hit the cache.
 SERIES = ("cached", "prompt (not cached)", "completion")
 COLORS = {"cached": "#90caf9", "prompt (not cached)": "#1e88e5", "completion": "#fb8c00"}
+MAX_LABELLED = 31  # more days than this: fewer day labels and no cost labels on the bars
 WARN_SHARE = 0.8  # bars turn orange here; red once the limit is reached (work is refused)
 
 
@@ -73,25 +74,30 @@ def plot_png(report: UsageReport) -> bytes:
     from matplotlib.ticker import FuncFormatter
 
     series = daily_series(report)
-    labels = [d.day[5:] for d in report.days]  # MM-DD
-    figure = Figure(figsize=(max(4.0, 0.45 * len(labels) + 2), 2.8), dpi=100)
+    count = len(report.days)
+    crowded = count > MAX_LABELLED
+    figure = Figure(figsize=(min(max(4.0, 0.45 * count + 3), 12.0), 2.8), dpi=100)
     axes = figure.add_subplot()
-    bottom = [0] * len(labels)
+    places = list(range(count))
+    bottom = [0] * count
     for name in SERIES:
         values = series[name]
-        axes.bar(labels, values, bottom=bottom, label=name, color=COLORS[name], width=0.7)
+        axes.bar(places, values, bottom=bottom, label=name, color=COLORS[name], width=0.7)
         bottom = [b + v for b, v in zip(bottom, values, strict=True)]
     for x, (day, height) in enumerate(zip(report.days, bottom, strict=True)):
-        if day.cost is not None:
-            money = f"{report.currency}{day.cost:.2f}"
-            axes.annotate(money, (x, height), ha="center", va="bottom", fontsize=7)
+        if day.cost is not None and not crowded:
+            label = _short_money(day.cost, report.currency)
+            axes.annotate(label, (x, height), ha="center", va="bottom", fontsize=7)
+    step = 1 if not crowded else -(-count // MAX_LABELLED)  # every step-th day labelled
+    shown = places[::-1][::step][::-1]  # always label the newest day (today)
+    axes.set_xticks(shown, [report.days[i].day[5:] for i in shown])  # MM-DD
     who = f"session {report.session}" if report.session else "all sessions"
     axes.set_title(f"Daily tokens, {who}", fontsize=9)
     axes.yaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:,.0f}"))
     axes.tick_params(axis="both", labelsize=7)
     axes.tick_params(axis="x", labelrotation=60)
     axes.set_ylim(0, max([*bottom, 1]) * 1.15)  # room for the cost labels
-    axes.legend(fontsize=7, loc="upper left", frameon=False)
+    axes.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.0, 1.0), frameon=False)
     axes.spines[["top", "right"]].set_visible(False)
     figure.tight_layout()
     out = io.BytesIO()
@@ -264,6 +270,11 @@ def _plot_or_none(report: UsageReport) -> bytes | None:
         return plot_png(report)
     except ImportError:
         return None
+
+
+def _short_money(value: float, currency: str) -> str:
+    """A cost label for a bar: two decimals, or four for fractions of a cent."""
+    return f"{currency}{value:,.2f}" if value >= 0.01 or value == 0 else f"{currency}{value:.4f}"
 
 
 def _tokens(used: int, limit: int, share: float | None) -> str:
