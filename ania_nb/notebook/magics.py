@@ -72,6 +72,8 @@ class AgentMagics(Magics):
         %ania kb add PATH|GLOB … [--scope S] | add-df VAR COLUMN [--title COL]
         %ania kb search QUERY [--scope S] | delete ID [--scope S]
         %ania memory [SCOPE] | memory forget ID [--scope S]
+        %ania usage [--days N] [--session S]  today's tokens vs the quotas, daily plot, costs
+        %ania quota | quota reset [SESSION|all]
         """
         from .manage import run_ania
 
