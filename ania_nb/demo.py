@@ -125,6 +125,10 @@ async def run_demo(data_dir: Path | None = None, out: Callable[[str], None] = pr
                         folder / "skills"
                     ),  # the demo ignores ./skills and ./mcp.json
                     "mcp.config_file": str(folder / "mcp.json"),
+                    # Example prices (per million tokens): runs get a cost, the report a total.
+                    "pricing.models": {
+                        "scripted-demo": {"input": 2.5, "output": 10.0, "cached": 1.25}
+                    },
                 },
             )
             async with agent:
@@ -139,9 +143,11 @@ async def run_demo(data_dir: Path | None = None, out: Callable[[str], None] = pr
                     result = await agent.chat(question, session="demo", callbacks=callbacks)
                     out(f"agent ‹ {result}")
                     u = result.usage
+                    cost = f" · ${u.cost:.4f}" if u.cost is not None else ""
+                    calls = f"{u.iterations} LLM call" + ("s" if u.iterations != 1 else "")
                     out(
-                        f"        {u.iterations} LLM calls · {u.total_tokens} tokens "
-                        f"({u.cached_tokens} cached) · {len(result.tool_calls)} tool calls · "
+                        f"        {calls} · {u.total_tokens} tokens "
+                        f"({u.cached_tokens} cached){cost} · {len(result.tool_calls)} tool calls · "
                         f"{result.status}"
                     )
                     status = status or (0 if result.ok else 1)
@@ -151,6 +157,12 @@ async def run_demo(data_dir: Path | None = None, out: Callable[[str], None] = pr
                 for run in reversed(runs):
                     tools = json.dumps([c.name for c in run.tool_calls])
                     out(f"  #{run.id} {run.status:<8} {run.duration_ms:>5} ms  tools={tools}")
+                report = await agent.quota.report(days=1)
+                [day] = report.days
+                out(
+                    f"usage today ({day.day}): {day.total:,} tokens, "
+                    f"${day.cost or 0:.4f} at the example prices (`ania-nb usage` shows the table)"
+                )
                 return status
 
 

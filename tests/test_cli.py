@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 
@@ -28,6 +29,10 @@ def test_demo_runs_offline_with_parallel_tools_and_history(tmp_path):
     assert "Your first question was" in out
     assert "2 LLM calls" in out and "3 tool calls" in out
     assert "📚 injected 《办公室守则》" in out and "fed once a day at 3 pm" in out  # offline kb
+    turns = [int(t) for t in re.findall(r"LLM calls? · (\d+) tokens", out)]
+    assert len(turns) == 3 and "1 LLM call · " in out
+    assert re.search(rf"usage today \(\d{{4}}-\d\d-\d\d\): {sum(turns):,} tokens, \$0\.0", out)
+    assert out.count(" · $0.00") == 3  # each turn's cost at the example prices
     assert (tmp_path / "demo" / "ania.db").is_file()
 
 
