@@ -47,6 +47,8 @@ async def test_config_get_masks_sensitive_values(make_agent, tmp_path):
     assert SECRET not in listing and SECRET not in one.text
     assert "agent.max_iterations = 20  # LLM rounds before the final answer." in listing
     assert "web.token" in listing and "llm.api_key" in listing
+    listed = {line.split(" = ")[0] for line in listing.splitlines()}
+    assert {info.key for info in agent.config.describe()} <= listed  # every key, none cut off
     unset = await run_tool(agent, "config_get", key="compressor.model")
     assert unset.text == (
         'compressor.model = (not set)\nmeaning: Model name; empty disables this role. (default "")'

@@ -140,18 +140,25 @@ class ConfigGetTool(BaseTool[KeyParams]):
         return "\n".join(lines)
 
     def _listing(self) -> str:
-        lines: list[str] = []
-        size = 0
+        """Every key on one line; descriptions are shortened, then dropped, before any key is."""
         infos = sorted(self.center.keys.values(), key=lambda i: i.key)
-        for n, info in enumerate(infos):
-            value = "(not set)" if _is_unset(info.value) else _shown(info.value)
-            line = f"{info.key} = {value}  # {info.description}"
-            if size + len(line) + 1 > MAX_LISTING_CHARS:
-                lines.append(f"…({len(infos) - n} more omitted)")
+        for note_chars in (None, 60, 0):
+            lines = []
+            for info in infos:
+                value = "(not set)" if _is_unset(info.value) else _shown(info.value)
+                note = info.description if note_chars is None else info.description[:note_chars]
+                if note_chars and len(info.description) > note_chars:
+                    note = note.rstrip() + "…"
+                lines.append(f"{info.key} = {value}" + (f"  # {note}" if note else ""))
+            text = "\n".join(lines)
+            if len(text) <= MAX_LISTING_CHARS:
                 break
-            lines.append(line)
-            size += len(line) + 1
-        return "\n".join(lines)
+        if note_chars is not None:
+            text += "\n(descriptions shortened: call config_get with a key for its meaning)"
+        if len(text) > MAX_LISTING_CHARS:  # only with absurd values: never silently
+            cut = text[:MAX_LISTING_CHARS].rsplit("\n", 1)[0]
+            text = cut + f"\n…({len(infos) - cut.count(chr(10)) - 1} more omitted)"
+        return text
 
 
 class SetParams(BaseModel):
