@@ -117,6 +117,7 @@ class Agent(AgentHostMethods):
             queue_size=lambda: self.config.agent.queue_size,
             cancel_approvals=self.approvals.cancel,
             unawaited=self._publish_reply,
+            max_running=lambda: self.config.runner.max_concurrent_runs,
         )
         self._rt: Runtime | None = None
         self._services: RunServices | None = None

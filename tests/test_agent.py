@@ -101,6 +101,34 @@ async def test_a_full_queue_refuses_with_session_busy(llm, make_agent):
     assert (await second).text == "queued"
 
 
+async def test_a_global_run_limit_queues_other_sessions_and_never_drops(llm, make_agent):
+    gate = asyncio.Event()
+
+    @tool
+    async def wait_for_gate() -> str:
+        """Block until released."""
+        await gate.wait()
+        return "released"
+
+    llm.script(reply(tool_calls=[tool_call("wait_for_gate")]), reply("first done"))
+    llm.responder = lambda req: reply("later")
+    agent = make_agent(tools=[wait_for_gate], overrides={"runner.max_concurrent_runs": 1})
+    first = asyncio.create_task(agent.chat("block", session="s1"))
+    await asyncio.to_thread(llm.wait_for_requests, 1)
+    waiting = [asyncio.create_task(agent.chat(f"m{i}", session="s2")) for i in range(3)]
+    stopped = asyncio.create_task(agent.chat("x", session="s3"))
+    for _ in range(20):
+        await asyncio.sleep(0)
+    assert len(llm.requests) == 1 and agent._queues.running == 1  # the others wait their turn
+    assert agent.stop("s3")  # a session waiting for its turn can be stopped
+    assert (await stopped).status == "stopped"
+    gate.set()
+    assert (await first).text == "first done"
+    results = await asyncio.gather(*waiting)
+    assert {r.text for r in results} == {"later"} and results[0] is results[2]  # one batch
+    assert len(llm.requests) == 3 and agent._queues.running == 0
+
+
 async def test_other_sessions_are_not_blocked_by_a_busy_one(llm, make_agent):
     gate = asyncio.Event()
 

@@ -2,6 +2,7 @@
 
 from ._layers import SAVED_CONFIG_NAMESPACE, UNSAVABLE_KEYS, ConfigLayers
 from ._quota_sections import ModelPrice, PricingSettings, QuotaSettings
+from ._runner_sections import RunnerSettings
 from ._sections import (
     AdminSettings,
     AgentSettings,
@@ -51,6 +52,7 @@ __all__ = [
     "PricingSettings",
     "QuotaSettings",
     "RetrySettings",
+    "RunnerSettings",
     "Section",
     "SecuritySettings",
     "SkillSettings",

@@ -26,6 +26,7 @@ from pydantic_settings import (
 
 from ..errors import ConfigError
 from ._quota_sections import PricingSettings, QuotaSettings
+from ._runner_sections import RunnerSettings
 from ._sections import (
     AdminSettings,
     AgentSettings,
@@ -123,6 +124,9 @@ class Config(BaseSettings):
     )
     pricing: PricingSettings = Field(
         default_factory=PricingSettings, description="Per-model token prices for costs."
+    )
+    runner: RunnerSettings = Field(
+        default_factory=RunnerSettings, description="ania-nb serve: chat platform and flow."
     )
 
     @classmethod

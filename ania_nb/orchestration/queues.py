@@ -4,6 +4,8 @@ A message for an idle session starts the session's worker task; messages that ar
 is busy wait (up to ``queue_size``) and are answered together by the next run. Callers may give
 up (`withdraw`), users may `stop` a session, and the Agent may `offer` synthetic messages (a
 background subagent's result) whose replies nobody awaits: those are handed to ``unawaited``.
+At most ``max_running()`` runs of all sessions go at once (0 = no limit); a session whose turn
+has not come keeps its worker waiting, so its messages queue as if it were busy, never dropped.
 """
 
 from __future__ import annotations
@@ -34,12 +36,16 @@ class SessionQueues:
         queue_size: Callable[[], int],
         cancel_approvals: Callable[[str], object],
         unawaited: Callable[[Session, list[Pending], RunResult], None],
+        max_running: Callable[[], int] = lambda: 0,
     ) -> None:
         self.table = table
         self._answer = answer
         self._queue_size = queue_size
         self._cancel_approvals = cancel_approvals
         self._unawaited = unawaited
+        self._max_running = max_running
+        self.running = 0  # runs going now, all sessions
+        self._slots: asyncio.Condition | None = None
 
     def submit(self, state: Session, pending: Pending) -> None:
         """Queue a caller's message; `SessionBusyError` when the queue is full."""
@@ -94,27 +100,54 @@ class SessionQueues:
         if workers:
             await asyncio.gather(*workers, return_exceptions=True)
 
+    async def _acquire(self) -> asyncio.Condition:
+        """Wait for a run slot (see ``max_running``) and take it."""
+        if self._slots is None:
+            self._slots = asyncio.Condition()
+        slots = self._slots
+        async with slots:
+            await slots.wait_for(
+                lambda: not self._max_running() or self.running < self._max_running()
+            )
+            self.running += 1
+        return slots
+
+    async def _release(self, slots: asyncio.Condition) -> None:
+        async with slots:
+            self.running -= 1
+            slots.notify_all()
+
     async def _work(self, state: Session) -> None:
         """Handle the session's queue until it is empty (one run per batch)."""
         while state.queue:
-            batch, state.queue = state.queue, []
-            state.batch = batch
-            run = asyncio.create_task(self._answer(state, batch), name=f"ania-run-{state.name}")
-            state.current = run
-            await asyncio.wait([run])
-            state.current, state.batch = None, []
-            state.last_used = time.monotonic()
-            if run.cancelled():
-                result = RunResult("", "stopped", state.name, error="stopped by the user")
-            elif (exc := run.exception()) is not None:
-                log.error("a run of %s failed outside the run path", state.name, exc_info=exc)
-                result = RunResult("", "error", state.name, error=f"{type(exc).__name__}: {exc}")
-            else:
-                result = run.result()
-            for pending in batch:
-                resolve(pending, result)
-            if all(p.synthetic for p in batch):  # nobody awaits this reply
-                self._unawaited(state, batch, result)
+            slots = await self._acquire()
+            try:
+                await self._answer_next(state)
+            finally:
+                await asyncio.shield(self._release(slots))
+
+    async def _answer_next(self, state: Session) -> None:
+        """Answer what waits now as one batch (nothing, if a stop emptied the queue meanwhile)."""
+        if not state.queue:
+            return
+        batch, state.queue = state.queue, []
+        state.batch = batch
+        run = asyncio.create_task(self._answer(state, batch), name=f"ania-run-{state.name}")
+        state.current = run
+        await asyncio.wait([run])
+        state.current, state.batch = None, []
+        state.last_used = time.monotonic()
+        if run.cancelled():
+            result = RunResult("", "stopped", state.name, error="stopped by the user")
+        elif (exc := run.exception()) is not None:
+            log.error("a run of %s failed outside the run path", state.name, exc_info=exc)
+            result = RunResult("", "error", state.name, error=f"{type(exc).__name__}: {exc}")
+        else:
+            result = run.result()
+        for pending in batch:
+            resolve(pending, result)
+        if all(p.synthetic for p in batch):  # nobody awaits this reply
+            self._unawaited(state, batch, result)
 
 
 def resolve(pending: Pending, result: RunResult) -> None:

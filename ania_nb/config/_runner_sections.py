@@ -1,0 +1,70 @@
+"""Config section of the headless runner (``ania-nb serve``) and its chat-platform adapter."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field, SecretStr
+
+from ._sections import Section, _secret
+
+
+class RunnerSettings(Section):
+    """`ania-nb serve`: the chat platform connection, routing and flow control."""
+
+    adapter: Literal["onebot"] = Field("onebot", description="Chat platform protocol.")
+    mode: Literal["reverse", "forward"] = Field(
+        "reverse",
+        description="reverse: listen for the OneBot implementation's WebSocket; forward: dial "
+        "the implementation's WebSocket server at runner.url.",
+    )
+    url: str = Field(
+        "ws://127.0.0.1:3001", description="forward mode: the implementation's WebSocket URL."
+    )
+    host: str = Field(
+        "127.0.0.1",
+        description="reverse mode: address to listen on; anything but loopback needs "
+        "runner.access_token.",
+    )
+    port: int = Field(8080, ge=0, le=65535, description="reverse mode: port (0 = any free).")
+    path: str = Field("/onebot/v11/ws", description="reverse mode: WebSocket path.")
+    access_token: SecretStr | None = _secret(
+        "OneBot access token: sent by forward mode, required from the implementation in reverse "
+        "mode (Authorization: Bearer …)."
+    )
+    action_timeout: float = Field(
+        10.0, gt=0, le=120, description="Seconds an action (send, get_msg, …) may take."
+    )
+    reconnect_max: float = Field(
+        30.0, ge=1, le=600, description="forward mode: longest pause between reconnects (s)."
+    )
+    group_trigger: Literal["mention", "mention_or_reply", "all"] = Field(
+        "mention_or_reply",
+        description="Which group messages are answered: @-mentions, also replies to the bot, "
+        "or every message. Private messages are always answered.",
+    )
+    max_concurrent_runs: int = Field(
+        8,
+        ge=0,
+        description="Runs of all sessions at once (served chats and notebooks alike); more wait "
+        "their turn in their session's queue, never dropped (0 = no limit).",
+    )
+    group_clear_after: int = Field(
+        30,
+        ge=0,
+        description="Clear a group's history and session MCP loads after this many messages "
+        "not addressed to the bot (0 = never).",
+    )
+    queued_notice: str = Field(
+        "正在回复上一条消息，你的消息已排队，稍后回复你~",
+        description="Sent once when a message waits for the current reply ('' = none).",
+    )
+    overflow_notice: str = Field(
+        "排队消息太多啦，稍后再试试吧~", description="Sent when the session's queue is full."
+    )
+    approval_chars: int = Field(
+        1500, ge=200, description="Characters of an approval request shown in the chat."
+    )
+    grace_seconds: float = Field(
+        20.0, ge=0, le=600, description="On shutdown, how long running replies may finish."
+    )
