@@ -1,4 +1,4 @@
-"""The ``ania-nb`` command line: ``demo``, ``config``, ``runs`` and ``usage``."""
+"""The ``ania-nb`` command line: ``demo``, ``config``, ``runs``, ``usage`` and ``serve``."""
 
 from __future__ import annotations
 
@@ -7,6 +7,7 @@ import asyncio
 import sys
 from datetime import datetime
 from pathlib import Path
+from typing import Any
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -47,7 +48,50 @@ def _parser() -> argparse.ArgumentParser:
         "--days", type=_positive, default=14, metavar="N", help="days of history (default 14)"
     )
     usage.add_argument("--session", metavar="S", help="only this session")
+    _add_serve(sub)
     return parser
+
+
+SERVE_DESCRIPTION = """\
+Serve the agent to QQ through a OneBot v11 implementation (NapCat, Lagrange, LLOneBot, …)
+until SIGINT or SIGTERM. Settings come from ania.toml (or --config), then ANIA_* environment
+variables (ANIA_RUNNER__MODE, ANIA_RUNNER__ACCESS_TOKEN, ANIA_LLM__API_KEY, …); the runner.*
+keys are listed by `ania-nb config`.
+
+runner.mode = "reverse" (default): listen on runner.host:runner.port at runner.path
+(ws://127.0.0.1:8080/onebot/v11/ws) for the implementation's reverse WebSocket; a listener on a
+non-loopback address requires runner.access_token. runner.mode = "forward": dial the
+implementation's WebSocket server at runner.url.
+
+On a signal: stop taking messages, let running replies finish for runner.grace_seconds, stop
+the rest (run records end 'stopped'), close the connection, MCP sessions and the store. A second
+signal skips the grace period. Logs go to stderr, one line each.
+
+exit codes: 0 stopped by a signal; 1 crashed (see the log); 2 cannot start (bad config, a
+listener that may not or cannot be opened)."""
+
+
+def _add_serve(sub: Any) -> None:
+    serve = sub.add_parser(
+        "serve",
+        help="serve the agent as a QQ bot over OneBot v11 (forward or reverse WebSocket)",
+        description=SERVE_DESCRIPTION,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    serve.add_argument(
+        "--config",
+        "--file",
+        dest="file",
+        type=Path,
+        metavar="PATH",
+        help="TOML file to read (default: ./ania.toml if present)",
+    )
+    serve.add_argument(
+        "--log-level",
+        choices=["DEBUG", "INFO", "WARNING", "ERROR"],
+        default="INFO",
+        help="least severe log records shown (default INFO)",
+    )
 
 
 def _positive(text: str) -> int:
@@ -134,6 +178,10 @@ def main(argv: list[str] | None = None) -> int:
             return asyncio.run(_show_runs(args))
         if args.command == "usage":
             return asyncio.run(_show_usage(args))
+        if args.command == "serve":
+            from .runner.serve import main as serve_main
+
+            return serve_main(args.file, args.log_level)
     except AniaError as exc:
         print(f"ania-nb: error: {exc}", file=sys.stderr)
         return 2

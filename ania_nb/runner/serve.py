@@ -1,0 +1,191 @@
+"""``ania-nb serve``: the Agent served to a chat platform until SIGINT/SIGTERM.
+
+Wiring, in order: load the config (``ania.toml`` or ``--config``, then ``ANIA_*``), open the
+Agent (store, MCP, skills; the clock starts with it and takes the clock lease), build the
+adapter from the ``runner`` section and the `Router` on top of it, subscribe the router to the
+outbox (clock and background results), start the adapter. On the first signal: stop accepting
+messages, let running replies finish for ``runner.grace_seconds``, stop the rest (their run
+records end ``stopped``), close the adapter, then the Agent (clock, MCP sessions, store). A
+second signal skips the rest of the grace period.
+
+Exit codes: 0 after a signal-initiated shutdown; 2 when it cannot start (bad config, a
+listener that may not or cannot be opened); 1 on a crash.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import ipaddress
+import logging
+import signal
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from ..errors import UsageError
+from .model import AdapterError
+
+if TYPE_CHECKING:
+    from ..config import Config, RunnerSettings
+
+log = logging.getLogger("ania_nb.runner")
+
+EXIT_OK = 0
+EXIT_CRASH = 1
+EXIT_CANNOT_START = 2
+LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
+LOG_DATEFMT = "%Y-%m-%d %H:%M:%S"
+# Libraries that log every request or job at INFO: a served bot would drown in them.
+_CHATTY = ("httpx", "httpcore", "openai", "apscheduler", "websockets", "mcp")
+
+
+class StartError(Exception):
+    """The runner cannot start; the message says why (exit code 2)."""
+
+
+def configure_logging(level: str = "INFO") -> None:
+    """One line per record on stderr: ``2026-12-01 03:00:00 INFO ania_nb.runner: …``."""
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter(LOG_FORMAT, LOG_DATEFMT))
+    root = logging.getLogger()
+    root.handlers[:] = [handler]
+    root.setLevel(level)
+    quiet = max(logging.WARNING, logging.getLevelName(level))
+    for name in _CHATTY:
+        logging.getLogger(name).setLevel(logging.DEBUG if level == "DEBUG" else quiet)
+
+
+def check_settings(settings: RunnerSettings) -> None:
+    """Refuse what must not start: a non-loopback reverse listener without an access token."""
+    if settings.mode != "reverse":
+        return
+    token = settings.access_token.get_secret_value() if settings.access_token else ""
+    if not token and not _is_loopback(settings.host):
+        raise StartError(
+            f"runner.host is {settings.host!r} (not loopback) and runner.access_token is not set: "
+            "anyone who can reach the port could drive the bot. Set runner.access_token "
+            "(ANIA_RUNNER__ACCESS_TOKEN) or listen on 127.0.0.1."
+        )
+    if not settings.path.startswith("/"):
+        raise StartError(f"runner.path must start with '/', got {settings.path!r}")
+
+
+def _is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False  # a host name: it may resolve to anything
+
+
+def describe(settings: RunnerSettings, adapter: Any = None) -> str:
+    """Where the runner is connected or listening, for the start-up log line."""
+    secured = "with access token" if settings.access_token else "no access token"
+    if settings.mode == "forward":
+        return f"OneBot v11 forward WebSocket: dialling {settings.url} ({secured})"
+    address = getattr(adapter, "listen_url", None) or (
+        f"ws://{settings.host}:{settings.port}{settings.path}"
+    )
+    return f"OneBot v11 reverse WebSocket: listening on {address} ({secured})"
+
+
+def _make_adapter(settings: RunnerSettings) -> Any:
+    if settings.adapter != "onebot":  # pragma: no cover - the config allows only onebot
+        raise StartError(f"unknown runner.adapter {settings.adapter!r}")
+    from .onebot import OneBotAdapter
+
+    return OneBotAdapter(settings)
+
+
+async def serve(config: Config, stop: asyncio.Event, hurry: asyncio.Event | None = None) -> int:
+    """Serve until ``stop`` is set, then shut down cleanly; ``hurry`` cuts the grace short."""
+    from ..agent import Agent
+    from .router import Router
+
+    check_settings(config.runner)
+    agent = Agent(config)
+    adapter: Any = None
+    try:
+        await agent.start()
+        settings = agent.config.runner  # values saved by config_set apply from here
+        check_settings(settings)
+        adapter = _make_adapter(settings)
+        router = Router(agent, adapter)
+        unsubscribe = agent.outbox.subscribe(router.deliver)
+        try:
+            await adapter.start(router.handle)
+        except OSError as exc:  # the port is taken, the address is not ours, …
+            raise StartError(f"cannot listen on {settings.host}:{settings.port}: {exc}") from exc
+        except (AdapterError, UsageError) as exc:  # the adapter refused to start, and why
+            raise StartError(str(exc)) from exc
+        log.info("serving %s", describe(settings, adapter))
+        log.info("ready (model %s, data in %s)", agent.config.llm.model, agent.data_dir)
+        await stop.wait()
+        log.info("stopping: no new messages; running replies get %gs", settings.grace_seconds)
+        await _close_router(router, settings.grace_seconds, hurry)
+        unsubscribe()
+    finally:
+        if adapter is not None:
+            await adapter.aclose()
+        await agent.aclose()
+    log.info("stopped")
+    return EXIT_OK
+
+
+async def _close_router(router: Any, grace: float, hurry: asyncio.Event | None) -> None:
+    """`Router.close` with its grace; a second signal (``hurry``) makes it zero."""
+    closing = asyncio.ensure_future(router.close(grace))
+    if hurry is None:
+        await closing
+        return
+    hurried = asyncio.ensure_future(hurry.wait())
+    try:
+        await asyncio.wait({closing, hurried}, return_when=asyncio.FIRST_COMPLETED)
+        if not closing.done():
+            log.warning("second signal: stopping the running replies now")
+            await router.close(0)
+            await closing
+    finally:
+        hurried.cancel()
+
+
+async def _serve_with_signals(config: Config) -> int:
+    stop, hurry = asyncio.Event(), asyncio.Event()
+    loop = asyncio.get_running_loop()
+
+    def on_signal(signum: int) -> None:
+        name = signal.Signals(signum).name
+        if stop.is_set():
+            hurry.set()
+        else:
+            log.info("%s received", name)
+            stop.set()
+
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(signum, on_signal, signum)
+    try:
+        return await serve(config, stop, hurry)
+    finally:
+        for signum in (signal.SIGINT, signal.SIGTERM):
+            loop.remove_signal_handler(signum)
+
+
+def main(config_path: Path | None = None, log_level: str = "INFO") -> int:
+    """Run ``ania-nb serve``: configure logging, load the config, serve; returns the exit code."""
+    configure_logging(log_level)
+    try:
+        from ..config import Config
+
+        config = Config.load(config_path)
+        check_settings(config.runner)
+        return asyncio.run(_serve_with_signals(config))
+    except (UsageError, StartError) as exc:  # bad config, refused or impossible listener
+        log.error("cannot start: %s", exc)
+        return EXIT_CANNOT_START
+    except KeyboardInterrupt:  # a signal before the handlers were installed
+        log.info("interrupted before start")
+        return EXIT_OK
+    except Exception:
+        log.exception("crashed")
+        return EXIT_CRASH
