@@ -1,0 +1,383 @@
+"""OneBot v11 over WebSocket: one Universal connection carrying events in and actions out.
+
+`ForwardTransport` dials the implementation's WebSocket server (``communication/ws.md``) and
+redials with jittered exponential backoff; `ReverseTransport` listens for the implementation
+(``communication/ws-reverse.md``), one connection at a time (a newer one replaces the older).
+Both authenticate per ``communication/authorization.md``. Actions are ``{action, params, echo}``
+frames answered by a frame with the same ``echo``; a call waits for a connection and for its
+answer within ``action_timeout`` and fails with `AdapterError` when the socket drops first.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hmac
+import ipaddress
+import itertools
+import json
+import logging
+import random
+from collections.abc import Callable
+from http import HTTPStatus
+from typing import Any
+from urllib.parse import parse_qs, quote, urlsplit
+
+from pydantic import ValidationError
+from websockets.asyncio.client import ClientConnection, connect
+from websockets.asyncio.server import Server, ServerConnection, serve
+from websockets.datastructures import Headers
+from websockets.exceptions import ConnectionClosed, InvalidStatus, WebSocketException
+from websockets.http11 import Request, Response
+
+from ...errors import ConfigError
+from ..model import AdapterError
+from .models import ActionRequest, ActionResponse
+
+log = logging.getLogger("ania_nb.runner.onebot")
+
+
+class ActionFailed(AdapterError):
+    """The implementation answered an action with a failure status [action, status, retcode]."""
+
+    def __init__(self, message: str, *, action: str, status: str, retcode: int) -> None:
+        super().__init__(message)
+        self.action, self.status, self.retcode = action, status, retcode
+
+
+EventHandler = Callable[[dict[str, Any]], None]
+ConnectHandler = Callable[[], None]
+_MAX_FRAME = 64 * 1024 * 1024  # history answers and image-bearing events can be large
+
+
+class _Link:
+    """One live WebSocket: reads frames, resolves action answers, hands events on."""
+
+    def __init__(self, ws: ClientConnection | ServerConnection, on_event: EventHandler) -> None:
+        self.ws = ws
+        self.on_event = on_event
+        self.pending: dict[str, tuple[asyncio.Future[ActionResponse], str]] = {}
+
+    async def run(self) -> None:
+        """Read until the socket closes; then fail the calls still waiting on it."""
+        try:
+            async for frame in self.ws:
+                self._dispatch(frame)
+        except ConnectionClosed:
+            pass
+        finally:
+            self.fail_pending("the OneBot connection closed before it answered")
+
+    def _dispatch(self, frame: str | bytes) -> None:
+        try:
+            payload = json.loads(frame)
+        except ValueError:
+            log.warning("ignored a OneBot frame that is not JSON: %.200r", frame)
+            return
+        if not isinstance(payload, dict):
+            log.warning("ignored a OneBot frame that is not an object: %.200r", payload)
+            return
+        if "post_type" in payload:
+            try:
+                self.on_event(payload)
+            except Exception:  # one bad event must not end the connection
+                log.exception("a OneBot event handler failed")
+            return
+        echo = payload.get("echo")
+        waiter = self.pending.pop(echo, None) if isinstance(echo, str) else None
+        if waiter is None:
+            log.debug("ignored a OneBot answer nobody waits for: %.200r", payload)
+            return
+        future, action = waiter
+        try:
+            response = ActionResponse.model_validate(payload)
+        except ValidationError as exc:
+            future.set_exception(AdapterError(f"OneBot answered {action} with a bad frame: {exc}"))
+            return
+        if not future.done():
+            future.set_result(response)
+
+    def fail_pending(self, reason: str) -> None:
+        """Fail every waiting call with `AdapterError` (the socket is gone)."""
+        pending, self.pending = self.pending, {}
+        for future, action in pending.values():
+            if not future.done():
+                future.set_exception(AdapterError(f"OneBot action {action} failed: {reason}"))
+
+
+class Transport:
+    """What both connection styles share: the current link, action calls, lifecycle."""
+
+    def __init__(self, *, token: str | None, action_timeout: float) -> None:
+        self.token = token or None
+        self.action_timeout = action_timeout
+        self.self_id_hint: str | None = None  # reverse mode: the X-Self-ID header
+        self.last_error: str | None = None  # why the last connection attempt or link failed
+        self._link: _Link | None = None
+        self._linked = asyncio.Event()
+        self._closed = False
+        self._echoes = itertools.count(1)
+        self._on_event: EventHandler = lambda payload: None
+        self._on_connect: ConnectHandler = lambda: None
+
+    @property
+    def connected(self) -> bool:
+        """Whether a connection is open right now."""
+        return self._link is not None
+
+    @property
+    def url(self) -> str:
+        """The WebSocket URL: dialed (forward) or listened at (reverse)."""
+        raise NotImplementedError
+
+    async def start(self, on_event: EventHandler, on_connect: ConnectHandler) -> None:
+        """Start connecting or listening; ``on_event`` gets every event frame as a dict."""
+        self._on_event, self._on_connect = on_event, on_connect
+
+    async def wait_connected(self) -> None:
+        """Return once a connection is open (wrap in ``asyncio.wait_for`` for a deadline)."""
+        await self._linked.wait()
+
+    async def call(self, action: str, params: dict[str, Any] | None = None) -> Any:
+        """Run an action and return its ``data``; `AdapterError` when it fails or times out."""
+        if self._closed:
+            raise AdapterError(f"OneBot action {action} failed: the adapter is closed")
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self.action_timeout
+        # A call made during a reconnect waits for the link instead of failing at once: nothing
+        # was sent yet, so waiting cannot duplicate a message.
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._linked.wait(), self.action_timeout)
+        if self._link is None:
+            reason = f" ({self.last_error})" if self.last_error else ""
+            raise AdapterError(f"OneBot action {action} failed: not connected{reason}")
+        link = self._link
+        assert link is not None
+        echo = f"ania:{next(self._echoes)}"
+        future: asyncio.Future[ActionResponse] = loop.create_future()
+        link.pending[echo] = (future, action)
+        frame = ActionRequest(action=action, params=params or {}, echo=echo)
+        try:
+            await link.ws.send(frame.model_dump_json())
+            remaining = max(deadline - loop.time(), 0.001)
+            response = await asyncio.wait_for(future, remaining)
+        except TimeoutError:
+            raise AdapterError(
+                f"OneBot action {action} timed out after {self.action_timeout:g} s "
+                "(runner.action_timeout)"
+            ) from None
+        except ConnectionClosed:
+            raise AdapterError(f"OneBot action {action} failed: the connection closed") from None
+        finally:
+            link.pending.pop(echo, None)
+        if not response.ok:
+            why = response.wording or response.message
+            raise ActionFailed(
+                f"OneBot action {action} failed: status {response.status}, "
+                f"retcode {response.retcode}" + (f": {why}" if why else ""),
+                action=action,
+                status=response.status,
+                retcode=response.retcode,
+            )
+        return response.data
+
+    async def _serve_link(self, ws: ClientConnection | ServerConnection) -> None:
+        """Make ``ws`` the current link (replacing any older one) and read it until it closes."""
+        old = self._link
+        link = _Link(ws, self._on_event)
+        self._link = link
+        self._linked.set()
+        self.last_error = None
+        if old is not None:
+            old.fail_pending("a newer OneBot connection replaced this one")
+            await old.ws.close(1000, "replaced by a newer connection")
+        try:
+            self._on_connect()
+        except Exception:
+            log.exception("the OneBot connect handler failed")
+        try:
+            await link.run()
+        finally:
+            if self._link is link:
+                self._link = None
+                self._linked.clear()
+
+    async def aclose(self) -> None:
+        """Close the connection; waiting calls fail with `AdapterError`."""
+        self._closed = True
+        link, self._link = self._link, None
+        self._linked.clear()
+        if link is not None:
+            link.fail_pending("the adapter is closing")
+            await link.ws.close(1001, "the runner is stopping")
+
+
+class ForwardTransport(Transport):
+    """Dial the implementation's WebSocket server; redial with backoff 1 s → ``reconnect_max``."""
+
+    def __init__(
+        self, url: str, *, token: str | None, action_timeout: float, reconnect_max: float
+    ) -> None:
+        super().__init__(token=token, action_timeout=action_timeout)
+        self._url = url
+        self.reconnect_max = reconnect_max
+        self._task: asyncio.Task[None] | None = None
+        self._first_attempt = asyncio.Event()
+
+    @property
+    def url(self) -> str:
+        """The implementation's WebSocket URL."""
+        return self._url
+
+    def _dial_url(self) -> str:
+        if not self.token:
+            return self.url
+        # Token in the query too: some implementations read only one of header and query.
+        sep = "&" if urlsplit(self.url).query else "?"
+        return f"{self.url}{sep}access_token={quote(self.token, safe='')}"
+
+    async def start(self, on_event: EventHandler, on_connect: ConnectHandler) -> None:
+        """Start dialing; returns after the first attempt, connected or not (it keeps trying)."""
+        await super().start(on_event, on_connect)
+        self._task = asyncio.create_task(self._run(), name="onebot-forward")
+        await self._first_attempt.wait()
+
+    async def _run(self) -> None:
+        headers = {"Authorization": f"Bearer {self.token}"} if self.token else {}
+        backoff = 1.0
+        while not self._closed:
+            try:
+                ws = await connect(
+                    self._dial_url(),
+                    additional_headers=headers,
+                    proxy=None,
+                    max_size=_MAX_FRAME,
+                    open_timeout=self.action_timeout,
+                )
+            except InvalidStatus as exc:
+                status = exc.response.status_code
+                hint = " (check runner.access_token)" if status in (401, 403) else ""
+                self.last_error = f"{self.url} refused the connection: HTTP {status}{hint}"
+            except (OSError, TimeoutError, WebSocketException) as exc:
+                self.last_error = f"cannot connect to {self.url}: {exc or type(exc).__name__}"
+            else:
+                log.info("connected to OneBot at %s", self.url)
+                self._first_attempt.set()
+                backoff = 1.0
+                try:
+                    await self._serve_link(ws)
+                finally:
+                    await ws.close()
+                if self._closed:
+                    return
+                self.last_error = f"the connection to {self.url} dropped"
+            self._first_attempt.set()
+            delay = random.uniform(backoff / 2, backoff)  # jitter: many bots, one restart
+            log.warning("%s; retrying in %.1f s", self.last_error, delay)
+            await asyncio.sleep(delay)
+            backoff = min(backoff * 2, self.reconnect_max)
+
+    async def aclose(self) -> None:
+        """Stop redialing and close the connection."""
+        await super().aclose()
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+
+
+def is_loopback(host: str) -> bool:
+    """Whether ``host`` names only this machine (``localhost`` or a loopback address)."""
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
+
+
+class ReverseTransport(Transport):
+    """Listen at ``ws://host:port/path`` for the implementation's Universal client."""
+
+    def __init__(
+        self, host: str, port: int, path: str, *, token: str | None, action_timeout: float
+    ) -> None:
+        super().__init__(token=token, action_timeout=action_timeout)
+        if not self.token and not is_loopback(host):
+            raise ConfigError(
+                f"refusing to listen on {host!r} without runner.access_token: anyone who can "
+                "reach the port could drive the bot; set a token or listen on 127.0.0.1",
+                key="runner.access_token",
+            )
+        self.host, self.port, self.path = host, port, "/" + path.strip("/")
+        self._server: Server | None = None
+
+    @property
+    def url(self) -> str:
+        """The URL to give the implementation (with the bound port)."""
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        return f"ws://{host}:{self.port}{self.path}"
+
+    async def start(self, on_event: EventHandler, on_connect: ConnectHandler) -> None:
+        """Start listening; `AdapterError` when the address cannot be bound."""
+        await super().start(on_event, on_connect)
+        try:
+            self._server = await serve(
+                self._serve_link,
+                self.host,
+                self.port,
+                process_request=self._check_request,
+                max_size=_MAX_FRAME,
+                open_timeout=self.action_timeout,
+            )
+        except OSError as exc:
+            raise AdapterError(f"cannot listen on {self.host}:{self.port}: {exc}") from exc
+        self.port = next(iter(self._server.sockets)).getsockname()[1]
+        log.info("listening for OneBot on %s", self.url)
+
+    def _check_request(self, connection: ServerConnection, request: Request) -> Response | None:
+        split = urlsplit(request.path)
+        if split.path.rstrip("/") != self.path.rstrip("/"):
+            return self._refuse(
+                connection, HTTPStatus.NOT_FOUND, f"no OneBot endpoint here; use {self.path}"
+            )
+        if self.token and not self._token_ok(request.headers, split.query):
+            missing = "Authorization" not in request.headers and "access_token" not in split.query
+            status = HTTPStatus.UNAUTHORIZED if missing else HTTPStatus.FORBIDDEN
+            return self._refuse(connection, status, "missing or wrong access token")
+        role = request.headers.get("X-Client-Role", "Universal")
+        if role.lower() != "universal":
+            return self._refuse(
+                connection,
+                HTTPStatus.BAD_REQUEST,
+                f"X-Client-Role {role} is not supported: configure a Universal client",
+            )
+        self.self_id_hint = request.headers.get("X-Self-ID") or self.self_id_hint
+        return None
+
+    def _token_ok(self, headers: Headers, query: str) -> bool:
+        assert self.token is not None
+        offered = headers.get("Authorization", "")
+        scheme, _, value = offered.partition(" ")
+        # "Token" is what older implementations (CQHTTP, go-cqhttp) send; the secret is what counts.
+        if scheme.lower() in ("bearer", "token") and hmac.compare_digest(
+            value.strip().encode(), self.token.encode()
+        ):
+            return True
+        return any(
+            hmac.compare_digest(value.encode(), self.token.encode())
+            for value in parse_qs(query).get("access_token", [])
+        )
+
+    def _refuse(self, connection: ServerConnection, status: HTTPStatus, why: str) -> Response:
+        remote = connection.remote_address
+        self.last_error = f"refused a OneBot connection from {remote[0] if remote else '?'}: {why}"
+        log.warning("%s (HTTP %d)", self.last_error, status)
+        return connection.respond(status, why + "\n")
+
+    async def aclose(self) -> None:
+        """Stop listening and close the connection."""
+        await super().aclose()
+        if self._server is not None:
+            self._server.close()
+            await self._server.wait_closed()
