@@ -123,6 +123,11 @@ def file(name: str, file_id: str, url: str | None = None, size: int = 0) -> Segm
     return {"type": "file", "data": data}
 
 
+def mentions(segments: Iterable[Segment]) -> list[str]:
+    """The ``qq`` of every ``at`` segment, in order."""
+    return [str((s.get("data") or {}).get("qq")) for s in segments if s.get("type") == "at"]
+
+
 def plain_text(segments: Iterable[Segment]) -> str:
     """The concatenated ``text`` of the text segments (what a human reads, minus media)."""
     return "".join(
@@ -156,6 +161,20 @@ class Action:
         """The plain text of the ``message`` parameter."""
         return plain_text(self.segments)
 
+    @property
+    def mentions(self) -> list[str]:
+        """Who the ``message`` parameter @-mentions."""
+        return mentions(self.segments)
+
+    def as_dict(self) -> dict[str, Any]:
+        """JSON-ready form (the standalone script prints these)."""
+        return {
+            "action": self.name,
+            "params": self.params,
+            "echo": self.echo,
+            "response": self.response,
+        }
+
 
 @dataclass
 class StoredMessage:
@@ -173,6 +192,27 @@ class StoredMessage:
     def group_id(self) -> int | None:
         """The group of a group message."""
         return self.peer if self.message_type == "group" else None
+
+    @property
+    def text(self) -> str:
+        """The plain text of the message."""
+        return plain_text(self.segments)
+
+    @property
+    def mentions(self) -> list[str]:
+        """Who the message @-mentions."""
+        return mentions(self.segments)
+
+    def as_dict(self) -> dict[str, Any]:
+        """JSON-ready form (the standalone script prints these)."""
+        return {
+            "message_id": self.message_id,
+            "message_type": self.message_type,
+            "user_id": self.user_id,
+            "peer": self.peer,
+            "segments": self.segments,
+            "text": self.text,
+        }
 
 
 @dataclass
@@ -231,7 +271,7 @@ def _check_image(file_param: Any) -> None:
 def _int_param(params: dict[str, Any], key: str) -> int:
     value = params.get(key)
     try:
-        return int(value)  # implementations accept numbers and numeric strings
+        return int(value)  # type: ignore[arg-type]  # numbers and numeric strings, as NapCat
     except (TypeError, ValueError):
         raise ActionError(1400, f"{key} must be a number, got {value!r}") from None
 
@@ -250,6 +290,7 @@ class OneBotImpl:
         *,
         nickname: str = "onebot-test",
         heartbeat_interval: float | None = None,
+        report_sent: bool = False,
     ) -> None:
         if message_format not in ("array", "string"):
             raise ValueError(f"message_format must be 'array' or 'string', not {message_format!r}")
@@ -258,6 +299,8 @@ class OneBotImpl:
         self.message_format = message_format
         self.nickname = nickname
         self.heartbeat_interval = heartbeat_interval
+        self.report_sent = report_sent  # push message_sent events for the bot's own messages
+        self.on_action: Callable[[Action], None] | None = None  # called once each is answered
         self.actions: list[Action] = []
         self.events: list[dict[str, Any]] = []  # every event pushed, in order
         self.messages: dict[int, StoredMessage] = {}
@@ -292,7 +335,7 @@ class OneBotImpl:
             process_request=self._check_request,
             ping_interval=None,
         )
-        bound = self._server.sockets[0].getsockname()
+        bound = next(iter(self._server.sockets)).getsockname()
         return f"ws://{bound[0]}:{bound[1]}"
 
     def _check_request(self, connection: ServerConnection, request: Request) -> Response | None:
@@ -303,7 +346,7 @@ class OneBotImpl:
             given = request.headers.get("Authorization", "")
             token = given[7:] if given.startswith("Bearer ") else None
             if token is None:
-                token = (parse_qs(parts.query).get("access_token") or [None])[0]
+                token = next(iter(parse_qs(parts.query).get("access_token", [])), None)
             if token is None:  # authorization.md: missing token 401, wrong token 403
                 self.rejections.append(401)
                 return connection.respond(HTTPStatus.UNAUTHORIZED, "access token required\n")
@@ -525,13 +568,14 @@ class OneBotImpl:
                 self.files[str(data["file_id"])] = str(data["url"])
         return msg
 
-    def _event_of(self, msg: StoredMessage) -> dict[str, Any]:
+    def _event_of(self, msg: StoredMessage, sub_type: str | None = None) -> dict[str, Any]:
+        own = msg.user_id == int(self.self_id)
         event: dict[str, Any] = {
             "time": msg.time,
             "self_id": int(self.self_id),
-            "post_type": "message",
+            "post_type": "message_sent" if own else "message",  # NapCat's name for own messages
             "message_type": msg.message_type,
-            "sub_type": "normal" if msg.message_type == "group" else "friend",
+            "sub_type": sub_type or ("normal" if msg.message_type == "group" else "friend"),
             "message_id": msg.message_id,
             "user_id": msg.user_id,
             "message": to_cq(msg.segments) if self.message_format == "string" else msg.segments,
@@ -545,13 +589,19 @@ class OneBotImpl:
         return event
 
     async def private_message(
-        self, user_id: int | str, message: MessageLike, *, nickname: str = "user"
+        self,
+        user_id: int | str,
+        message: MessageLike,
+        *,
+        nickname: str = "user",
+        sub_type: Literal["friend", "group", "other"] = "friend",
+        wait: float = 10,
     ) -> int:
         """A friend sends the bot ``message`` (text, a segment or segments); its message_id."""
         segs = [text(message)] if isinstance(message, str) else _as_segments(message)
         sender = {"user_id": int(user_id), "nickname": nickname, "sex": "unknown", "age": 0}
         msg = self._store("private", int(user_id), int(user_id), segs, sender)
-        await self.push(self._event_of(msg))
+        await self.push(self._event_of(msg, sub_type), wait=wait)
         return msg.message_id
 
     async def group_message(
@@ -565,6 +615,7 @@ class OneBotImpl:
         nickname: str = "member",
         card: str = "",
         role: str = "member",
+        wait: float = 10,
     ) -> int:
         """A member posts ``message`` in a group (maybe @-ing the bot, replying); its message_id."""
         segs = [text(message)] if isinstance(message, str) else _as_segments(message)
@@ -583,7 +634,7 @@ class OneBotImpl:
             "role": role,
         }
         msg = self._store("group", int(user_id), int(group_id), segs, sender)
-        await self.push(self._event_of(msg))
+        await self.push(self._event_of(msg), wait=wait)
         return msg.message_id
 
     # ------------------------------------------------------------ actions
@@ -672,6 +723,16 @@ class OneBotImpl:
         action.response = response
         self._notify()
         await self._send(ws, response)
+        if self.on_action is not None:
+            self.on_action(action)
+        sent_id = (
+            (response.get("data") or {}).get("message_id")
+            if action.name.startswith("send_")
+            else None
+        )
+        if self.report_sent and sent_id in self.messages:
+            with contextlib.suppress(ConnectionError, TimeoutError):  # the bot left: nobody to tell
+                await self.push(self._event_of(self.messages[sent_id]), wait=0)
 
     @staticmethod
     def _failed(retcode: int, message: str) -> dict[str, Any]:
@@ -705,9 +766,8 @@ class OneBotImpl:
         raise ActionError(1404, f"unknown action {name!r}")
 
     def _send_msg(self, name: str, params: dict[str, Any]) -> dict[str, int]:
-        kind = {"send_private_msg": "private", "send_group_msg": "group"}.get(name) or params.get(
-            "message_type"
-        )
+        kind: Any = {"send_private_msg": "private", "send_group_msg": "group"}.get(name)
+        kind = kind or params.get("message_type")
         if kind is None:  # public.md: decided by which *_id is given
             kind = "group" if "group_id" in params else "private"
         if kind not in ("private", "group"):
@@ -808,3 +868,120 @@ class OneBotImpl:
             and (chat is None or m.message_type == chat)
             and (peer is None or m.peer == int(peer))
         ]
+
+
+# ---------------------------------------------------------------- standalone script
+
+_COMMANDS = (
+    *("private_message", "group_message", "push", "heartbeat", "drop", "wait_connected"),
+    *("fail_next", "delay_next", "hold_next", "release", "wait_for_action", "actions", "sent"),
+    "quit",
+)
+
+
+async def _command(impl: OneBotImpl, op: str, args: dict[str, Any]) -> Any:
+    """Run one stdin command against ``impl``; the JSON-ready result."""
+    if op not in _COMMANDS:
+        raise ValueError(f"unknown op {op!r}; one of: {', '.join(_COMMANDS)}")
+    if op == "wait_for_action":
+        return (await impl.wait_for_action(args.pop("name"), None, **args)).as_dict()
+    if op == "actions":
+        return [a.as_dict() for a in impl.actions]
+    if op == "sent":
+        return [m.as_dict() for m in impl.sent(**args)]
+    result = getattr(impl, op)(**args)
+    return await result if asyncio.iscoroutine(result) else result
+
+
+async def _script(argv: list[str] | None = None) -> int:
+    """The command-line entry: serve or connect, then obey JSON lines on stdin."""
+    import argparse
+    import sys
+
+    parser = argparse.ArgumentParser(
+        prog="onebot_impl.py",
+        description="A OneBot v11 implementation for tests. Forward mode (default) serves "
+        "ws://HOST:PORT; --connect URL dials a bot's reverse-WS server instead. Prints "
+        '{"ready": ..., "url": ...} once up, then reads one JSON command a line on stdin: '
+        '{"id": 1, "op": "private_message", "args": {"user_id": 42, "message": "hi"}} and answers '
+        '{"id": 1, "result": ...} or {"id": 1, "error": "..."}. Ops: '
+        + ", ".join(_COMMANDS)
+        + '. With --print-actions each answered action is printed as {"action": ...}. '
+        "Exits on EOF, the quit op, or SIGTERM.",
+    )
+    parser.add_argument("--connect", metavar="URL", help="reverse mode: the bot's WS URL")
+    parser.add_argument("--host", default="127.0.0.1", help="forward mode: listen address")
+    parser.add_argument("--port", type=int, default=0, help="forward mode: port (0: any free one)")
+    parser.add_argument("--token", help="access token (required of / sent to the bot)")
+    parser.add_argument("--self-id", default="10000", help="the bot's QQ number")
+    parser.add_argument("--format", choices=["array", "string"], default="array")
+    parser.add_argument("--heartbeat", type=float, metavar="SECONDS", help="heartbeat interval")
+    parser.add_argument("--report-sent", action="store_true", help="push message_sent events")
+    parser.add_argument("--print-actions", action="store_true")
+    opts = parser.parse_args(argv)
+
+    def emit(payload: dict[str, Any]) -> None:
+        sys.stdout.write(json.dumps(payload, ensure_ascii=False) + "\n")
+        sys.stdout.flush()
+
+    impl = OneBotImpl(
+        opts.self_id,
+        opts.token,
+        opts.format,
+        heartbeat_interval=opts.heartbeat,
+        report_sent=opts.report_sent,
+    )
+    if opts.print_actions:
+        impl.on_action = lambda action: emit({"action": action.as_dict()})
+    loop = asyncio.get_running_loop()
+    reader = asyncio.StreamReader()
+    await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader), sys.stdin)
+    import signal
+
+    done = asyncio.Event()
+    loop.add_signal_handler(signal.SIGTERM, done.set)
+    try:
+        if opts.connect:
+            await impl.connect(opts.connect)
+            emit({"ready": True, "url": opts.connect})
+        else:
+            emit({"ready": True, "url": await impl.serve(opts.host, opts.port)})
+        pending: set[asyncio.Task[None]] = set()
+
+        async def run(line: bytes) -> None:
+            ident = None
+            try:
+                request = json.loads(line)
+                ident = request.get("id")
+                if request.get("op") == "quit":
+                    done.set()
+                    result = None
+                else:
+                    result = await _command(
+                        impl, request.get("op"), dict(request.get("args") or {})
+                    )
+                emit({"id": ident, "result": result})
+            except Exception as exc:  # a bad command is reported, the impl stays up
+                emit({"id": ident, "error": f"{type(exc).__name__}: {exc}"})
+
+        async def read() -> None:
+            while line := await reader.readline():
+                if line.strip():
+                    task = asyncio.create_task(run(line))  # a wait_* must not block other commands
+                    pending.add(task)
+                    task.add_done_callback(pending.discard)
+            done.set()
+
+        reading = asyncio.create_task(read())
+        await done.wait()
+        reading.cancel()
+    except (ConnectionError, OSError) as exc:
+        emit({"ready": False, "error": str(exc)})
+        return 2
+    finally:
+        await impl.aclose()
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(asyncio.run(_script()))

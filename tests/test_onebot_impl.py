@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import asyncio
 import json
+import sys
 from collections.abc import AsyncIterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -27,7 +29,7 @@ from onebot_impl import (
 )
 from websockets.asyncio.client import ClientConnection, connect
 from websockets.asyncio.server import ServerConnection, serve
-from websockets.exceptions import InvalidStatus
+from websockets.exceptions import ConnectionClosedError, InvalidStatus
 
 TOKEN = "s3cret"
 
@@ -343,7 +345,7 @@ class Bot:
 async def test_reverse_connects_with_headers_and_reconnects_after_drop() -> None:
     bot = Bot(token=TOKEN)
     async with serve(bot.handler, "127.0.0.1", 0, process_request=bot.check) as server:
-        port = server.sockets[0].getsockname()[1]
+        port = next(iter(server.sockets)).getsockname()[1]
         async with OneBotImpl(self_id="10000", access_token=TOKEN) as onebot:
             await onebot.connect(f"ws://127.0.0.1:{port}/onebot/v11/ws")
             headers = bot.headers[0]
@@ -363,7 +365,7 @@ async def test_reverse_connects_with_headers_and_reconnects_after_drop() -> None
 async def test_reverse_refused_token_raises_at_once() -> None:
     bot = Bot(token=TOKEN)
     async with serve(bot.handler, "127.0.0.1", 0, process_request=bot.check) as server:
-        port = server.sockets[0].getsockname()[1]
+        port = next(iter(server.sockets)).getsockname()[1]
         async with OneBotImpl(access_token="wrong") as onebot:
             with pytest.raises(HandshakeRejected) as exc:
                 await onebot.connect(f"ws://127.0.0.1:{port}/")
@@ -376,7 +378,7 @@ async def test_reverse_refused_token_raises_at_once() -> None:
 async def test_reverse_retries_until_the_bot_listens() -> None:
     bot = Bot()
     server = await serve(bot.handler, "127.0.0.1", 0)
-    port = server.sockets[0].getsockname()[1]
+    port = next(iter(server.sockets)).getsockname()[1]
     server.close()
     await server.wait_closed()
     async with OneBotImpl() as onebot:
@@ -388,3 +390,101 @@ async def test_reverse_retries_until_the_bot_listens() -> None:
     async with OneBotImpl() as onebot:
         with pytest.raises(ConnectionError, match="could not reach"):
             await onebot.connect(f"ws://127.0.0.1:{port}/", deadline=0.2)
+
+
+# ---------------------------------------------------------------- extras the runner relies on
+
+
+async def test_report_sent_pushes_message_sent_events() -> None:
+    async with OneBotImpl(report_sent=True) as onebot:
+        ws = await open_client(await onebot.serve(), token=None)
+        await ws.send(
+            json.dumps(
+                {
+                    "action": "send_group_msg",
+                    "params": {"group_id": 5, "message": [at(42), text(" hi")]},
+                }
+            )
+        )
+        frames = [await recv_json(ws), await recv_json(ws)]
+        event = next(f for f in frames if f.get("post_type") == "message_sent")
+        assert event["user_id"] == 10000 and event["group_id"] == 5
+        assert onebot.sent()[0].mentions == ["42"] and onebot.sent()[0].text == " hi"
+        await ws.close()
+
+
+async def test_push_any_event_and_temp_session_sub_type(impl: OneBotImpl) -> None:
+    ws = await open_client(await impl.serve())
+    notice = {"time": 1, "self_id": 10000, "post_type": "notice", "notice_type": "group_increase"}
+    await impl.push(notice)
+    assert await recv_json(ws) == notice
+    await impl.private_message(42, "tmp", sub_type="group")
+    assert (await recv_json(ws))["sub_type"] == "group"
+    assert impl.events[-2] == notice
+
+
+async def test_abrupt_drop_in_forward_mode_and_new_connection(impl: OneBotImpl) -> None:
+    url = await impl.serve()
+    ws = await open_client(url)
+    await impl.drop(abrupt=True)
+    with pytest.raises(ConnectionClosedError):
+        await asyncio.wait_for(ws.recv(), 10)
+    assert not impl.connected
+    ws2 = await open_client(url)
+    await impl.wait_connected(connections=2)
+    await ws2.close()
+
+
+async def test_push_without_a_connection_times_out() -> None:
+    async with OneBotImpl() as onebot:
+        await onebot.serve()
+        with pytest.raises(TimeoutError, match="bot connection"):
+            await onebot.private_message(1, "lost", wait=0.05)
+
+
+async def test_standalone_script_serves_and_obeys_stdin(tmp_path: Any) -> None:
+    script = Path(__file__).with_name("onebot_impl.py")
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable,
+        str(script),
+        "--token",
+        TOKEN,
+        "--print-actions",
+        stdin=asyncio.subprocess.PIPE,
+        stdout=asyncio.subprocess.PIPE,
+    )
+    assert proc.stdin and proc.stdout
+
+    async def line() -> dict[str, Any]:
+        return json.loads(await asyncio.wait_for(proc.stdout.readline(), 10))  # type: ignore[union-attr]
+
+    async def command(ident: int, op: str, **args: Any) -> None:
+        proc.stdin.write(json.dumps({"id": ident, "op": op, "args": args}).encode() + b"\n")  # type: ignore[union-attr]
+        await proc.stdin.drain()  # type: ignore[union-attr]
+
+    try:
+        ready = await line()
+        assert ready["ready"] is True
+        ws = await open_client(ready["url"])
+        await command(1, "private_message", user_id=42, message="hi")
+        event = await recv_json(ws)
+        assert event["raw_message"] == "hi"
+        assert await line() == {"id": 1, "result": event["message_id"]}
+        await call(ws, "send_private_msg", echo="x", user_id=42, message="yo")
+        printed = await line()
+        assert (
+            printed["action"]["action"] == "send_private_msg" and printed["action"]["echo"] == "x"
+        )
+        await command(2, "sent")
+        sent = await line()
+        assert [m["text"] for m in sent["result"]] == ["yo"]
+        await command(3, "no_such_op")
+        assert "unknown op" in (await line())["error"]
+        await command(4, "quit")
+        assert await line() == {"id": 4, "result": None}
+        assert await asyncio.wait_for(proc.wait(), 10) == 0
+        await ws.close()
+    finally:
+        if proc.returncode is None:
+            proc.kill()
+            await proc.wait()
