@@ -13,12 +13,12 @@ import base64
 import functools
 import logging
 from collections import OrderedDict
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pydantic import ValidationError
 
 from ...config import RunnerSettings
-from ..model import AdapterError, ChatRef, HistoryItem, Incoming, MessageHandler, Outgoing
+from ..model import Adapter, AdapterError, ChatRef, HistoryItem, Incoming, MessageHandler, Outgoing
 from .models import MessageEvent, Segment, Sender, parse_event, parse_message
 from .transport import ActionFailed, ForwardTransport, ReverseTransport, Transport
 
@@ -424,3 +424,9 @@ def _file_value(name: str, data: str) -> str:
     except ValueError as exc:
         raise AdapterError(f"file {name!r}: the payload is not base64 ({exc})") from None
     return "base64://" + data
+
+
+if TYPE_CHECKING:  # mypy proves the class fits the port
+
+    def _fits(settings: RunnerSettings) -> Adapter:
+        return OneBotAdapter(settings)
