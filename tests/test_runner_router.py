@@ -1,0 +1,496 @@
+"""The runner's `Router` against a real Agent on the scripted server and the in-memory adapter.
+
+Routing (private, group triggers, /clock without @), the sender prefix and batch mentions,
+queued and overflow notices, approvals answered by chat reply (requester, stranger, admin,
+``show``), /stop, status texts, quota denials, per-chat callbacks (history, file URLs,
+load_images with quoted messages, images and files), group auto-clear, clock and background
+deliveries, and a graceful close.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import pytest
+from mcp_servers.support import stdio_entry, write_config
+from runner_memory import MemoryAdapter
+
+from ania_nb import tool
+from ania_nb.engine.messages import image_marker
+from ania_nb.orchestration import Delivery
+from ania_nb.runner.model import ChatRef, Outgoing
+from ania_nb.runner.router import (
+    ERROR_TEXT,
+    SHUTDOWN_TEXT,
+    STOPPED_TEXT,
+    TIMEOUT_TEXT,
+    Router,
+    drop_loaded_tools,
+)
+from ania_nb.testing import delay, error, reply, tool_call
+from ania_nb.tools import ToolContext
+
+G1 = ChatRef("group", "501")
+ADMIN = "999"
+QUEUED = "正在回复上一条消息，你的消息已排队，稍后回复你~"
+OVERFLOW = "排队消息太多啦，稍后再试试吧~"
+
+
+class Served:
+    """An Agent, the memory adapter and the router between them."""
+
+    def __init__(self, agent: Any, adapter: MemoryAdapter, router: Router) -> None:
+        self.agent, self.adapter, self.router = agent, adapter, router
+
+    async def say(self, message: Any) -> Any:
+        return await self.adapter.receive(message)
+
+    def texts(self, chat: ChatRef | None = None) -> list[str]:
+        sent = self.adapter.sent if chat is None else self.adapter.sent_to(chat)
+        return [m.text for m in sent]
+
+    async def settle(self) -> None:
+        await asyncio.wait_for(self.router.wait_idle(), 10)
+
+
+@pytest.fixture
+async def serve(make_agent: Any) -> Any:
+    routers: list[Router] = []
+
+    async def factory(**kwargs: Any) -> Served:
+        overrides = {"admin.ids": [f"qq:{ADMIN}"], **kwargs.pop("overrides", {})}
+        agent = make_agent(overrides=overrides, **kwargs)
+        await agent.start()
+        adapter = MemoryAdapter()
+        router = Router(agent, adapter)
+        agent.outbox.subscribe(router.deliver)
+        await adapter.start(router.handle)
+        routers.append(router)
+        return Served(agent, adapter, router)
+
+    yield factory
+    for router in routers:
+        await router.close(0)
+
+
+def user_turn(request: Any) -> str:
+    """The text of a request's last user message."""
+    content = request.messages[-1]["content"]
+    return content if isinstance(content, str) else str(content)
+
+
+def blocker() -> tuple[Any, asyncio.Event, asyncio.Event]:
+    """A tool that waits until released, and the events: started, release."""
+    started, release = asyncio.Event(), asyncio.Event()
+
+    @tool
+    async def wait_here() -> str:
+        """Block until released."""
+        started.set()
+        await release.wait()
+        return "released"
+
+    return wait_here, started, release
+
+
+# ------------------------------------------------------------------ routing
+
+
+async def test_private_message_gets_the_reply_and_the_model_sees_the_sender(llm, serve):
+    llm.script(reply("hello Ann"))
+    s = await serve()
+    await s.say(s.adapter.private("42", "hi there", nickname="Ann"))
+    sent = await s.adapter.wait_sent()
+    assert sent == Outgoing(ChatRef("private", "42"), "hello Ann")
+    assert "[nickname:Ann id:42]: hi there" in user_turn(llm.requests[0])
+    [run] = await s.agent.runs(session="f:42")
+    assert run.sender == "qq:42"
+
+
+async def test_group_answers_only_when_addressed_and_mentions_the_sender(llm, serve):
+    llm.script(reply("first"), reply("second"))
+    s = await serve()
+    await s.say(s.adapter.group(G1.id, "7", "just chatting"))
+    assert s.router.running == 0  # not for the bot: nothing to answer
+    await s.say(s.adapter.group(G1.id, "7", "bot, hi", mentioned=True))
+    first = await s.adapter.wait_sent()
+    assert (first.text, first.mentions) == ("first", ("7",))
+    # a reply to the bot's message counts with the default trigger (mention_or_reply)
+    await s.say(s.adapter.group(G1.id, "8", "and you?", reply_to=s.adapter.sent_ids[-1]))
+    second = await s.adapter.wait_sent(lambda m: m.text == "second")
+    assert second.mentions == ("8",)
+    assert len(llm.requests) == 2
+    assert "just chatting" not in str(llm.requests[1].messages)
+
+
+async def test_group_trigger_mention_ignores_replies_and_all_answers_everything(llm, serve):
+    llm.script(reply("ok"))
+    s = await serve(overrides={"runner.group_trigger": "mention"})
+    await s.say(s.adapter.group(G1.id, "7", "x", replied_to_bot=True))
+    assert s.router.running == 0
+    s.agent.config.runner.group_trigger = "all"
+    await s.say(s.adapter.group(G1.id, "7", "anyone?"))
+    assert (await s.adapter.wait_sent()).text == "ok"
+
+
+async def test_clock_command_works_in_a_group_without_mention_others_need_it(llm, serve):
+    s = await serve()
+    await s.say(s.adapter.group(G1.id, "7", "/help"))
+    assert s.router.running == 0  # other commands need the @
+    await s.say(s.adapter.group(G1.id, "7", "/clock list"))
+    sent = await s.adapter.wait_sent()
+    assert sent.text.startswith("No clock tasks in this chat")
+    assert sent.mentions == ()  # command answers are plain text
+    await s.say(s.adapter.group(G1.id, "7", "/help", mentioned=True))
+    assert (await s.adapter.wait_sent(lambda m: m.text.startswith("Commands:"))).mentions == ()
+    assert llm.requests == []
+
+
+async def test_own_messages_are_ignored(llm, serve):
+    s = await serve()
+    await s.say(s.adapter.private("10000", "echo of my reply", from_self=True))
+    assert s.router.running == 0 and s.adapter.sent == []
+
+
+# ------------------------------------------------------------------ flow control
+
+
+async def test_queued_messages_get_one_notice_and_one_reply_mentioning_every_sender(llm, serve):
+    wait_here, started, release = blocker()
+    llm.script(reply(tool_calls=[tool_call("wait_here")]), reply("first done"), reply("both"))
+    s = await serve(tools=[wait_here])
+    await s.say(s.adapter.group(G1.id, "1", "start", mentioned=True))
+    await asyncio.wait_for(started.wait(), 10)
+    await s.say(s.adapter.group(G1.id, "2", "me too", mentioned=True, nickname="Bo"))
+    await s.say(s.adapter.group(G1.id, "3", "and me", mentioned=True, nickname="Cy"))
+    notice = await s.adapter.wait_sent(lambda m: m.text == QUEUED)
+    assert notice.mentions == ("2",)
+    release.set()
+    both = await s.adapter.wait_sent(lambda m: m.text == "both")
+    await s.settle()
+    assert both.mentions == ("2", "3")
+    assert s.texts() == [QUEUED, "first done", "both"]  # one notice per busy period
+    batch = user_turn(llm.requests[2])
+    assert "[nickname:Bo id:2]: me too" in batch and "[nickname:Cy id:3]: and me" in batch
+
+
+async def test_a_full_queue_gets_the_overflow_notice(llm, serve):
+    wait_here, started, release = blocker()
+    llm.script(reply(tool_calls=[tool_call("wait_here")]), reply("one"), reply("two"))
+    s = await serve(tools=[wait_here], overrides={"agent.queue_size": 1})
+    await s.say(s.adapter.private("5", "start"))
+    await asyncio.wait_for(started.wait(), 10)
+    await s.say(s.adapter.private("5", "queued"))
+    await s.say(s.adapter.private("5", "too many"))
+    await s.adapter.wait_sent(lambda m: m.text == OVERFLOW)
+    release.set()
+    await s.settle()
+    assert s.texts() == [QUEUED, OVERFLOW, "one", "two"]
+    assert "too many" not in str(llm.requests[2].messages)
+
+
+async def test_stop_mid_run_sends_one_stopped_notice(llm, serve):
+    wait_here, started, _ = blocker()
+    llm.script(reply(tool_calls=[tool_call("wait_here")]))
+    s = await serve(tools=[wait_here])
+    await s.say(s.adapter.group(G1.id, "1", "work", mentioned=True))
+    await asyncio.wait_for(started.wait(), 10)
+    await s.say(s.adapter.group(G1.id, "2", "more", mentioned=True))
+    await s.say(s.adapter.group(G1.id, "1", "/stop", mentioned=True))
+    await s.settle()
+    assert sorted(s.texts()) == sorted([QUEUED, "Stopped the reply.", STOPPED_TEXT])
+    [run] = await s.agent.runs(session=G1.session)
+    assert run.status == "stopped"
+
+
+async def test_status_texts_for_timeout_and_error_and_nothing_for_a_blank_reply(llm, serve):
+    llm.script(reply("   "), error(400, "bad request"), delay(3, reply("late")))
+    s = await serve(overrides={"agent.run_timeout": 0.5})
+    await s.say(s.adapter.private("5", "blank"))
+    await s.settle()
+    assert s.adapter.sent == []
+    await s.say(s.adapter.private("5", "broken"))
+    assert (await s.adapter.wait_sent()).text == ERROR_TEXT
+    await s.say(s.adapter.private("5", "slow"))
+    assert (await s.adapter.wait_sent(lambda m: m.text != ERROR_TEXT)).text == TIMEOUT_TEXT
+
+
+async def test_a_quota_denial_sends_its_reason(llm, serve):
+    llm.script(reply("spent"))
+    s = await serve(overrides={"quota.enable": True, "quota.daily_tokens": 1})
+    await s.say(s.adapter.private("5", "first"))
+    assert (await s.adapter.wait_sent()).text == "spent"
+    await s.say(s.adapter.private("5", "second"))
+    denied = await s.adapter.wait_sent(lambda m: m.text != "spent")
+    [latest, _] = await s.agent.runs(session="f:5")
+    assert latest.status == "denied" and denied.text == latest.error
+    assert len(llm.requests) == 1
+
+
+async def test_a_failed_send_is_logged_and_the_next_message_is_answered(llm, serve, caplog):
+    llm.script(reply("lost"), reply("arrives"))
+    s = await serve()
+    s.adapter.fail_sends(1)
+    await s.say(s.adapter.private("5", "one"))
+    await s.settle()
+    assert s.adapter.sent == [] and "could not send to f:5" in caplog.text
+    await s.say(s.adapter.private("5", "two"))
+    assert (await s.adapter.wait_sent()).text == "arrives"
+
+
+# ------------------------------------------------------------------ approvals
+
+
+def danger_tool() -> Any:
+    @tool
+    def danger(what: str) -> str:
+        """Do something that needs a person's approval."""
+        return f"did {what}"
+
+    return danger
+
+
+APPROVAL = {"approval.enable": True, "approval.tools": ["danger"], "approval.timeout": 30}
+
+
+async def test_requester_approves_by_reply_after_a_stranger_is_refused(llm, serve):
+    llm.script(reply(tool_calls=[tool_call("danger", {"what": "rm " + "x" * 400})]), reply("done"))
+    s = await serve(tools=[danger_tool()], overrides={**APPROVAL, "runner.approval_chars": 200})
+    await s.say(s.adapter.group(G1.id, "1", "please do it", mentioned=True))
+    asked = await s.adapter.wait_sent(lambda m: m.text.startswith("【工具审批】"))
+    [request] = s.agent.approvals.pending(G1.session)
+    assert f"请求 {request.id}" in asked.text and "发起人（1）或管理员" in asked.text
+    assert f"reply `show {request.id}`" in asked.text  # cut at runner.approval_chars
+    assert asked.mentions == ()
+
+    await s.say(s.adapter.group(G1.id, "2", "允许"))  # a stranger, without @
+    refused = await s.adapter.wait_sent(lambda m: m.text.startswith("无法审批"))
+    assert refused.mentions == ("2",) and "qq:2" in refused.text
+    assert s.agent.approvals.pending(G1.session) == [request]  # still waiting
+
+    await s.say(s.adapter.group(G1.id, "2", f"show {request.id}"))
+    full = await s.adapter.wait_sent(lambda m: m.text == request.text())
+    assert "x" * 400 in full.text
+
+    await s.say(s.adapter.group(G1.id, "1", "yes"))
+    await s.adapter.wait_sent(lambda m: m.text.startswith("已允许：danger"))
+    done = await s.adapter.wait_sent(lambda m: m.text == "done")
+    assert done.mentions == ("1",)
+    [run] = await s.agent.runs(session=G1.session)
+    assert run.tool_calls[0].result.startswith("did rm")
+    assert len(llm.requests) == 2  # the replies never reached the model
+    assert "允许" not in str(llm.requests[1].messages)
+
+
+async def test_a_verdict_word_without_a_pending_request_is_an_ordinary_message(llm, serve):
+    llm.script(reply("yes to what?"))
+    s = await serve(tools=[danger_tool()], overrides=APPROVAL)
+    await s.say(s.adapter.private("1", "yes"))
+    assert (await s.adapter.wait_sent()).text == "yes to what?"
+    assert "[nickname:user1 id:1]: yes" in user_turn(llm.requests[0])
+
+
+async def test_admin_answers_in_the_chat_with_the_request_id(llm, serve):
+    llm.script(reply(tool_calls=[tool_call("danger", {"what": "a"})]), reply("stopped it"))
+    s = await serve(tools=[danger_tool()], overrides=APPROVAL)
+    await s.say(s.adapter.group(G1.id, "1", "do it", mentioned=True))
+    await s.adapter.wait_sent(lambda m: m.text.startswith("【工具审批】"))
+    [request] = s.agent.approvals.pending(G1.session)
+    await s.say(s.adapter.group(G1.id, "2", "no abc123"))  # not this request's id: chatter
+    assert s.agent.approvals.pending(G1.session) == [request]
+    await s.say(s.adapter.group(G1.id, ADMIN, f"deny {request.id}"))
+    await s.adapter.wait_sent(lambda m: m.text.startswith("已拒绝：danger"))
+    await s.adapter.wait_sent(lambda m: m.text == "stopped it")
+    [run] = await s.agent.runs(session=G1.session)
+    assert "denied by qq:999" in run.tool_calls[0].result
+
+
+# ------------------------------------------------------------------ callbacks
+
+
+@tool
+async def chat_tools(ctx: ToolContext) -> str:
+    """Use the chat callbacks: history, a file URL, an image and a file."""
+    history = await ctx.callbacks.call("get_msg_history", 10, 0)
+    url = await ctx.callbacks.call("get_private_file_url", "F1")
+    await ctx.callbacks.call("send_image", "aGVsbG8=")
+    await ctx.callbacks.call("send_file", "a.txt", "aGk=")
+    await ctx.callbacks.call("send_text", "working on it")
+    return f"{history}|{url}"
+
+
+async def test_chat_callbacks_reach_the_platform(llm, serve):
+    llm.script(reply(tool_calls=[tool_call("chat_tools")]), reply("all done"))
+    s = await serve(tools=[chat_tools])
+    await s.say(s.adapter.group(G1.id, "3", "earlier words", nickname="Di"))
+    await s.say(s.adapter.group(G1.id, "4", "use the tools", mentioned=True, nickname="Ed"))
+    await s.adapter.wait_sent(lambda m: m.text == "all done")
+    sent = s.adapter.sent_to(G1)
+    assert [m.images for m in sent if m.images] == [("aGVsbG8=",)]
+    assert [m.files for m in sent if m.files] == [(("a.txt", "aGk="),)]
+    assert [m.mentions for m in sent if m.text == "working on it"] == [("4",)]
+    [run] = await s.agent.runs(session=G1.session)
+    result = run.tool_calls[0].result
+    assert "[message_seq:1]\n[nickname:Di id:3]: earlier words\n" in result
+    assert "[message_seq:2]\n[nickname:Ed id:4]: use the tools\n" in result
+    # in a group, the file belongs to the sender's private chat
+    assert s.adapter.file_requests == [(ChatRef("private", "4"), "F1")]
+    assert result.endswith("/files/private/4/F1")
+
+
+IMG_OWN = "https://img.example/own.png"
+IMG_QUOTED = "https://img.example/quoted.png"
+
+
+async def test_load_images_sees_the_message_and_the_quoted_one(llm, serve):
+    llm.script(reply(tool_calls=[tool_call("load_images")]), reply("two pictures"))
+    s = await serve(overrides={"agent.builtin_tools": True, "vision.multimodal": True})
+    quoted = await s.say(s.adapter.group(G1.id, "3", "[图片]", images=(IMG_QUOTED,)))
+    await s.say(
+        s.adapter.group(
+            G1.id,
+            "4",
+            "[图片] what are these?",
+            mentioned=True,
+            images=(IMG_OWN,),
+            reply_to=quoted.message_id,
+        )
+    )
+    await s.adapter.wait_sent(lambda m: m.text == "two pictures")
+    [run] = await s.agent.runs(session=G1.session)
+    labels = f"{image_marker(IMG_OWN)}, {image_marker(IMG_QUOTED)}"
+    assert run.tool_calls[0].result == (
+        f"loaded 2 image(s) ({labels}); you will see them in the next step"
+    )
+    shown = str(llm.requests[1].messages[-1]["content"])
+    assert IMG_OWN in shown and IMG_QUOTED in shown
+    assert IMG_OWN not in str(llm.requests[0].messages)  # only when the model asks
+
+
+# ------------------------------------------------------------------ group auto-clear
+
+
+async def test_group_history_is_cleared_after_enough_unaddressed_messages(llm, serve):
+    llm.script(reply("noted"), reply("fresh"))
+    s = await serve(overrides={"runner.group_clear_after": 3})
+    await s.say(s.adapter.group(G1.id, "1", "remember 7", mentioned=True))
+    await s.adapter.wait_sent()
+    assert len(await s.agent.history(G1.session)) == 2
+    for i in range(2):
+        await s.say(s.adapter.group(G1.id, "2", f"chatter {i}"))
+    await s.settle()
+    assert len(await s.agent.history(G1.session)) == 2  # not yet
+    await s.say(s.adapter.group(G1.id, "2", "chatter 2"))
+    await s.settle()
+    assert await s.agent.history(G1.session) == []
+    await s.say(s.adapter.group(G1.id, "1", "what number?", mentioned=True))
+    await s.adapter.wait_sent(lambda m: m.text == "fresh")
+    assert "remember 7" not in str(llm.requests[1].messages)
+
+
+async def test_an_addressed_message_resets_the_count(llm, serve):
+    llm.script(reply("a"), reply("b"))
+    s = await serve(overrides={"runner.group_clear_after": 2})
+    await s.say(s.adapter.group(G1.id, "1", "first", mentioned=True))
+    await s.adapter.wait_sent()
+    await s.say(s.adapter.group(G1.id, "2", "chatter"))
+    await s.say(s.adapter.group(G1.id, "1", "second", mentioned=True))
+    await s.adapter.wait_sent(lambda m: m.text == "b")
+    await s.say(s.adapter.group(G1.id, "2", "chatter"))
+    await s.settle()
+    assert len(await s.agent.history(G1.session)) == 4
+
+
+async def test_auto_clear_drops_the_mcp_tools_the_group_loaded(llm, serve, tmp_path):
+    config = write_config(tmp_path / "mcp.json", [stdio_entry()])
+    llm.script(reply(tool_calls=[tool_call("mcp_load_demo", {"tool_name": "add"})]), reply("ok"))
+    s = await serve(overrides={"mcp.config_file": str(config), "runner.group_clear_after": 1})
+    await s.say(s.adapter.group(G1.id, "1", "load add", mentioned=True))
+    await s.adapter.wait_sent(lambda m: m.text == "ok")
+    state = s.agent.session(G1.session)
+    assert "add" in state.executor.names()
+    await s.say(s.adapter.group(G1.id, "2", "chatter"))
+    await s.settle()
+    assert "add" not in state.executor.names()
+    assert "mcp_load_demo" in state.executor.names()  # the shared loader stays
+    assert drop_loaded_tools(state) == []
+
+
+# ------------------------------------------------------------------ deliveries
+
+
+async def test_clock_results_go_to_their_group_mentioning_the_creator(llm, serve):
+    llm.route(
+        lambda req: "【定时任务】" in str(req.messages) or "greet" in str(req.messages),
+        reply("good morning, group"),
+    )
+    s = await serve()
+    await s.say(s.adapter.group(G1.id, ADMIN, "/clock add 0 9 * * * | greet | say hi"))
+    created = await s.adapter.wait_sent()
+    task_id = created.text.split("ID=")[1].split(",")[0]
+    await s.say(s.adapter.group(G1.id, ADMIN, f"/clock run {task_id}"))
+    delivered = await s.adapter.wait_sent(lambda m: m.text == "good morning, group")
+    assert delivered.mentions == (ADMIN,)
+
+
+async def test_deliveries_to_chats_and_others(serve):
+    s = await serve()
+    await s.router.deliver(Delivery("f:5", "child says hi", "subagent", status="success"))
+    await s.router.deliver(Delivery("nb:default", "not a chat", "clock"))
+    await s.router.deliver(
+        Delivery("g:501", "[timeout] took too long", "subagent", status="timeout")
+    )
+    await s.router.deliver(Delivery("g:501", "", "subagent", status="stopped"))
+    await s.router.deliver(Delivery("g:501", "tick", "clock", meta={"created_by": "someone-local"}))
+    assert [(m.chat.session, m.text, m.mentions) for m in s.adapter.sent] == [
+        ("f:5", "child says hi", ()),
+        ("g:501", TIMEOUT_TEXT, ()),
+        ("g:501", "tick", ()),
+    ]
+
+
+async def test_clock_runs_of_chat_sessions_get_the_chats_callbacks(serve):
+    s = await serve()
+    callbacks = s.agent.outbox.callbacks_for(G1.session)
+    assert {"send_image", "send_file", "get_msg_history", "request_approval"} <= set(
+        callbacks.provided()
+    )
+    assert "get_private_file_url" not in callbacks.provided()  # no sender in a group's clock run
+    assert s.agent.outbox.callbacks_for("nb:x").provided() == []
+    await s.router.close(0)
+    assert s.agent.outbox.callbacks_for(G1.session).provided() == []
+
+
+# ------------------------------------------------------------------ close
+
+
+async def test_close_lets_a_running_reply_finish_within_the_grace(llm, serve):
+    wait_here, started, release = blocker()
+    llm.script(reply(tool_calls=[tool_call("wait_here")]), reply("finished"))
+    s = await serve(tools=[wait_here])
+    await s.say(s.adapter.private("5", "work"))
+    await asyncio.wait_for(started.wait(), 10)
+    closing = asyncio.create_task(s.router.close(30))
+    await asyncio.sleep(0)
+    await s.say(s.adapter.private("6", "too late"))
+    assert s.router.running == 1  # nothing new is accepted
+    release.set()
+    await asyncio.wait_for(closing, 10)
+    assert s.texts() == ["finished"]
+
+
+async def test_close_stops_what_outlasts_the_grace_and_a_second_close_hurries(llm, serve):
+    wait_here, started, _ = blocker()
+    llm.script(reply(tool_calls=[tool_call("wait_here")]))
+    s = await serve(tools=[wait_here])
+    await s.say(s.adapter.group(G1.id, "1", "work", mentioned=True))
+    await asyncio.wait_for(started.wait(), 10)
+    first = asyncio.create_task(s.router.close(300))
+    await asyncio.sleep(0)
+    assert not first.done()
+    await asyncio.wait_for(s.router.close(0), 10)  # a second signal
+    assert first.done()
+    assert s.texts() == [SHUTDOWN_TEXT]
+    [run] = await s.agent.runs(session=G1.session)
+    assert run.status == "stopped"
