@@ -448,20 +448,31 @@ async def test_messages_flow_again_after_the_implementation_drops(mode: str) -> 
 
 
 async def test_a_send_during_a_reconnect_waits_for_the_link() -> None:
-    """An action made while disconnected goes out once the implementation is back."""
+    """An action made while (or just as) the link is down goes out once it is back."""
     impl = OneBotImpl(self_id=BOT)
     async with linked("reverse", impl) as (adapter, _):
         url = adapter.url
         await impl.drop(reconnect=False)
-        # The adapter has no "disconnected" event to wait on; its side notices a moment later.
-        while adapter.connected:  # noqa: ASYNC110
-            await asyncio.sleep(0.01)
+        # No wait for the adapter to notice: the frame meets a closing socket or no link at all.
         sending = asyncio.create_task(adapter.send(Outgoing(ChatRef("private", "2"), text="稍等")))
-        await asyncio.sleep(0)
+        await asyncio.sleep(0.05)
         assert not sending.done()
         await impl.connect(url)
         assert await asyncio.wait_for(sending, 10)
         assert impl.sent("private", 2)[0].segments == [ob.text("稍等")]
+        assert [a.name for a in impl.actions].count("send_private_msg") == 1
+
+
+async def test_closing_the_adapter_fails_waiting_calls_at_once() -> None:
+    """aclose: a call waiting for a link fails as closed instead of running out its timeout."""
+    impl = OneBotImpl(self_id=BOT)
+    async with linked("reverse", impl) as (adapter, _):
+        await impl.drop(reconnect=False)
+        waiting = asyncio.create_task(adapter.transport.call("get_status"))
+        await asyncio.sleep(0.05)
+        await adapter.aclose()
+        with pytest.raises(AdapterError, match="get_status failed: the adapter is closed"):
+            await asyncio.wait_for(waiting, 5)
 
 
 async def test_a_newer_reverse_connection_replaces_the_older() -> None:
@@ -500,6 +511,7 @@ async def test_reverse_mode_refuses_missing_and_wrong_tokens() -> None:
         async with connect(adapter.url + "?access_token=s3cret", proxy=None):
             await asyncio.wait_for(adapter.wait_connected(), 10)
         impl = OneBotImpl(self_id=BOT, access_token="s3cret")
+        assert adapter.listen_url == adapter.url and adapter.url.endswith("/onebot/v11/ws")
         await impl.connect(adapter.url)
         await impl.aclose()
     finally:
@@ -537,6 +549,7 @@ async def test_forward_mode_sends_the_token_and_reports_a_refusal() -> None:
     try:
         await right.start(lambda message: asyncio.sleep(0))
         await asyncio.wait_for(right.wait_connected(), 10)
+        assert right.listen_url is None
         [headers] = impl.request_headers
         assert headers["Authorization"] == "Bearer s3cret"
         assert await right.transport.call("get_status") == {"online": True, "good": True}

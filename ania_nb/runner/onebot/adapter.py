@@ -117,6 +117,11 @@ class OneBotAdapter:
         """Reverse mode: the URL to configure in the implementation; forward: the dialed URL."""
         return self.transport.url
 
+    @property
+    def listen_url(self) -> str | None:
+        """Reverse mode: the URL listened at, with the bound port (None in forward mode)."""
+        return self.transport.url if isinstance(self.transport, ReverseTransport) else None
+
     async def wait_connected(self) -> None:
         """Return once the implementation is connected (wrap in ``asyncio.wait_for``)."""
         await self.transport.wait_connected()

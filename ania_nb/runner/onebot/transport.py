@@ -135,41 +135,36 @@ class Transport:
         self._on_event, self._on_connect = on_event, on_connect
 
     async def wait_connected(self) -> None:
-        """Return once a connection is open (wrap in ``asyncio.wait_for`` for a deadline)."""
+        """Return once a connection is open or the transport closed (use ``asyncio.wait_for``)."""
         await self._linked.wait()
 
     async def call(self, action: str, params: dict[str, Any] | None = None) -> Any:
         """Run an action and return its ``data``; `AdapterError` when it fails or times out."""
-        if self._closed:
-            raise AdapterError(f"OneBot action {action} failed: the adapter is closed")
         loop = asyncio.get_running_loop()
         deadline = loop.time() + self.action_timeout
-        # A call made during a reconnect waits for the link instead of failing at once: nothing
-        # was sent yet, so waiting cannot duplicate a message.
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(self._linked.wait(), self.action_timeout)
-        if self._link is None:
-            reason = f" ({self.last_error})" if self.last_error else ""
-            raise AdapterError(f"OneBot action {action} failed: not connected{reason}")
-        link = self._link
-        assert link is not None
-        echo = f"ania:{next(self._echoes)}"
-        future: asyncio.Future[ActionResponse] = loop.create_future()
-        link.pending[echo] = (future, action)
-        frame = ActionRequest(action=action, params=params or {}, echo=echo)
-        try:
-            await link.ws.send(frame.model_dump_json())
-            remaining = max(deadline - loop.time(), 0.001)
-            response = await asyncio.wait_for(future, remaining)
-        except TimeoutError:
-            raise AdapterError(
-                f"OneBot action {action} timed out after {self.action_timeout:g} s "
-                "(runner.action_timeout)"
-            ) from None
-        except ConnectionClosed:
-            raise AdapterError(f"OneBot action {action} failed: the connection closed") from None
-        finally:
-            link.pending.pop(echo, None)
+        frame = ActionRequest(action=action, params=params or {}, echo="")
+        while True:
+            link = await self._wait_link(action, deadline)
+            echo = f"ania:{next(self._echoes)}"
+            future: asyncio.Future[ActionResponse] = loop.create_future()
+            link.pending[echo] = (future, action)
+            try:
+                await link.ws.send(frame.model_copy(update={"echo": echo}).model_dump_json())
+            except ConnectionClosed:
+                # The frame never left, so trying the next connection cannot duplicate it.
+                link.pending.pop(echo, None)
+                self._drop_link(link, "the OneBot connection closed")
+                continue
+            try:
+                response = await asyncio.wait_for(future, max(deadline - loop.time(), 0.001))
+            except TimeoutError:
+                raise AdapterError(
+                    f"OneBot action {action} timed out after {self.action_timeout:g} s "
+                    "(runner.action_timeout)"
+                ) from None
+            finally:
+                link.pending.pop(echo, None)
+            break
         if not response.ok:
             why = response.wording or response.message
             raise ActionFailed(
@@ -180,6 +175,26 @@ class Transport:
                 retcode=response.retcode,
             )
         return response.data
+
+    async def _wait_link(self, action: str, deadline: float) -> _Link:
+        """The current link; during a reconnect wait for the next one until ``deadline``."""
+        if not self._closed and self._link is None:
+            remaining = deadline - asyncio.get_running_loop().time()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._linked.wait(), max(remaining, 0))
+        if self._closed:
+            raise AdapterError(f"OneBot action {action} failed: the adapter is closed")
+        if self._link is None:
+            reason = f" ({self.last_error})" if self.last_error else ""
+            raise AdapterError(f"OneBot action {action} failed: not connected{reason}")
+        return self._link
+
+    def _drop_link(self, link: _Link, reason: str) -> None:
+        """Forget ``link`` (its socket is gone) and fail the calls waiting on it."""
+        if self._link is link:
+            self._link = None
+            self._linked.clear()
+        link.fail_pending(reason)
 
     async def _serve_link(self, ws: ClientConnection | ServerConnection) -> None:
         """Make ``ws`` the current link (replacing any older one) and read it until it closes."""
@@ -198,17 +213,15 @@ class Transport:
         try:
             await link.run()
         finally:
-            if self._link is link:
-                self._link = None
-                self._linked.clear()
+            self._drop_link(link, "the OneBot connection closed before it answered")
 
     async def aclose(self) -> None:
         """Close the connection; waiting calls fail with `AdapterError`."""
         self._closed = True
-        link, self._link = self._link, None
-        self._linked.clear()
+        self._linked.set()  # wake calls waiting for a link: they fail as closed now
+        link = self._link
         if link is not None:
-            link.fail_pending("the adapter is closing")
+            self._drop_link(link, "the adapter is closing")
             await link.ws.close(1001, "the runner is stopping")
 
 
