@@ -35,6 +35,9 @@ from websockets.http11 import Request, Response
 Segment = dict[str, Any]
 MessageLike = str | Segment | list[Segment]
 _UNSET: Any = object()
+_MAX_FRAME = (
+    64 * 2**20
+)  # base64 images and files travel inside one frame; websockets' 1 MiB is too small
 
 # ---------------------------------------------------------------- CQ strings (message/string.md)
 
@@ -326,6 +329,11 @@ class OneBotImpl:
         """Whether a bot connection that receives events is open."""
         return any(role != "api" for _, role in self._live.values())
 
+    @property
+    def redialing(self) -> bool:
+        """Reverse mode: whether the impl is connected or still dials (False after a final drop)."""
+        return self._reverse is not None and not self._reverse.done()
+
     async def serve(self, host: str = "127.0.0.1", port: int = 0) -> str:
         """Forward mode: listen for the bot; returns ``ws://host:port`` (paths /, /api, /event)."""
         self._server = await serve(
@@ -334,6 +342,7 @@ class OneBotImpl:
             port,
             process_request=self._check_request,
             ping_interval=None,
+            max_size=_MAX_FRAME,
         )
         bound = next(iter(self._server.sockets)).getsockname()
         return f"ws://{bound[0]}:{bound[1]}"
@@ -349,9 +358,11 @@ class OneBotImpl:
                 token = next(iter(parse_qs(parts.query).get("access_token", [])), None)
             if token is None:  # authorization.md: missing token 401, wrong token 403
                 self.rejections.append(401)
+                self._notify()
                 return connection.respond(HTTPStatus.UNAUTHORIZED, "access token required\n")
             if token != self.access_token:
                 self.rejections.append(403)
+                self._notify()
                 return connection.respond(HTTPStatus.FORBIDDEN, "access token does not match\n")
         self.request_headers.append(dict(request.headers.raw_items()))
         return None
@@ -385,6 +396,7 @@ class OneBotImpl:
         self._reverse = asyncio.create_task(
             self._reverse_loop(url, headers, role.lower(), first, retry_interval, deadline)
         )
+        self._reverse.add_done_callback(lambda _: self._notify())  # wakes waiters on `redialing`
         try:
             await asyncio.wait_for(asyncio.shield(first), deadline + 1)
         except BaseException:
@@ -404,11 +416,18 @@ class OneBotImpl:
         deadline: float,
     ) -> None:
         give_up = asyncio.get_running_loop().time() + deadline
-        while True:
+        while not first.done() or self._reconnect:  # drop(reconnect=False) ends the redialing
             try:
-                ws = await connect(url, additional_headers=headers, proxy=None, ping_interval=None)
+                ws = await connect(
+                    url,
+                    additional_headers=headers,
+                    proxy=None,
+                    ping_interval=None,
+                    max_size=_MAX_FRAME,
+                )
             except InvalidStatus as exc:
                 self.rejections.append(exc.response.status_code)
+                self._notify()
                 if not first.done():
                     first.set_exception(HandshakeRejected(exc.response.status_code))
                     return
@@ -711,11 +730,16 @@ class OneBotImpl:
             response = self._failed(*rule.fail)
         else:
             try:
-                response = {
-                    "status": "ok",
-                    "retcode": 0,
-                    "data": self._perform(action.name, action.params),
-                }
+                base = action.name.removesuffix("_async").removesuffix("_rate_limited")
+                if base != action.name:  # api/README.md: done in the background, no data
+                    self._perform(base, action.params)
+                    response = {"status": "async", "retcode": 1, "data": None}
+                else:
+                    response = {
+                        "status": "ok",
+                        "retcode": 0,
+                        "data": self._perform(action.name, action.params),
+                    }
             except ActionError as exc:
                 response = self._failed(exc.retcode, str(exc))
         if "echo" in request:

@@ -7,6 +7,7 @@ wire (so the adapter's tests can trust it), using only the spec's JSON shapes.
 from __future__ import annotations
 
 import asyncio
+import base64
 import json
 import sys
 from collections.abc import AsyncIterator
@@ -488,3 +489,42 @@ async def test_standalone_script_serves_and_obeys_stdin(tmp_path: Any) -> None:
         if proc.returncode is None:
             proc.kill()
             await proc.wait()
+
+
+async def test_async_and_rate_limited_suffixes(impl: OneBotImpl) -> None:
+    ws = await open_client(await impl.serve())
+    queued = await call(ws, "send_private_msg_async", user_id=1, message="a")
+    assert (queued["status"], queued["retcode"], queued["data"]) == ("async", 1, None)
+    limited = await call(ws, "send_msg_rate_limited", user_id=1, message="b")
+    assert limited["status"] == "async"
+    assert (await call(ws, "nope_async"))["retcode"] == 1404
+    assert [m.text for m in impl.sent()] == ["a", "b"]
+
+
+async def test_big_frames_pass(impl: OneBotImpl) -> None:
+    ws = await open_client(await impl.serve())
+    big = "base64://" + base64.b64encode(b"\0" * 3 * 2**20).decode()
+    answer = await call(
+        ws, "send_private_msg", user_id=1, message=[{"type": "image", "data": {"file": big}}]
+    )
+    assert answer["status"] == "ok"
+    assert impl.sent()[0].segments[0]["data"]["file"] == big
+
+
+async def test_reverse_drop_without_reconnect_stops_redialing() -> None:
+    bot = Bot()
+    server = await serve(bot.handler, "127.0.0.1", 0)
+    port = next(iter(server.sockets)).getsockname()[1]
+    url = f"ws://127.0.0.1:{port}/"
+    async with OneBotImpl() as onebot:
+        await onebot.connect(url, retry_interval=0.01)
+        await onebot.drop(reconnect=False)  # while connected
+        await onebot.wait_until(lambda: not onebot.redialing)
+        assert onebot.connections == 1
+        await onebot.connect(url, retry_interval=0.01)  # a fresh connect works again
+        server.close()  # the bot goes away: the impl keeps dialing
+        await server.wait_closed()
+        await onebot.wait_until(lambda: onebot.dial_failures >= 1)
+        await onebot.drop(reconnect=False)  # while dialing
+        await onebot.wait_until(lambda: not onebot.redialing)
+        assert onebot.connections == 2
