@@ -298,6 +298,11 @@ async def test_history_get_message_and_file_url() -> None:
         assert items[0].sender_id == "30002" and items[0].sender_name == "u2"
         older = await adapter.history(ChatRef("group", "800"), 10, before_seq=ids[2])
         assert [i.message_id for i in older] == [str(ids[0]), str(ids[1])]
+        asked = [a.params for a in impl.actions if a.name == "get_group_msg_history"]
+        assert asked == [
+            {"count": 3, "group_id": 800},  # no message_seq: "the latest"
+            {"count": 10, "group_id": 800, "message_seq": ids[2]},
+        ]
 
         fetched = await adapter.get_message(str(pic))
         assert fetched is not None and fetched.images == ("https://img.example/c.png",)
@@ -516,6 +521,14 @@ async def test_reverse_mode_refuses_missing_and_wrong_tokens() -> None:
         await impl.aclose()
     finally:
         await adapter.aclose()
+
+
+@pytest.mark.parametrize("url", ["127.0.0.1:3001", "http://127.0.0.1:3001", "ws://127.0.0.1:99999"])
+def test_forward_mode_refuses_a_url_that_is_not_a_websocket_address(url: str) -> None:
+    """A bad runner.url is a ConfigError naming the key, not an endless reconnect loop."""
+    with pytest.raises(ConfigError, match=r"runner\.url must be .* ws://") as err:
+        OneBotAdapter(_settings(mode="forward", url=url))
+    assert err.value.key == "runner.url"
 
 
 def test_reverse_mode_will_not_listen_beyond_loopback_without_a_token() -> None:

@@ -363,7 +363,9 @@ class OneBotAdapter:
 
     async def history(self, chat: ChatRef, count: int, before_seq: int = 0) -> list[HistoryItem]:
         """The last ``count`` messages before ``before_seq`` (0 = latest), oldest first."""
-        params: dict[str, Any] = {"message_seq": before_seq, "count": count}
+        params: dict[str, Any] = {"count": count}
+        if before_seq:  # absent means "the latest" everywhere; 0 is refused by some
+            params["message_seq"] = before_seq
         if chat.kind == "group":
             action = "get_group_msg_history"
             params["group_id"] = _num(chat.id)

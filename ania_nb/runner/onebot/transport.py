@@ -27,8 +27,14 @@ from pydantic import ValidationError
 from websockets.asyncio.client import ClientConnection, connect
 from websockets.asyncio.server import Server, ServerConnection, serve
 from websockets.datastructures import Headers
-from websockets.exceptions import ConnectionClosed, InvalidStatus, WebSocketException
+from websockets.exceptions import (
+    ConnectionClosed,
+    InvalidStatus,
+    InvalidURI,
+    WebSocketException,
+)
 from websockets.http11 import Request, Response
+from websockets.uri import parse_uri
 
 from ...errors import ConfigError
 from ..model import AdapterError
@@ -198,6 +204,9 @@ class Transport:
 
     async def _serve_link(self, ws: ClientConnection | ServerConnection) -> None:
         """Make ``ws`` the current link (replacing any older one) and read it until it closes."""
+        if self._closed:  # arrived while closing: do not adopt it
+            await ws.close(1001, "the runner is stopping")
+            return
         old = self._link
         link = _Link(ws, self._on_event)
         self._link = link
@@ -232,6 +241,14 @@ class ForwardTransport(Transport):
         self, url: str, *, token: str | None, action_timeout: float, reconnect_max: float
     ) -> None:
         super().__init__(token=token, action_timeout=action_timeout)
+        try:
+            parse_uri(url)
+        except (InvalidURI, ValueError) as exc:
+            raise ConfigError(
+                f"runner.url must be the implementation's WebSocket server as a ws:// or wss:// "
+                f"URL (e.g. ws://127.0.0.1:3001), got {url!r}: {exc}",
+                key="runner.url",
+            ) from None
         self._url = url
         self.reconnect_max = reconnect_max
         self._task: asyncio.Task[None] | None = None
@@ -253,7 +270,14 @@ class ForwardTransport(Transport):
         """Start dialing; returns after the first attempt, connected or not (it keeps trying)."""
         await super().start(on_event, on_connect)
         self._task = asyncio.create_task(self._run(), name="onebot-forward")
-        await self._first_attempt.wait()
+        first = asyncio.ensure_future(self._first_attempt.wait())
+        try:
+            await asyncio.wait({self._task, first}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            first.cancel()
+        if self._task.done():  # the dial loop died: a bug, not a network state; say so now
+            exc = self._task.exception()
+            raise AdapterError(f"the OneBot forward connection loop stopped: {exc!r}") from exc
 
     async def _run(self) -> None:
         headers = {"Authorization": f"Bearer {self.token}"} if self.token else {}
@@ -272,7 +296,7 @@ class ForwardTransport(Transport):
                 hint = " (check runner.access_token)" if status in (401, 403) else ""
                 self.last_error = f"{self.url} refused the connection: HTTP {status}{hint}"
             except (OSError, TimeoutError, WebSocketException) as exc:
-                self.last_error = f"cannot connect to {self.url}: {exc or type(exc).__name__}"
+                self.last_error = f"cannot connect to {self.url}: {self._redact(exc)}"
             else:
                 log.info("connected to OneBot at %s", self.url)
                 self._first_attempt.set()
@@ -289,6 +313,13 @@ class ForwardTransport(Transport):
             log.warning("%s; retrying in %.1f s", self.last_error, delay)
             await asyncio.sleep(delay)
             backoff = min(backoff * 2, self.reconnect_max)
+
+    def _redact(self, exc: BaseException) -> str:
+        """An error's text without the token (some name the URL, query and all)."""
+        text = str(exc) or type(exc).__name__
+        if self.token:
+            text = text.replace(quote(self.token, safe=""), "***").replace(self.token, "***")
+        return text
 
     async def aclose(self) -> None:
         """Stop redialing and close the connection."""
