@@ -504,13 +504,13 @@ class OneBotImpl:
     async def aclose(self) -> None:
         """Stop reconnecting, close connections and the server, cancel pending work."""
         self._reconnect = False
+        for ws, _ in list(self._live.values()):  # first, so the bot sees a proper close
+            await ws.close()
         if self._reverse is not None:
             self._reverse.cancel()
             with contextlib.suppress(BaseException):
                 await self._reverse
             self._reverse = None
-        for ws, _ in list(self._live.values()):
-            await ws.close()
         if self._server is not None:
             self._server.close()
             await self._server.wait_closed()

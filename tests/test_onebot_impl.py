@@ -528,3 +528,15 @@ async def test_reverse_drop_without_reconnect_stops_redialing() -> None:
         await onebot.drop(reconnect=False)  # while dialing
         await onebot.wait_until(lambda: not onebot.redialing)
         assert onebot.connections == 2
+
+
+async def test_aclose_closes_the_reverse_connection_cleanly() -> None:
+    bot = Bot()
+    async with serve(bot.handler, "127.0.0.1", 0) as server:
+        url = f"ws://127.0.0.1:{next(iter(server.sockets)).getsockname()[1]}/"
+        onebot = OneBotImpl()
+        await onebot.connect(url)
+        await onebot.aclose()
+        await asyncio.wait_for(bot.sockets[0].wait_closed(), 10)
+        assert bot.sockets[0].close_code == 1000
+        assert not onebot.redialing
