@@ -51,7 +51,7 @@ async def test_admin_tools_only_with_self_manage(tmp_path: Path):
     assert shared.names() == []
 
 
-@pytest.mark.parametrize("form", ["servers", "mcpServers"])
+@pytest.mark.parametrize("form", ["servers", "mcpServers", "vscode"])
 async def test_add_list_remove_persist_in_the_files_form(tmp_path: Path, form: str):
     path = write_config(tmp_path / "mcp.json", [stdio_entry("first")], form=form)
     shared = ToolExecutor()
@@ -65,21 +65,28 @@ async def test_add_list_remove_persist_in_the_files_form(tmp_path: Path, form: s
             "with mcp_discover_extra, then load one with mcp_load_extra."
         )
         saved = json.loads(path.read_text())
-        assert list(saved) == [form]
+        key = "servers" if form == "vscode" else form
+        assert list(saved) == [key]
         if form == "servers":
             assert [e["name"] for e in saved["servers"]] == ["first", "extra"]
             assert saved["servers"][1]["env"] == {"GREETING": "hi=there"}
         else:
-            assert list(saved["mcpServers"]) == ["first", "extra"]
-            assert saved["mcpServers"]["extra"]["env"] == {"GREETING": "hi=there"}
-            assert "type" not in saved["mcpServers"]["extra"]
+            assert list(saved[key]) == ["first", "extra"]
+            assert saved[key]["extra"]["env"] == {"GREETING": "hi=there"}
+            # VS Code needs the type of every entry; Claude Code infers stdio from a command
+            assert saved[key]["extra"].get("type") == ("stdio" if form == "vscode" else None)
         assert "mcp_load_extra" in shared.names()
         await run(session, "mcp_load_extra", tool_name="get_env")
         assert await run(session, "get_env", key="GREETING") == "hi=there"
 
         listing = await run(session, "mcp_list")
         lines = listing.splitlines()
-        assert lines[0] == "MCP servers (lazy mode):"
+        described = {
+            "servers": 'the "servers" list form',
+            "mcpServers": 'the Claude Code "mcpServers" form',
+            "vscode": 'the VS Code "servers" object form',
+        }[form]
+        assert lines[0] == f"MCP servers (lazy mode; from {path} ({described})):"
         assert lines[1].startswith("- extra: more (stdio ") and lines[1].endswith(
             "connected, 10 tools)"
         )
@@ -94,7 +101,7 @@ async def test_add_list_remove_persist_in_the_files_form(tmp_path: Path, form: s
         assert [s.name for s in registry.servers()] == ["first"]
         reloaded = json.loads(path.read_text())
         names = (
-            [e["name"] for e in reloaded["servers"]] if form == "servers" else list(reloaded[form])
+            [e["name"] for e in reloaded["servers"]] if form == "servers" else list(reloaded[key])
         )
         assert names == ["first"]
         unknown = await run(session, "mcp_remove", name="extra")

@@ -30,3 +30,21 @@ async def test_lazy_mcp_tools_through_an_agent_run(llm, make_agent, tmp_path):
     assert "add" in names[2] and "add" in names[3]  # loaded into this session from the next round
     await agent.chat("hi", session="two")
     assert "add" not in [t["function"]["name"] for t in llm.requests[4].tools]
+
+
+async def test_a_malformed_mcp_file_leaves_chat_working_and_says_why(
+    llm, make_agent, tmp_path, caplog
+):
+    config = tmp_path / "mcp.json"
+    config.write_text('{"mcpServers": {"demo": {"command": ')  # cut off mid-edit
+    llm.script(reply(tool_calls=[tool_call("mcp_list")]), reply("MCP is off"))
+    agent = make_agent(overrides={"mcp.config_file": str(config), "mcp.self_manage": True})
+    result = await agent.chat("what MCP servers do you have?")
+    assert result.ok and result.text == "MCP is off"  # chat goes on without MCP
+    listing = result.tool_calls[0].result
+    assert f"MCP config file {str(config)!r} is not valid JSON" in listing
+    assert agent.mcp is not None and "MCP servers are off until the file is fixed" in (
+        agent.mcp.config_error or ""
+    )
+    assert agent.mcp.source().startswith(f"{config}: MCP config file")
+    assert any("is not valid JSON" in r.getMessage() for r in caplog.records)

@@ -97,6 +97,51 @@ def test_mcp_servers_form():
     assert by_name["off"].disabled
 
 
+def test_vs_code_servers_form():
+    form, servers = parse_config(
+        {
+            "inputs": [{"id": "token", "type": "promptString"}],
+            "servers": {
+                "time": {"type": "stdio", "command": "uvx", "args": ["mcp-server-time"]},
+                "docs": {"type": "http", "url": "https://example.org/mcp", "headers": {"H": "1"}},
+                "events": {"type": "sse", "url": "http://127.0.0.1:9/events"},
+                "local": {
+                    "command": "node",
+                    "args": ["s.js"],
+                    "envFile": "${workspaceFolder}/.env",
+                },
+            },
+        }
+    )
+    assert form == "vscode"
+    by_name = {s.name: s for s in servers}
+    assert by_name["time"].transport == "stdio" and by_name["time"].args == ["mcp-server-time"]
+    assert by_name["docs"].transport == "streamable-http" and by_name["docs"].headers == {"H": "1"}
+    assert by_name["events"].transport == "sse"
+    assert by_name["local"].command == "node"  # envFile is VS Code's business
+
+
+def test_env_references_expand_at_connect_time_and_name_what_is_missing():
+    from ania_nb.mcp.config import expand_env
+
+    [server] = parse_config(
+        {
+            "mcpServers": {
+                "api": {
+                    "url": "https://${HOST:-example.org}/mcp",
+                    "headers": {"Authorization": "Bearer ${API_TOKEN}", "X-Plain": "$HOME"},
+                }
+            }
+        }
+    )[1]
+    live = expand_env(server, {"API_TOKEN": "s3cret"})
+    assert live.endpoint == "https://example.org/mcp"
+    assert live.headers == {"Authorization": "Bearer s3cret", "X-Plain": "$HOME"}
+    assert server.headers["Authorization"] == "Bearer ${API_TOKEN}"  # kept as written
+    with pytest.raises(ConfigError, match=r"header 'Authorization' uses \$\{API_TOKEN\}, which"):
+        expand_env(server, {})
+
+
 @pytest.mark.parametrize(
     ("data", "expected"),
     [
@@ -131,10 +176,12 @@ def test_mcp_servers_form():
         ({"mcpServers": {"k": {"url": "nope"}}}, "server 'k': field 'url'"),
         ({"mcpServers": {"l": {"args": ["x"]}}}, "server 'l': field 'command'"),
         ({"mcpServers": []}, '"mcpServers" must be an object'),
-        ({"servers": {}}, '"servers" must be a list'),
+        ({"servers": "all of them"}, '"servers" must be a list'),
+        ({"servers": {"m": []}}, "server 'm' must be an object"),
+        ({"servers": {"n": {"type": "stdio"}}}, "server 'n': field 'command'"),
         ({"servers": [], "mcpServers": {}}, "not both"),
-        ({"tools": []}, 'either "servers"'),
-        (["servers"], 'either "servers"'),
+        ({"tools": []}, 'either "mcpServers"'),
+        (["servers"], 'either "mcpServers"'),
     ],
 )
 def test_validation_errors_name_the_server_and_the_field(data, expected):
@@ -176,12 +223,14 @@ def test_a_path_through_a_regular_file_means_no_file(tmp_path: Path):
     assert blocker.read_text() == "I am a file, not a folder"
 
 
-@pytest.mark.parametrize("form", ["servers", "mcpServers"])
+@pytest.mark.parametrize("form", ["servers", "mcpServers", "vscode"])
 def test_saving_keeps_the_form_and_the_other_entries(tmp_path: Path, form: str):
     path = tmp_path / "mcp.json"
     if form == "servers":
         original = {"servers": [{"name": "keep", "command": "k", "comment_free": None}]}
         original["servers"][0].pop("comment_free")
+    elif form == "vscode":
+        original = {"inputs": [], "servers": {"keep": {"type": "stdio", "command": "k"}}}
     else:
         original = {"mcpServers": {"keep": {"command": "k", "autoApprove": ["t"]}}}
     path.write_text(json.dumps(original))
@@ -201,6 +250,13 @@ def test_saving_keeps_the_form_and_the_other_entries(tmp_path: Path, form: str):
     if form == "mcpServers":
         assert saved["mcpServers"]["keep"] == {"command": "k", "autoApprove": ["t"]}
         assert saved["mcpServers"]["web"] == {
+            "type": "sse",
+            "url": "http://127.0.0.1:5/sse",
+            "headers": {"A": "1"},
+        }
+    elif form == "vscode":
+        assert saved["inputs"] == [] and saved["servers"]["keep"] == original["servers"]["keep"]
+        assert saved["servers"]["web"] == {
             "type": "sse",
             "url": "http://127.0.0.1:5/sse",
             "headers": {"A": "1"},

@@ -74,15 +74,26 @@ async def test_tools_calls_results_and_errors(demo: MCPToolManager):
     assert await call(demo, "add", a=1, b=1) == "2"
 
 
-async def test_headers_reach_http_servers(http_url: str, sse_url: str, tmp_path: Path):
+async def test_headers_reach_http_servers(
+    http_url: str, sse_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+):
+    monkeypatch.setenv("PROBE_TOKEN", "t0k3n")
+    headers = {"X-Probe": "42", "Authorization": "Bearer ${PROBE_TOKEN}", "X-Def": "${NOPE:-d}"}
     for kind, url in (("streamable-http", http_url), ("sse", sse_url)):
-        entry = {"name": "h", "transport": kind, "endpoint": url, "headers": {"X-Probe": "42"}}
+        entry = {"name": "h", "transport": kind, "endpoint": url, "headers": headers}
         manager = manager_for(entry, tmp_path)
         await manager.connect()
         try:
             assert await call(manager, "header", key="X-Probe") == "42"
+            assert await call(manager, "header", key="Authorization") == "Bearer t0k3n"
+            assert await call(manager, "header", key="X-Def") == "d"
         finally:
             await manager.aclose()
+    monkeypatch.delenv("PROBE_TOKEN")
+    manager = manager_for({"name": "h", "endpoint": http_url, "headers": headers}, tmp_path)
+    with pytest.raises(MCPServerError, match=r"uses \$\{PROBE_TOKEN\}, which is not set"):
+        await manager.connect()
+    assert manager.state == "failed" and "PROBE_TOKEN" in (manager.error or "")
 
 
 async def test_results_use_the_configured_limit(tmp_path: Path):

@@ -378,6 +378,19 @@ def test_ania_history_clear_forgets_the_conversation(shell, llm):
     assert roles(llm.requests[1]) == ["system", "user"]
 
 
+def test_ania_mcp_shows_where_servers_come_from_and_a_broken_file(shell, llm, tmp_path):
+    broken = tmp_path / "mcp.json"
+    broken.write_text('{"servers": {"demo": {"type": "stdio"}}}')  # VS Code form, no command
+    state_of(shell).overrides.update({"mcp.config_file": str(broken), "mcp.self_manage": True})
+    llm.script(reply("still here"))
+    run(shell, "%agent -q hello")  # chat works with MCP off
+    _, captured = run(shell, "%ania mcp")
+    first = captured.stdout.splitlines()[0]
+    assert first.startswith(f"MCP servers from {broken}: MCP config file")
+    assert "server 'demo': field 'command'" in first and "off until the file is fixed" in first
+    assert "no MCP servers" in captured.stdout
+
+
 def test_unload_ext_removes_the_cell_rewriter_and_closes_the_agent(shell, llm):
     from ania_nb.notebook.magics import transform_cell
 

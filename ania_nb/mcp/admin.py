@@ -174,7 +174,7 @@ def admin_tools(registry: MCPRegistry) -> list[FunctionTool]:
         running = {s.name: s for s in registry.servers()}
         if not configured and not running:
             return "No MCP servers are configured; add one with mcp_add." + problem
-        lines = [f"MCP servers ({registry.mode} mode):"]
+        lines = [f"MCP servers ({registry.mode} mode; from {registry.source()}):"]
         for name in sorted(configured.keys() | running.keys()):
             status = running.get(name)
             config = configured.get(name)

@@ -1,6 +1,8 @@
 """The MCP servers file (``MCPSettings.config_file``): parsing, validation and atomic saving.
 
-Two JSON forms are accepted, and a file keeps its form when ania-nb writes it back::
+Three JSON forms are accepted (the original's list, Claude Code's ``mcpServers`` and the VS
+Code ``servers`` object many server READMEs print), and a file keeps its form when ania-nb
+writes it back::
 
     {"servers": [{"name": "time", "transport": "stdio", "command": "uvx",
                   "args": ["mcp-server-time"], "env": {"K": "V"}, "timeout": 30,
@@ -10,6 +12,13 @@ Two JSON forms are accepted, and a file keeps its form when ania-nb writes it ba
 
     {"mcpServers": {"time": {"command": "uvx", "args": ["mcp-server-time"], "env": {}},
                     "docs": {"type": "http", "url": "https://example.org/mcp", "headers": {}}}}
+
+    {"servers": {"time": {"type": "stdio", "command": "uvx", "args": ["mcp-server-time"]},
+                 "docs": {"type": "http", "url": "https://example.org/mcp"}}}
+
+``${VAR}`` and ``${VAR:-default}`` in a URL, a header value or an env value are expanded from
+the environment when the server connects (never written back expanded); an unset variable
+without a default is an error naming it.
 
 Transports: ``stdio``; ``streamable-http`` (also written ``streamable``, ``http``,
 ``streamable_http``); ``sse``. Without a transport, a ``command`` means stdio and an endpoint
@@ -25,6 +34,7 @@ from __future__ import annotations
 import json
 import os
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -36,10 +46,12 @@ from ania_nb.errors import ConfigError
 from ania_nb.mcp.filters import ToolFilter
 
 __all__ = [
+    "FORM_NAMES",
     "MCPConfigFile",
     "MCPServerConfig",
     "Transport",
     "check_server_name",
+    "expand_env",
     "load_config_file",
     "parse_config",
     "save_config_file",
@@ -47,7 +59,12 @@ __all__ = [
 ]
 
 Transport = Literal["stdio", "streamable-http", "sse"]
-Form = Literal["servers", "mcpServers"]
+Form = Literal["servers", "mcpServers", "vscode"]
+FORM_NAMES: dict[str, str] = {
+    "servers": 'the "servers" list form',
+    "mcpServers": 'the Claude Code "mcpServers" form',
+    "vscode": 'the VS Code "servers" object form',
+}
 
 _TRANSPORTS: dict[str, Transport] = {
     "stdio": "stdio",
@@ -62,7 +79,8 @@ _NAME_RE = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
 MAX_NAME_LENGTH = 64 - len("mcp_discover_")
 _KEY = "mcp.config_file"
 # Keys other MCP clients write into mcpServers entries that mean nothing here.
-_FOREIGN_KEYS = frozenset({"autoApprove", "alwaysAllow"})
+_FOREIGN_KEYS = frozenset({"autoApprove", "alwaysAllow", "envFile", "dev"})
+_ENV_REF = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
 # mcpServers spellings of our field names (both are accepted in that form).
 _MAP_FIELDS = {"endpoint": "url", "transport": "type"}
 
@@ -168,6 +186,8 @@ class MCPServerConfig(BaseModel):
                 entry.update(endpoint=self.endpoint, headers=self.headers)
         elif self.transport == "stdio":
             entry = {"command": self.command, "args": self.args, "env": self.env, "cwd": self.cwd}
+            if form == "vscode":  # VS Code requires the type
+                entry = {"type": "stdio", **entry}
         else:
             kind = "sse" if self.transport == "sse" else "http"
             entry = {"type": kind, "url": self.endpoint, "headers": self.headers}
@@ -185,10 +205,15 @@ class MCPConfigFile:
     data: dict[str, Any] = field(default_factory=dict)
     servers: list[MCPServerConfig] = field(default_factory=list)  # file order, disabled too
 
+    @property
+    def _map_key(self) -> str | None:
+        """The key of the name -> server object (None in the list form)."""
+        return {"mcpServers": "mcpServers", "vscode": "servers"}.get(self.form)
+
     def names(self) -> list[str]:
         """Every server name in the file (disabled ones too), sorted."""
-        if self.form == "mcpServers":
-            return sorted(str(k) for k in self.data.get("mcpServers", {}))
+        if self._map_key is not None:
+            return sorted(str(k) for k in self.data.get(self._map_key, {}))
         return sorted(
             str(e.get("name")) for e in self.data.get("servers", []) if isinstance(e, dict)
         )
@@ -196,9 +221,9 @@ class MCPConfigFile:
     def with_server(self, server: MCPServerConfig) -> dict[str, Any]:
         """The file's JSON with ``server`` appended, in the file's form."""
         data = dict(self.data)
-        if self.form == "mcpServers":
-            data["mcpServers"] = {
-                **data.get("mcpServers", {}),
+        if self._map_key is not None:
+            data[self._map_key] = {
+                **data.get(self._map_key, {}),
                 server.name: server.to_entry(self.form),
             }
         else:
@@ -208,8 +233,10 @@ class MCPConfigFile:
     def without_server(self, name: str) -> dict[str, Any]:
         """The file's JSON with the entry called ``name`` left out."""
         data = dict(self.data)
-        if self.form == "mcpServers":
-            data["mcpServers"] = {k: v for k, v in data.get("mcpServers", {}).items() if k != name}
+        if self._map_key is not None:
+            data[self._map_key] = {
+                k: v for k, v in data.get(self._map_key, {}).items() if k != name
+            }
         else:
             data["servers"] = [
                 e
@@ -247,12 +274,15 @@ def parse_config(data: Any, *, source: str = "MCP config") -> tuple[Form, list[M
     where = f"MCP config file {source!r}"
     if not isinstance(data, dict) or ("servers" in data) == ("mcpServers" in data):
         raise ConfigError(
-            f'{where}: expected an object with either "servers" (a list) or "mcpServers" '
-            "(an object of name -> server), not both",
+            f'{where}: expected an object with either "mcpServers" (an object of name -> '
+            'server) or "servers" (a list of servers, or an object of name -> server as VS '
+            "Code writes it), not both",
             key=_KEY,
         )
     if "mcpServers" in data:
-        return "mcpServers", _parse_map(data["mcpServers"], where)
+        return "mcpServers", _parse_map(data["mcpServers"], where, '"mcpServers"')
+    if isinstance(data["servers"], dict):
+        return "vscode", _parse_map(data["servers"], where, '"servers"')
     return "servers", _parse_list(data["servers"], where)
 
 
@@ -272,9 +302,9 @@ def _parse_list(entries: Any, where: str) -> list[MCPServerConfig]:
     return _unique(servers, where)
 
 
-def _parse_map(entries: Any, where: str) -> list[MCPServerConfig]:
+def _parse_map(entries: Any, where: str, key: str) -> list[MCPServerConfig]:
     if not isinstance(entries, dict):
-        raise ConfigError(f'{where}: "mcpServers" must be an object of name -> server', key=_KEY)
+        raise ConfigError(f"{where}: {key} must be an object of name -> server", key=_KEY)
     servers: list[MCPServerConfig] = []
     for name, entry in entries.items():
         label = f"server {name!r}"
@@ -324,6 +354,39 @@ def _unique(servers: list[MCPServerConfig], where: str) -> list[MCPServerConfig]
             )
         seen.add(server.name)
     return servers
+
+
+def expand_env(
+    server: MCPServerConfig, environ: Mapping[str, str] | None = None
+) -> MCPServerConfig:
+    """``server`` with ``${VAR}`` / ``${VAR:-default}`` expanded in its URL, headers and env.
+
+    Raises `ConfigError` naming the server, the field and the variable when one is unset.
+    """
+    environ = os.environ if environ is None else environ
+
+    def expand(text: str, field_name: str) -> str:
+        def value(match: re.Match[str]) -> str:
+            name, default = match.group(1), match.group(2)
+            if name in environ:
+                return environ[name]
+            if default is not None:
+                return default
+            raise ConfigError(
+                f"MCP server {server.name!r}: {field_name} uses ${{{name}}}, which is not set "
+                "in the environment (set it, or write ${" + name + ":-default})",
+                key=_KEY,
+            )
+
+        return _ENV_REF.sub(value, text)
+
+    changes: dict[str, Any] = {
+        "headers": {k: expand(v, f"header {k!r}") for k, v in server.headers.items()},
+        "env": {k: expand(v, f"env {k!r}") for k, v in server.env.items()},
+    }
+    if server.endpoint is not None:
+        changes["endpoint"] = expand(server.endpoint, "the URL")
+    return server.model_copy(update=changes)
 
 
 def save_config_file(path: str | os.PathLike[str], data: dict[str, Any]) -> None:

@@ -17,8 +17,8 @@ import contextlib
 import logging
 from typing import TYPE_CHECKING, Any, Literal
 
-from ania_nb.errors import MCPServerError, ToolError
-from ania_nb.mcp.config import MCPServerConfig
+from ania_nb.errors import ConfigError, MCPServerError, ToolError
+from ania_nb.mcp.config import MCPServerConfig, expand_env
 from ania_nb.mcp.transport import (
     RemoteTool,
     StderrTail,
@@ -140,12 +140,17 @@ class MCPToolManager:
             ) from exc
         if self._task is not None:  # connect() on a live connection: replace it, never leak it
             await self._stop_runner()
+        try:
+            live = expand_env(self.config)  # ${VAR} from the environment, at each connect
+        except ConfigError as exc:
+            self._state, self._error = "failed", str(exc)
+            raise MCPServerError(str(exc), server=self.name) from None
         self._state, self._error = "connecting", None
         ready: asyncio.Future[list[RemoteTool]] = asyncio.get_running_loop().create_future()
         stderr = StderrTail(self.name) if self.config.transport == "stdio" else None
         self._stop = asyncio.Event()
         self._task = asyncio.create_task(
-            self._run(ready, self._stop, stderr), name=f"mcp:{self.name}"
+            self._run(live, ready, self._stop, stderr), name=f"mcp:{self.name}"
         )
         try:
             tools = await asyncio.wait_for(asyncio.shield(ready), self.timeout)
@@ -177,6 +182,7 @@ class MCPToolManager:
 
     async def _run(
         self,
+        live: MCPServerConfig,
         ready: asyncio.Future[list[RemoteTool]],
         stop: asyncio.Event,
         stderr: StderrTail | None,
@@ -186,7 +192,7 @@ class MCPToolManager:
         try:
             async with contextlib.AsyncExitStack() as stack:
                 session = await open_session(
-                    stack, self.config, self.timeout, stderr, self.client_factory, self.security
+                    stack, live, self.timeout, stderr, self.client_factory, self.security
                 )
                 tools = await list_remote_tools(session)
                 self._session = session

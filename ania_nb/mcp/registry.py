@@ -12,10 +12,18 @@ import asyncio
 import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING, Literal
 
-from ania_nb.errors import UsageError
-from ania_nb.mcp.config import MCPServerConfig, Transport, load_config_file
+from ania_nb.errors import ConfigError, UsageError
+from ania_nb.mcp.config import (
+    FORM_NAMES,
+    Form,
+    MCPConfigFile,
+    MCPServerConfig,
+    Transport,
+    load_config_file,
+)
 from ania_nb.mcp.manager import MCPServerError, MCPToolManager, ServerState
 from ania_nb.mcp.tools import MCPToolset
 
@@ -68,6 +76,8 @@ class MCPRegistry:
         self._lock = asyncio.Lock()  # add / remove / reconnect / close, one at a time
         self.file_lock = asyncio.Lock()  # read-modify-write of the config file (admin tools)
         self._started = False
+        self.config_error: str | None = None  # why the config file could not be used
+        self.config_form: Form | None = None  # which form the file was written in
 
     @property
     def mode(self) -> Literal["lazy", "eager"]:
@@ -84,13 +94,19 @@ class MCPRegistry:
     async def start(self) -> None:
         """Read the config file, connect every server concurrently and register their tools.
 
-        Raises `ConfigError` for an invalid file; a server that cannot connect is logged and
-        skipped.
+        An invalid file disables MCP (``config_error`` says why, chat goes on); a server that
+        cannot connect is logged and skipped.
         """
         if self._started:
             raise UsageError("MCPRegistry.start() was already called")
         self._started = True
-        config = await asyncio.to_thread(load_config_file, self.settings.config_file)
+        try:
+            config = await asyncio.to_thread(load_config_file, self.settings.config_file)
+        except ConfigError as exc:
+            self.config_error = f"{exc}; MCP servers are off until the file is fixed"
+            _log.error("%s", self.config_error)
+            config = MCPConfigFile(path=Path(self.settings.config_file))
+        self.config_form = config.form if config.servers else None
         async with self._lock:
             for server in config.servers:
                 if not server.disabled:
@@ -111,6 +127,14 @@ class MCPRegistry:
             await manager.connect()
         except MCPServerError as exc:
             _log.warning("%s; its tools are not available (reconnect to retry)", exc)
+
+    def source(self) -> str:
+        """Where the servers come from, e.g. ``mcp.json (the Claude Code "mcpServers" form)``."""
+        path = self.settings.config_file
+        if self.config_error is not None:
+            return f"{path}: {self.config_error}"
+        form = f" ({FORM_NAMES[self.config_form]})" if self.config_form else ""
+        return f"{path}{form}"
 
     def get(self, name: str) -> MCPToolManager | None:
         """The manager of server ``name``, if it is known (connected or not)."""

@@ -75,6 +75,7 @@ async def _mcp(state: NotebookState, args: list[str]) -> None:
             f"no MCP servers are configured (mcp.config_file = {agent.config.mcp.config_file})"
         )
     if sub == "list":
+        print(f"MCP servers from {registry.source()}")
         for s in registry.servers():
             error = f"  error: {s.error}" if s.error else ""
             row = f"{s.name:<20} {s.state:<10} {s.tools:>3} tools  {s.transport:<10} {s.target}"

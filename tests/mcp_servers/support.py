@@ -74,9 +74,18 @@ def http_server(kind: str, name: str = "demo") -> Iterator[str]:
 
 
 def write_config(path: Path, servers: list[dict[str, Any]], form: str = "servers") -> Path:
-    """Write a servers file in either form (``mcpServers`` entries drop name/transport)."""
+    """Write a servers file in any form (map forms key entries by name; VS Code says "type")."""
     if form == "servers":
         data: dict[str, Any] = {"servers": servers}
+    elif form == "vscode":
+        data = {
+            "servers": {
+                s["name"]: {
+                    ("type" if k == "transport" else k): v for k, v in s.items() if k != "name"
+                }
+                for s in servers
+            }
+        }
     else:
         data = {
             "mcpServers": {s["name"]: {k: v for k, v in s.items() if k != "name"} for s in servers}
