@@ -23,6 +23,8 @@ Four families, kept apart so callers can catch exactly what they mean (attribute
     │   ├── MCPServerError      an MCP server could not be connected or is closed [server]
     │   ├── EmbeddingError      (ania_nb.knowledge) the embedder failed [status_code]
     │   ├── AdapterError        (ania_nb.runner) a chat platform action failed or timed out
+    │   │   └── ActionFailed    (ania_nb.runner.onebot) the OneBot implementation answered
+    │   │                       status failed [action, status, retcode]
     │   └── SkillError          a skill could not be read, installed or removed [skill]
     │       ├── FrontmatterError    a SKILL.md frontmatter block is invalid; also a ValueError
     │       └── SkillInstallError   bad source, unsafe archive or failed download
