@@ -15,12 +15,15 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 from onebot_impl import (
     HandshakeRejected,
     OneBotImpl,
     at,
     cq_escape,
     cq_unescape,
+    face,
     file,
     from_cq,
     image,
@@ -540,3 +543,51 @@ async def test_aclose_closes_the_reverse_connection_cleanly() -> None:
         await asyncio.wait_for(bot.sockets[0].wait_closed(), 10)
         assert bot.sockets[0].close_code == 1000
         assert not onebot.redialing
+
+
+_ident = st.from_regex(r"[a-z][a-z_0-9]{0,7}", fullmatch=True)
+_media = st.builds(
+    lambda kind, data: {"type": kind, "data": data},
+    _ident.filter(lambda k: k != "text"),
+    st.dictionaries(_ident, st.text(max_size=12), max_size=3),
+)
+
+
+@given(st.lists(st.one_of(st.builds(text, st.text(max_size=12)), _media), max_size=6))
+def test_cq_round_trip_property(segments: list[dict[str, Any]]) -> None:
+    merged: list[dict[str, Any]] = []  # the string form cannot tell adjacent texts apart
+    for seg in segments:
+        if seg["type"] == "text" and merged and merged[-1]["type"] == "text":
+            merged[-1] = text(merged[-1]["data"]["text"] + seg["data"]["text"])
+        else:
+            merged.append(seg)
+    expected = [s for s in merged if s["type"] != "text" or s["data"]["text"]]
+    assert from_cq(to_cq(segments)) == expected
+
+
+async def test_string_format_in_get_msg_and_history_and_answered_waits() -> None:
+    async with OneBotImpl(message_format="string") as onebot:
+        ws = await open_client(await onebot.serve(), token=None)
+        mid = await onebot.group_message(5, 6, [text("a,b&"), face(1)])
+        await recv_json(ws)
+        got = await call(ws, "get_msg", message_id=str(mid))  # numeric strings are accepted
+        assert got["data"]["message"] == "a,b&amp;[CQ:face,id=1]"
+        assert got["data"]["group_id"] == 5 and got["data"]["user_id"] == 6
+        history = await call(ws, "get_group_msg_history", group_id=5, message_seq=0)
+        assert [m["message"] for m in history["data"]["messages"]] == ["a,b&amp;[CQ:face,id=1]"]
+        assert (await call(ws, "get_msg", message_id="x"))["retcode"] == 1400
+        onebot.hold_next()
+        await ws.send(json.dumps({"action": "get_status", "echo": 1}))
+        seen = await onebot.wait_for_action("get_status")
+        assert seen.response is None
+        answered = asyncio.create_task(onebot.wait_for_action("get_status", answered=True))
+        onebot.release()
+        assert (await answered).response == {
+            "status": "ok",
+            "retcode": 0,
+            "data": {"online": True, "good": True},
+            "echo": 1,
+        }
+        await ws.close()
+    with pytest.raises(ValueError, match="message_format"):
+        OneBotImpl(message_format="xml")  # type: ignore[arg-type]
