@@ -742,6 +742,11 @@ class OneBotImpl:
                     }
             except ActionError as exc:
                 response = self._failed(exc.retcode, str(exc))
+            except (
+                TypeError,
+                ValueError,
+            ) as exc:  # odd params: answer, never leave the bot waiting
+                response = self._failed(1400, f"bad params for {action.name}: {exc}")
         if "echo" in request:
             response["echo"] = request["echo"]  # ws.md: returned as-is
         action.response = response
@@ -826,7 +831,7 @@ class OneBotImpl:
         kind = "group" if name == "get_group_msg_history" else "private"
         peer = _int_param(params, "group_id" if kind == "group" else "user_id")
         seq = params.get("message_seq") or params.get("message_id")
-        count = int(params.get("count") or 20)
+        count = _int_param(params, "count") if params.get("count") else 20
         chat = [m for m in self.messages.values() if m.message_type == kind and m.peer == peer]
         if seq:
             chat = [m for m in chat if m.message_id <= int(seq)]

@@ -245,6 +245,8 @@ async def test_bad_actions_fail_with_spec_retcodes(impl: OneBotImpl) -> None:
         message=[{"type": "image", "data": {"file": "base64://%%%"}}],
     )
     assert bad_image["retcode"] == 1400 and "base64" in bad_image["message"]
+    bad_count = await call(ws, "get_group_msg_history", group_id=1, count="many")
+    assert bad_count["retcode"] == 1400 and "count" in bad_count["message"]
     await ws.send("not json")
     assert (await recv_json(ws))["retcode"] == 1400
     assert impl.sent() == []
