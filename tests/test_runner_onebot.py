@@ -23,6 +23,7 @@ from websockets.exceptions import InvalidStatus
 from ania_nb.config import RunnerSettings
 from ania_nb.errors import ConfigError
 from ania_nb.runner import AdapterError, ChatRef, Incoming, Outgoing
+from ania_nb.runner.model import MessageHandler
 from ania_nb.runner.onebot import (
     ActionFailed,
     OneBotAdapter,
@@ -34,6 +35,7 @@ from ania_nb.runner.onebot import (
     to_cq,
     unescape,
 )
+from ania_nb.testing import reply
 
 PNG = base64.b64encode(b"\x89PNG\r\n\x1a\n" + b"\0" * 16).decode()
 BOT = "10000"
@@ -126,13 +128,12 @@ def _settings(**kw: Any) -> RunnerSettings:
 
 @contextlib.asynccontextmanager
 async def linked(
-    mode: str, impl: OneBotImpl, **kw: Any
+    mode: str, impl: OneBotImpl, on_message: MessageHandler | None = None, **kw: Any
 ) -> AsyncIterator[tuple[OneBotAdapter, asyncio.Queue[Incoming]]]:
-    """An adapter connected to ``impl`` in ``mode``; the queue gets every Incoming."""
+    """An adapter connected to ``impl`` in ``mode``; the queue gets every Incoming (by default)."""
     received: asyncio.Queue[Incoming] = asyncio.Queue()
-
-    async def on_message(message: Incoming) -> None:
-        await received.put(message)
+    if on_message is None:
+        on_message = received.put
 
     if mode == "forward":
         settings = _settings(
@@ -569,3 +570,42 @@ async def test_forward_mode_sends_the_token_and_reports_a_refusal() -> None:
     finally:
         await right.aclose()
         await impl.aclose()
+
+
+# ---------------------------------------------------------------- with the real Router
+
+
+@both_modes
+async def test_the_router_answers_a_group_through_the_adapter(
+    mode: str, make_agent: Any, llm: Any
+) -> None:
+    """Impl → adapter → Router → Agent → adapter → impl: @-ed and replied-to messages answered."""
+    from ania_nb.runner.router import Router
+
+    agent = make_agent()
+    await agent.start()
+    impl = OneBotImpl(self_id=BOT)
+    routers: list[Router] = []
+
+    async def to_router(message: Incoming) -> None:
+        await routers[0].handle(message)
+
+    llm.script(reply("你好，阿明"), reply("不客气"))
+    async with linked(mode, impl, to_router) as (adapter, _):
+        router = Router(agent, adapter)
+        routers.append(router)
+        try:
+            await impl.group_message(501, 30001, "大家好")  # not for the bot: counted only
+            await impl.group_message(501, 30001, "你好", at_bot=True, nickname="阿明")
+            first = await impl.wait_for_action("send_group_msg", answered=True)
+            assert first.segments == [ob.at(30001), ob.text(" 你好，阿明")]
+            bot_msg = first.response["data"]["message_id"]  # type: ignore[index]
+            await impl.group_message(501, 30002, "谢谢", reply_to=bot_msg, nickname="阿红")
+            second = await impl.wait_for_action(
+                "send_group_msg", after=impl.actions.index(first) + 1, answered=True
+            )
+            assert second.segments == [ob.at(30002), ob.text(" 不客气")]
+            assert "[nickname:阿明 id:30001]: 你好" in str(llm.requests[0].messages[-1])
+            assert len(llm.requests) == 2  # "大家好" never reached the model
+        finally:
+            await router.close(0)
