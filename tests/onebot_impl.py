@@ -15,11 +15,14 @@ Run it standalone with ``python tests/onebot_impl.py --help`` (JSON lines on std
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import base64
 import binascii
 import contextlib
 import json
+import signal
+import sys
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
@@ -924,9 +927,6 @@ async def _command(impl: OneBotImpl, op: str, args: dict[str, Any]) -> Any:
 
 async def _script(argv: list[str] | None = None) -> int:
     """The command-line entry: serve or connect, then obey JSON lines on stdin."""
-    import argparse
-    import sys
-
     parser = argparse.ArgumentParser(
         prog="onebot_impl.py",
         description="A OneBot v11 implementation for tests. Forward mode (default) serves "
@@ -936,7 +936,7 @@ async def _script(argv: list[str] | None = None) -> int:
         '{"id": 1, "result": ...} or {"id": 1, "error": "..."}. Ops: '
         + ", ".join(_COMMANDS)
         + '. With --print-actions each answered action is printed as {"action": ...}. '
-        "Exits on EOF, the quit op, or SIGTERM.",
+        "Exits on EOF (unless --no-stdin), the quit op, SIGINT or SIGTERM.",
     )
     parser.add_argument("--connect", metavar="URL", help="reverse mode: the bot's WS URL")
     parser.add_argument("--host", default="127.0.0.1", help="forward mode: listen address")
@@ -947,6 +947,7 @@ async def _script(argv: list[str] | None = None) -> int:
     parser.add_argument("--heartbeat", type=float, metavar="SECONDS", help="heartbeat interval")
     parser.add_argument("--report-sent", action="store_true", help="push message_sent events")
     parser.add_argument("--print-actions", action="store_true")
+    parser.add_argument("--no-stdin", action="store_true", help="ignore stdin; run until a signal")
     opts = parser.parse_args(argv)
 
     def emit(payload: dict[str, Any]) -> None:
@@ -963,12 +964,12 @@ async def _script(argv: list[str] | None = None) -> int:
     if opts.print_actions:
         impl.on_action = lambda action: emit({"action": action.as_dict()})
     loop = asyncio.get_running_loop()
-    reader = asyncio.StreamReader()
-    await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader), sys.stdin)
-    import signal
-
+    reader = asyncio.StreamReader(limit=_MAX_FRAME)  # a command may carry a base64 image
+    if not opts.no_stdin:
+        await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader), sys.stdin)
     done = asyncio.Event()
-    loop.add_signal_handler(signal.SIGTERM, done.set)
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(signum, done.set)
     try:
         if opts.connect:
             await impl.connect(opts.connect)
@@ -994,16 +995,19 @@ async def _script(argv: list[str] | None = None) -> int:
                 emit({"id": ident, "error": f"{type(exc).__name__}: {exc}"})
 
         async def read() -> None:
-            while line := await reader.readline():
-                if line.strip():
-                    task = asyncio.create_task(run(line))  # a wait_* must not block other commands
-                    pending.add(task)
-                    task.add_done_callback(pending.discard)
-            done.set()
+            try:
+                while line := await reader.readline():
+                    if line.strip():
+                        task = asyncio.create_task(run(line))  # a wait_* must not block others
+                        pending.add(task)
+                        task.add_done_callback(pending.discard)
+            finally:
+                done.set()
 
-        reading = asyncio.create_task(read())
+        reading = asyncio.create_task(read()) if not opts.no_stdin else None
         await done.wait()
-        reading.cancel()
+        if reading is not None:
+            reading.cancel()
     except (ConnectionError, OSError) as exc:
         emit({"ready": False, "error": str(exc)})
         return 2

@@ -593,3 +593,46 @@ async def test_string_format_in_get_msg_and_history_and_answered_waits() -> None
         await ws.close()
     with pytest.raises(ValueError, match="message_format"):
         OneBotImpl(message_format="xml")  # type: ignore[arg-type]
+
+
+async def test_standalone_script_reverse_mode_sigterm_and_unreachable() -> None:
+    script = str(Path(__file__).with_name("onebot_impl.py"))
+    bot = Bot(token=TOKEN)
+    async with serve(bot.handler, "127.0.0.1", 0, process_request=bot.check) as server:
+        url = f"ws://127.0.0.1:{next(iter(server.sockets)).getsockname()[1]}/onebot/v11/ws"
+        proc = await asyncio.create_subprocess_exec(
+            *(
+                sys.executable,
+                script,
+                "--connect",
+                url,
+                "--token",
+                TOKEN,
+                "--self-id",
+                "777",
+                "--no-stdin",
+            ),
+            stdin=asyncio.subprocess.DEVNULL,
+            stdout=asyncio.subprocess.PIPE,
+        )
+        assert proc.stdout
+        try:
+            ready = json.loads(await asyncio.wait_for(proc.stdout.readline(), 10))
+            assert ready == {"ready": True, "url": url}
+            assert bot.headers[0]["X-Self-ID"] == "777"
+            assert (await asyncio.wait_for(bot.frames.get(), 10))["sub_type"] == "connect"
+            proc.terminate()
+            assert await asyncio.wait_for(proc.wait(), 10) == 0
+            await asyncio.wait_for(bot.sockets[0].wait_closed(), 10)
+        finally:
+            if proc.returncode is None:
+                proc.kill()
+                await proc.wait()
+        refused = await asyncio.create_subprocess_exec(
+            *(sys.executable, script, "--connect", url, "--token", "wrong"),
+            stdin=asyncio.subprocess.PIPE,
+            stdout=asyncio.subprocess.PIPE,
+        )
+        out, _ = await asyncio.wait_for(refused.communicate(), 20)
+        assert refused.returncode == 2
+        assert "HTTP 401" in json.loads(out)["error"]
