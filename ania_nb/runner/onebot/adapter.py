@@ -216,10 +216,11 @@ class OneBotAdapter:
         if not event.message:
             return None
         text, mentioned, reply_to, images, files = self._read_segments(event.message)
-        replied_to_bot = False
-        if reply_to is not None:
-            replied_to_bot = await self._is_own_message(reply_to)
         user = str(event.user_id)
+        from_self = event.post_type == "message_sent" or user == self.self_id
+        replied_to_bot = False
+        if reply_to is not None and not from_self:  # the router ignores our own messages
+            replied_to_bot = await self._is_own_message(reply_to)
         return Incoming(
             message_id=str(event.message_id),
             chat=chat,
@@ -232,7 +233,7 @@ class OneBotAdapter:
             images=images,
             files=files,
             time=float(event.time),
-            from_self=event.post_type == "message_sent" or user == self.self_id,
+            from_self=from_self,
         )
 
     @staticmethod
