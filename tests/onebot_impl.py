@@ -38,9 +38,8 @@ from websockets.http11 import Request, Response
 Segment = dict[str, Any]
 MessageLike = str | Segment | list[Segment]
 _UNSET: Any = object()
-_MAX_FRAME = (
-    64 * 2**20
-)  # base64 images and files travel inside one frame; websockets' 1 MiB is too small
+# base64 images and files travel inside one frame; websockets' default 1 MiB is too small
+_MAX_FRAME = 64 * 2**20
 
 # ---------------------------------------------------------------- CQ strings (message/string.md)
 
@@ -249,8 +248,8 @@ class HandshakeRejected(ConnectionError):
 def _as_segments(message: Any, auto_escape: bool = False) -> list[Segment]:
     """A ``message`` parameter (string, one segment or an array) as a validated array."""
     if isinstance(message, str):
-        return [text(message)] if auto_escape else from_cq(message)
-    if isinstance(message, dict):
+        message = [text(message)] if auto_escape and message else from_cq(message)
+    elif isinstance(message, dict):
         message = [message]
     if not isinstance(message, list) or not message:
         raise ValueError("message must be a non-empty string, segment or segment array")

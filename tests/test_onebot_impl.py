@@ -245,6 +245,9 @@ async def test_bad_actions_fail_with_spec_retcodes(impl: OneBotImpl) -> None:
         message=[{"type": "image", "data": {"file": "base64://%%%"}}],
     )
     assert bad_image["retcode"] == 1400 and "base64" in bad_image["message"]
+    assert (await call(ws, "send_private_msg", user_id=1, message=""))["retcode"] == 1400
+    cq_image = await call(ws, "send_private_msg", user_id=1, message="[CQ:image,file=base64://%]")
+    assert cq_image["retcode"] == 1400
     bad_count = await call(ws, "get_group_msg_history", group_id=1, count="many")
     assert bad_count["retcode"] == 1400 and "count" in bad_count["message"]
     await ws.send("not json")
