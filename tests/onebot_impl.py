@@ -273,6 +273,13 @@ def _check_image(file_param: Any) -> None:
             raise ValueError(f"image base64 is not valid: {exc}") from None
 
 
+def _names(actions: Iterable[str] | None) -> frozenset[str] | None:
+    """Action names a rule applies to (a lone string is one name, not its letters)."""
+    if actions is None:
+        return None
+    return frozenset([actions] if isinstance(actions, str) else actions)
+
+
 def _int_param(params: dict[str, Any], key: str) -> int:
     value = params.get(key)
     try:
@@ -669,20 +676,18 @@ class OneBotImpl:
         message: str = "injected failure",
     ) -> None:
         """The next ``n`` actions (of these names) answer ``status: failed`` with ``retcode``."""
-        self._rules.append(
-            _Rule(n, frozenset(actions) if actions else None, fail=(retcode, message))
-        )
+        self._rules.append(_Rule(n, _names(actions), fail=(retcode, message)))
 
     def delay_next(
         self, n: int = 1, seconds: float = 1.0, *, actions: Iterable[str] | None = None
     ) -> None:
         """The next ``n`` actions (of these names) are answered ``seconds`` late."""
-        self._rules.append(_Rule(n, frozenset(actions) if actions else None, delay=seconds))
+        self._rules.append(_Rule(n, _names(actions), delay=seconds))
 
     def hold_next(self, n: int = 1, *, actions: Iterable[str] | None = None) -> None:
         """The next ``n`` actions (of these names) get no answer until `release` (maybe never)."""
         self._release.clear()
-        self._rules.append(_Rule(n, frozenset(actions) if actions else None, hold=True))
+        self._rules.append(_Rule(n, _names(actions), hold=True))
 
     def release(self) -> None:
         """Answer the held actions now."""

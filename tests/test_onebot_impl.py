@@ -286,7 +286,7 @@ async def test_get_msg_history_and_file_url(impl: OneBotImpl) -> None:
 
 async def test_fail_next_then_normal(impl: OneBotImpl) -> None:
     ws = await open_client(await impl.serve())
-    impl.fail_next(1, actions=["send_private_msg"], retcode=1200, message="risk control")
+    impl.fail_next(1, actions="send_private_msg", retcode=1200, message="risk control")
     assert (await call(ws, "get_status"))["status"] == "ok"  # other actions are untouched
     failed = await call(ws, "send_private_msg", user_id=1, message="a")
     assert (
