@@ -38,6 +38,7 @@ class MemoryAdapter:
         self.self_name = self_name
         self.sent: list[Outgoing] = []
         self.sent_ids: list[str] = []  # the platform ids of ``sent``, in order
+        self.failed: list[Outgoing] = []  # sends that raised AdapterError
         self.file_requests: list[tuple[ChatRef, str]] = []
         self._messages: dict[str, Incoming] = {}
         self._chats: dict[ChatRef, list[HistoryItem]] = {}
@@ -67,8 +68,10 @@ class MemoryAdapter:
 
     async def send(self, message: Outgoing) -> str | None:
         """Record and keep the message; returns its id."""
-        self._check()
-        if self._fail_sends:
+        if not self._connected or self._fail_sends:
+            self.failed.append(message)
+            await self._notify()
+            self._check()
             self._fail_sends -= 1
             raise AdapterError(f"send to {message.chat.session} failed (scripted)")
         text = message.text
@@ -153,6 +156,13 @@ class MemoryAdapter:
         async with cond:
             await asyncio.wait_for(cond.wait_for(check), WAIT)
         return found[0]
+
+    async def wait_failed(self) -> Outgoing:
+        """The first send that failed (waiting up to `WAIT` seconds for one)."""
+        cond = self._condition()
+        async with cond:
+            await asyncio.wait_for(cond.wait_for(lambda: bool(self.failed)), WAIT)
+        return self.failed[0]
 
     def fail_sends(self, n: int) -> None:
         """Make the next ``n`` sends fail."""

@@ -239,6 +239,25 @@ async def test_a_failed_send_is_logged_and_the_next_message_is_answered(llm, ser
     assert (await s.adapter.wait_sent()).text == "arrives"
 
 
+async def test_a_reply_finished_while_disconnected_is_sent_after_the_reconnect(llm, serve):
+    wait_here, started, release = blocker()
+    llm.script(reply(tool_calls=[tool_call("wait_here")]), reply("made it"))
+    s = await serve(tools=[wait_here])
+    await s.say(s.adapter.private("5", "work"))
+    await asyncio.wait_for(started.wait(), 10)
+    s.adapter.disconnect()
+    release.set()
+    assert (await s.adapter.wait_failed()).text == "made it"
+    s.adapter.reconnect()
+    assert (await s.adapter.wait_sent()).text == "made it"
+    await s.router.deliver(Delivery("f:5", "tick", "clock"))  # delivered at once when connected
+    s.adapter.disconnect()
+    await s.router.deliver(Delivery("f:5", "tock", "clock"))  # returns; resent in the background
+    s.adapter.reconnect()
+    await s.settle()
+    assert s.texts() == ["made it", "tick", "tock"]
+
+
 # ------------------------------------------------------------------ approvals
 
 

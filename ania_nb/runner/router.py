@@ -54,6 +54,8 @@ SHUTDOWN_TEXT = "服务正在关闭，这次的回复已停止，请稍后再发
 STATUS_TEXTS = {"stopped": STOPPED_TEXT, "timeout": TIMEOUT_TEXT, "error": ERROR_TEXT}
 MAX_LINKS = 10_000  # chats remembered at once; idle ones beyond are forgotten first
 STOP_WAIT = 10.0  # after the grace period: how long stopped replies get to report
+RESEND_WINDOW = 60.0  # how long a reply waits for a dropped connection to come back
+RESEND_POLL = 0.2
 
 
 class Router:
@@ -279,7 +281,7 @@ class Router:
             text = STATUS_TEXTS.get(result.status, ERROR_TEXT)
             text = f"{partial}\n\n{text}" if partial else text
         if text:
-            await self._send(Outgoing(link.chat, text, mentions=mentions))
+            await self._send(Outgoing(link.chat, text, mentions=mentions), resend=True)
 
     # ------------------------------------------------------------------ outbox
 
@@ -301,20 +303,62 @@ class Router:
                 return
             reason = text.removeprefix(f"[{delivery.status}]").strip()
             text = STATUS_TEXTS.get(delivery.status) or reason
-        if text:
-            await self._send(Outgoing(chat, text, mentions=mentions))
+        if not text:
+            return
+        message = Outgoing(chat, text, mentions=mentions)
+        try:
+            await self.adapter.send(message)
+        except AdapterError as exc:
+            if self.adapter.connected:  # the platform refused it: sending again changes nothing
+                log.warning("could not deliver to %s: %s", delivery.session, exc)
+                return
+            # The publisher (the clock) must not wait for a reconnect: resend in the background.
+            log.warning(
+                "could not deliver to %s: %s (sent again once reconnected)", delivery.session, exc
+            )
+            self._chore(self._resend(message))
+        except Exception:
+            log.exception("delivering to %s failed", delivery.session)
 
     # ------------------------------------------------------------------ sending
 
-    async def _send(self, message: Outgoing) -> str | None:
-        """Send; a failure is logged (the platform is down or refused), never raised."""
+    async def _send(self, message: Outgoing, *, resend: bool = False) -> str | None:
+        """Send; a failure is logged (the platform is down or refused), never raised.
+
+        With ``resend``, a message that failed because the connection dropped is sent again
+        once the adapter is back (within `RESEND_WINDOW` seconds): a reply finished during a
+        reconnect is not lost.
+        """
         try:
             return await self.adapter.send(message)
         except AdapterError as exc:
-            log.warning("could not send to %s: %s", message.chat.session, exc)
+            lost = not self.adapter.connected
+            again = " (sent again once reconnected)" if resend and lost else ""
+            log.warning("could not send to %s: %s%s", message.chat.session, exc, again)
+            if again:
+                return await self._resend(message)
         except Exception:
             log.exception("sending to %s failed", message.chat.session)
         return None
+
+    async def _resend(self, message: Outgoing) -> str | None:
+        """Wait for the adapter to reconnect, then send ``message`` once more."""
+        loop = asyncio.get_running_loop()
+        give_up = loop.time() + RESEND_WINDOW
+        while not self.adapter.connected:  # the port has no reconnect event: poll
+            if loop.time() >= give_up:
+                log.warning(
+                    "%s stayed disconnected: a message to %s is lost",
+                    self.adapter.name,
+                    message.chat.session,
+                )
+                return None
+            await asyncio.sleep(RESEND_POLL)
+        try:
+            return await self.adapter.send(message)
+        except Exception as exc:
+            log.warning("could not send to %s again: %s", message.chat.session, exc)
+            return None
 
     def _chore(self, work: Coroutine[Any, Any, Any]) -> None:
         task = asyncio.create_task(work)
