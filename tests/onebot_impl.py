@@ -708,24 +708,11 @@ class OneBotImpl:
             if not isinstance(request, dict) or not isinstance(request.get("action"), str):
                 raise ValueError("an action is a JSON object with a string 'action'")
         except ValueError as exc:
-            await self._send(
-                ws,
-                {
-                    "status": "failed",
-                    "retcode": 1400,
-                    "data": None,
-                    "message": str(exc),
-                    "echo": None,
-                },
-            )
+            await self._send(ws, self._failed(1400, str(exc)) | {"echo": None})
             return
-        params = request.get("params") or {}
-        action = Action(
-            request["action"],
-            params if isinstance(params, dict) else {},
-            request.get("echo"),
-            connection=conn_id,
-        )
+        params = request.get("params")
+        params = params if isinstance(params, dict) else {}
+        action = Action(request["action"], params, request.get("echo"), connection=conn_id)
         self.actions.append(action)
         self._notify()
         rule = self._rule_for(action.name)
@@ -733,27 +720,8 @@ class OneBotImpl:
             await self._release.wait()
         if rule is not None and rule.delay:
             await asyncio.sleep(rule.delay)
-        if rule is not None and rule.fail is not None:
-            response = self._failed(*rule.fail)
-        else:
-            try:
-                base = action.name.removesuffix("_async").removesuffix("_rate_limited")
-                if base != action.name:  # api/README.md: done in the background, no data
-                    self._perform(base, action.params)
-                    response = {"status": "async", "retcode": 1, "data": None}
-                else:
-                    response = {
-                        "status": "ok",
-                        "retcode": 0,
-                        "data": self._perform(action.name, action.params),
-                    }
-            except ActionError as exc:
-                response = self._failed(exc.retcode, str(exc))
-            except (
-                TypeError,
-                ValueError,
-            ) as exc:  # odd params: answer, never leave the bot waiting
-                response = self._failed(1400, f"bad params for {action.name}: {exc}")
+        fail = rule.fail if rule is not None else None
+        response = self._failed(*fail) if fail else self._respond(action)
         if "echo" in request:
             response["echo"] = request["echo"]  # ws.md: returned as-is
         action.response = response
@@ -761,14 +729,22 @@ class OneBotImpl:
         await self._send(ws, response)
         if self.on_action is not None:
             self.on_action(action)
-        sent_id = (
-            (response.get("data") or {}).get("message_id")
-            if action.name.startswith("send_")
-            else None
-        )
-        if self.report_sent and sent_id in self.messages:
+        if self.report_sent and action.name.startswith("send_") and response["status"] == "ok":
+            sent = self.messages[response["data"]["message_id"]]
             with contextlib.suppress(ConnectionError, TimeoutError):  # the bot left: nobody to tell
-                await self.push(self._event_of(self.messages[sent_id]), wait=0)
+                await self.push(self._event_of(sent), wait=0)
+
+    def _respond(self, action: Action) -> dict[str, Any]:
+        base = action.name.removesuffix("_async").removesuffix("_rate_limited")
+        try:
+            data = self._perform(base, action.params)
+        except ActionError as exc:
+            return self._failed(exc.retcode, str(exc))
+        except (TypeError, ValueError) as exc:  # odd params: answer, never leave the bot waiting
+            return self._failed(1400, f"bad params for {action.name}: {exc}")
+        if base != action.name:  # api/README.md: done in the background, no data
+            return {"status": "async", "retcode": 1, "data": None}
+        return {"status": "ok", "retcode": 0, "data": data}
 
     @staticmethod
     def _failed(retcode: int, message: str) -> dict[str, Any]:
