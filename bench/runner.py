@@ -199,6 +199,32 @@ async def engine_block(agent: Any, chats: int, messages: int, base: int, wait: f
     return {"latencies": latencies, "failures": failures}
 
 
+_snapshot: list[Any] = []
+
+
+def trace_step() -> dict[str, Any]:
+    """tracemalloc: 1st call starts it, 2nd takes a snapshot, 3rd: the 12 largest growths since.
+
+    Started before the snapshot so that objects replaced at a steady rate (evicted sessions and
+    their successors) cancel out and only growth remains.
+    """
+    import tracemalloc
+
+    gc.collect()
+    if not tracemalloc.is_tracing():
+        tracemalloc.start(6)
+        return {"top": []}
+    now = tracemalloc.take_snapshot()
+    if not _snapshot:
+        _snapshot.append(now)
+        return {"top": []}
+    top = []
+    for stat in now.compare_to(_snapshot[0], "traceback")[:12]:
+        frames = [f"{f.filename.split('ania_nb/')[-1]}:{f.lineno}" for f in stat.traceback]
+        top.append({"size_diff": stat.size_diff, "count_diff": stat.count_diff, "at": frames})
+    return {"top": top}
+
+
 async def child_main(args: argparse.Namespace) -> None:
     """Hold the Agent (+ runner); answer the parent's commands, one JSON line each."""
     agent = make_agent(args.base_url, args.data_dir, args.max_sessions)
@@ -236,6 +262,8 @@ async def child_main(args: argparse.Namespace) -> None:
                 await asyncio.sleep(0.2)  # let replies' tails (history writes) settle
                 gc.collect()
                 emit({"rss_kib": rss_kib(), "sessions": len(agent.sessions)})
+            elif cmd["cmd"] == "trace":  # tracemalloc: start, then the top growth since
+                emit(trace_step())
             elif cmd["cmd"] == "quit":
                 break
     finally:
@@ -551,6 +579,9 @@ class Bench:
         chats = max(1, a.memory_chunk // per_chat)
         first = await self.child.ask(cmd="rss")
         samples = [{"messages": 0, **first}]
+        traced: list[dict[str, Any]] = []
+        if a.tracemalloc:
+            traced.append(await self.child.ask(cmd="trace"))  # starts tracing
         failed, done = 0, 0
         while done < a.memory_messages:
             block = Side()
@@ -559,12 +590,21 @@ class Bench:
             failed += block.row()["failed"]
             sample = await self.child.ask(cmd="rss")
             samples.append({"messages": done, **sample})
+            if a.tracemalloc and done >= a.memory_messages // 2 and len(traced) == 1:
+                traced.append(await self.child.ask(cmd="trace"))  # the mid-point snapshot
             print(
                 f"  memory: {done} messages, RSS {sample['rss_kib'] / 1024:.1f} MiB, "
                 f"sessions held {sample['sessions']}",
                 file=sys.stderr,
                 flush=True,
             )
+        if traced:
+            for row in (await self.child.ask(cmd="trace"))["top"]:
+                print(
+                    f"  +{row['size_diff'] / 1024:8.1f} KiB {row['count_diff']:+6d}  "
+                    + " <- ".join(reversed(row["at"][-5:])),
+                    file=sys.stderr,
+                )
         half = samples[len(samples) // 2]
         last = samples[-1]
         span = max(1, last["messages"] - half["messages"])
@@ -671,6 +711,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--max-sessions", type=int, default=None, help="agent.max_sessions override")
     p.add_argument("--reply-timeout", type=float, default=120.0, help="s before a reply is lost")
     p.add_argument("--json", action="store_true", help="print the results as JSON on stdout")
+    p.add_argument(
+        "--tracemalloc", action="store_true", help="memory test: top growth of its second half"
+    )
     # Internal: the runner child process.
     p.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     p.add_argument("--base-url", help=argparse.SUPPRESS)
