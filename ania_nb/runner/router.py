@@ -129,6 +129,7 @@ class Router:
     def _route(self, message: Incoming) -> None:
         link = self.link(message.chat)
         text = message.text.strip()
+        log.debug("%s: message %s from %s", link.session, message.message_id, message.sender_id)
         if self._answer_approval(link, message, text):
             return
         command = parse_slash(text)
@@ -363,7 +364,12 @@ class Router:
     def _chore(self, work: Coroutine[Any, Any, Any]) -> None:
         task = asyncio.create_task(work)
         self._chores.add(task)
-        task.add_done_callback(self._chores.discard)
+        task.add_done_callback(self._chore_done)
+
+    def _chore_done(self, task: asyncio.Task[Any]) -> None:
+        self._chores.discard(task)
+        if not task.cancelled() and task.exception() is not None:
+            log.error("a runner chore failed", exc_info=task.exception())
 
     async def wait_idle(self) -> None:
         """Wait until every reply, notice and acknowledgement so far has been sent."""
