@@ -132,7 +132,9 @@ def rss_kib(pid: int | str = "self") -> int:
 # =========================================================================== the child
 
 
-def make_agent(base_url: str, data_dir: Path, max_sessions: int | None) -> Any:
+def make_agent(
+    base_url: str, data_dir: Path, max_sessions: int | None, max_runs: int | None
+) -> Any:
     """The Agent as ``ania-nb serve`` would open it, isolated from ./skills and MCP config."""
     from ania_nb import Agent
 
@@ -146,6 +148,8 @@ def make_agent(base_url: str, data_dir: Path, max_sessions: int | None) -> Any:
     }
     if max_sessions is not None:
         overrides["agent.max_sessions"] = max_sessions
+    if max_runs is not None:
+        overrides["runner.max_concurrent_runs"] = max_runs
     return Agent(
         base_url=base_url,
         api_key=API_KEY,
@@ -227,7 +231,7 @@ def trace_step() -> dict[str, Any]:
 
 async def child_main(args: argparse.Namespace) -> None:
     """Hold the Agent (+ runner); answer the parent's commands, one JSON line each."""
-    agent = make_agent(args.base_url, args.data_dir, args.max_sessions)
+    agent = make_agent(args.base_url, args.data_dir, args.max_sessions, args.max_concurrent_runs)
     await agent.start()
     started = await start_runner(agent)
     runner = None if isinstance(started, str) else started
@@ -242,6 +246,8 @@ async def child_main(args: argparse.Namespace) -> None:
             "ready": True,
             "runner": runner is not None,
             "why_not": started if isinstance(started, str) else None,
+            "max_concurrent_runs": agent.config.runner.max_concurrent_runs,
+            "max_sessions": agent.config.agent.max_sessions,
             "url": runner[0].url if runner is not None else None,
         }
     )
@@ -446,6 +452,8 @@ class Child:
         cmd += ["--data-dir", str(data_dir)]
         if args.max_sessions is not None:
             cmd += ["--max-sessions", str(args.max_sessions)]
+        if args.max_concurrent_runs is not None:
+            cmd += ["--max-concurrent-runs", str(args.max_concurrent_runs)]
         self.proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
         self.hello = self._read()
 
@@ -663,6 +671,8 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
                     "chats": args.chats,
                     "messages_per_chat": args.messages,
                     "path": "in-process adapter + router in a child process (reverse WS)",
+                    "max_concurrent_runs": child.hello["max_concurrent_runs"],
+                    "max_sessions": child.hello["max_sessions"],
                 }
                 if child.hello["runner"]:
                     bench.peer = OneBotPeer(child.hello["url"], TOKEN)
@@ -709,6 +719,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--memory-messages", type=int, default=None, help="default 10,000; 0 = skip")
     p.add_argument("--memory-chunk", type=int, default=1000, help="messages between RSS samples")
     p.add_argument("--max-sessions", type=int, default=None, help="agent.max_sessions override")
+    p.add_argument(
+        "--max-concurrent-runs", type=int, default=None, help="runner.max_concurrent_runs (8)"
+    )
     p.add_argument("--reply-timeout", type=float, default=120.0, help="s before a reply is lost")
     p.add_argument("--json", action="store_true", help="print the results as JSON on stdout")
     p.add_argument(
