@@ -48,7 +48,10 @@ async def test_lazy_discover_load_call_in_one_session_only(tmp_path: Path):
             "required": [],
         }
         load = shared.get("mcp_load_demo")
-        assert load is not None and load.parameters_schema()["required"] == ["tool_name"]
+        assert load is not None and load.parameters_schema()["required"] == []
+        assert set(load.parameters_schema()["properties"]) == {"tool_names", "tool_name"}
+        # The description names every tool, so a model can load without discovering first.
+        assert f"Its tools: {', '.join(DEMO_TOOLS)}." in load.description
 
         one, _ = session_of(shared)
         two, _ = session_of(shared)
@@ -60,7 +63,7 @@ async def test_lazy_discover_load_call_in_one_session_only(tmp_path: Path):
         assert listing == await text_of(two, "mcp_discover_demo")  # deterministic
 
         loaded = await text_of(one, "mcp_load_demo", {"tool_name": "add"})
-        assert loaded == "tool 'add' is loaded; you can call it directly from your next step."
+        assert loaded == "tool 'add' loaded; call it directly from your next step."
         assert "add" in one.names() and "add" not in two.names()
         assert "add" not in shared.names()
         assert await text_of(one, "add", {"a": 20, "b": 22}) == "42"
@@ -69,9 +72,16 @@ async def test_lazy_discover_load_call_in_one_session_only(tmp_path: Path):
 
         wrong = await text_of(two, "mcp_load_demo", {"tool_name": "ad"})
         assert wrong == (
-            "Error executing tool: tool 'ad' does not exist on MCP server 'demo'. "
+            "Error executing tool: MCP server 'demo' has no tool 'ad'; nothing was loaded. "
             f"Available tools: [{', '.join(DEMO_TOOLS)}]"
         )
+        several = await text_of(two, "mcp_load_demo", {"tool_names": ["whoami", "pid", "ad"]})
+        assert "has no tool 'ad'; nothing was loaded" in several and "pid" not in two
+        several = await text_of(two, "mcp_load_demo", {"tool_names": ["whoami", "pid"]})
+        assert several == "tools 'whoami', 'pid' loaded; call them directly from your next step."
+        assert {"whoami", "pid"} <= set(two.names())
+        none = await text_of(two, "mcp_load_demo", {"tool_names": []})
+        assert none == "Error executing tool: name the tools to load in tool_names"
         assert "fail" not in one  # only what was loaded is callable
         await text_of(one, "mcp_load_demo", {"tool_name": "fail"})
         assert await text_of(one, "fail", {"message": "x"}) == (
@@ -110,7 +120,7 @@ async def test_tools_field_is_byte_identical(tmp_path: Path):
         assert mode["description"].endswith("(allowed values: [plain loud])")
 
 
-async def test_eager_mode_registers_every_tool_first_server_wins(tmp_path: Path):
+async def test_eager_mode_registers_every_tool_and_never_shadows(tmp_path: Path):
     entries = [
         stdio_entry("alpha", filter={"names": ["add", "whoami", "greet"]}),
         stdio_entry("beta", filter={"prefix": ["who", "pid"]}),
@@ -122,6 +132,7 @@ async def test_eager_mode_registers_every_tool_first_server_wins(tmp_path: Path)
         assert registry.mode == "eager"
         assert shared.names() == [
             "add",
+            "beta__whoami",  # the name is alpha's (first in the file): prefixed, not dropped
             "convert_time",
             "get_current_time",
             "greet",
@@ -129,7 +140,8 @@ async def test_eager_mode_registers_every_tool_first_server_wins(tmp_path: Path)
             "whoami",
         ]
         session, _ = session_of(shared)
-        assert await text_of(session, "whoami") == "alpha"  # alpha is first in the file
+        assert await text_of(session, "whoami") == "alpha"
+        assert await text_of(session, "beta__whoami") == "beta"
         assert await text_of(session, "add", {"a": 1, "b": 2}) == "3"
         assert not shared.get("add").side_effects and shared.get("greet").side_effects
         # Removing alpha frees whoami; reconnecting beta claims it.
@@ -137,7 +149,42 @@ async def test_eager_mode_registers_every_tool_first_server_wins(tmp_path: Path)
         assert "whoami" not in shared.names() and "add" not in shared.names()
         await registry.reconnect("beta")
         assert await text_of(session, "whoami") == "beta"
+        assert "beta__whoami" not in shared.names()
     assert shared.names() == []
+
+
+@pytest.mark.parametrize("lazy", [True, False])
+async def test_an_mcp_tool_never_shadows_a_user_tool_and_removal_unloads_it(
+    tmp_path: Path, lazy: bool
+):
+    from ania_nb import tool
+
+    @tool(name="add")
+    def add(a: int, b: int) -> str:
+        """The user's own add."""
+        return f"user says {a + b}"
+
+    path = write_config(tmp_path / "mcp.json", [stdio_entry("demo")])
+    shared = ToolExecutor()
+    shared.add(add)
+    async with MCPRegistry(settings(path, lazy_load=lazy), shared) as registry:
+        session, _ = session_of(shared)
+        if lazy:
+            loaded = await text_of(session, "mcp_load_demo", {"tool_names": ["add", "pid"]})
+            assert loaded == (
+                "tools 'add' as 'demo__add' (the name is taken), 'pid' loaded; "
+                "call them directly from your next step."
+            )
+        assert await text_of(session, "add", {"a": 1, "b": 2}) == "user says 3"
+        assert await text_of(session, "demo__add", {"a": 1, "b": 2}) == "3"
+        other, _ = session_of(shared)
+        if lazy:
+            await text_of(other, "mcp_load_demo", {"tool_names": ["greet"]})
+        assert await registry.remove("demo")
+        for table in (session, other):  # gone from every session, not only from shared
+            assert [n for n in table.names() if n not in ("add",)] == []
+        assert await text_of(session, "add", {"a": 1, "b": 2}) == "user says 3"
+    assert shared.names() == ["add"]  # the user's tool stays
 
 
 async def test_all_transports_in_one_registry(tmp_path: Path, http_url: str, sse_url: str):
@@ -228,15 +275,16 @@ async def test_runtime_add_remove_and_stale_tools_after_reconnect(tmp_path: Path
 
         await registry.reconnect("demo")
         stale = await text_of(session, "pid")
-        assert "reconnected since; load it again with mcp_load_demo(tool_name='pid')" in stale
+        assert "reconnected since; load it again with mcp_load_demo(tool_names=['pid'])" in stale
         await text_of(session, "mcp_load_demo", {"tool_name": "pid"})
         assert (await text_of(session, "pid")).isdigit()
 
         assert await registry.remove("demo") is True
         assert await registry.remove("demo") is False
         assert shared.names() == []
+        assert "pid" not in session.names()  # removal unloads it from the session too
         gone = await text_of(session, "pid")
-        assert "has been removed or shut down" in gone
+        assert gone.startswith("Error executing tool: tool 'pid' not found")
 
 
 async def test_an_invalid_config_file_turns_mcp_off_and_says_why(tmp_path: Path):

@@ -271,7 +271,7 @@ class MCPToolManager:
             raise ToolError(
                 f"tool '{tool}' belongs to an earlier connection to MCP server '{self.name}', "
                 f"which has been reconnected since; load it again with "
-                f"mcp_load_{self.name}(tool_name='{tool}')"
+                f"mcp_load_{self.name}(tool_names=['{tool}'])"
             )
         self.check_available()
         session = self._session

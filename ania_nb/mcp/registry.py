@@ -1,9 +1,11 @@
 """`MCPRegistry`: every MCP server of an agent, and their tools in the shared executor.
 
 Lazy mode (the default) registers ``mcp_discover_<server>`` and ``mcp_load_<server>`` per
-connected server; eager mode registers every (filtered) tool under its own name, the first
-server in config order winning a name clash. Servers start concurrently; one that fails is
-logged and left ``failed`` (``reconnect`` revives it from its config entry).
+connected server; eager mode registers every (filtered) tool. In both, a tool whose name another
+owner already uses (a built-in, a user tool, an earlier server in config order) is exposed as
+``<server>__<name>``. Servers start concurrently; one that fails is logged and left ``failed``
+(``reconnect`` revives it from its config entry). Removing a server unloads its tools from
+every session.
 """
 
 from __future__ import annotations
@@ -72,6 +74,7 @@ class MCPRegistry:
         self._managers: dict[str, MCPToolManager] = {}  # config order (eager: first wins)
         self._toolsets: dict[str, MCPToolset] = {}
         self._owned: dict[str, list[str]] = {}  # server -> names it registered in ``shared``
+        self._lazy_names: dict[str, list[str]] = {}  # server -> tool names its load tool lists
         self._admin: list[str] = []
         self._lock = asyncio.Lock()  # add / remove / reconnect / close, one at a time
         self.file_lock = asyncio.Lock()  # read-modify-write of the config file (admin tools)
@@ -174,6 +177,9 @@ class MCPRegistry:
             manager = self._managers.pop(name, None)
             if manager is None:
                 return False
+            toolset = self._toolsets.get(name)
+            if toolset is not None:
+                toolset.unload_everywhere()
             self._unregister(name)
             await manager.aclose()
             return True
@@ -220,15 +226,19 @@ class MCPRegistry:
         )
         toolset.manager = manager
         if self.settings.lazy_load:
-            if name not in self._owned:  # the lazy pair survives reconnects as is
+            # The pair is kept across reconnects (its bytes stay stable) unless the server's
+            # tool names changed: the load tool's description lists them.
+            described = self._lazy_names.get(name)
+            if described != sorted(toolset.tools()):
+                self._unregister(name)
                 self._owned[name] = self._add_unique(
                     [toolset.discover_tool(), toolset.load_tool()], name
                 )
+                self._lazy_names[name] = sorted(toolset.tools())
             return
         self._unregister(name)
-        self._owned[name] = self._add_unique(
-            [tool for _, tool in sorted(toolset.tools().items())], name
-        )
+        exposed = [toolset.exposed(n, self.shared.get) for n in sorted(toolset.tools())]
+        self._owned[name] = self._add_unique(exposed, name)
 
     def _add_unique(self, tools: Sequence[Tool], server: str) -> list[str]:
         added: list[str] = []
@@ -251,3 +261,4 @@ class MCPRegistry:
             self.shared.remove(tool_name)
         if name not in self._managers:  # removed for good, not re-registering
             self._toolsets.pop(name, None)
+            self._lazy_names.pop(name, None)

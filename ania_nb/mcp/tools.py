@@ -1,22 +1,27 @@
 """MCP tools as ania-nb tools: `MCPTool` and the lazy pair mcp_discover_<s> / mcp_load_<s>.
 
-Lazy (two-phase) loading keeps a big server out of the request's ``tools`` field: the model
-lists a server's tools with the read-only discover tool, then loads the one it needs into its
-own session (``ctx.executor``), where it is callable from the next step. Both lazy tools live in
-the shared executor; what they load never leaves the calling session.
+Lazy (two-phase) loading keeps a big server out of the request's ``tools`` field: the load
+tool's description names the server's tools, so a model that knows what it wants loads one or
+several at once into its own session (``ctx.executor``), callable from the next step; the
+read-only discover tool gives their descriptions. Both lazy tools live in the shared executor;
+what they load never leaves the calling session, and removing the server unloads it everywhere.
+
+One naming rule in both modes: an MCP tool never shadows a tool of another owner (a built-in,
+your own, another server's); it is exposed as ``<server>__<name>`` instead.
 """
 
 from __future__ import annotations
 
 import logging
 import re
-from collections.abc import Mapping
+import weakref
+from collections.abc import Callable, Mapping
 from typing import Annotated, Any
 
 from ania_nb.errors import ToolError
 from ania_nb.mcp.manager import MCPToolManager
 from ania_nb.mcp.transport import RemoteTool
-from ania_nb.tools.base import FunctionTool, ToolContext
+from ania_nb.tools.base import FunctionTool, Tool, ToolContext
 from ania_nb.tools.schema import function_definition, normalize_input_schema
 
 __all__ = ["MCPTool", "MCPToolset"]
@@ -25,6 +30,7 @@ _log = logging.getLogger(__name__)
 
 _INVALID_CHARS = re.compile(r"[^A-Za-z0-9_-]")
 _LINE_LIMIT = 200
+NAMES_IN_DESCRIPTION = 1500  # characters of tool names the load tool's description may list
 
 
 class MCPTool:
@@ -94,6 +100,35 @@ class MCPToolset:
         self.manager = manager
         self.approval_enabled = approval_enabled  # passed to every MCPTool (destructiveHint)
         self._cache: tuple[int, dict[str, MCPTool]] | None = None
+        # Session tables this server's tools were loaded into (to unload them on removal).
+        self._loaded_into: weakref.WeakSet[Any] = weakref.WeakSet()
+
+    def owns(self, tool: Tool | None) -> bool:
+        """Whether ``tool`` is one of this server's tools (any connection, any name)."""
+        return isinstance(tool, MCPTool) and tool.manager.name == self.server
+
+    def exposed(self, name: str, taken: Callable[[str], Tool | None]) -> MCPTool:
+        """The tool ``name`` under the name it may use where ``taken`` says what exists.
+
+        A name another owner uses (a built-in, a user tool, another server) is never
+        shadowed: the tool gets ``<server>__<name>`` instead.
+        """
+        tool = self.tools()[name]
+        existing = taken(tool.name)
+        if existing is None or self.owns(existing):
+            return tool
+        prefixed = f"{self.server}__{tool.name}"[:64]
+        return MCPTool(self.manager, tool.remote, prefixed, approval_enabled=self.approval_enabled)
+
+    def unload_everywhere(self) -> int:
+        """Remove this server's tools from every session they were loaded into."""
+        removed = 0
+        for table in list(self._loaded_into):
+            for name in table.names():
+                if self.owns(table.get(name)) and table.remove(name):
+                    removed += 1
+        self._loaded_into = weakref.WeakSet()
+        return removed
 
     @property
     def server(self) -> str:
@@ -133,7 +168,7 @@ class MCPToolset:
                 return f"MCP server '{server}' offers no tools."
             lines = [
                 f"MCP server '{server}' has {len(tools)} tools; load one with "
-                f"mcp_load_{server}(tool_name=...) to call it:"
+                f"mcp_load_{server}(tool_names=[...]) to call them:"
             ]
             lines += [
                 f"{name}: {_one_line(tool.description)}" for name, tool in sorted(tools.items())
@@ -149,33 +184,60 @@ class MCPToolset:
             ),
         )
 
-    def load_tool(self) -> FunctionTool:
-        """``mcp_load_<server>(tool_name)``: add one tool to the calling session."""
+    def load_description(self) -> str:
+        """The load tool's description: what it does and the server's tool names (bounded)."""
         server, label = self.server, self.manager.config.label
+        names = sorted(self.tools())
+        shown, size = [], 0
+        for name in names:
+            size += len(name) + 2
+            if size > NAMES_IN_DESCRIPTION:
+                break
+            shown.append(name)
+        listed = ", ".join(shown)
+        if len(shown) < len(names):
+            listed += f", … ({len(names) - len(shown)} more: see mcp_discover_{server})"
+        return (
+            f"Load tools of the MCP server '{label}' into this conversation (one or several at "
+            f"once); they are callable from your next step. Its tools: {listed or '(none)'}. "
+            f"mcp_discover_{server} describes them."
+        )
+
+    def load_tool(self) -> FunctionTool:
+        """``mcp_load_<server>(tool_names)``: add tools to the calling session."""
+        server = self.server
 
         async def load(
-            tool_name: Annotated[str, "Exact tool name, as listed by the discover tool."],
             ctx: ToolContext,
+            tool_names: Annotated[
+                list[str] | None, "Exact tool names to load (one or more), as listed."
+            ] = None,
+            tool_name: Annotated[str, "One exact tool name (same as tool_names=[name])."] = "",
         ) -> str:
             self.manager.check_available()
             tools = self.tools()
-            wanted = tool_name.strip()
-            found = tools.get(wanted)
-            if found is None:
+            wanted = [n.strip() for n in [*(tool_names or []), tool_name] if n and n.strip()]
+            wanted = list(dict.fromkeys(wanted))
+            if not wanted:
+                raise ToolError("name the tools to load in tool_names")
+            missing = [n for n in wanted if n not in tools]
+            if missing:
                 raise ToolError(
-                    f"tool '{wanted}' does not exist on MCP server '{server}'. "
-                    f"Available tools: [{', '.join(sorted(tools))}]"
+                    f"MCP server '{server}' has no tool {', '.join(repr(n) for n in missing)}; "
+                    f"nothing was loaded. Available tools: [{', '.join(sorted(tools))}]"
                 )
             if ctx.executor is None:
-                raise ToolError(f"mcp_load_{server} needs a session to load the tool into")
-            ctx.executor.add(found, replace=True)
-            return f"tool '{wanted}' is loaded; you can call it directly from your next step."
+                raise ToolError(f"mcp_load_{server} needs a session to load tools into")
+            table = ctx.executor
+            loaded = []
+            for name in wanted:
+                tool = self.exposed(name, table.get)
+                table.add(tool, replace=True)
+                note = "" if tool.name == name else f" as '{tool.name}' (the name is taken)"
+                loaded.append(f"'{name}'{note}")
+            self._loaded_into.add(table)
+            if len(loaded) == 1:
+                return f"tool {loaded[0]} loaded; call it directly from your next step."
+            return f"tools {', '.join(loaded)} loaded; call them directly from your next step."
 
-        return FunctionTool(
-            load,
-            name=f"mcp_load_{server}",
-            description=(
-                f"Load one tool of the MCP server '{label}' into this conversation, so you can "
-                f"call it from your next step. Get the names with mcp_discover_{server}."
-            ),
-        )
+        return FunctionTool(load, name=f"mcp_load_{server}", description=self.load_description())
