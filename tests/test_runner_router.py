@@ -358,6 +358,26 @@ async def test_chat_callbacks_reach_the_platform(llm, serve):
     assert result.endswith("/files/private/4/F1")
 
 
+@tool
+async def send_picture(ctx: ToolContext) -> str:
+    """Send a picture to the chat."""
+    await ctx.callbacks.call("send_image", "aGVsbG8=")
+    return "sent"
+
+
+async def test_a_picture_that_cannot_be_sent_is_the_tools_error(llm, serve):
+    llm.script(reply(tool_calls=[tool_call("send_picture")]), reply("sorry"))
+    s = await serve(tools=[send_picture])
+    s.adapter.fail_sends(1)
+    await s.say(s.adapter.private("5", "send me a picture"))
+    await s.adapter.wait_sent(lambda m: m.text == "sorry")
+    [run] = await s.agent.runs(session="f:5")
+    assert (
+        "AdapterError" in run.tool_calls[0].result
+        and "failed (scripted)" in run.tool_calls[0].result
+    )
+
+
 IMG_OWN = "https://img.example/own.png"
 IMG_QUOTED = "https://img.example/quoted.png"
 

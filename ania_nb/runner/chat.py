@@ -113,11 +113,13 @@ class ChatLink:
             mentions = self.mention_of(message.sender_id) if message is not None else ()
             await self._send(Outgoing(self.chat, text, mentions=mentions))
 
+    # Images and files go straight to the adapter: a failure is the tool's error, so the model
+    # does not tell the user something was sent that never arrived.
     async def _send_image(self, image: str) -> None:
-        await self._send(Outgoing(self.chat, images=(image,)))
+        await self.adapter.send(Outgoing(self.chat, images=(image,)))
 
     async def _send_file(self, name: str, data: str) -> None:
-        await self._send(Outgoing(self.chat, files=((name, data),)))
+        await self.adapter.send(Outgoing(self.chat, files=((name, data),)))
 
     async def _history(self, count: int, before_seq: int) -> str:
         items = await self.adapter.history(self.chat, count, before_seq)
