@@ -10,6 +10,7 @@ deliveries, and a graceful close.
 from __future__ import annotations
 
 import asyncio
+import threading
 from typing import Any
 
 import pytest
@@ -471,6 +472,29 @@ async def test_clock_results_go_to_their_group_mentioning_the_creator(llm, serve
     await s.say(s.adapter.group(G1.id, ADMIN, f"/clock run {task_id}"))
     delivered = await s.adapter.wait_sent(lambda m: m.text == "good morning, group")
     assert delivered.mentions == (ADMIN,)
+
+
+async def test_a_background_subagents_result_is_answered_in_its_group(llm, serve):
+    child_may_answer = threading.Event()
+
+    def child(request: Any) -> Any:
+        child_may_answer.wait(10)  # only once the parent's reply is out: the session is idle
+        return reply("the weather is fine")
+
+    llm.responder = child
+    parent = lambda request: "You are a subagent" not in request.system  # noqa: E731
+    started = tool_call("subagent_run", {"task": "check the weather", "background": True})
+    llm.route(
+        parent, reply(tool_calls=[started]), reply("I started a helper"), reply("fine weather")
+    )
+    s = await serve(overrides={"subagent.enable": True, "agent.builtin_tools": True})
+    await s.say(s.adapter.group(G1.id, "1", "weather?", mentioned=True))
+    first = await s.adapter.wait_sent()
+    assert (first.text, first.mentions) == ("I started a helper", ("1",))
+    child_may_answer.set()
+    summary = await s.adapter.wait_sent(lambda m: m.text == "fine weather")
+    assert summary.chat == G1 and summary.mentions == ()
+    assert "[Subagent finished]" in user_turn(llm.requests[-1])
 
 
 async def test_deliveries_to_chats_and_others(serve):
