@@ -444,7 +444,7 @@ async def test_an_addressed_message_resets_the_count(llm, serve):
 
 async def test_auto_clear_drops_the_mcp_tools_the_group_loaded(llm, serve, tmp_path):
     config = write_config(tmp_path / "mcp.json", [stdio_entry()])
-    llm.script(reply(tool_calls=[tool_call("mcp_load_demo", {"tool_name": "add"})]), reply("ok"))
+    llm.script(reply(tool_calls=[tool_call("mcp_load_demo", {"tool_names": ["add"]})]), reply("ok"))
     s = await serve(overrides={"mcp.config_file": str(config), "runner.group_clear_after": 1})
     await s.say(s.adapter.group(G1.id, "1", "load add", mentioned=True))
     await s.adapter.wait_sent(lambda m: m.text == "ok")
