@@ -3,11 +3,16 @@
 The test process runs `ScriptedLLM` (threaded HTTP server) and `OneBotImpl` (a OneBot v11
 implementation written from the spec, ``tests/onebot_impl.py``) on 127.0.0.1; the runner is the
 installed ``ania-nb serve`` console script with an ``ania.toml`` pointing at both.
+
+Chat behaviour is checked against one shared reverse-mode process (the ``bot`` fixture; every
+test uses chats of its own, so sessions never mix); connection styles, signals, exit codes and
+restarts get processes of their own.
 """
 
 from __future__ import annotations
 
 import asyncio
+import itertools
 import json
 import os
 import re
@@ -15,16 +20,34 @@ import signal
 import socket
 import sqlite3
 import sys
-from collections.abc import AsyncIterator, Callable
+import threading
+from collections.abc import AsyncIterator, Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pytest
+import pytest_asyncio
+from onebot_impl import HandshakeRejected, OneBotImpl
+
+from ania_nb.testing import ScriptedLLM, reply, tool_call
+
+# One event loop for the module: the shared bot's connections live across tests.
+pytestmark = pytest.mark.asyncio(loop_scope="module")
 
 ANIA_NB = str(Path(sys.executable).parent / "ania-nb")
 TOKEN = "s3cret-token"
-ADMIN = "999"
-LISTEN_RE = re.compile(r"ws://127\.0\.0\.1:([1-9]\d*)/onebot/v11/ws")
+ADMIN = 999
+LISTEN_RE = re.compile(r"ws://127\.0\.0\.1:[1-9]\d*/onebot/v11/ws")
+_ids = itertools.count(100_001)
+
+
+def uid() -> int:
+    """A QQ id (user or group) no other test of this module uses."""
+    return next(_ids)
+
+
+# ------------------------------------------------------------------ the process
 
 
 def _toml_value(value: Any) -> str:
@@ -37,13 +60,21 @@ def _toml_value(value: Any) -> str:
     return json.dumps(str(value))  # a JSON string is a TOML basic string
 
 
-def write_config(path: Path, sections: dict[str, dict[str, Any]]) -> Path:
-    """Write ``sections`` as an ``ania.toml``."""
+def write_config(path: Path, llm: ScriptedLLM, data: Path, **sections: dict[str, Any]) -> Path:
+    """An ``ania.toml`` on the scripted model with ``data`` as the store; ``sections`` on top."""
+    config: dict[str, dict[str, Any]] = {
+        "llm": {"base_url": llm.base_url, "api_key": llm.api_key, "model": "scripted"},
+        "retry": {"base_delay": 0.01, "max_delay": 0.05},
+        "store": {"data_dir": str(data)},
+        "skills": {"dir": str(data.parent / "no-skills")},
+        "mcp": {"config_file": str(data.parent / "no-mcp.json")},
+        "admin": {"ids": [f"qq:{ADMIN}"]},
+    }
+    for name, keys in sections.items():
+        config.setdefault(name, {}).update(keys)
     lines: list[str] = []
-    for section, keys in sections.items():
-        lines.append(f"[{section}]")
-        lines += [f"{key} = {_toml_value(value)}" for key, value in keys.items()]
-        lines.append("")
+    for name, keys in config.items():
+        lines += [f"[{name}]", *(f"{k} = {_toml_value(v)}" for k, v in keys.items()), ""]
     path.write_text("\n".join(lines))
     return path
 
@@ -51,23 +82,22 @@ def write_config(path: Path, sections: dict[str, dict[str, Any]]) -> Path:
 class Serve:
     """One ``ania-nb serve`` subprocess: its stderr lines, collected as they come."""
 
-    def __init__(self, config: Path, cwd: Path) -> None:
-        self.config, self.cwd = config, cwd
+    def __init__(self, config: Path) -> None:
+        self.config = config
         self.lines: list[str] = []
         self._changed = asyncio.Condition()
         self.proc: asyncio.subprocess.Process | None = None
         self._reader: asyncio.Task[None] | None = None
 
-    async def start(self, *extra: str) -> Serve:
-        """Start the process (it is stopped by the fixture if the test does not)."""
+    async def start(self) -> Serve:
+        """Start the process, with a clean environment (no ANIA_* of the developer)."""
         env = {k: v for k, v in os.environ.items() if not k.startswith("ANIA_")}
         self.proc = await asyncio.create_subprocess_exec(
             ANIA_NB,
             "serve",
             "--config",
             str(self.config),
-            *extra,
-            cwd=self.cwd,
+            cwd=self.config.parent,
             env=env,
             stdin=asyncio.subprocess.DEVNULL,
             stdout=asyncio.subprocess.DEVNULL,
@@ -114,24 +144,28 @@ class Serve:
         await self.wait_log(r"ania_nb\.runner: ready")
 
     async def listen_url(self) -> str:
-        """The reverse-mode listener's URL, from the log."""
-        m = await self.wait_log(LISTEN_RE.pattern)
-        return m.group(0)
+        """The reverse-mode listener's URL (with the bound port), from the log."""
+        return (await self.wait_log(LISTEN_RE.pattern)).group(0)
 
-    def signal(self, signum: int = signal.SIGTERM) -> None:
+    def send(self, signum: int = signal.SIGTERM) -> None:
         """Send a signal to the process."""
         assert self.proc is not None
         self.proc.send_signal(signum)
 
-    async def wait(self, within: float = 30) -> int:
+    async def wait(self, within: float = 40) -> int:
         """Wait for the exit; returns the exit code (and the log is complete)."""
         assert self.proc is not None and self._reader is not None
         code = await asyncio.wait_for(self.proc.wait(), within)
         await asyncio.wait_for(self._reader, within)
         return code
 
+    async def stop(self, signum: int = signal.SIGTERM) -> int:
+        """Signal the process and return its exit code."""
+        self.send(signum)
+        return await self.wait()
+
     async def kill(self) -> None:
-        """Kill it if it still runs (test cleanup)."""
+        """Kill it if it still runs (cleanup)."""
         if self.proc is not None and self.proc.returncode is None:
             self.proc.kill()
             await self.proc.wait()
@@ -139,50 +173,174 @@ class Serve:
             self._reader.cancel()
 
 
+class Gate:
+    """A model that holds its answers until the test opens the gate (`ScriptedLLM.responder`)."""
+
+    def __init__(self, text: str) -> None:
+        self.text = text
+        self.opened = threading.Event()
+
+    def __call__(self, request: Any) -> Any:
+        self.opened.wait(30)  # on the server's thread; cleanup opens it at the latest
+        return reply(self.text)
+
+    def open(self) -> None:
+        """Let the held request (and later ones) answer."""
+        self.opened.set()
+
+
+def runs(data_dir: Path, session: str | None = None) -> list[tuple[str, str]]:
+    """(session, status) of the run records, oldest first (read like any other client)."""
+    with sqlite3.connect(data_dir / "ania.db") as db:
+        rows = db.execute("SELECT session, status FROM runs ORDER BY id").fetchall()
+    return [r for r in rows if session is None or r[0] == session]
+
+
+async def wait_run(data_dir: Path, session: str, status: str) -> None:
+    """Wait until ``session`` has a run record with ``status`` (re-read every 50 ms)."""
+
+    async def poll() -> None:
+        # Another process's database: there is no event to wait on, only the file to re-read.
+        while (session, status) not in await asyncio.to_thread(runs, data_dir, session):  # noqa: ASYNC110
+            await asyncio.sleep(0.05)
+
+    await asyncio.wait_for(poll(), 20)
+
+
+async def requests(llm: ScriptedLLM, n: int) -> list[Any]:
+    """The first ``n`` model requests, waiting for them off the loop."""
+    return await asyncio.to_thread(llm.wait_for_requests, n, 20)
+
+
+def to_user(user: int, has: str = "") -> Callable[[Any], bool]:
+    """Predicate: a private send to ``user`` whose text contains ``has``."""
+    return lambda a: str(a.params.get("user_id")) == str(user) and has in a.text
+
+
+def to_group(group: int, has: str = "") -> Callable[[Any], bool]:
+    """Predicate: a group send to ``group`` whose text contains ``has``."""
+    return lambda a: str(a.params.get("group_id")) == str(group) and has in a.text
+
+
+def ats(action: Any) -> list[str]:
+    """The QQ ids an action's message @-mentions."""
+    return [str(s["data"]["qq"]) for s in action.segments if s["type"] == "at"]
+
+
+# ------------------------------------------------------------------ fixtures
+
+
 @pytest.fixture
-async def serve(tmp_path: Path, llm: Any) -> AsyncIterator[Callable[..., Any]]:
-    """Start ``ania-nb serve`` with a config on the scripted LLM: ``await serve(runner={...})``."""
+def llm() -> Iterator[ScriptedLLM]:
+    """A strict scripted model: a history the runner left inconsistent is refused."""
+    with ScriptedLLM(strict=True) as server:
+        yield server
+
+
+@pytest_asyncio.fixture(loop_scope="module")
+async def launch(tmp_path: Path, llm: ScriptedLLM) -> AsyncIterator[Callable[..., Any]]:
+    """Start ``ania-nb serve`` on this test's model and data dir: ``await launch(runner={…})``."""
     started: list[Serve] = []
 
-    async def start(*extra: str, **sections: dict[str, Any]) -> Serve:
-        config: dict[str, dict[str, Any]] = {
-            "llm": {
-                "base_url": llm.base_url,
-                "api_key": llm.api_key,
-                "model": "scripted",
-                "stream": False,
-            },
-            "retry": {"base_delay": 0.01, "max_delay": 0.05},
-            "store": {"data_dir": str(tmp_path / "data")},
-            "skills": {"dir": str(tmp_path / "no-skills")},
-            "mcp": {"config_file": str(tmp_path / "no-mcp.json")},
-            "admin": {"ids": [f"qq:{ADMIN}"]},
-        }
-        for name, keys in sections.items():
-            config.setdefault(name, {}).update(keys)
-        path = write_config(tmp_path / f"ania-{len(started)}.toml", config)
-        proc = Serve(path, tmp_path)
+    async def start(**sections: dict[str, Any]) -> Serve:
+        path = write_config(
+            tmp_path / f"ania-{len(started)}.toml", llm, tmp_path / "data", **sections
+        )
+        proc = Serve(path)
         started.append(proc)
-        return await proc.start(*extra)
+        return await proc.start()
 
     yield start
     for proc in started:
         await proc.kill()
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+@pytest_asyncio.fixture(loop_scope="module")
+async def impl() -> AsyncIterator[OneBotImpl]:
+    """A OneBot implementation of this test (token required)."""
+    onebot = OneBotImpl(self_id="10000", access_token=TOKEN)
+    yield onebot
+    await onebot.aclose()
 
 
-def _runs(data_dir: Path) -> list[tuple[str, str, str]]:
-    """(session, status, input) of every run record, oldest first (read after the exit)."""
-    with sqlite3.connect(data_dir / "ania.db") as db:
-        return list(db.execute("SELECT session, status, input FROM runs ORDER BY id"))
+async def connect(launch: Any, impl: OneBotImpl, mode: str, **sections: Any) -> Serve:
+    """``ania-nb serve`` connected to ``impl`` in ``mode`` (reverse or forward)."""
+    runner = {"access_token": TOKEN, **sections.pop("runner", {})}
+    if mode == "reverse":
+        proc = await launch(runner={"mode": "reverse", "port": 0, **runner}, **sections)
+        await impl.connect(await proc.listen_url(), deadline=20)
+    else:
+        url = await impl.serve()
+        proc = await launch(runner={"mode": "forward", "url": url, **runner}, **sections)
+    await impl.wait_connected(20)
+    await proc.ready()
+    return proc
 
 
-# ------------------------------------------------------------------ start-up refusals
+@dataclass
+class Bot:
+    """The shared reverse-mode process and what it talks to."""
+
+    llm: ScriptedLLM
+    impl: OneBotImpl
+    proc: Serve
+    url: str
+    data: Path
+    gates: list[Gate]
+
+    def gate(self, text: str) -> Gate:
+        """Hold the model's answers (this test only) until the gate opens."""
+        gate = Gate(text)
+        self.gates.append(gate)
+        self.llm.responder = gate
+        return gate
+
+
+@pytest_asyncio.fixture(scope="module", loop_scope="module")
+async def shared_bot(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Bot]:
+    """One ``ania-nb serve`` (reverse mode) for the chat-behaviour tests of this module."""
+    folder = tmp_path_factory.mktemp("shared-serve")
+    with ScriptedLLM(strict=True) as llm:
+        config = write_config(
+            folder / "ania.toml",
+            llm,
+            folder / "data",
+            runner={
+                "mode": "reverse",
+                "port": 0,
+                "access_token": TOKEN,
+                "queued_notice": "QUEUED",
+                "overflow_notice": "TOO MANY",
+            },
+            agent={"queue_size": 1},
+            approval={"enable": True, "tools": ["time"]},
+        )
+        proc = await Serve(config).start()
+        onebot = OneBotImpl(self_id="10000", access_token=TOKEN)
+        try:
+            url = await proc.listen_url()
+            await onebot.connect(url, deadline=20)
+            await proc.ready()
+            yield Bot(llm, onebot, proc, url, folder / "data", [])
+            proc.send(signal.SIGTERM)
+            await proc.wait()
+        finally:
+            await onebot.aclose()
+            await proc.kill()
+
+
+@pytest_asyncio.fixture(loop_scope="module")
+async def bot(shared_bot: Bot) -> AsyncIterator[Bot]:
+    """The shared bot with a fresh model script; held answers are released afterwards."""
+    shared_bot.llm.reset()
+    yield shared_bot
+    shared_bot.llm.responder = None
+    for gate in shared_bot.gates:
+        gate.open()
+    shared_bot.gates.clear()
+
+
+# ------------------------------------------------------------------ start-up and exit codes
 
 
 async def test_help_documents_options_and_exit_codes() -> None:
@@ -190,24 +348,265 @@ async def test_help_documents_options_and_exit_codes() -> None:
         ANIA_NB, "serve", "--help", stdout=asyncio.subprocess.PIPE
     )
     out, _ = await proc.communicate()
-    text = out.decode()
     assert proc.returncode == 0
     for expected in ("--config PATH", "--log-level", "exit codes", "access_token", "SIGTERM"):
-        assert expected in text
+        assert expected in out.decode()
 
 
-async def test_bad_config_exits_2_naming_the_key(serve: Any, tmp_path: Path) -> None:
-    proc = await serve(runner={"mode": "sideways"})
-    assert await proc.wait() == 2
-    assert re.search(r"ERROR ania_nb\.runner: cannot start: .*\n\s+runner\.mode", proc.log)
-    assert not (tmp_path / "data").exists()  # refused before the store was opened
-
-
-async def test_non_loopback_listener_without_token_is_refused(serve: Any, tmp_path: Path) -> None:
-    proc = await serve(runner={"mode": "reverse", "host": "0.0.0.0", "port": _free_port()})
-    assert await proc.wait() == 2
-    assert "runner.access_token" in proc.log and "'0.0.0.0'" in proc.log
-    assert not (tmp_path / "data").exists()
+async def test_start_up_refusals_exit_2_with_the_reason(launch: Any, tmp_path: Path) -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        bad, exposed, busy = [
+            await launch(runner={"mode": "sideways"}),
+            await launch(runner={"mode": "reverse", "host": "0.0.0.0", "port": 1}),
+            await launch(runner={"mode": "reverse", "port": port}),
+        ]
+        codes = await asyncio.gather(bad.wait(), exposed.wait(), busy.wait())
+    assert codes == [2, 2, 2]
+    assert re.search(r"ERROR ania_nb\.runner: cannot start: .*\n\s+runner\.mode", bad.log)
     # One line per record: date, time, level, logger, message.
-    first = proc.lines[0]
-    assert re.match(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d ERROR ania_nb\.runner: cannot start: ", first)
+    assert re.match(
+        r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d ERROR ania_nb\.runner: cannot start: runner\.host is "
+        r"'0\.0\.0\.0' \(not loopback\) and runner\.access_token is not set",
+        exposed.lines[0],
+    )
+    assert re.search(rf"cannot start: .*cannot listen on 127\.0\.0\.1:{port}", busy.log)
+
+
+async def test_refusals_happen_before_the_store_is_opened(launch: Any, tmp_path: Path) -> None:
+    proc = await launch(runner={"mode": "reverse", "host": "0.0.0.0"})
+    assert await proc.wait() == 2
+    assert not (tmp_path / "data").exists()
+
+
+async def test_a_crash_exits_1_with_the_traceback(launch: Any, tmp_path: Path) -> None:
+    (tmp_path / "data").write_text("a file where the data directory should be")
+    proc = await launch()
+    assert await proc.wait() == 1
+    assert "ERROR ania_nb.runner: crashed" in proc.log and "Traceback" in proc.log
+
+
+# ------------------------------------------------------------------ chats (the shared bot)
+
+
+async def test_private_message_is_answered_with_the_sender_prefix(bot: Bot) -> None:
+    user = uid()
+    bot.llm.script(reply("hello back"))
+    await bot.impl.private_message(user, "hi there", nickname="Alice")
+    sent = await bot.impl.wait_for_action("send_private_msg", to_user(user))
+    assert sent.text == "hello back"
+    (request,) = await requests(bot.llm, 1)
+    assert f"[nickname:Alice id:{user}]: hi there" in request.messages[-1]["content"]
+
+
+async def test_group_answers_mentions_only_and_ats_the_sender(bot: Bot) -> None:
+    group, member = uid(), uid()
+    bot.llm.script(reply("pong"))
+    await bot.impl.group_message(group, member, "just chatting", nickname="Bob")
+    await bot.impl.group_message(group, member, "ping", at_bot=True, nickname="Bob")
+    sent = await bot.impl.wait_for_action("send_group_msg", to_group(group))
+    assert ats(sent) == [str(member)] and sent.segments[0]["type"] == "at"
+    assert sent.text.strip() == "pong"
+    # The unaddressed message (handled first: a chat's events are handled in order) never
+    # reached the model.
+    assert len(bot.llm.requests) == 1
+    content = bot.llm.requests[0].messages[-1]["content"]
+    assert f"id:{member}]: ping" in content and "just chatting" not in content
+
+
+async def test_a_tool_round_runs_in_the_chats_session(bot: Bot) -> None:
+    user = uid()
+    bot.llm.script(reply(tool_calls=[tool_call("clock_list", {})]), reply("no tasks yet"))
+    await bot.impl.private_message(user, "any tasks?")
+    await bot.impl.wait_for_action("send_private_msg", to_user(user, "no tasks yet"))
+    tool_result = (await requests(bot.llm, 2))[1].messages[-1]
+    assert tool_result["role"] == "tool" and f"f:{user}" in tool_result["content"]
+
+
+async def test_approval_by_reply_stranger_refused_then_admin_allows(bot: Bot) -> None:
+    group, member, stranger = uid(), uid(), uid()
+    bot.llm.script(reply(tool_calls=[tool_call("time", {})]), reply("approved and done"))
+    await bot.impl.group_message(group, member, "what time is it?", at_bot=True)
+    asked = await bot.impl.wait_for_action("send_group_msg", to_group(group, "time"))
+    assert "approved and done" not in asked.text
+    seen = len(bot.impl.actions)
+    await bot.impl.group_message(group, stranger, "允许", at_bot=True, nickname="Eve")
+    refused = await bot.impl.wait_for_action("send_group_msg", to_group(group), after=seen)
+    assert "无法审批" in refused.text
+    assert len(bot.llm.requests) == 1  # the tool still waits
+    await bot.impl.group_message(group, ADMIN, "allow", at_bot=True, nickname="Admin")
+    done = await bot.impl.wait_for_action("send_group_msg", to_group(group, "approved and done"))
+    assert "current time is" in bot.llm.requests[1].messages[-1]["content"]
+    assert ats(done) == [str(member)]  # the verdicts were not messages of the batch
+
+
+async def test_approval_by_the_requester_in_a_private_chat(bot: Bot) -> None:
+    user = uid()
+    bot.llm.script(reply(tool_calls=[tool_call("time", {})]), reply("there you go"))
+    await bot.impl.private_message(user, "what time is it?")
+    await bot.impl.wait_for_action("send_private_msg", to_user(user, "time"))
+    await bot.impl.private_message(user, "同意")
+    await bot.impl.wait_for_action("send_private_msg", to_user(user, "there you go"))
+    assert "current time is" in bot.llm.requests[1].messages[-1]["content"]
+
+
+async def test_stop_mid_run(bot: Bot) -> None:
+    user = uid()
+    bot.gate("too late")
+    await bot.impl.private_message(user, "write me a long poem")
+    await requests(bot.llm, 1)
+    await bot.impl.private_message(user, "/stop")
+    await bot.impl.wait_for_action("send_private_msg", to_user(user, "AI 响应已被停止"))
+    await wait_run(bot.data, f"f:{user}", "stopped")
+    assert not any("too late" in a.text for a in bot.impl.actions)
+
+
+async def test_queued_notice_once_then_overflow_notice(bot: Bot) -> None:
+    user = uid()
+    gate = bot.gate("answer")
+    await bot.impl.private_message(user, "first")
+    await requests(bot.llm, 1)
+    await bot.impl.private_message(user, "second")
+    await bot.impl.wait_for_action("send_private_msg", to_user(user, "QUEUED"))
+    await bot.impl.private_message(user, "third")  # queue_size 1: no room
+    await bot.impl.wait_for_action("send_private_msg", to_user(user, "TOO MANY"))
+    gate.open()
+    batch = (await requests(bot.llm, 2))[1].messages[-1]["content"]
+    assert "second" in batch and "third" not in batch
+    first = await bot.impl.wait_for_action("send_private_msg", to_user(user, "answer"))
+    after = bot.impl.actions.index(first) + 1
+    await bot.impl.wait_for_action("send_private_msg", to_user(user, "answer"), after=after)
+    assert sum(a.text == "QUEUED" for a in bot.impl.actions if to_user(user)(a)) == 1
+
+
+async def test_clock_task_result_is_delivered_to_the_group_at_its_creator(bot: Bot) -> None:
+    group, member = uid(), uid()
+    bot.llm.route(lambda req: "【定时任务】" in str(req.messages[-1]["content"]), reply("tick"))
+    # /clock works in a group without @.
+    await bot.impl.group_message(group, member, "/clock add --once @every 1s | ping | say tick")
+    await bot.impl.wait_for_action("send_group_msg", to_group(group, "created task"))
+    sent = await bot.impl.wait_for_action("send_group_msg", to_group(group, "tick"), 20)
+    sends = [a.params for a in bot.impl.actions if to_group(group)(a)]
+    assert ats(sent) == [str(member)], (sends, bot.proc.log)
+
+
+async def test_wrong_or_missing_token_is_refused_in_reverse_mode(bot: Bot) -> None:
+    intruder = OneBotImpl(self_id="10000", access_token=TOKEN)
+    try:
+        with pytest.raises(HandshakeRejected) as wrong:
+            await intruder.connect(bot.url, token="not-the-token", deadline=5)
+        with pytest.raises(HandshakeRejected) as missing:
+            await intruder.connect(bot.url, token=None, deadline=5)
+    finally:
+        await intruder.aclose()
+    assert (wrong.value.status, missing.value.status) == (403, 401)
+    await bot.proc.wait_log("missing or wrong access token")
+    assert bot.impl.connected  # the rightful connection was not replaced
+
+
+async def test_reply_in_flight_during_a_drop_arrives_after_the_reconnect(bot: Bot) -> None:
+    user = uid()
+    gate = bot.gate("worth the wait")
+    await bot.impl.private_message(user, "slow one")
+    await requests(bot.llm, 1)
+    connections = bot.impl.connections
+    await bot.impl.drop(reconnect=False)
+    gate.open()
+    await wait_run(bot.data, f"f:{user}", "success")  # the reply is ready; no socket to send on
+    await bot.impl.connect(bot.url, deadline=20)
+    await bot.impl.wait_connected(20, connections=connections + 1)
+    await bot.impl.wait_for_action("send_private_msg", to_user(user, "worth the wait"))
+    bot.llm.responder = None
+    bot.llm.script(reply("and this one too"))
+    await bot.impl.private_message(user, "after the reconnect")
+    await bot.impl.wait_for_action("send_private_msg", to_user(user, "and this one too"))
+
+
+# ------------------------------------------------------------------ connection styles, signals
+
+
+async def test_forward_mode_reply_reconnect_and_sigterm_exit_0(
+    launch: Any, impl: OneBotImpl, llm: ScriptedLLM, tmp_path: Path
+) -> None:
+    user = uid()
+    llm.script(reply("before"), reply("after"))
+    proc = await connect(launch, impl, "forward")
+    assert "Bearer " + TOKEN in impl.request_headers[0].get("Authorization", "")
+    await impl.private_message(user, "one", nickname="Alice")
+    await impl.wait_for_action("send_private_msg", to_user(user, "before"))
+    assert f"[nickname:Alice id:{user}]: one" in llm.requests[0].messages[-1]["content"]
+    await impl.drop()  # the runner dials again (backoff from 1 s)
+    await impl.wait_connected(20, connections=2)
+    await impl.private_message(user, "two")
+    await impl.wait_for_action("send_private_msg", to_user(user, "after"))
+    assert await proc.stop() == 0
+    assert "SIGTERM received" in proc.log and proc.lines[-1].endswith("ania_nb.runner: stopped")
+    assert runs(tmp_path / "data") == [(f"f:{user}", "success")] * 2
+
+
+async def test_forward_mode_with_a_wrong_token_is_refused_and_says_so(
+    launch: Any, impl: OneBotImpl
+) -> None:
+    url = await impl.serve()
+    proc = await launch(runner={"mode": "forward", "url": url, "access_token": "wrong"})
+    await proc.wait_log(r"WARNING .*(403|401|refused|rejected)")
+    assert impl.rejections and set(impl.rejections) <= {401, 403}
+    assert not impl.connected
+    assert await proc.stop() == 0
+
+
+async def test_sigterm_lets_a_running_reply_finish_within_the_grace_period(
+    launch: Any, impl: OneBotImpl, llm: ScriptedLLM, tmp_path: Path
+) -> None:
+    user = uid()
+    llm.responder = gate = Gate("finished in time")
+    try:
+        proc = await connect(launch, impl, "reverse")
+        await impl.private_message(user, "slow question")
+        await requests(llm, 1)
+        proc.send(signal.SIGTERM)
+        await proc.wait_log(r"stopping: no new messages")
+        await impl.private_message(user, "too late to ask")  # not taken any more
+        gate.open()
+        await impl.wait_for_action("send_private_msg", to_user(user, "finished in time"))
+        assert await proc.wait() == 0
+    finally:
+        gate.open()
+    assert runs(tmp_path / "data") == [(f"f:{user}", "success")]
+    assert len(llm.requests) == 1
+
+
+async def test_second_sigterm_stops_the_run_and_history_stays_consistent(
+    launch: Any, impl: OneBotImpl, llm: ScriptedLLM, tmp_path: Path
+) -> None:
+    user = uid()
+    llm.script(reply(tool_calls=[tool_call("clock_list", {})]))  # then the gate holds round two
+    llm.responder = gate = Gate("never sent")
+    try:
+        proc = await connect(launch, impl, "reverse")
+        await impl.private_message(user, "list my tasks, slowly")
+        await requests(llm, 2)  # the tool ran; the model's second round is held
+        proc.send(signal.SIGTERM)
+        await proc.wait_log(r"stopping: no new messages")
+        proc.send(signal.SIGTERM)
+        assert await proc.wait() == 0
+    finally:
+        gate.open()
+    assert "second signal" in proc.log
+    assert runs(tmp_path / "data") == [(f"f:{user}", "stopped")]
+    assert not any("never sent" in a.text for a in impl.actions)
+    # A new process on the same data dir continues the conversation; the strict model server
+    # refuses a history with a tool call left unanswered.
+    await impl.aclose()
+    again = OneBotImpl(self_id="10000", access_token=TOKEN)
+    try:
+        llm.responder = None
+        llm.script(reply("back again"))
+        await connect(launch, again, "forward")
+        await again.private_message(user, "are you there?")
+        await again.wait_for_action("send_private_msg", to_user(user, "back again"))
+    finally:
+        await again.aclose()
+    assert any(m.get("tool_calls") for m in llm.requests[-1].messages)  # the turn is remembered

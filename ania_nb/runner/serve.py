@@ -20,13 +20,15 @@ import logging
 import signal
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from ..errors import UsageError
 from .model import AdapterError
 
 if TYPE_CHECKING:
     from ..config import Config, RunnerSettings
+    from .onebot import OneBotAdapter
+    from .router import Router
 
 log = logging.getLogger("ania_nb.runner")
 
@@ -79,18 +81,16 @@ def _is_loopback(host: str) -> bool:
         return False  # a host name: it may resolve to anything
 
 
-def describe(settings: RunnerSettings, adapter: Any = None) -> str:
+def describe(settings: RunnerSettings, listen_url: str | None = None) -> str:
     """Where the runner is connected or listening, for the start-up log line."""
     secured = "with access token" if settings.access_token else "no access token"
     if settings.mode == "forward":
         return f"OneBot v11 forward WebSocket: dialling {settings.url} ({secured})"
-    address = getattr(adapter, "listen_url", None) or (
-        f"ws://{settings.host}:{settings.port}{settings.path}"
-    )
+    address = listen_url or f"ws://{settings.host}:{settings.port}{settings.path}"
     return f"OneBot v11 reverse WebSocket: listening on {address} ({secured})"
 
 
-def _make_adapter(settings: RunnerSettings) -> Any:
+def _make_adapter(settings: RunnerSettings) -> OneBotAdapter:
     if settings.adapter != "onebot":  # pragma: no cover - the config allows only onebot
         raise StartError(f"unknown runner.adapter {settings.adapter!r}")
     from .onebot import OneBotAdapter
@@ -105,7 +105,7 @@ async def serve(config: Config, stop: asyncio.Event, hurry: asyncio.Event | None
 
     check_settings(config.runner)
     agent = Agent(config)
-    adapter: Any = None
+    adapter: OneBotAdapter | None = None
     try:
         await agent.start()
         settings = agent.config.runner  # values saved by config_set apply from here
@@ -119,7 +119,7 @@ async def serve(config: Config, stop: asyncio.Event, hurry: asyncio.Event | None
             raise StartError(f"cannot listen on {settings.host}:{settings.port}: {exc}") from exc
         except (AdapterError, UsageError) as exc:  # the adapter refused to start, and why
             raise StartError(str(exc)) from exc
-        log.info("serving %s", describe(settings, adapter))
+        log.info("serving %s", describe(settings, adapter.listen_url))
         log.info("ready (model %s, data in %s)", agent.config.llm.model, agent.data_dir)
         await stop.wait()
         log.info("stopping: no new messages; running replies get %gs", settings.grace_seconds)
@@ -133,7 +133,7 @@ async def serve(config: Config, stop: asyncio.Event, hurry: asyncio.Event | None
     return EXIT_OK
 
 
-async def _close_router(router: Any, grace: float, hurry: asyncio.Event | None) -> None:
+async def _close_router(router: Router, grace: float, hurry: asyncio.Event | None) -> None:
     """`Router.close` with its grace; a second signal (``hurry``) makes it zero."""
     closing = asyncio.ensure_future(router.close(grace))
     if hurry is None:
