@@ -6,8 +6,11 @@ SDK ``MCPServer`` with generated tools of 1-4 typed, described parameters), load
 ``tools`` field: ``SessionToolExecutor.definitions_json()``, the exact bytes of every request.
 
 Eager mode is the baseline measured in the same run; the lazy figures are also given after the
-model has loaded a few tools, since that is what a real conversation sends after discovery.
-Tokens are estimated as characters / 4.
+model has loaded a few tools, since that is what a real conversation sends after loading.
+Tokens are estimated as characters / 4. Rounds to the first result: the tool calls a model
+makes before it holds a tool's result, counted as the bench makes them — eager: call it; lazy:
+read the names from ``mcp_load_<server>``'s description, load them in one call, call one (the
+discover tool is not needed for that any more).
 
     .venv/bin/python bench/mcp_context.py
     .venv/bin/python bench/mcp_context.py --servers 5 --tools 100 --loaded 3
@@ -122,20 +125,42 @@ async def measure(servers: int, tools: int, loaded: int) -> dict[str, Any]:
                     raise SystemExit(f"only {len(connected)} of {servers} servers connected")
                 session = SessionToolExecutor(shared)
                 out[mode] = _size(session.definitions_json(), len(session))
-                if mode == "lazy":
-                    ctx = ToolContext(session="bench", executor=session)
-                    listing = await session.execute("mcp_discover_svc0", {}, ctx)
-                    names = [line.split(":")[0] for line in listing.text.splitlines()[1:]]
-                    for tool_name in names[:loaded]:
-                        done = await session.execute("mcp_load_svc0", {"tool_name": tool_name}, ctx)
-                        assert done.error is None, done.text
+                ctx = ToolContext(session="bench", executor=session)
+                if mode == "eager":
+                    out["eager_rounds"] = await _first_result(session, ctx, sorted(session.names()))
+                else:
+                    load = next(
+                        d["function"]
+                        for d in session.definitions()
+                        if d["function"]["name"] == "mcp_load_svc0"
+                    )
+                    listed = load["description"].split("Its tools: ", 1)[1].split(".", 1)[0]
+                    names = [n.strip() for n in listed.split(",")][:loaded]
+                    done = await session.execute("mcp_load_svc0", {"tool_names": names}, ctx)
+                    assert done.error is None, done.text
+                    out["lazy_rounds"] = 1 + await _first_result(session, ctx, names)
                     out["lazy_loaded"] = _size(session.definitions_json(), len(session))
+                    listing = await session.execute("mcp_discover_svc0", {}, ctx)
                     out["discover_result_chars"] = len(listing.text)
                     out["discover_tools"] = counts[0]
     out["ratio"] = out["lazy"]["bytes"] / out["eager"]["bytes"]
     out["ratio_loaded"] = out["lazy_loaded"]["bytes"] / out["eager"]["bytes"]
     out["loaded"] = loaded
     return out
+
+
+async def _first_result(session: Any, ctx: Any, names: list[str]) -> int:
+    """Call the first of ``names`` with its required arguments filled in; the calls it took."""
+    tool = session.get(names[0])
+    schema = tool.parameters_schema()
+    fill = {"string": "x", "integer": 1, "number": 1, "boolean": False}
+    args = {
+        key: fill.get(schema["properties"][key].get("type", "string"), "x")
+        for key in schema.get("required", [])
+    }
+    outcome = await session.execute(names[0], args, ctx)
+    assert outcome.error is None, outcome.text
+    return 1
 
 
 def _size(text: str, count: int) -> dict[str, int]:
@@ -157,6 +182,11 @@ def report(r: dict[str, Any]) -> str:
     lines += [
         f"| {m} | {s['tools']} | {_n(s['bytes'])} | {_n(s['tokens'])} | {x} |" for m, s, x in rows
     ]
+    lines.append("")
+    lines.append(
+        f"Tool calls to the first result: eager {r['eager_rounds']}, lazy {r['lazy_rounds']} "
+        "(load the names the load tool lists, then call; with discover first it was 3)."
+    )
     return "\n".join(lines)
 
 

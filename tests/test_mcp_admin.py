@@ -76,7 +76,7 @@ async def test_add_list_remove_persist_in_the_files_form(tmp_path: Path, form: s
             # VS Code needs the type of every entry; Claude Code infers stdio from a command
             assert saved[key]["extra"].get("type") == ("stdio" if form == "vscode" else None)
         assert "mcp_load_extra" in shared.names()
-        await run(session, "mcp_load_extra", tool_name="get_env")
+        await run(session, "mcp_load_extra", tool_names=["get_env"])
         assert await run(session, "get_env", key="GREETING") == "hi=there"
 
         listing = await run(session, "mcp_list")

@@ -14,7 +14,7 @@ async def test_lazy_mcp_tools_through_an_agent_run(llm, make_agent, tmp_path):
     config.write_text(json.dumps({"servers": [stdio_entry("demo")]}))
     llm.script(
         reply(tool_calls=[tool_call("mcp_discover_demo")]),
-        reply(tool_calls=[tool_call("mcp_load_demo", {"tool_name": "add"})]),
+        reply(tool_calls=[tool_call("mcp_load_demo", {"tool_names": ["add"]})]),
         reply(tool_calls=[tool_call("add", {"a": 2, "b": 40})]),
         reply("2 + 40 = 42"),
         reply("fresh session"),

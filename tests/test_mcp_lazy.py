@@ -48,10 +48,13 @@ async def test_lazy_discover_load_call_in_one_session_only(tmp_path: Path):
             "required": [],
         }
         load = shared.get("mcp_load_demo")
-        assert load is not None and load.parameters_schema()["required"] == []
-        assert set(load.parameters_schema()["properties"]) == {"tool_names", "tool_name"}
+        assert load is not None and load.parameters_schema()["required"] == ["tool_names"]
+        assert load.parameters_schema()["properties"]["tool_names"]["type"] == "array"
         # The description names every tool, so a model can load without discovering first.
-        assert f"Its tools: {', '.join(DEMO_TOOLS)}." in load.description
+        assert load.description == (
+            f"Load tools of MCP server 'a demo server', callable from your next step. "
+            f"Its tools: {', '.join(DEMO_TOOLS)}."
+        )
 
         one, _ = session_of(shared)
         two, _ = session_of(shared)
@@ -62,7 +65,7 @@ async def test_lazy_discover_load_call_in_one_session_only(tmp_path: Path):
         assert "add: Add two integers." in lines  # one line of a multi-line description
         assert listing == await text_of(two, "mcp_discover_demo")  # deterministic
 
-        loaded = await text_of(one, "mcp_load_demo", {"tool_name": "add"})
+        loaded = await text_of(one, "mcp_load_demo", {"tool_names": ["add"]})
         assert loaded == "tool 'add' loaded; call it directly from your next step."
         assert "add" in one.names() and "add" not in two.names()
         assert "add" not in shared.names()
@@ -70,7 +73,7 @@ async def test_lazy_discover_load_call_in_one_session_only(tmp_path: Path):
         missing = await text_of(two, "add", {"a": 1, "b": 1})
         assert missing.startswith("Error executing tool: tool 'add' not found")
 
-        wrong = await text_of(two, "mcp_load_demo", {"tool_name": "ad"})
+        wrong = await text_of(two, "mcp_load_demo", {"tool_names": ["ad"]})
         assert wrong == (
             "Error executing tool: MCP server 'demo' has no tool 'ad'; nothing was loaded. "
             f"Available tools: [{', '.join(DEMO_TOOLS)}]"
@@ -83,15 +86,15 @@ async def test_lazy_discover_load_call_in_one_session_only(tmp_path: Path):
         none = await text_of(two, "mcp_load_demo", {"tool_names": []})
         assert none == "Error executing tool: name the tools to load in tool_names"
         assert "fail" not in one  # only what was loaded is callable
-        await text_of(one, "mcp_load_demo", {"tool_name": "fail"})
+        await text_of(one, "mcp_load_demo", {"tool_names": ["fail"]})
         assert await text_of(one, "fail", {"message": "x"}) == (
             "Error executing tool: Error executing tool fail: failed on purpose: x"
         )  # the server's own wording, behind the executor's prefix
-        huge = await text_of(one, "mcp_load_demo", {"tool_name": "huge"})
+        huge = await text_of(one, "mcp_load_demo", {"tool_names": ["huge"]})
         assert "loaded" in huge
         assert len(await text_of(one, "huge", {})) < 8100
         # Loading into the shared executor (no session) is refused, not silently global.
-        refused = await text_of(shared, "mcp_load_demo", {"tool_name": "add"})
+        refused = await text_of(shared, "mcp_load_demo", {"tool_names": ["add"]})
         assert "needs a session" in refused
     assert shared.names() == []
 
@@ -104,16 +107,16 @@ async def test_tools_field_is_byte_identical(tmp_path: Path):
         two, _ = session_of(shared)
         loads = [("demo", "greet"), ("time", "get_current_time"), ("demo", "add")]
         for server, tool in loads:
-            await text_of(one, f"mcp_load_{server}", {"tool_name": tool})
+            await text_of(one, f"mcp_load_{server}", {"tool_names": [tool]})
         for server, tool in reversed(loads):
-            await text_of(two, f"mcp_load_{server}", {"tool_name": tool})
+            await text_of(two, f"mcp_load_{server}", {"tool_names": [tool]})
         first = one.definitions_json()
         assert all(one.definitions_json() == first for _ in range(100))
         assert two.definitions_json() == first
         names = [d["function"]["name"] for d in one.definitions()]
         assert names == sorted(names) and "get_current_time" in names
         # Reloading the same tool does not change the bytes either.
-        await text_of(one, "mcp_load_demo", {"tool_name": "greet"})
+        await text_of(one, "mcp_load_demo", {"tool_names": ["greet"]})
         assert one.definitions_json() == first
         greet = next(d for d in one.definitions() if d["function"]["name"] == "greet")
         mode = greet["function"]["parameters"]["properties"]["mode"]
@@ -203,7 +206,7 @@ async def test_all_transports_in_one_registry(tmp_path: Path, http_url: str, sse
         ]
         session, _ = session_of(shared)
         for server in ("local", "web", "events"):
-            await text_of(session, f"mcp_load_{server}", {"tool_name": "add"})
+            await text_of(session, f"mcp_load_{server}", {"tool_names": ["add"]})
             assert await text_of(session, "add", {"a": 2, "b": 3}) == "5"
 
 
@@ -266,7 +269,7 @@ async def test_runtime_add_remove_and_stale_tools_after_reconnect(tmp_path: Path
         assert "mcp_load_bad" not in shared.names()
 
         session, _ = session_of(shared)
-        await text_of(session, "mcp_load_demo", {"tool_name": "pid"})
+        await text_of(session, "mcp_load_demo", {"tool_names": ["pid"]})
         os.kill(int(await text_of(session, "pid")), signal.SIGKILL)
         crashed = await text_of(session, "pid")
         assert crashed.startswith("Error executing tool: MCP server 'demo' is disconnected")
@@ -276,7 +279,7 @@ async def test_runtime_add_remove_and_stale_tools_after_reconnect(tmp_path: Path
         await registry.reconnect("demo")
         stale = await text_of(session, "pid")
         assert "reconnected since; load it again with mcp_load_demo(tool_names=['pid'])" in stale
-        await text_of(session, "mcp_load_demo", {"tool_name": "pid"})
+        await text_of(session, "mcp_load_demo", {"tool_names": ["pid"]})
         assert (await text_of(session, "pid")).isdigit()
 
         assert await registry.remove("demo") is True

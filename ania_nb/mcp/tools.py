@@ -178,10 +178,7 @@ class MCPToolset:
         return FunctionTool(
             discover,
             name=f"mcp_discover_{server}",
-            description=(
-                f"List the tools of the MCP server '{label}' (name and one-line description). "
-                f"Read-only; load the one you need with mcp_load_{server}."
-            ),
+            description=f"Describe the tools of MCP server '{label}', one line each.",
         )
 
     def load_description(self) -> str:
@@ -198,9 +195,8 @@ class MCPToolset:
         if len(shown) < len(names):
             listed += f", … ({len(names) - len(shown)} more: see mcp_discover_{server})"
         return (
-            f"Load tools of the MCP server '{label}' into this conversation (one or several at "
-            f"once); they are callable from your next step. Its tools: {listed or '(none)'}. "
-            f"mcp_discover_{server} describes them."
+            f"Load tools of MCP server '{label}', callable from your next step. Its tools: "
+            f"{listed or '(none)'}."
         )
 
     def load_tool(self) -> FunctionTool:
@@ -208,16 +204,12 @@ class MCPToolset:
         server = self.server
 
         async def load(
+            tool_names: Annotated[list[str], "Names of the tools to load."],
             ctx: ToolContext,
-            tool_names: Annotated[
-                list[str] | None, "Exact tool names to load (one or more), as listed."
-            ] = None,
-            tool_name: Annotated[str, "One exact tool name (same as tool_names=[name])."] = "",
         ) -> str:
             self.manager.check_available()
             tools = self.tools()
-            wanted = [n.strip() for n in [*(tool_names or []), tool_name] if n and n.strip()]
-            wanted = list(dict.fromkeys(wanted))
+            wanted = list(dict.fromkeys(n.strip() for n in tool_names if n.strip()))
             if not wanted:
                 raise ToolError("name the tools to load in tool_names")
             missing = [n for n in wanted if n not in tools]
