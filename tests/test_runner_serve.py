@@ -550,11 +550,15 @@ async def test_forward_mode_with_a_wrong_token_is_refused_and_says_so(
     launch: Any, impl: OneBotImpl
 ) -> None:
     url = await impl.serve()
-    proc = await launch(runner={"mode": "forward", "url": url, "access_token": "wrong"})
+    proc = await launch(
+        runner={"mode": "forward", "url": f"{url}/?access_token=wrong", "access_token": "wrong"}
+    )
     await proc.wait_log(r"WARNING .*(403|401|refused|rejected)")
     assert impl.rejections and set(impl.rejections) <= {401, 403}
     assert not impl.connected
-    assert await proc.stop() == 0
+    assert await proc.stop(signal.SIGINT) == 0
+    assert "SIGINT received" in proc.log
+    assert f"dialling {url}/ (with access token)" in proc.log  # no token in the log
 
 
 async def test_sigterm_lets_a_running_reply_finish_within_the_grace_period(

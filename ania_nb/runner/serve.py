@@ -21,6 +21,7 @@ import signal
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
+from urllib.parse import urlsplit
 
 from ..errors import UsageError
 from .model import AdapterError
@@ -38,7 +39,7 @@ EXIT_CANNOT_START = 2
 LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 LOG_DATEFMT = "%Y-%m-%d %H:%M:%S"
 # Libraries that log every request or job at INFO: a served bot would drown in them.
-_CHATTY = ("httpx", "httpcore", "openai", "apscheduler", "websockets", "mcp")
+_CHATTY = ("httpx", "httpx2", "httpcore", "openai", "apscheduler", "websockets", "mcp")
 
 
 class StartError(Exception):
@@ -85,7 +86,8 @@ def describe(settings: RunnerSettings, listen_url: str | None = None) -> str:
     """Where the runner is connected or listening, for the start-up log line."""
     secured = "with access token" if settings.access_token else "no access token"
     if settings.mode == "forward":
-        return f"OneBot v11 forward WebSocket: dialling {settings.url} ({secured})"
+        url = urlsplit(settings.url)._replace(query="").geturl()  # a token may sit in the query
+        return f"OneBot v11 forward WebSocket: dialling {url} ({secured})"
     address = listen_url or f"ws://{settings.host}:{settings.port}{settings.path}"
     return f"OneBot v11 reverse WebSocket: listening on {address} ({secured})"
 
