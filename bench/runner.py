@@ -267,7 +267,11 @@ async def child_main(args: argparse.Namespace) -> None:
             elif cmd["cmd"] == "rss":
                 await asyncio.sleep(0.2)  # let replies' tails (history writes) settle
                 gc.collect()
-                emit({"rss_kib": rss_kib(), "sessions": len(agent.sessions)})
+                sample = {"rss_kib": rss_kib(), "sessions": len(agent.sessions)}
+                if runner is not None:  # private, for the report only: what the runner holds
+                    sample["router_chats"] = len(getattr(runner[1], "_links", ()))
+                    sample["adapter_sent_ids"] = len(getattr(runner[0], "_sent", ()))
+                emit(sample)
             elif cmd["cmd"] == "trace":  # tracemalloc: start, then the top growth since
                 emit(trace_step())
             elif cmd["cmd"] == "quit":
@@ -602,7 +606,8 @@ class Bench:
                 traced.append(await self.child.ask(cmd="trace"))  # the mid-point snapshot
             print(
                 f"  memory: {done} messages, RSS {sample['rss_kib'] / 1024:.1f} MiB, "
-                f"sessions held {sample['sessions']}",
+                f"sessions held {sample['sessions']}, router chats {sample.get('router_chats')}, "
+                f"adapter sent ids {sample.get('adapter_sent_ids')}",
                 file=sys.stderr,
                 flush=True,
             )
@@ -620,7 +625,7 @@ class Bench:
             "side": side,
             "messages": done,
             "failed": failed,
-            "max_sessions": a.max_sessions,
+            "max_sessions": self.child.hello["max_sessions"],
             "samples": samples,
             "second_half_growth_kib": last["rss_kib"] - half["rss_kib"],
             "second_half_bytes_per_message": 1024 * (last["rss_kib"] - half["rss_kib"]) / span,
