@@ -614,3 +614,30 @@ async def test_second_sigterm_stops_the_run_and_history_stays_consistent(
     finally:
         await again.aclose()
     assert any(m.get("tool_calls") for m in llm.requests[-1].messages)  # the turn is remembered
+
+
+async def test_a_killed_runner_leaves_an_interrupted_run_and_a_usable_history(
+    launch: Any, impl: OneBotImpl, llm: ScriptedLLM, tmp_path: Path
+) -> None:
+    user = uid()
+    llm.script(reply(tool_calls=[tool_call("clock_list", {})]))  # then the gate holds round two
+    llm.responder = gate = Gate("never sent")
+    try:
+        proc = await connect(launch, impl, "reverse")
+        await impl.private_message(user, "list my tasks")
+        await requests(llm, 2)
+        assert await proc.stop(signal.SIGKILL) == -signal.SIGKILL
+    finally:
+        gate.open()
+    assert runs(tmp_path / "data") == [(f"f:{user}", "running")]
+    await impl.aclose()
+    again = OneBotImpl(self_id="10000", access_token=TOKEN)
+    try:
+        llm.responder = None
+        llm.script(reply("recovered"))
+        await connect(launch, again, "forward")
+        await again.private_message(user, "still there?")
+        await again.wait_for_action("send_private_msg", to_user(user, "recovered"))
+    finally:
+        await again.aclose()
+    assert runs(tmp_path / "data") == [(f"f:{user}", "interrupted"), (f"f:{user}", "success")]
