@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import sys
 
 from mcp_servers.support import stdio_entry
 
@@ -48,3 +49,43 @@ async def test_a_malformed_mcp_file_leaves_chat_working_and_says_why(
     )
     assert agent.mcp.source().startswith(f"{config}: MCP config file")
     assert any("is not valid JSON" in r.getMessage() for r in caplog.records)
+
+
+async def test_a_server_that_never_answers_does_not_delay_the_first_reply(
+    llm, make_agent, tmp_path
+):
+    hang = [sys.executable, "-c", "import time; time.sleep(600)"]  # never answers the handshake
+    config = tmp_path / "mcp.json"
+    config.write_text(
+        json.dumps(
+            {
+                "mcpServers": {
+                    "slow": {"command": hang[0], "args": hang[1:], "timeout": 3},
+                    "demo": {k: v for k, v in stdio_entry("demo").items() if k != "name"},
+                }
+            }
+        )
+    )
+    seen: list[str] = []
+
+    def answer(request):
+        agent_mcp = agent.mcp
+        seen.append(agent_mcp.get("slow").state if agent_mcp else "none")
+        return reply("hello without waiting")
+
+    llm.responder = answer
+    agent = make_agent(overrides={"mcp.config_file": str(config)})
+    result = await agent.chat("hi")
+    assert result.ok and seen == ["connecting"]  # answered while the server was still starting
+    first_tools = {t["function"]["name"]: t["function"] for t in llm.requests[0].tools}
+    assert "still connecting" in first_tools["mcp_load_slow"]["description"]
+    llm.responder = None
+    llm.script(reply(tool_calls=[tool_call("mcp_discover_slow")]), reply("it is down"))
+    waited = await agent.chat("what does slow offer?")  # the call waits for it (3 s), then says
+    assert "MCP server 'slow' is not connected (no answer within 3 s" in (
+        waited.tool_calls[0].result
+    )
+    status = {s.name: s.state for s in agent.mcp.servers()}
+    assert status == {"demo": "connected", "slow": "failed"}
+    names = [t["function"]["name"] for t in llm.requests[-1].tools]
+    assert "mcp_load_slow" not in names and "mcp_load_demo" in names  # failed: pair dropped

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+import dataclasses
 import os
 import shutil
 import signal
@@ -255,9 +257,19 @@ async def test_servers_connect_concurrently_at_start(tmp_path: Path):
     assert sorted(os.listdir(barrier)) == ["one", "three", "two"]
 
 
-async def test_runtime_add_remove_and_stale_tools_after_reconnect(tmp_path: Path):
+async def until(predicate, what: str, limit: float = 15.0) -> None:
+    """Yield to the loop until ``predicate()`` holds (bounded, so a hang fails the test)."""
+    for _ in range(int(limit / 0.02)):
+        if predicate():
+            return
+        await asyncio.sleep(0.02)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+async def test_runtime_add_remove_a_dead_server_seen_at_once_and_rebound_tools(tmp_path: Path):
     shared = ToolExecutor()
-    async with MCPRegistry(settings(tmp_path / "absent.json"), shared) as registry:
+    no_auto = settings(tmp_path / "absent.json", auto_reconnect=False)
+    async with MCPRegistry(no_auto, shared) as registry:
         assert registry.servers() == [] and shared.names() == []
         status = await registry.add(MCPServerConfig.model_validate(stdio_entry()))
         assert (status.name, status.state, status.tools) == ("demo", "connected", 10)
@@ -269,18 +281,26 @@ async def test_runtime_add_remove_and_stale_tools_after_reconnect(tmp_path: Path
         assert "mcp_load_bad" not in shared.names()
 
         session, _ = session_of(shared)
-        await text_of(session, "mcp_load_demo", {"tool_names": ["pid"]})
+        await text_of(session, "mcp_load_demo", {"tool_names": ["pid", "add"]})
         os.kill(int(await text_of(session, "pid")), signal.SIGKILL)
+        # Seen without any call: the process's end is watched.
+        demo = registry.get("demo")
+        assert demo is not None
+        await until(lambda: demo.state == "disconnected", "the state to change")
+        assert (demo.error or "").startswith("the server process exited")
+        assert "disconnected" in registry.servers()[0].state
         crashed = await text_of(session, "pid")
         assert crashed.startswith("Error executing tool: MCP server 'demo' is disconnected")
         assert "mcp_reconnect(name='demo')" in crashed
-        assert next(s for s in registry.servers()).state == "disconnected"
 
         await registry.reconnect("demo")
-        stale = await text_of(session, "pid")
-        assert "reconnected since; load it again with mcp_load_demo(tool_names=['pid'])" in stale
-        await text_of(session, "mcp_load_demo", {"tool_names": ["pid"]})
+        # Loaded tools whose schema did not change are re-bound to the new connection.
         assert (await text_of(session, "pid")).isdigit()
+        add = session.get("add")
+        add.remote = dataclasses.replace(add.remote, input_schema={"type": "object"})
+        add.generation -= 1  # as if loaded from a connection whose "add" looked different
+        stale = await text_of(session, "add", {"a": 1, "b": 2})
+        assert "reconnected since; load it again with mcp_load_demo(tool_names=['add'])" in stale
 
         assert await registry.remove("demo") is True
         assert await registry.remove("demo") is False
@@ -288,6 +308,21 @@ async def test_runtime_add_remove_and_stale_tools_after_reconnect(tmp_path: Path
         assert "pid" not in session.names()  # removal unloads it from the session too
         gone = await text_of(session, "pid")
         assert gone.startswith("Error executing tool: tool 'pid' not found")
+
+
+async def test_a_lost_server_reconnects_on_its_next_use(tmp_path: Path):
+    path = write_config(tmp_path / "mcp.json", [stdio_entry()])
+    shared = ToolExecutor()
+    async with MCPRegistry(settings(path), shared) as registry:
+        session, _ = session_of(shared)
+        await text_of(session, "mcp_load_demo", {"tool_names": ["pid"]})
+        first = await text_of(session, "pid")
+        os.kill(int(first), signal.SIGKILL)
+        demo = registry.get("demo")
+        assert demo is not None
+        await until(lambda: demo.state == "disconnected", "the state to change")
+        again = await text_of(session, "pid")  # reconnects, then calls the re-bound tool
+        assert again.isdigit() and again != first and demo.state == "connected"
 
 
 async def test_an_invalid_config_file_turns_mcp_off_and_says_why(tmp_path: Path):

@@ -266,7 +266,8 @@ class MCPSettings(Section):
 
     config_file: Path = Field(
         Path("mcp.json"),
-        description="MCP servers file ({'servers': [...]} or {'mcpServers': {...}}).",
+        description="MCP servers file ({'mcpServers': {...}}, VS Code's {'servers': {...}} or "
+        "{'servers': [...]}).",
     )
     lazy_load: bool = Field(
         True, description="Expose mcp_discover_/mcp_load_ tools instead of every MCP tool."
@@ -276,6 +277,17 @@ class MCPSettings(Section):
     )
     connect_timeout: float = Field(30.0, gt=0, description="Seconds to connect and list tools.")
     max_result_chars: int = Field(8000, ge=100, description="MCP results are truncated to this.")
+    auto_reconnect: bool = Field(
+        True,
+        description="Reconnect a disconnected server when a tool of it is next used (backoff "
+        "1 s doubling to 60 s between attempts).",
+    )
+    ping_interval: float = Field(
+        30.0,
+        ge=0,
+        description="Seconds between pings of an HTTP/SSE server, to notice a dead one before "
+        "the next call (stdio servers are watched through their process); 0 = no pings.",
+    )
 
 
 class SkillSettings(Section):

@@ -6,8 +6,13 @@ in one dedicated task (the *runner*): it enters everything on an `AsyncExitStack
 readiness, waits for the stop signal and unwinds the stack itself. Calls are made from any task.
 
 Every successful (re)connect increments ``generation``; tool objects remember the generation
-they were made for, so a tool loaded before a reconnect fails with a clear message instead of
-silently talking to a new session.
+they were made for: after a reconnect a tool whose schema did not change is re-bound to the new
+session, any other fails with a clear message instead of silently talking to a new session.
+
+A lost server is noticed without waiting for a call: a stdio server's stderr reaching its end
+means its process exited, and HTTP/SSE servers are pinged every ``mcp.ping_interval`` seconds.
+With ``mcp.auto_reconnect`` the next use of a lost server reconnects it (attempts at most every
+1, 2, 4 … 60 s).
 """
 
 from __future__ import annotations
@@ -15,6 +20,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 from typing import TYPE_CHECKING, Any, Literal
 
 from ania_nb.errors import ConfigError, MCPServerError, ToolError
@@ -40,6 +46,14 @@ _log = logging.getLogger(__name__)
 
 ServerState = Literal["idle", "connecting", "connected", "disconnected", "failed", "closed"]
 _STOP_GRACE = 10.0  # seconds a runner gets to unwind (stdio shutdown is itself bounded by ~6 s)
+_MAX_BACKOFF = 60.0  # longest pause between automatic reconnect attempts
+PROCESS_EXITED = "the server process exited"
+
+
+def _notify(loop: asyncio.AbstractEventLoop, event: asyncio.Event) -> None:
+    """Set ``event`` from another thread (nothing to tell once the loop is closed)."""
+    with contextlib.suppress(RuntimeError):
+        loop.call_soon_threadsafe(event.set)
 
 
 def describe(exc: BaseException) -> str:
@@ -73,6 +87,9 @@ class MCPToolManager:
         self._task: asyncio.Task[None] | None = None
         self._stop: asyncio.Event | None = None
         self._lock = asyncio.Lock()
+        self.starting: asyncio.Task[None] | None = None  # the registry's first connect, if any
+        self._backoff = 1.0  # seconds before the next automatic reconnect may be tried
+        self._next_attempt = 0.0  # time.monotonic() of that
 
     def __repr__(self) -> str:
         return f"<MCPToolManager {self.name!r} {self._state}>"
@@ -149,8 +166,12 @@ class MCPToolManager:
         ready: asyncio.Future[list[RemoteTool]] = asyncio.get_running_loop().create_future()
         stderr = StderrTail(self.name) if self.config.transport == "stdio" else None
         self._stop = asyncio.Event()
+        lost = asyncio.Event()
+        if stderr is not None:  # stderr's end = the process exited: seen at once, not at a call
+            loop = asyncio.get_running_loop()
+            stderr.on_eof = lambda: _notify(loop, lost)
         self._task = asyncio.create_task(
-            self._run(live, ready, self._stop, stderr), name=f"mcp:{self.name}"
+            self._run(live, ready, self._stop, stderr, lost), name=f"mcp:{self.name}"
         )
         try:
             tools = await asyncio.wait_for(asyncio.shield(ready), self.timeout)
@@ -186,6 +207,7 @@ class MCPToolManager:
         ready: asyncio.Future[list[RemoteTool]],
         stop: asyncio.Event,
         stderr: StderrTail | None,
+        lost: asyncio.Event,
     ) -> None:
         """The runner task: owns the exit stack, so the SDK's cancel scopes stay in one task."""
         session: ClientSession | None = None
@@ -197,7 +219,12 @@ class MCPToolManager:
                 tools = await list_remote_tools(session)
                 self._session = session
                 ready.set_result(tools)
-                await stop.wait()
+                why = await self._watch(session, stop, lost)
+                if why is not None and self._session is session:
+                    tail = stderr.text() if stderr is not None else ""
+                    self._mark_lost(
+                        why + (f"\nserver stderr (last lines):\n{tail}" if tail else "")
+                    )
         except asyncio.CancelledError:
             if not ready.done():
                 ready.cancel()
@@ -212,6 +239,64 @@ class MCPToolManager:
                 self._session = None
             if stderr is not None:
                 stderr.close_writer()
+
+    async def _watch(
+        self, session: ClientSession, stop: asyncio.Event, lost: asyncio.Event
+    ) -> str | None:
+        """Wait for the stop signal; return why the connection died first, if it did."""
+        waiters = {asyncio.ensure_future(stop.wait()), asyncio.ensure_future(lost.wait())}
+        interval = self.settings.ping_interval if self.config.transport != "stdio" else 0
+        try:
+            while True:
+                done, _ = await asyncio.wait(
+                    waiters, timeout=interval or None, return_when=asyncio.FIRST_COMPLETED
+                )
+                if stop.is_set():
+                    return None
+                if lost.is_set():
+                    return PROCESS_EXITED
+                if not done:  # a ping is due
+                    try:
+                        await asyncio.wait_for(session.send_ping(), self.timeout)
+                    except Exception as exc:
+                        return f"the server stopped answering pings ({describe(exc)})"
+        finally:
+            for waiter in waiters:
+                waiter.cancel()
+
+    async def ready(self) -> None:
+        """Make the server usable if it can be, else raise `ToolError` saying why.
+
+        Waits for a connection in progress (up to the connect timeout) and, with
+        ``mcp.auto_reconnect``, reconnects a lost server (attempts spaced 1 → 60 s).
+        """
+        starting = self.starting
+        if starting is not None and not starting.done():  # the first connection, in progress
+            await asyncio.wait({starting}, timeout=self.timeout + _STOP_GRACE)
+        elif self._state == "connecting":
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._lock.acquire(), self.timeout)
+                self._lock.release()
+        elif (
+            self._state == "disconnected"
+            and self.settings.auto_reconnect
+            and time.monotonic() >= self._next_attempt
+        ):
+            try:
+                await self.reconnect()
+            except MCPServerError as exc:
+                self._next_attempt = time.monotonic() + self._backoff
+                self._backoff = min(self._backoff * 2, _MAX_BACKOFF)
+                _log.warning("automatic reconnect failed: %s", exc)
+                self._state = "disconnected"  # keep trying on later uses
+            else:
+                self._backoff, self._next_attempt = 1.0, 0.0
+                _log.info("MCP server %r reconnected on use", self.name)
+        self.check_available()
+
+    def current(self, tool: str) -> RemoteTool | None:
+        """The server's tool ``tool`` on the current connection, if it lists it."""
+        return next((t for t in self._tools if t.name == tool), None)
 
     async def _stop_runner(self, *, cancel: bool = False) -> None:
         task, stop = self._task, self._stop
@@ -251,8 +336,10 @@ class MCPToolManager:
                 f"MCP server '{name}' has been removed or shut down; this tool is gone (if "
                 f"mcp_load_{name} is still offered, load the tool again)"
             )
-        if self._state == "connecting":
-            return f"MCP server '{name}' is reconnecting; try again in a moment"
+        if self._state in ("connecting", "idle"):
+            return (
+                f"MCP server '{name}' is still connecting; try again in a moment (or do without it)"
+            )
         why = f" ({self._error.splitlines()[0]})" if self._error else ""
         what = "is disconnected" if self._state == "disconnected" else "is not connected"
         return (

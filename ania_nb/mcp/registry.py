@@ -79,6 +79,7 @@ class MCPRegistry:
         self._lock = asyncio.Lock()  # add / remove / reconnect / close, one at a time
         self.file_lock = asyncio.Lock()  # read-modify-write of the config file (admin tools)
         self._started = False
+        self._starting: list[asyncio.Task[None]] = []  # first connections (start)
         self.config_error: str | None = None  # why the config file could not be used
         self.config_form: Form | None = None  # which form the file was written in
 
@@ -94,11 +95,13 @@ class MCPRegistry:
     async def __aexit__(self, *exc: object) -> None:
         await self.aclose()
 
-    async def start(self) -> None:
+    async def start(self, *, wait: bool = True) -> None:
         """Read the config file, connect every server concurrently and register their tools.
 
-        An invalid file disables MCP (``config_error`` says why, chat goes on); a server that
-        cannot connect is logged and skipped.
+        With ``wait=False`` the servers connect in the background and each one's tools appear
+        when it is ready (lazy mode: its discover/load pair is there at once and waits for the
+        server, up to its timeout, when used). An invalid file disables MCP (``config_error``
+        says why, chat goes on); a server that cannot connect is logged and skipped.
         """
         if self._started:
             raise UsageError("MCPRegistry.start() was already called")
@@ -113,11 +116,18 @@ class MCPRegistry:
         async with self._lock:
             for server in config.servers:
                 if not server.disabled:
-                    self._managers[server.name] = self._manager(server)
-            await asyncio.gather(*(self._try_connect(m) for m in self._managers.values()))
-            for manager in self._managers.values():
-                if manager.state == "connected":
-                    self._register(manager)
+                    manager = self._manager(server)
+                    self._managers[server.name] = manager
+                    if self.settings.lazy_load:  # usable (it waits) while connecting
+                        self._register(manager)
+        self._starting = []
+        for manager in self._managers.values():
+            manager.starting = asyncio.create_task(
+                self._start_one(manager), name=f"mcp-start:{manager.name}"
+            )
+            self._starting.append(manager.starting)
+        if wait:
+            await self.wait_started()
         if self.settings.self_manage:
             from ania_nb.mcp.admin import admin_tools
 
@@ -125,11 +135,24 @@ class MCPRegistry:
                 self.shared.add(tool, replace=True)
                 self._admin.append(tool.name)
 
-    async def _try_connect(self, manager: MCPToolManager) -> None:
+    async def _start_one(self, manager: MCPToolManager) -> None:
+        """Connect one configured server and register its tools (or drop its lazy pair)."""
         try:
             await manager.connect()
         except MCPServerError as exc:
             _log.warning("%s; its tools are not available (reconnect to retry)", exc)
+        async with self._lock:
+            if self._managers.get(manager.name) is not manager:
+                return  # removed meanwhile
+            if manager.state == "connected":
+                self._register(manager)
+            else:
+                self._unregister(manager.name)
+
+    async def wait_started(self) -> None:
+        """Wait until every server configured at start has connected or failed."""
+        if self._starting:
+            await asyncio.gather(*self._starting, return_exceptions=True)
 
     def source(self) -> str:
         """Where the servers come from, e.g. ``mcp.json (the Claude Code "mcpServers" form)``."""
@@ -200,6 +223,9 @@ class MCPRegistry:
 
     async def aclose(self) -> None:
         """Unregister every tool and close every server (concurrently)."""
+        for task in self._starting:
+            task.cancel()
+        await asyncio.gather(*self._starting, return_exceptions=True)
         async with self._lock:
             managers = list(self._managers.values())
             for name in list(self._owned):
@@ -236,9 +262,18 @@ class MCPRegistry:
                 )
                 self._lazy_names[name] = sorted(toolset.tools())
             return
-        self._unregister(name)
-        exposed = [toolset.exposed(n, self.shared.get) for n in sorted(toolset.tools())]
-        self._owned[name] = self._add_unique(exposed, name)
+        # Eager: every connected server again, in config order, so an earlier server keeps a
+        # clashing name whichever connected first (a later one gets <server>__<name>).
+        for server in self._managers:
+            self._unregister(server)
+        for server, each in self._managers.items():
+            if each.state != "connected" and each is not manager:
+                continue
+            tools = self._toolsets.setdefault(
+                server, MCPToolset(each, approval_enabled=self.approval_enabled)
+            )
+            exposed = [tools.exposed(n, self.shared.get) for n in sorted(tools.tools())]
+            self._owned[server] = self._add_unique(exposed, server)
 
     def _add_unique(self, tools: Sequence[Tool], server: str) -> list[str]:
         added: list[str] = []

@@ -85,6 +85,11 @@ class MCPTool:
                 f"MCP tool '{self.name}' is marked destructive and needs a person's approval, "
                 "and this call was not approved"
             )
+        await self.manager.ready()  # waits for a start, reconnects a lost server
+        if self.generation != self.manager.generation:
+            current = self.manager.current(self.remote.name)
+            if current is not None and current.input_schema == self.remote.input_schema:
+                self.remote, self.generation = current, self.manager.generation  # re-bound
         return await self.manager.call(self.remote.name, arguments, generation=self.generation)
 
 
@@ -162,7 +167,7 @@ class MCPToolset:
         server, label = self.server, self.manager.config.label
 
         async def discover() -> str:
-            self.manager.check_available()
+            await self.manager.ready()
             tools = self.tools()
             if not tools:
                 return f"MCP server '{server}' offers no tools."
@@ -184,6 +189,11 @@ class MCPToolset:
     def load_description(self) -> str:
         """The load tool's description: what it does and the server's tool names (bounded)."""
         server, label = self.server, self.manager.config.label
+        if self.manager.state != "connected":
+            return (
+                f"Load tools of MCP server '{label}', callable from your next step. It is still "
+                f"connecting: mcp_discover_{server} waits for it and lists its tools."
+            )
         names = sorted(self.tools())
         shown, size = [], 0
         for name in names:
@@ -207,7 +217,7 @@ class MCPToolset:
             tool_names: Annotated[list[str], "Names of the tools to load."],
             ctx: ToolContext,
         ) -> str:
-            self.manager.check_available()
+            await self.manager.ready()
             tools = self.tools()
             wanted = list(dict.fromkeys(n.strip() for n in tool_names if n.strip()))
             if not wanted:

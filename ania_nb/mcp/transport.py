@@ -15,6 +15,7 @@ import logging
 import os
 import sys
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -86,6 +87,7 @@ class StderrTail:
         self.writer = os.fdopen(write_fd, "w", encoding="utf-8")
         self._lines: collections.deque[str] = collections.deque(maxlen=keep)
         self._server = server
+        self.on_eof: Callable[[], object] | None = None  # called (in the thread) at the end
         reader = os.fdopen(read_fd, "r", encoding="utf-8", errors="replace")
         self._thread = threading.Thread(
             target=self._pump, args=(reader,), name=f"mcp-stderr-{server}", daemon=True
@@ -99,6 +101,8 @@ class StderrTail:
                 if line:
                     self._lines.append(line)
                     _log.debug("MCP server %r stderr: %s", self._server, line)
+        if self.on_eof is not None:
+            self.on_eof()
 
     def close_writer(self) -> None:
         """Drop our copy of the write end (the child holds its own after the spawn)."""

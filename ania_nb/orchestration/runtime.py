@@ -146,5 +146,5 @@ async def _open_mcp(config: Config, tools: ToolExecutor, http: HttpClients) -> M
         approval_enabled=config.approval.enable,
         security=config.security,
     )
-    await registry.start()
+    await registry.start(wait=False)  # a slow server never delays the first reply
     return registry
