@@ -11,6 +11,8 @@ Four families, kept apart so callers can catch exactly what they mean (attribute
     │   ├── TeamError           (ania_nb.agents) a saved team is invalid, over a limit or exists
     │   ├── KnowledgeError      (ania_nb.knowledge) a kb/memory request was refused: blank,
     │   │                       full scope, unknown id, read-only scope
+    │   ├── StartError          (ania_nb.runner.serve) ania-nb serve cannot start: refused or
+    │   │                       impossible listener, bad runner settings (exit code 2)
     │   └── MissingExtraError   an optional dependency is not installed; also an ImportError
     │                           [extra, name]
     ├── RunError                a run failed [session]

@@ -42,7 +42,7 @@ LOG_DATEFMT = "%Y-%m-%d %H:%M:%S"
 _CHATTY = ("httpx", "httpx2", "httpcore", "openai", "apscheduler", "websockets", "mcp")
 
 
-class StartError(Exception):
+class StartError(UsageError):
     """The runner cannot start; the message says why (exit code 2)."""
 
 
