@@ -284,8 +284,14 @@ class Agent(AgentHostMethods):
         )
 
     async def start(self) -> Agent:
-        """Open the store, load skills and connect MCP servers now (else on the first chat)."""
-        await self._ensure_open()
+        """Open the store, load skills and connect MCP servers now (else on the first chat).
+
+        Waits until every MCP server has connected or failed; a chat that opens the agent does
+        not wait for them (its servers join as they become ready).
+        """
+        rt = await self._ensure_open()
+        if rt.mcp is not None:
+            await rt.mcp.wait_started()
         return self
 
     async def _gate(self, call: ToolCall, ctx: Any) -> GateDecision | None:

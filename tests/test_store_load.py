@@ -45,7 +45,9 @@ async def test_300_concurrent_sessions_against_a_run_log_of_50_all_succeed(llm, 
 
     llm.responder = _one_tool_round
     agent = make_agent(
-        tools=[hold, wait_long], overrides={"store.run_log_max_entries": MAX_ENTRIES}
+        tools=[hold, wait_long],
+        # All 300 at once: no global run limit (runner.max_concurrent_runs queues the rest).
+        overrides={"store.run_log_max_entries": MAX_ENTRIES, "runner.max_concurrent_runs": 0},
     )
     long = asyncio.create_task(agent.chat("the long one", session="long"))
     await asyncio.wait_for(long_started.wait(), 60)

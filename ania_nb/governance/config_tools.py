@@ -37,7 +37,7 @@ log = logging.getLogger(__name__)
 
 CONFIG_NAMESPACE = SAVED_CONFIG_NAMESPACE
 NOT_SETTABLE = UNSAVABLE_KEYS  # the saved values live in the data directory: it cannot move
-MAX_LISTING_CHARS = 12000
+MAX_LISTING_CHARS = 20000
 MAX_FILE_CHARS = 20000
 MASKED_NOTE = "config_file_set keeps a stored secret that is sent back in its masked form"
 RESTART = "It takes effect after a restart (a new Agent: restart the kernel or the runner)."

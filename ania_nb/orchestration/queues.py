@@ -45,7 +45,7 @@ class SessionQueues:
         self._unawaited = unawaited
         self._max_running = max_running
         self.running = 0  # runs going now, all sessions
-        self._slots: asyncio.Condition | None = None
+        self._waiters: list[asyncio.Future[None]] = []  # workers waiting for a slot, in order
 
     def submit(self, state: Session, pending: Pending) -> None:
         """Queue a caller's message; `SessionBusyError` when the queue is full."""
@@ -100,31 +100,42 @@ class SessionQueues:
         if workers:
             await asyncio.gather(*workers, return_exceptions=True)
 
-    async def _acquire(self) -> asyncio.Condition:
+    async def _acquire(self) -> None:
         """Wait for a run slot (see ``max_running``) and take it."""
-        if self._slots is None:
-            self._slots = asyncio.Condition()
-        slots = self._slots
-        async with slots:
-            await slots.wait_for(
-                lambda: not self._max_running() or self.running < self._max_running()
-            )
-            self.running += 1
-        return slots
+        while (limit := self._max_running()) and self.running >= limit:
+            waiter = asyncio.get_running_loop().create_future()
+            self._waiters.append(waiter)
+            try:
+                await waiter
+            except asyncio.CancelledError:
+                if waiter.done() and not waiter.cancelled():
+                    self._wake()  # woken, but leaving: pass the turn on
+                raise
+            finally:
+                if waiter in self._waiters:
+                    self._waiters.remove(waiter)
+        self.running += 1
 
-    async def _release(self, slots: asyncio.Condition) -> None:
-        async with slots:
-            self.running -= 1
-            slots.notify_all()
+    def _release(self) -> None:
+        """Give a slot back (synchronously: the session is idle as soon as its reply is out)."""
+        self.running -= 1
+        self._wake()
+
+    def _wake(self) -> None:
+        while self._waiters:
+            waiter = self._waiters.pop(0)
+            if not waiter.done():
+                waiter.set_result(None)
+                return
 
     async def _work(self, state: Session) -> None:
         """Handle the session's queue until it is empty (one run per batch)."""
         while state.queue:
-            slots = await self._acquire()
+            await self._acquire()
             try:
                 await self._answer_next(state)
             finally:
-                await asyncio.shield(self._release(slots))
+                self._release()
 
     async def _answer_next(self, state: Session) -> None:
         """Answer what waits now as one batch (nothing, if a stop emptied the queue meanwhile)."""

@@ -105,6 +105,7 @@ async def test_stdio_mcp_server_sees_no_secret_variables(
             "security.secret_env": PATTERNS,
         }
     )
+    await agent.start()  # eager MCP tools are there once started
     result = await agent.chat("what do you see?")
     assert result.ok, result.error
     got = {json.loads(call.arguments)["key"]: call.result.strip() for call in result.tool_calls}

@@ -284,6 +284,7 @@ async def test_plan_mode_blocks_unannotated_mcp_tools_and_lets_read_only_ones_ru
     llm, make_agent, tmp_path
 ):
     agent = mcp_agent(make_agent, tmp_path)
+    await agent.start()  # eager MCP tools are there once started
     marker = tmp_path / "marked"
     llm.script(
         reply(
@@ -307,6 +308,7 @@ async def test_a_destructive_mcp_tool_asks_and_a_denial_means_it_never_ran(
     llm, make_agent, tmp_path, inbox
 ):
     agent = mcp_agent(make_agent, tmp_path, **{"approval.enable": True})
+    await agent.start()  # eager MCP tools are there once started
     wiped, marked = tmp_path / "wiped", tmp_path / "marked"
     llm.script(
         reply(
@@ -334,6 +336,7 @@ async def test_an_allowed_destructive_call_runs_and_without_approvals_nobody_is_
     llm, make_agent, tmp_path, inbox
 ):
     agent = mcp_agent(make_agent, tmp_path, **{"approval.enable": True})
+    await agent.start()  # eager MCP tools are there once started
     wiped = tmp_path / "wiped"
     llm.script(reply(tool_calls=[tool_call("wipe", {"path": str(wiped)})]), reply("ok"))
     task = asyncio.create_task(agent.chat("go", callbacks=Callbacks(request_approval=inbox)))
@@ -345,6 +348,7 @@ async def test_an_allowed_destructive_call_runs_and_without_approvals_nobody_is_
     other = tmp_path / "other"
     other.mkdir()
     plain = mcp_agent(make_agent, other)  # approval.enable is off
+    await plain.start()
     again = other / "wiped"
     llm.script(reply(tool_calls=[tool_call("wipe", {"path": str(again)})]), reply("ok"))
     [call] = (await plain.chat("go", callbacks=Callbacks(request_approval=inbox))).tool_calls
