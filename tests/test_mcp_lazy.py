@@ -233,6 +233,12 @@ async def test_a_server_failing_at_start_does_not_stop_the_others(tmp_path: Path
         assert "later.py" in (broken.error or "")  # python's own stderr explains it
         assert "MCP server 'broken'" in caplog.text
         assert shared.names() == ["mcp_discover_ok", "mcp_load_ok"]
+        from ania_nb.mcp.admin import admin_tools
+
+        [listing] = [t for t in admin_tools(registry) if t.name == "mcp_list"]
+        shown = await listing.invoke({}, None)  # type: ignore[arg-type]
+        assert "- broken (stdio " in shown and "server stderr (last lines):" in shown
+        assert "later.py" in shown  # python's own complaint, not only the first error line
 
         shutil.copy(DEMO, later)  # now the server can start: reconnect revives it
         status = await registry.reconnect("broken")

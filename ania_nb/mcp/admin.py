@@ -187,8 +187,10 @@ def admin_tools(registry: MCPRegistry) -> list[FunctionTool]:
             if status is not None and status.state == "connected":
                 state = f"connected, {status.tools} tools"
             elif status is not None:
-                why = (status.error or "").split("\n", 1)[0]
-                state = f"{status.state}" + (f": {why}" if why else "")
+                reason, _, tail = (status.error or "").partition("\n")
+                state = f"{status.state}" + (f": {reason}" if reason else "")
+                if tail.strip():  # a stdio server's last stderr lines say why it failed
+                    state += "\n  " + "\n  ".join(tail.strip().splitlines()[-8:])
             else:
                 state = "disabled" if config and config.disabled else "not running"
             if config is None:
