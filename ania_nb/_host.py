@@ -21,6 +21,7 @@ from .result import RunResult
 from .store import Store
 
 if TYPE_CHECKING:  # pragma: no cover
+    from .clock import Clock
     from .config import Config
     from .governance import Governance
     from .orchestration import Outbox, RunServices, Runtime, SessionQueues
@@ -40,6 +41,7 @@ class AgentHostMethods:
         _closed: bool
         _queues: SessionQueues
         quota: Quota
+        clock: Clock
         _services: RunServices | None
         _stop_listeners: list[Callable[[str], object]]
 
@@ -108,6 +110,16 @@ class AgentHostMethods:
         usage includes them so the user sees what the conversation cost.
         """
         self.session(session).derived.include(usage)
+
+    async def _clock_command(self, session: str, args: str, sender: str | None) -> str:
+        """``/clock …`` (registered as a slash command)."""
+        return await self.clock.command(session, args, sender)
+
+    async def _quota_command(self, session: str, args: str, sender: str | None) -> str:
+        """``/quota …`` (registered as a slash command)."""
+        from .quota.command import quota_command
+
+        return await quota_command(self.quota, self.is_admin, session, args, sender)
 
     async def quota_denial(self, session: str) -> str | None:
         """Why new work for ``session`` is refused today (a daily token quota), or None."""

@@ -42,7 +42,6 @@ from .orchestration import (
 from .prompts import DEFAULT_SYSTEM_PROMPT
 from .quota import Quota
 from .quota.command import HELP as QUOTA_HELP
-from .quota.command import quota_command
 from .result import RunResult
 from .store import RunRecord
 from .tools import SessionToolExecutor, Tool, ToolExecutor
@@ -237,19 +236,9 @@ class Agent(AgentHostMethods):
                     self._services = self._run_services(rt)
                     rt.store.journal.usage_day = self.quota.counting_day
                     self._rt = rt
-                    await self._prune_counters()
+                    await self.quota.prune_at_start()
                     await self._start_clock(rt)
         return self._rt
-
-    async def _prune_counters(self) -> None:
-        """Drop usage counters past ``quota.retention_days`` (a failure only delays it)."""
-        try:
-            pruned = await self.quota.prune()
-        except Exception:
-            log.exception("could not prune old usage counters")
-        else:
-            if pruned:
-                log.info("pruned %d usage counters older than quota.retention_days", pruned)
 
     async def _start_clock(self, rt: Runtime) -> None:
         """Start the scheduler; a clock that cannot start leaves the agent usable and says why."""
@@ -300,12 +289,6 @@ class Agent(AgentHostMethods):
     async def _before_compact(self, history: list[Message]) -> None:
         if self.before_compact is not None:
             await self.before_compact(history)
-
-    async def _clock_command(self, session: str, args: str, sender: str | None) -> str:
-        return await self.clock.command(session, args, sender)
-
-    async def _quota_command(self, session: str, args: str, sender: str | None) -> str:
-        return await quota_command(self.quota, self.is_admin, session, args, sender)
 
     async def _after_run(self, spec: RunSpec, result: RunResult) -> None:
         await self.governance.after_run(spec.kind, spec.session, result, task=spec.text)

@@ -138,6 +138,16 @@ class Quota:
         oldest = (date.fromisoformat(self.today()) - timedelta(days=keep - 1)).isoformat()
         return await (await self._open_store()).usage.prune(oldest)
 
+    async def prune_at_start(self) -> None:
+        """`prune`, logged; a failure only delays it (the agent opens regardless)."""
+        try:
+            pruned = await self.prune()
+        except Exception:
+            log.exception("could not prune old usage counters")
+        else:
+            if pruned:
+                log.info("pruned %d usage counters older than quota.retention_days", pruned)
+
     async def add(self, session: str, by_model: dict[str, Tokens]) -> int:
         """Count tokens spent outside any run record (rare: the record could not be written)."""
         day = self.counting_day()
@@ -173,14 +183,15 @@ class Quota:
                 if row.key == session:
                     totals[row.day][""] = _tokens(row)
         prices = config.pricing.models
+        resets = self.resets_at()
         history = [
             DayUsage.of(day, by_model, None if session is not None else cost(by_model, prices))
             for day, by_model in totals.items()
         ]
         return UsageReport(
             today=today,
-            timezone=settings.timezone or (self.resets_at().tzname() or "local"),
-            resets_at=self.resets_at(),
+            timezone=settings.timezone or (resets.tzname() or "local"),
+            resets_at=resets,
             enabled=settings.enable,
             session_limit=settings.daily_tokens,
             global_limit=settings.global_daily_tokens,

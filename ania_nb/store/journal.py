@@ -73,6 +73,7 @@ class RunJournal:
         # The quota day a finishing run's tokens count on, None while nothing is counted
         # (set by whoever owns the quota settings; see ``usage.py``).
         self.usage_day: Callable[[], str | None] = lambda: None
+        self._ledger = UsageLedger(db)
 
     async def begin(
         self,
@@ -167,7 +168,7 @@ class RunJournal:
         """Count tokens whose run has no record (it could not be written) on the current day."""
         day = self.usage_day()
         if day and counted:
-            await UsageLedger(self._db).add(day, session, counted)
+            await self._ledger.add(day, session, counted)
 
 
 # Lenient preparation: bookkeeping values that fail validation are kept as far as they are valid.
