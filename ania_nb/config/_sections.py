@@ -35,6 +35,15 @@ class LLMSettings(Section):
     max_tokens: int | None = Field(8192, gt=0, description="Completion token cap per call.")
     timeout: float = Field(120.0, gt=0, description="Seconds one HTTP request may take.")
     stream: bool = Field(True, description="Stream replies so front ends can show text live.")
+    text_tool_calls: bool = Field(
+        False,
+        description=(
+            "Run tool calls a model writes as text (<tool_call> tags, a fenced JSON "
+            '{"name", "arguments"} block, Hermes/Qwen forms) instead of sending tool_calls; '
+            "for local models whose server does not parse them (llama-server --jinja "
+            "usually does)."
+        ),
+    )
 
 
 class EndpointSettings(Section):
@@ -75,6 +84,15 @@ class AgentSettings(Section):
         description=(
             "Register the built-in tools (time, web, meme, images, gated tools, todo, clock_*, "
             "subagent_*, team_*)."
+        ),
+    )
+    max_repeat_calls: int = Field(
+        3,
+        ge=0,
+        le=100,
+        description=(
+            "Identical calls (same tool, same arguments, same result) run per request; a "
+            "further one is not run and the model is told the earlier result. 0 = no limit."
         ),
     )
     max_tool_result_chars: int = Field(
