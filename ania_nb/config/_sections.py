@@ -32,7 +32,14 @@ class LLMSettings(Section):
         1.2, description="Sampling temperature; unset = provider default."
     )
     top_p: float | None = Field(0.9, description="Nucleus sampling; unset = provider default.")
-    max_tokens: int | None = Field(8192, gt=0, description="Completion token cap per call.")
+    max_tokens: int | None = Field(
+        4096,
+        gt=0,
+        description=(
+            "Completion token cap per call (a reply cut there ends the run as an error); "
+            "4096 fits a long answer and stops a runaway local model within minutes."
+        ),
+    )
     timeout: float = Field(120.0, gt=0, description="Seconds one HTTP request may take.")
     stream: bool = Field(True, description="Stream replies so front ends can show text live.")
     text_tool_calls: bool = Field(
@@ -62,6 +69,13 @@ class RetrySettings(Section):
     )
     base_delay: float = Field(2.0, ge=0, description="Seconds before the first retry.")
     max_delay: float = Field(30.0, ge=0, description="Cap on one backoff delay, before jitter.")
+    on_timeout: bool = Field(
+        False,
+        description=(
+            "Retry a non-streamed call that timed out; off: a local server may still be "
+            "working on the first request, so the timeout is an error at once."
+        ),
+    )
 
 
 class AgentSettings(Section):

@@ -63,6 +63,8 @@ class RetryPolicy:
     max_attempts: int = 3
     base_delay: float = 2.0
     max_delay: float = 30.0
+    on_timeout: bool = False
+    """Retry a non-streamed call that timed out (off: the server may still be generating)."""
 
     def delay(self, attempt: int) -> float:
         """Backoff before retry number ``attempt`` (0-based), jitter included."""
