@@ -263,7 +263,8 @@ async def test_401_hint_names_the_api_key(llm: ScriptedLLM, make_client: MakeCli
 
 
 async def test_retries_exhausted(llm: ScriptedLLM, make_client: MakeClient) -> None:
-    llm.script(error(503), error(503), error(503, "still overloaded"), reply("too late"))
+    # Three different bodies: the same 5xx body twice would end the retries early.
+    llm.script(error(503, "overloaded"), error(503), error(503, "still overloaded"), reply("late"))
     with pytest.raises(LLMError) as info:
         await make_client().complete(USER)
 
@@ -283,8 +284,10 @@ async def test_retries_exhausted(llm: ScriptedLLM, make_client: MakeClient) -> N
 
 @pytest.mark.parametrize("stream", [False, True])
 async def test_timeout_is_retried(llm: ScriptedLLM, make_client: MakeClient, stream: bool) -> None:
+    # A streamed call is always retried after a timeout; a non-streamed one with on_timeout.
     llm.script(delay(2, reply("late")), reply("on time"))
-    completion = await make_client(timeout=0.3).complete(USER, stream=stream)
+    retry = RetryPolicy(3, 0.01, 0.02, on_timeout=not stream)
+    completion = await make_client(timeout=0.3, retry=retry).complete(USER, stream=stream)
 
     assert completion.message["content"] == "on time"
     assert len(llm.requests) == 2
@@ -292,7 +295,7 @@ async def test_timeout_is_retried(llm: ScriptedLLM, make_client: MakeClient, str
 
 async def test_timeouts_exhausted(llm: ScriptedLLM, make_client: MakeClient) -> None:
     llm.script(delay(2, reply("late")), delay(2, reply("late")))
-    client = make_client(timeout=0.3, retry=RetryPolicy(2, 0.01, 0.02))
+    client = make_client(timeout=0.3, retry=RetryPolicy(2, 0.01, 0.02, on_timeout=True))
     with pytest.raises(LLMError) as info:
         await client.complete(USER)
 
@@ -347,7 +350,7 @@ async def test_disconnect_is_retried(
 async def test_fallback_answers_when_main_fails(
     llm: ScriptedLLM, fb_llm: ScriptedLLM, make_client: MakeClient, stream: bool
 ) -> None:
-    llm.script(error(500), error(500), error(500))
+    llm.script(error(500, "one"), error(500, "two"), error(500, "three"))
     fb_llm.script(reply("from the fallback"))
     client = make_client(fallback=_fallback(fb_llm))
     completion = await client.complete(USER, stream=stream)
@@ -362,8 +365,8 @@ async def test_fallback_answers_when_main_fails(
 async def test_both_models_fail(
     llm: ScriptedLLM, fb_llm: ScriptedLLM, make_client: MakeClient
 ) -> None:
-    llm.script(error(500, "main broke"), error(500, "main broke"), error(500, "main broke"))
-    fb_llm.script(error(502), error(502), error(502, "fallback broke"))
+    llm.script(error(500, "main down"), error(500, "main broken"), error(500, "main broke"))
+    fb_llm.script(error(502), error(503), error(502, "fallback broke"))
     client = make_client(fallback=_fallback(fb_llm))
     with pytest.raises(LLMError) as info:
         await client.complete(USER)
@@ -524,6 +527,75 @@ async def test_cancel_during_backoff_is_not_retried(
 
 
 # -- backoff ------------------------------------------------------------------------------
+
+
+async def test_non_streamed_timeout_is_a_clear_error_not_a_retry(
+    llm: ScriptedLLM, make_client: MakeClient
+) -> None:
+    # A local server still generating the first answer would queue a second one behind it.
+    llm.script(delay(2, reply("late")), reply("never asked"))
+    with pytest.raises(LLMError) as info:
+        await make_client(timeout=0.3).complete(USER)
+
+    text = str(info.value)
+    assert "after 1 attempt" in text
+    assert "not retried" in text and "retry.on_timeout" in text and "llm.stream" in text
+    assert len(llm.requests) == 1
+    assert llm.pending == 1
+
+
+async def test_timed_out_call_closes_its_connection() -> None:
+    # A raw TCP server that never answers: it sees end-of-file once the client gives up, which
+    # is what lets llama-server cancel the generation.
+    received, closed = asyncio.Event(), asyncio.Event()
+    connections = 0
+
+    async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        nonlocal connections
+        connections += 1
+        await reader.readuntil(b"\r\n\r\n")
+        received.set()
+        while await reader.read(65536):  # the body, then EOF when the client closes
+            pass
+        closed.set()
+        writer.close()
+
+    server = await asyncio.start_server(handle, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    try:
+        url = f"http://127.0.0.1:{port}/v1"
+        client = LLMClient(base_url=url, api_key="k", model="m", retry=FAST, timeout=0.3)
+        with pytest.raises(LLMError, match="not retried"):
+            await client.complete(USER)
+        await client.aclose()
+        await asyncio.wait_for(received.wait(), 10)
+        await asyncio.wait_for(closed.wait(), 10)
+        assert connections == 1
+    finally:
+        server.close()
+        await server.wait_closed()
+
+
+@pytest.mark.parametrize("stream", [False, True])
+async def test_the_same_5xx_body_twice_is_not_tried_a_third_time(
+    llm: ScriptedLLM, fb_llm: ScriptedLLM, make_client: MakeClient, stream: bool
+) -> None:
+    broken = "Failed to parse tool call arguments as JSON"  # llama-server on a bad history
+    llm.script(error(500, broken), error(500, broken), reply("never asked"))
+    with pytest.raises(LLMError) as info:
+        await make_client().complete(USER, stream=stream)
+
+    text = str(info.value)
+    assert broken in text and "same error came twice" in text and "after 2 attempts" in text
+    assert len(llm.requests) == 2
+    assert llm.pending == 1
+    # The fallback still gets its call: another server may accept the request.
+    llm.reset()
+    llm.script(error(500, broken), error(500, broken))
+    fb_llm.script(reply("the fallback could"))
+    completion = await make_client(fallback=_fallback(fb_llm)).complete(USER, stream=stream)
+    assert completion.message["content"] == "the fallback could"
+    assert len(llm.requests) == 2
 
 
 def test_retry_delay_is_capped_exponential_with_jitter() -> None:

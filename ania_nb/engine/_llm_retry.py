@@ -119,6 +119,39 @@ def retryable(exc: Exception) -> bool:
     return isinstance(exc, openai.APIConnectionError)
 
 
+SAME_FAILURE = (
+    "the same error came twice in a row, so it was not retried again (the server fails this "
+    "request every time, e.g. a conversation it cannot parse)"
+)
+
+
+def is_timeout(exc: Exception) -> bool:
+    """Whether the request timed out waiting for the server (`openai.APITimeoutError`)."""
+    return isinstance(exc, importlib.import_module("openai").APITimeoutError)
+
+
+def server_failure(exc: Exception) -> str | None:
+    """A 5xx error's status and body, to tell a deterministic failure from a transient one."""
+    status = getattr(exc, "status_code", None)
+    if not isinstance(status, int) or status < 500:
+        return None
+    response = getattr(exc, "response", None)
+    try:
+        body = response.text if response is not None else str(exc)
+    except Exception:  # a streamed body that was never read
+        body = str(exc)
+    return f"{status} {body}"
+
+
+def timeout_note(timeout: float) -> str:
+    """Why a timed-out non-streamed call was not retried, and what to change."""
+    return (
+        f"no answer within llm.timeout ({timeout:g} s); not retried, since the server may "
+        "still be working on it — raise llm.timeout, set llm.stream = true, or set "
+        "retry.on_timeout = true"
+    )
+
+
 def hint(exc: Exception, status: int | None) -> str | None:
     """The likely fix for a failure, or None."""
     if status is not None:

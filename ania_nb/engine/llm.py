@@ -15,11 +15,15 @@ error the provider reports inside a 200 body or a stream, and a stream cut short
 ``finish_reason`` and no ``[DONE]``: never a stored half reply). The delay is ``base·2ⁿ``
 capped at ``max_delay`` plus uniform jitter in ``[0, delay)``; a ``Retry-After`` header
 (seconds or HTTP date, or ``retry-after-ms``) replaces it when it is at most ``max_delay``,
-and a longer one ends the retries at once (waiting less would only be refused again). Nothing
-is retried after cancellation. A stream whose text already reached ``on_delta`` is not retried
-(that would duplicate what the user saw, `LLMStreamError`) unless the caller passed
-``on_retry``: it is told before every retry and may take the partial text back. Without
-``on_delta`` nobody saw anything, so a stream that breaks is always retried.
+and a longer one ends the retries at once (waiting less would only be refused again). Two
+exceptions spare a local server: a non-streamed call that timed out is not retried unless
+``retry.on_timeout`` (the server may still be generating the first answer; the timed-out
+connection is closed, which lets it stop), and a 5xx whose status and body repeat the previous
+attempt's is deterministic and ends the retries. Nothing is retried after cancellation.
+A stream whose text already reached ``on_delta`` is not retried (that would duplicate what
+the user saw, `LLMStreamError`) unless the caller passed ``on_retry``: it is told before every
+retry and may take the partial text back. Without ``on_delta`` nobody saw anything, so a
+stream that breaks is always retried.
 
 When the main model still fails for any reason (a 400 included: the fallback may accept what
 the main model rejects), the fallback model gets its call with its own retries and no further
@@ -42,14 +46,18 @@ from typing import TYPE_CHECKING, Any
 from ..errors import LLMError, LLMStreamError
 from . import _llm_wire as wire
 from ._llm_retry import (
+    SAME_FAILURE,
     RetryHandler,
     RetryNotice,
     RetryPolicy,
     describe,
     hint,
+    is_timeout,
     retry_after,
     retry_after_seconds,
     retryable,
+    server_failure,
+    timeout_note,
 )
 from ._llm_stream import DONE, SSEParser, StreamState
 from ._llm_wire import INVALID_TOOL_NAME, Completion, clean_text, safe_arguments
@@ -269,6 +277,7 @@ class LLMClient:
         params = self._params(messages, tools)
         turn = len(messages)  # the index the answer will have: generated call ids use it
         attempts = self.retry.max_attempts
+        last_failure: str | None = None  # the previous attempt's 5xx status and body
         for attempt in range(attempts):
             try:
                 if stream:
@@ -285,6 +294,18 @@ class LLMClient:
                         model=self.model,
                     ) from exc
                 delay = self._backoff(exc, attempt) if attempt < attempts - 1 else None
+                failure, last_failure = last_failure, server_failure(exc)
+                if delay is not None and failure is not None and failure == last_failure:
+                    raise self._error(exc, attempt + 1, SAME_FAILURE) from exc
+                if (
+                    delay is not None
+                    and not stream
+                    and is_timeout(exc)
+                    and not self.retry.on_timeout
+                ):
+                    # The server may still be generating the first answer: asking again would
+                    # queue a second one behind it. httpx has already closed the connection.
+                    raise self._error(exc, attempt + 1, timeout_note(self.timeout)) from exc
                 if delay is None:
                     raise self._error(exc, attempt + 1) from exc
                 if on_retry is not None:
@@ -426,11 +447,13 @@ class LLMClient:
             return self.retry.delay(attempt)
         return wait if wait <= self.retry.max_delay else None
 
-    def _error(self, exc: Exception, attempts: int) -> LLMError:
+    def _error(self, exc: Exception, attempts: int, note: str | None = None) -> LLMError:
         if isinstance(exc, LLMError):
             return exc
         status = getattr(exc, "status_code", None)
         detail = describe(exc)
+        if note:
+            detail += f"; {note}"
         wait = retry_after(exc)
         if wait is not None and wait > self.retry.max_delay and retryable(exc):
             detail += (
