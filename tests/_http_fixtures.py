@@ -10,7 +10,8 @@ Test modules load the fixtures with ``pytest_plugins = ["_http_fixtures"]``:
 - ``jina``: ``/search`` and ``/read/…`` standing in for Jina's search and reader APIs;
 - ``giphy``: ``/v1/stickers/search`` answering in GIPHY's shape, whose results are images
   served by the same server under ``/img/`` (``server.body(path)`` gives their bytes);
-- ``run_tool``: runs one tool call through a real `Agent` and the scripted LLM (``llm``).
+- ``run_tool``: runs one tool call through a real `Agent` and the scripted LLM (``llm``);
+- ``call_tool``: calls one of an Agent's tools directly (no run: no gate, nothing hidden).
 
 Only fixtures are shared (importing this module from a test module would defeat pytest's
 assertion rewriting), so helpers are reached through them.
@@ -111,3 +112,22 @@ def run_tool(llm: Any) -> Callable[..., Awaitable[Any]]:
         return result.tool_calls[0]
 
     return run
+
+
+@pytest.fixture
+def call_tool() -> Callable[..., Awaitable[Any]]:
+    """``await call_tool(agent, name, args, callbacks=...)``: the tool's `ToolOutcome`, called
+    without a run around it (a run would not even offer a tool its front end cannot serve)."""
+    import json
+
+    from ania_nb.engine.callbacks import NO_CALLBACKS
+    from ania_nb.tools import ToolContext
+
+    async def call(
+        agent: Any, name: str, arguments: dict[str, Any] | None = None, *, callbacks: Any = None
+    ) -> Any:
+        await agent.start()
+        ctx = ToolContext(session="nb:direct", callbacks=callbacks or NO_CALLBACKS)
+        return await agent.tools.execute(name, json.dumps(arguments or {}), ctx)
+
+    return call

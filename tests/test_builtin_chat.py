@@ -28,6 +28,16 @@ DEFAULT_TIER = [
 ]
 GATED = ["bash", "file", "local_image"]
 BUILTINS = {"agent.builtin_tools": True}
+KEYS = {"web.token": "jina-test", "meme.key": "giphy-test"}  # the key-gated built-ins are on
+KEY_GATED = {"meme", "webExplore", "webSearch"}
+# A front end that serves every built-in (each callback is only checked for presence here).
+EVERY_FRONT_END = Callbacks(
+    send_image=lambda b64: None,
+    send_file=lambda name, b64: None,
+    get_msg_history=lambda count, seq: "",
+    get_private_file_url=lambda file_id: "",
+    load_images=lambda: [],
+)
 
 
 def sent_tool_names(request: Any) -> list[str]:
@@ -40,7 +50,10 @@ def sent_tool_names(request: Any) -> list[str]:
 def test_default_tier_functions_build_exactly_the_configured_tools(tmp_path):
     config = Config(store={"data_dir": tmp_path})
     viewer = image_viewer(config)
-    assert sorted(t.name for t in default_tools(config, HttpSource(), viewer)) == DEFAULT_TIER
+    keyless = sorted(t.name for t in default_tools(config, HttpSource(), viewer))
+    assert keyless == sorted(set(DEFAULT_TIER) - KEY_GATED)  # no key, no dead tools
+    keyed = config.with_overrides(KEYS)
+    assert sorted(t.name for t in default_tools(keyed, HttpSource(), viewer)) == DEFAULT_TIER
     assert gated_tools(config, viewer) == []
     enabled = config.with_overrides(
         {"bash.enable": True, "file.enable": True, "file.local_image": True}
@@ -50,8 +63,8 @@ def test_default_tier_functions_build_exactly_the_configured_tools(tmp_path):
 
 async def test_agent_sends_the_default_tier_and_no_gated_tool(llm, make_agent):
     llm.script(reply("hi"))
-    agent = make_agent(overrides=BUILTINS)
-    await agent.chat("hello")
+    agent = make_agent(overrides={**BUILTINS, **KEYS})
+    await agent.chat("hello", callbacks=EVERY_FRONT_END)
     names = sent_tool_names(llm.requests[0])
     assert set(DEFAULT_TIER) <= set(names)
     assert not set(GATED) & set(names)
@@ -65,7 +78,7 @@ async def test_agent_sends_the_default_tier_and_no_gated_tool(llm, make_agent):
 async def test_each_gated_tool_appears_only_when_its_key_is_on(llm, make_agent, key, name):
     llm.script(reply("hi"))
     agent = make_agent(overrides={**BUILTINS, key: True})
-    await agent.chat("hello")
+    await agent.chat("hello", callbacks=EVERY_FRONT_END)
     names = sent_tool_names(llm.requests[0])
     assert name in names
     assert [g for g in GATED if g in names] == [name]
@@ -151,11 +164,10 @@ async def test_get_msg_history_with_nothing_found(make_agent, run_tool):
     assert call.result == "no messages found"
 
 
-async def test_get_msg_history_without_callback_says_so(make_agent, run_tool):
+async def test_get_msg_history_without_callback_is_an_error(make_agent, call_tool):
     agent = make_agent(overrides=BUILTINS)
-    call = await run_tool(agent, "get_msg_history", {"count": 3})
-    assert call.error is None
-    assert call.result == "message history is not available in this conversation"
+    outcome = await call_tool(agent, "get_msg_history", {"count": 3})
+    assert outcome.error == "message history is not available in this conversation"
 
 
 async def test_private_file_url_passes_the_id_and_returns_the_url(make_agent, run_tool):
@@ -176,11 +188,10 @@ async def test_private_file_url_passes_the_id_and_returns_the_url(make_agent, ru
     assert call.result == "https://files.example/abc/123?sig=1"
 
 
-async def test_private_file_url_without_callback_says_so(make_agent, run_tool):
+async def test_private_file_url_without_callback_is_an_error(make_agent, call_tool):
     agent = make_agent(overrides=BUILTINS)
-    call = await run_tool(agent, "get_private_file_url", {"file_id": "abc"})
-    assert call.error is None
-    assert call.result == "this conversation's platform cannot give file URLs"
+    outcome = await call_tool(agent, "get_private_file_url", {"file_id": "abc"})
+    assert outcome.error == "this conversation's platform cannot give file URLs"
 
 
 async def test_private_file_url_refuses_an_empty_id(make_agent, run_tool):
@@ -294,13 +305,13 @@ async def test_load_images_in_a_new_run_loads_again(llm, make_agent):
     assert loader.calls == 2
 
 
-async def test_load_images_without_callback_or_images(make_agent, run_tool):
+async def test_load_images_without_callback_or_images(make_agent, run_tool, call_tool):
     agent = make_agent(overrides={**BUILTINS, "vision.multimodal": True})
-    absent = await run_tool(agent, "load_images")
-    assert absent.result == "this conversation cannot provide the user's images"
+    absent = await call_tool(agent, "load_images")
+    assert absent.error == "this conversation cannot provide the user's images"
     empty = await run_tool(agent, "load_images", callbacks=Callbacks(load_images=Loader([])))
     assert empty.result == "no loadable images in the current or quoted message"
-    assert absent.error is None and empty.error is None
+    assert empty.error is None  # nothing to load is an answer, not a failure
 
 
 async def test_no_images_found_does_not_block_a_later_call_in_the_run(llm, make_agent):
@@ -367,3 +378,20 @@ async def test_without_multimodal_or_vision_model_images_cannot_be_viewed(make_a
     assert call.error is None
     assert call.result.startswith("the main model cannot view images and no vision model")
     assert "vision.multimodal" in call.result and "vision.model" in call.result
+
+
+# --------------------------------------------------------------------------- front ends
+
+
+async def test_a_run_offers_only_the_tools_its_front_end_can_serve(llm, make_agent):
+    needs_front_end = {"get_msg_history", "get_private_file_url", "load_images", "meme", "file"}
+    llm.script(reply("hi"), reply(tool_calls=[tool_call("get_msg_history")]), reply("no luck"))
+    agent = make_agent(overrides={**BUILTINS, **KEYS, "file.enable": True})
+    notebook_like = Callbacks(send_image=lambda b64: None, send_file=lambda name, b64: None)
+    await agent.chat("hello", callbacks=notebook_like)
+    offered = set(sent_tool_names(llm.requests[0]))
+    assert needs_front_end & offered == {"meme", "file"}
+    result = await agent.chat("show me the chat history")  # a front end with no callbacks
+    assert not needs_front_end & set(sent_tool_names(llm.requests[1]))
+    [call] = result.tool_calls  # a model that calls it anyway gets an error, not an answer
+    assert call.error is not None and "tool 'get_msg_history' not found" in call.error

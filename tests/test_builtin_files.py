@@ -75,11 +75,15 @@ async def test_file_display_name_is_reduced_to_a_bare_name(files_agent, run_tool
     assert [name for name, _ in outbox.files] == ["out.csv"]
 
 
-async def test_file_without_send_file_callback_sends_nothing(files_agent, run_tool, work):
+async def test_file_without_send_file_callback_is_not_offered_and_sends_nothing(
+    files_agent, run_tool, call_tool, llm, work
+):
     agent = files_agent()
     call = await run_tool(agent, "file", {"name": "r.csv", "path": str(work / "report.csv")})
-    assert call.error is None
-    assert call.result == "this conversation cannot receive files, so nothing was sent"
+    assert "file" not in [t["function"]["name"] for t in llm.requests[0].tools]
+    assert call.error is not None and "tool 'file' not found" in call.error
+    outcome = await call_tool(agent, "file", {"name": "r.csv", "path": str(work / "report.csv")})
+    assert outcome.error == "this conversation cannot receive files, so nothing was sent"
 
 
 def refusal_cases(work: Path, data_dir: Path) -> dict[str, tuple[Path, str]]:

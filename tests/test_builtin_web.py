@@ -9,6 +9,9 @@ from urllib.parse import quote
 import pytest
 
 from ania_nb import Callbacks
+from ania_nb.testing import reply as reply_text
+from ania_nb.tools import ToolContext, ToolExecutor
+from ania_nb.tools.builtin import HttpSource, MemeTool, keys_missing
 
 pytest_plugins = ["_http_fixtures"]
 
@@ -281,23 +284,32 @@ async def test_meme_answer_that_is_not_json_is_an_error(make_agent, run_tool, lo
     assert call.error is not None and "not JSON" in call.error
 
 
-async def test_meme_template_needing_a_key_without_one_guides_and_sends_nothing(
-    make_agent, run_tool, giphy
+async def test_meme_template_needing_a_key_without_one_is_not_offered(
+    make_agent, run_tool, giphy, llm
 ):
     sent = Sent()
     agent = meme_agent(make_agent, giphy, **{"meme.key": None})
+    assert keys_missing(agent.config)["meme"] == "meme.key"
     call = await run_tool(agent, "meme", {"text": "x"}, callbacks=sent.callbacks)
-    assert call.error is not None
-    assert "meme.key" in call.error and "GIPHY" in call.error
+    assert "meme" not in [t["function"]["name"] for t in llm.requests[0].tools]
+    assert call.error is not None and "tool 'meme' not found" in call.error
+    # The tool itself, built anyway (a front end assembling its own set), guides the admin.
+    executor = ToolExecutor()
+    executor.add(MemeTool(agent.config.meme, HttpSource()))
+    ctx = ToolContext(session="s", callbacks=sent.callbacks)
+    outcome = await executor.execute("meme", '{"text": "x"}', ctx)
+    assert outcome.error is not None
+    assert "meme.key" in outcome.error and "GIPHY" in outcome.error
     assert giphy.requests == []  # no request reached the server
     assert sent.images == []
 
 
-async def test_meme_without_send_image_says_so_and_sends_no_request(make_agent, run_tool, giphy):
+async def test_meme_without_send_image_is_an_error_and_sends_no_request(
+    make_agent, call_tool, giphy
+):
     agent = meme_agent(make_agent, giphy)
-    call = await run_tool(agent, "meme", {"text": "x"})
-    assert call.error is None
-    assert call.result == "this conversation cannot show images, so no sticker was sent"
+    outcome = await call_tool(agent, "meme", {"text": "x"})
+    assert outcome.error == "this conversation cannot show images, so no sticker was sent"
     assert giphy.requests == []
 
 
@@ -305,3 +317,26 @@ async def test_meme_with_an_invalid_path_expression_names_the_settings(make_agen
     agent = meme_agent(make_agent, giphy, **{"meme.list_path": "data[?"})
     call = await run_tool(agent, "meme", {"text": "x"}, callbacks=Sent().callbacks)
     assert call.error is not None and "meme.list_path/img_field" in call.error
+
+
+# --------------------------------------------------------------------------- keys
+
+
+@pytest.mark.parametrize(
+    ("overrides", "offered"),
+    [
+        ({}, set()),  # Jina's public hosts, no token: both are off
+        ({"web.token": "t"}, {"webSearch", "webExplore"}),
+        ({"web.token": "  "}, set()),  # a blank token is no token
+        ({"web.search_url": "http://127.0.0.1:9/search"}, {"webSearch"}),  # self-hosted search
+        ({"web.reader_url": "http://127.0.0.1:9/read/"}, {"webExplore"}),
+    ],
+)
+async def test_web_tools_are_offered_only_when_they_can_work(llm, make_agent, overrides, offered):
+    agent = make_agent(overrides={"agent.builtin_tools": True, **overrides})
+    llm.script(reply_text("hi"))
+    await agent.chat("hello")
+    sent = {t["function"]["name"] for t in llm.requests[0].tools}
+    assert sent & {"webSearch", "webExplore"} == offered
+    expected_off = {"webSearch", "webExplore"} - offered
+    assert {k for k, v in keys_missing(agent.config).items() if v == "web.token"} == expected_off

@@ -17,6 +17,7 @@ from .records import StoreRecord
 from .run import RunServices, execute_run
 from .sessions import Pending, Session, merge_batch, senders_of
 from .spec import RunSpec
+from .tool_view import front_end_view
 
 if TYPE_CHECKING:  # pragma: no cover
     from ..governance import Governance
@@ -73,7 +74,7 @@ async def answer_batch(
         injected=extra.event if extra is not None and block else None,
         images=images,
         system_prompt=system_prompt,
-        tools=state.executor,
+        tools=front_end_view(state.executor, callbacks),  # what this front end can serve
         record=StoreRecord(store, state.name),
         conversation=state.conversation,
         sender=senders_of(batch),

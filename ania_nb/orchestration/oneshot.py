@@ -19,7 +19,7 @@ from ..engine.usage import Usage
 from .records import StoreRecord
 from .run import RunServices
 from .spec import RunSpec, callbacks_for
-from .tool_view import ToolView
+from .tool_view import front_end_view
 
 if TYPE_CHECKING:  # pragma: no cover
     from ..config import Config
@@ -95,7 +95,7 @@ def one_shot_spec(job: OneShotJob, executor: SessionToolExecutor, store: Store) 
         session=job.session,
         text=job.text,
         system_prompt=job.system_prompt,
-        tools=ToolView(executor, hidden),
+        tools=front_end_view(executor, callbacks, hidden),
         record=job.record or StoreRecord(store, job.session, history=False),
         conversation=job.conversation,
         sender=job.sender,

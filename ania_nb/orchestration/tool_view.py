@@ -3,6 +3,8 @@
 Subagents and team members must not start subagents or teams, and one-shot runs have no todo
 list; the view hides those names from the definitions and refuses them at call time, while
 tools that register tools (``mcp_load_*``) still reach the underlying session table.
+`front_end_view` also hides the tools the run's front end cannot serve (a notebook has no chat
+history to page through, a headless run cannot show a sticker).
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from ..tools import ToolContext
 from ..tools.executor import ToolOutcome
 
 if TYPE_CHECKING:  # pragma: no cover
+    from ..engine.callbacks import Callbacks
     from ..tools import SessionToolExecutor, Tool
 
 
@@ -51,3 +54,14 @@ class ToolView:
             error = f"tool '{name}' not found. Available tools: [{', '.join(self.names())}]"
             return ToolOutcome("Error executing tool: " + error, error, 0)
         return await self.table.execute(name, arguments, ctx)
+
+
+def front_end_view(
+    table: SessionToolExecutor, callbacks: Callbacks, hidden: Iterable[str] = ()
+) -> ToolView | SessionToolExecutor:
+    """``table`` minus ``hidden`` and minus the tools whose ``requires`` ``callbacks`` lack."""
+    from ..tools.builtin import unavailable_tools
+
+    tools = [t for t in map(table.get, table.names()) if t is not None]
+    gone = frozenset(hidden) | unavailable_tools(tools, callbacks)
+    return ToolView(table, gone) if gone else table

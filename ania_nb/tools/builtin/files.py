@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import base64
 from pathlib import PurePath
-from typing import Annotated
+from typing import Annotated, ClassVar
 
 from pydantic import BaseModel, Field
 
+from ...engine.callbacks import CallbackName
 from ...errors import ToolError
 from ..base import BaseTool, ToolContext
 from ._paths import FileGuard
@@ -24,6 +25,7 @@ class SendFileTool(BaseTool[FileParams]):
     """Send a local file to the user."""
 
     name = "file"
+    requires: ClassVar[tuple[CallbackName, ...]] = ("send_file",)
     side_effects = True
 
     def __init__(self, guard: FileGuard) -> None:
@@ -41,7 +43,7 @@ class SendFileTool(BaseTool[FileParams]):
         if not display or display in {".", ".."}:
             raise ToolError(f"name must be a file name such as report.csv, got {params.name!r}")
         if not ctx.callbacks.has("send_file"):
-            return "this conversation cannot receive files, so nothing was sent"
+            raise ToolError("this conversation cannot receive files, so nothing was sent")
         path, data = await self.guard.read(params.path)
         await ctx.callbacks.call("send_file", display, base64.b64encode(data).decode("ascii"))
         return f"sent {display} ({len(data)} bytes from {path}) to the user"

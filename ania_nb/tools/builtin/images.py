@@ -9,10 +9,11 @@ from __future__ import annotations
 
 import asyncio
 import base64
-from typing import TYPE_CHECKING, Annotated
+from typing import TYPE_CHECKING, Annotated, ClassVar
 
 from pydantic import BaseModel, Field
 
+from ...engine.callbacks import CallbackName
 from ...engine.messages import image_hash, image_marker
 from ...errors import AniaError, ToolError
 from ..base import BaseTool, ToolContext
@@ -101,6 +102,7 @@ class LoadImagesTool(BaseTool[NoParams]):
     """
 
     name = "load_images"
+    requires: ClassVar[tuple[CallbackName, ...]] = ("load_images",)
 
     def __init__(self, viewer: ImageViewer) -> None:
         self.viewer = viewer
@@ -110,7 +112,7 @@ class LoadImagesTool(BaseTool[NoParams]):
         if ctx.run_state.get("images_loaded"):
             return "the images are already loaded in this request; no need to call again"
         if not ctx.callbacks.has("load_images"):
-            return "this conversation cannot provide the user's images"
+            raise ToolError("this conversation cannot provide the user's images")
         # Claimed before the first await: parallel calls in one round must not load twice.
         ctx.run_state["images_loaded"] = True
         try:

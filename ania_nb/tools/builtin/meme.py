@@ -9,12 +9,13 @@ from __future__ import annotations
 
 import base64
 import random
-from typing import Annotated, Any
+from typing import Annotated, Any, ClassVar
 from urllib.parse import quote
 
 from pydantic import BaseModel, Field
 
 from ...config import MemeSettings
+from ...engine.callbacks import CallbackName
 from ...errors import ToolError
 from ..base import BaseTool, ToolContext
 from ._http import HttpSource, status_error
@@ -54,6 +55,7 @@ class MemeTool(BaseTool[MemeParams]):
     """Send the user a sticker that matches a mood or phrase."""
 
     name = "meme"
+    requires: ClassVar[tuple[CallbackName, ...]] = ("send_image",)
     side_effects = True
 
     def __init__(self, settings: MemeSettings, http: HttpSource) -> None:
@@ -66,7 +68,7 @@ class MemeTool(BaseTool[MemeParams]):
         if not text:
             raise ToolError("text must not be empty")
         if not ctx.callbacks.has("send_image"):
-            return "this conversation cannot show images, so no sticker was sent"
+            raise ToolError("this conversation cannot show images, so no sticker was sent")
         key = self.settings.key.get_secret_value() if self.settings.key else ""
         if "${key}" in self.settings.url and not key:
             raise ToolError(

@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, ClassVar
 
 from pydantic import BaseModel, Field
 
+from ...engine.callbacks import CallbackName
 from ...errors import ToolError
 from ..base import BaseTool, ToolContext
 
@@ -31,11 +32,12 @@ class MessageHistoryTool(BaseTool[HistoryParams]):
     """Read recent chat messages (each with its message_seq for paging back)."""
 
     name = "get_msg_history"
+    requires: ClassVar[tuple[CallbackName, ...]] = ("get_msg_history",)
 
     async def execute(self, params: HistoryParams, ctx: ToolContext) -> str:
         """Ask the front end for the history."""
         if not ctx.callbacks.has("get_msg_history"):
-            return "message history is not available in this conversation"
+            raise ToolError("message history is not available in this conversation")
         count = MAX_HISTORY if params.count > MAX_HISTORY else params.count
         count = 10 if count <= 0 else count
         seq = max(0, params.message_seq)
@@ -47,13 +49,14 @@ class PrivateFileUrlTool(BaseTool[FileUrlParams]):
     """Get a download URL for a file the user sent in a private chat."""
 
     name = "get_private_file_url"
+    requires: ClassVar[tuple[CallbackName, ...]] = ("get_private_file_url",)
 
     async def execute(self, params: FileUrlParams, ctx: ToolContext) -> str:
         """Ask the front end for the URL."""
         if not params.file_id.strip():
             raise ToolError("file_id must not be empty")
         if not ctx.callbacks.has("get_private_file_url"):
-            return "this conversation's platform cannot give file URLs"
+            raise ToolError("this conversation's platform cannot give file URLs")
         url = await ctx.callbacks.call("get_private_file_url", params.file_id.strip())
         if not url:
             raise ToolError(f"no URL for file {params.file_id!r}")
