@@ -10,6 +10,7 @@ import httpx2
 import pytest
 
 from ania_nb import Config
+from ania_nb.engine._llm_repeat import REPETITION, notice
 from ania_nb.engine._llm_stream import SSEParser
 from ania_nb.engine.llm import Completion, LLMClient, RetryPolicy
 from ania_nb.engine.usage import Usage
@@ -809,3 +810,84 @@ async def test_server_ignoring_stream_true_is_answered_from_its_body(
     assert completion.message == {"role": "assistant", "content": LONG}
     assert pieces == [LONG]  # shown in one piece
     assert llm.requests[0].stream
+
+
+# -- runaway replies --------------------------------------------------------------------
+
+RUNAWAY_LINE = "Error executing tool: the call failed, I will try again."
+
+
+@pytest.mark.parametrize("stream", [False, True])
+async def test_a_reply_repeating_one_line_is_cut_with_a_notice(
+    llm: ScriptedLLM, make_client: MakeClient, stream: bool
+) -> None:
+    full = "Here is what I found:\n" + f"{RUNAWAY_LINE}\n" * 300
+    llm.script(reply(full))
+    shown: list[str] = []
+    completion = await make_client().complete(USER, stream=stream, on_delta=shown.append)
+
+    text = completion.message["content"]
+    assert text == f"Here is what I found:\n{RUNAWAY_LINE}" + notice(10)
+    assert completion.finish_reason == REPETITION and not completion.truncated
+    if stream:  # reading stopped at the tenth copy, and the notice was shown last
+        assert "".join(shown[:-1]).count(RUNAWAY_LINE) == 10
+        assert shown[-1] == notice(10)
+
+
+async def test_a_repeated_paragraph_is_cut_after_its_first_copy(
+    llm: ScriptedLLM, make_client: MakeClient
+) -> None:
+    paragraph = "I checked the file.\nIt has three rows.\n\nShall I go on?\n\n"
+    llm.script(reply("Sure.\n\n" + paragraph * 40))
+    completion = await make_client().complete(USER, stream=True, on_delta=lambda _: None)
+
+    assert completion.message["content"] == "Sure.\n\n" + paragraph.rstrip() + notice(10)
+
+
+async def test_streamed_runaway_tool_call_in_progress_is_dropped(
+    llm: ScriptedLLM, make_client: MakeClient
+) -> None:
+    # A cut reply's unfinished tool call must never run.
+    llm.script(
+        raw(
+            chunks=[
+                {"choices": [{"index": 0, "delta": {"tool_calls": [{"index": 0, "id": "c1"}]}}]},
+                {"choices": [{"index": 0, "delta": {"content": "go\n" + f"{LONG}\n" * 12}}]},
+            ]
+        )
+    )
+    completion = await make_client().complete(USER, stream=True)
+    assert "tool_calls" not in completion.message
+    assert completion.message["content"] == f"go\n{LONG}" + notice(10)
+
+
+@pytest.mark.parametrize("stream", [False, True])
+async def test_repetition_that_is_not_a_runaway_is_kept(
+    llm: ScriptedLLM, make_client: MakeClient, stream: bool
+) -> None:
+    code = "def f():\n    x = [\n" + "        0,\n" * 40 + "    ]\n" + "}\n" * 20
+    nine = f"{RUNAWAY_LINE}\n" * 9  # one short of the limit
+    table = "".join(f"| row {i} | same value here |\n" for i in range(30))
+    for text in (code, nine, table):
+        llm.script(reply(text))
+        completion = await make_client().complete(USER, stream=stream, on_delta=lambda _: None)
+        assert completion.message["content"] == text
+        assert completion.finish_reason == "stop"
+
+
+async def test_cut_repeats_zero_never_cuts(llm: ScriptedLLM, make_client: MakeClient) -> None:
+    full = f"{RUNAWAY_LINE}\n" * 50
+    llm.script(reply(full), reply(full))
+    for stream in (False, True):
+        completion = await make_client(cut_repeats=0).complete(USER, stream=stream)
+        assert completion.message["content"] == full
+
+
+async def test_a_runaway_reply_ends_the_run_with_the_cut_text(llm: ScriptedLLM, make_agent) -> None:
+    llm.script(reply("The sum is 4.\n" + f"{RUNAWAY_LINE}\n" * 100))
+    agent = make_agent(overrides={"llm.stream": True, "llm.cut_repeats": 5})
+    result = await agent.chat("2+2?")
+
+    assert result.text == f"The sum is 4.\n{RUNAWAY_LINE}" + notice(5)
+    stored = await agent.history()
+    assert stored[-1]["content"] == result.text

@@ -42,6 +42,14 @@ class LLMSettings(Section):
     )
     timeout: float = Field(120.0, gt=0, description="Seconds one HTTP request may take.")
     stream: bool = Field(True, description="Stream replies so front ends can show text live.")
+    cut_repeats: int = Field(
+        10,
+        ge=0,
+        description=(
+            "Cut a reply that writes the same line or block of lines this many times in a row "
+            "(a runaway small model), with a notice; 0 = never."
+        ),
+    )
     text_tool_calls: bool = Field(
         False,
         description=(

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from ._llm_repeat import REPETITION, RepetitionGuard
 from ._llm_wire import Completion, Malformed, _kind, build, content_text, provider_error
 
 
@@ -122,6 +123,12 @@ class StreamState:
                 slot.arguments.append(arguments)
             elif arguments is not None:
                 slot.other_arguments = arguments
+
+    def cut(self, guard: RepetitionGuard) -> None:
+        """End the reply where ``guard`` saw a runaway: text cut, unfinished tool calls dropped."""
+        self.content = [guard.cut("".join(self.content))]
+        self.slots = {}
+        self.finish = REPETITION
 
     def finish_completion(self, *, done: bool, default_model: str, turn: int) -> Completion:
         """The `Completion` once the stream has ended (``done``: ``[DONE]`` arrived)."""

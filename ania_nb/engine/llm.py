@@ -45,6 +45,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..errors import LLMError, LLMStreamError
 from . import _llm_wire as wire
+from ._llm_repeat import RepetitionGuard, notice, trim_runaway
 from ._llm_retry import (
     SAME_FAILURE,
     RetryHandler,
@@ -122,6 +123,7 @@ class LLMClient:
         fallback: LLMClient | None = None,
         http_client: httpx2.AsyncClient | None = None,
         extra_body: dict[str, Any] | None = None,
+        cut_repeats: int = 10,
     ) -> None:
         self.base_url = base_url
         self.model = model
@@ -132,6 +134,7 @@ class LLMClient:
         self.retry = retry or RetryPolicy()
         self.fallback = fallback
         self.extra_body = extra_body
+        self.cut_repeats = cut_repeats  # 0: never cut a repeating reply
         self._api_key = api_key or "not-set"
         self._http_client = http_client  # injected: its owner closes it, not us
         self._client: AsyncOpenAI | None = None
@@ -170,6 +173,7 @@ class LLMClient:
                 retry=retry,
                 fallback=fallback,
                 http_client=http_client,
+                cut_repeats=llm.cut_repeats,
             )
 
         if role == "vision":
@@ -356,7 +360,13 @@ class LLMClient:
 
     async def _once(self, client: AsyncOpenAI, params: dict[str, Any], turn: int) -> Completion:
         response = await self._post(client, params, False)
-        return wire.from_body(wire.loads(response.content), self.model, turn)
+        return self._trimmed(wire.from_body(wire.loads(response.content), self.model, turn))
+
+    def _trimmed(self, completion: Completion) -> Completion:
+        """A whole reply with a runaway repetition cut out (nothing to stop: it is complete)."""
+        if self.cut_repeats and trim_runaway(completion, self.cut_repeats):
+            _log.warning("%s: cut a reply that kept repeating itself", self.model)
+        return completion
 
     async def _stream(
         self,
@@ -373,7 +383,7 @@ class LLMClient:
             if "json" in content_type and "event-stream" not in content_type:
                 # The server ignored stream=true and sent one body: take it as the answer.
                 raw = await self._read(response, response.aread())
-                completion = wire.from_body(wire.loads(raw), self.model, turn)
+                completion = self._trimmed(wire.from_body(wire.loads(raw), self.model, turn))
                 text = completion.message.get("content")
                 if text and on_delta is not None:
                     await _deliver(on_delta, text, state)
@@ -387,6 +397,7 @@ class LLMClient:
     ) -> Completion:
         acc = StreamState()
         parser = SSEParser()
+        guard = RepetitionGuard(self.cut_repeats) if self.cut_repeats else None
         done = False
         chunks = response.aiter_bytes()
         httpx2 = importlib.import_module("httpx2")
@@ -398,8 +409,19 @@ class LLMClient:
                         done = True
                         break
                     piece = acc.feed(_parse_event(payload, acc))
-                    if piece is not None and on_delta is not None:
+                    if piece is None:
+                        continue
+                    if on_delta is not None:
                         await _deliver(on_delta, piece, state)
+                    if guard is not None and guard.feed(piece):
+                        # A runaway: stop reading; closing the response lets the server stop.
+                        acc.cut(guard)
+                        _log.warning("%s: cut a reply that kept repeating itself", self.model)
+                        if on_delta is not None:
+                            await _deliver(on_delta, notice(guard.repeats), state)
+                        return acc.finish_completion(
+                            done=False, default_model=self.model, turn=turn
+                        )
                 if done:
                     break
             else:
