@@ -468,6 +468,12 @@ USER = {"role": "user", "content": "hi"}
         ([USER, _assistant(_call()), USER, _result()], "have no result"),
         ([{"role": "user", "content": 5}], "content must be a string"),
         ([], "non-empty array"),
+        # llama-server's own refusals (common_chat_msgs_parse_oaicompat)
+        ([USER, _assistant({**_call(), "type": None}), _result()], "type must be 'function'"),
+        ([USER, _assistant({"id": "c1", "function": _call()["function"]})], "type must be"),
+        ([USER, {"role": "assistant"}], "no content and no tool_calls"),
+        ([USER, {"role": "assistant", "content": None}], "null content and no tool_calls"),
+        ([{"role": "user", "content": [{"text": "hi"}]}], "content part must be an object"),
     ],
 )
 def test_strict_server_refuses_invalid_conversations(messages: list[Any], problem: str):
@@ -484,6 +490,25 @@ def test_strict_server_refuses_invalid_conversations(messages: list[Any], proble
         valid += [_result("a"), {"role": "assistant", "content": "done"}, USER]
         answer = client.chat.completions.create(model="m", messages=valid)
     assert answer.choices[0].message.content == "valid at last"
+
+
+def test_strict_llama_mode_refuses_with_a_500_every_time():
+    """``strict_status=500``: a bad history fails like on llama-server, again on every retry."""
+    poisoned = [USER, _assistant(_call(arguments='{"a": 1, "b": ')), _result()]
+    with (
+        ScriptedLLM(strict=True, strict_status=500) as llm,
+        openai.OpenAI(base_url=llm.base_url, api_key=llm.api_key, max_retries=0) as client,
+    ):
+        llm.script(reply("valid at last"))
+        for _ in range(2):
+            with pytest.raises(openai.InternalServerError, match="arguments are not valid JSON"):
+                client.chat.completions.create(model="m", messages=poisoned)
+        assert llm.pending == 1 and len(llm.requests) == 2
+        fixed = [USER, _assistant(_call(arguments='{"_raw": "{\\"a\\": 1, \\"b\\": "}'))]
+        answer = client.chat.completions.create(model="m", messages=[*fixed, _result()])
+    assert answer.choices[0].message.content == "valid at last"
+    with pytest.raises(ValueError, match="strict_status must be 4xx or 5xx"):
+        ScriptedLLM(strict=True, strict_status=200)
 
 
 def test_disconnect_is_a_connection_error(llm: ScriptedLLM, client: openai.OpenAI):

@@ -10,9 +10,10 @@ def conversation_problem(messages: Any) -> str | None:
     """What makes `messages` an invalid Chat Completions conversation, or None if it is valid.
 
     As strict as real servers (llama.cpp, OpenAI): tool calls need unique non-empty string ids,
-    non-empty string names and arguments that are JSON object text; each tool result must
-    answer a call of the assistant message right before it, and every call must be answered
-    before the conversation goes on.
+    ``"type": "function"``, non-empty string names and arguments that are JSON object text;
+    each tool result must answer a call of the assistant message right before it, and every
+    call must be answered before the conversation goes on; a message needs content or tool
+    calls (null content only beside tool calls), and content parts need a type.
     """
     if not isinstance(messages, list) or not messages:
         return "messages must be a non-empty array"
@@ -37,7 +38,14 @@ def conversation_problem(messages: Any) -> str | None:
         content = message.get("content")
         if content is not None and not isinstance(content, str | list):
             return f"{where}: content must be a string, an array of parts or null"
+        if isinstance(content, list) and not all(
+            isinstance(p, dict) and isinstance(p.get("type"), str) for p in content
+        ):
+            return f"{where}: every content part must be an object with a type"
         calls = message.get("tool_calls")
+        if content is None and not (role == "assistant" and calls):
+            what = "no content" if "content" not in message else "null content"
+            return f"{where}: {what} and no tool_calls"
         if role != "assistant" or calls is None:
             continue
         if not isinstance(calls, list):
@@ -56,6 +64,8 @@ def _call_problem(call: Any, open_ids: list[str]) -> str | None:
     if not isinstance(call, dict) or not isinstance(call.get("function"), dict):
         return "a call must be an object with a function object"
     call_id, function = call.get("id"), call["function"]
+    if call.get("type") != "function":
+        return f"type must be 'function', got {call.get('type')!r}"
     if not isinstance(call_id, str) or not call_id:
         return f"id must be a non-empty string, got {call_id!r}"
     if call_id in open_ids:

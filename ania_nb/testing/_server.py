@@ -146,7 +146,9 @@ class _Handler(LoopbackHandler):
         problem = conversation_problem(request.messages) if llm.strict else None
         if problem is not None:  # refused before the script is consulted: no item is used
             message = f"ScriptedLLM (strict): invalid conversation: {problem}"
-            self._send_json(400, ErrorItem(400, message, "invalid_request_error").body())
+            status = llm.strict_status
+            kind = "server_error" if status >= 500 else "invalid_request_error"
+            self._send_json(status, ErrorItem(status, message, kind).body())
             return
         item = llm._take(request)
         while isinstance(item, Delay):
@@ -294,7 +296,8 @@ class ScriptedLLM(LoopbackServer):
     With `strict=True` a request whose conversation real servers would reject (see
     `conversation_problem`: tool calls without ids or names, arguments that are not JSON
     objects, results that answer no call) gets a 400 naming the problem, and consumes no
-    script item.
+    script item. ``strict_status=500`` answers it as llama-server does: a 500 ``server_error``,
+    the same on every retry and every later request that re-sends the bad message.
 
     `/v1/embeddings` answers deterministic vectors (`embeddings.vector(text)`, ``embedding_dim``
     long, or the request's ``dimensions``); `fail_embeddings(503)` or `embeddings.script(...)`
@@ -312,14 +315,18 @@ class ScriptedLLM(LoopbackServer):
         port: int = 0,
         responder: Responder | None = None,
         strict: bool = False,
+        strict_status: int = 400,
         embedding_dim: int = DEFAULT_DIM,
     ) -> None:
         if chunk_size < 1:
             raise ValueError(f"ScriptedLLM: chunk_size must be >= 1, got {chunk_size}")
+        if not 400 <= strict_status <= 599:
+            raise ValueError(f"ScriptedLLM: strict_status must be 4xx or 5xx, got {strict_status}")
         self.loop = loop
         self.chunk_size = chunk_size
         self.responder = responder
         self.strict = strict
+        self.strict_status = strict_status
         self.embeddings = EmbeddingsEndpoint(embedding_dim)
         super().__init__(port=port)
         self._queue: deque[ScriptItem] = deque()
