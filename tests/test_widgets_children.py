@@ -115,7 +115,7 @@ async def test_a_team_call_nests_one_live_row_per_member_under_its_tool_row(make
             outcome="ok",
         )
     )
-    assert search.state == "ok" and search.widget.titles[0].startswith("✓ webSearch(query=cats)")
+    assert search.state == "ok" and search.title().startswith("✓ webSearch(query=cats)")
     on(
         child(
             TEAM_CALL,

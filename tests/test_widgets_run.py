@@ -99,9 +99,10 @@ async def test_streamed_run_shows_deltas_tool_rows_usage_and_the_reply(llm, make
     [intermediate, row] = view.items
     assert intermediate.kind == "text" and "Let me add those." in intermediate.widget.value
     assert row is view.tool_rows[row.id] and row.state == "ok" and row.result == "5"
-    assert row.widget.titles[0].startswith("✓ add(a=2, b=3) → 5 · ")
-    assert "<b>result</b>" in row.detail.value and "&quot;a&quot;: 2" in row.detail.value
-    assert view.status == "success" and "✓ success" in view.status_label.value
+    assert row.title().startswith("✓ add(a=2, b=3) → 5 · ")
+    assert "<b>result</b>" in row.widget.value and "<b>a</b>: <code" in row.widget.value
+    assert 'aria-label="success"' in view.status_label.value
+    assert view.status == "success" and ">success</b>" in view.status_label.value
     assert view.usage["cached_tokens"] == 160 and view.usage["total_tokens"] == 282
     assert view.usage_label.value == "282 tokens (in 250 · cached 160 · out 32) · 2 LLM calls"
     assert view.spinner.value == "" and view._ticker is None
@@ -125,7 +126,7 @@ async def test_usage_header_follows_usage_events_while_running(llm, make_agent):
     assert view.usage["total_tokens"] == 45
     assert agent.stop("nb:u")
     view.finish(await task)
-    assert view.status == "stopped" and "■ stopped" in view.status_label.value
+    assert view.status == "stopped" and ">stopped</b>" in view.status_label.value
 
 
 async def test_an_llm_failure_shows_the_error_status(llm, make_agent):
@@ -136,7 +137,8 @@ async def test_an_llm_failure_shows_the_error_status(llm, make_agent):
     assert view.status == "error"  # already from the run_end event, before finish
     view.finish(result)
     assert result.status == "error" and view.status == "error"
-    assert "✗ error" in view.status_label.value
+    assert 'aria-label="error"' in view.status_label.value
+    assert ">error</b>" in view.status_label.value
     assert "does not exist" in view.error_html.value and view.reply.value == ""
     assert view.text().splitlines()[0].startswith("✗ error · nb:e · ")
     assert "error: " in view.text() and "does not exist" in view.text()
@@ -157,7 +159,7 @@ async def test_agent_stop_shows_stopped_and_ends_the_running_tool_row(llm, make_
     task = start(agent, view)
     await until(lambda: view.tool_rows, "the tool row")
     [row] = view.tool_rows.values()
-    assert row.state == "running" and row.widget.titles[0] == "⚙ slow() · running…"
+    assert row.state == "running" and row.title() == "⚙ slow() · running…"
     assert agent.stop("nb:s")
     result = await task
     view.finish(result)
@@ -203,7 +205,7 @@ async def test_deny_click_sends_the_denial_to_the_model(llm, make_agent):
     assert tool_messages(llm.requests[-1]) == ["Tool call not approved: denied by the user"]
     assert card.state == "denied" and card.disabled
     [row] = view.tool_rows.values()
-    assert row.state == "denied" and row.widget.titles[0].startswith("🚫 danger(")
+    assert row.state == "denied" and row.title().startswith("⊘ danger(")
     assert "? approval for danger" in view.text() and "✗ denied" in view.text()
 
 
@@ -246,7 +248,7 @@ async def test_an_unanswered_card_times_out(llm, make_agent):
     card = await card_of(view)
     view.finish(await task)
     assert card.state == "timeout" and card.disabled
-    assert card.verdict_text() == "⏱ timed out — no answer within 0.2 s, denied automatically"
+    assert card.verdict_text() == "◷ timed out — no answer within 0.2 s, denied automatically"
     card.allow_button.click()  # too late: nothing happens
     assert card.state == "timeout" and ran == []
     expected = "Tool call not approved: no answer within 0.2 s, denied automatically"
@@ -283,9 +285,10 @@ async def test_images_and_files_are_shown_inline(llm, make_agent):
     assert (image.widget.value, image.widget.format) == (PNG, "png")
     assert image.widget in view.body.children
     data = base64.b64encode(b"a,b\n1,2\n").decode()
-    assert link.widget.value == (
-        f'<a download="data.csv" href="data:text/csv;base64,{data}">⬇ data.csv (8 B)</a>'
+    assert link.widget.value.startswith(
+        f'<a download="data.csv" href="data:text/csv;base64,{data}"><svg '
     )
+    assert link.widget.value.endswith("</svg> data.csv (8 B)</a>")
     assert "an image could not be shown" in broken.widget.value
     text = view.text()
     assert "[image png, 24 B]" in text and "[file data.csv, 8 B]" in text
@@ -310,12 +313,12 @@ async def test_plain_text_rendering_and_mime_bundle(llm, make_agent):
         "It is **42**.",
     ]
     assert lines[3].startswith("  ✓ add(a=20, b=22) → 42 · ")
+    # Finished: the static HTML replaces the widget view (no "model not found" once saved).
     bundle = view._repr_mimebundle_()
-    assert bundle["text/plain"] == view.text()
-    widget_view = bundle["application/vnd.jupyter.widget-view+json"]
-    assert widget_view["model_id"] == view.widget.model_id
+    assert bundle == {"text/html": view.html(), "text/plain": view.text()}
+    assert "It is <strong>42</strong>." in bundle["text/html"]
     view.close()
-    assert view._repr_mimebundle_() == {"text/plain": view.text()}
+    assert view._repr_mimebundle_() == {"text/html": view.html(), "text/plain": view.text()}
 
 
 async def test_an_attached_todo_view_follows_the_runs_todo_events(llm, make_agent):
@@ -345,14 +348,19 @@ async def test_display_shows_the_widget_and_finish_updates_the_saved_text(llm, m
         view.finish(await agent.chat("finish", session="nb:disp", callbacks=view.callbacks))
     shown, updated = captured.outputs
     assert shown.data["text/plain"].startswith("◐ running · nb:disp")
-    assert "application/vnd.jupyter.widget-view+json" in shown.data
+    # Running: the widget view and, in the same display data, the static HTML of the moment.
+    assert shown.data["application/vnd.jupyter.widget-view+json"]["model_id"] == (
+        view.widget.model_id
+    )
+    assert ">running</b>" in shown.data["text/html"]
     assert updated.update is True
     assert updated.transient["display_id"] == shown.transient["display_id"]
     assert updated.data["text/plain"] == view.text()
     assert view.text().splitlines()[-1] == "All **done**."
-    assert updated.data["application/vnd.jupyter.widget-view+json"]["model_id"] == (
-        view.widget.model_id
-    )
+    # Finished: the saved output is the static HTML alone (a reopened notebook shows it).
+    assert set(updated.data) == {"text/html", "text/plain"}
+    assert "All <strong>done</strong>." in updated.data["text/html"]
+    assert ">success</b>" in updated.data["text/html"]
 
 
 async def test_approval_resolved_events_and_revoking_a_session_allowance():
@@ -415,5 +423,5 @@ async def test_a_priced_run_shows_its_cost_and_a_denied_one_its_reason(llm, make
     assert "cost $0.0060" in view.text().splitlines()[0]
     denied = RunView(agent, session="nb:cost")
     denied.finish(await start(agent, denied))
-    assert denied.status == "denied" and "⛔ denied" in denied.text()
+    assert denied.status == "denied" and "⊘ denied" in denied.text()
     assert "quota of this session is used up (1,200 of 1,000" in denied.text()

@@ -1,4 +1,10 @@
-"""How a view shows itself: the widget plus a plain-text fallback, refreshable in place."""
+"""How a view shows itself: the widget plus static fallbacks, refreshable in place.
+
+The MIME bundle carries the widget view, the view's ``html()`` (when it has one) and its
+``text()``. JupyterLab always prefers the widget view and, once the kernel is gone, shows "Error
+displaying widget: model not found" instead of falling back — so a view that is no longer
+``live`` (a finished run) drops the widget view and leaves its static HTML in the notebook.
+"""
 
 from __future__ import annotations
 
@@ -15,12 +21,24 @@ class Displayable:
         """Plain-text rendering (overridden by each view)."""
         raise NotImplementedError
 
+    def html(self) -> str | None:
+        """Static HTML rendering (None: the view has none)."""
+        return None
+
+    @property
+    def live(self) -> bool:
+        """Whether the widget is still needed (False: the static HTML says it all)."""
+        return True
+
     def _repr_mimebundle_(self, **kwargs: Any) -> dict[str, Any]:
-        """The widget view, with ``text()`` as the text/plain fallback (nbconvert, terminals)."""
+        """The widget view (while live), ``html()`` and ``text()`` as fallbacks."""
         bundle: dict[str, Any] = {}
+        static = self.html()
         widget_bundle = getattr(self.widget, "_repr_mimebundle_", None)  # None once closed
-        if callable(widget_bundle):
+        if callable(widget_bundle) and (self.live or static is None):
             bundle.update(widget_bundle(**kwargs) or {})
+        if static is not None:
+            bundle["text/html"] = static
         bundle["text/plain"] = self.text()
         return bundle
 

@@ -10,19 +10,30 @@ import binascii
 import html
 import json
 import mimetypes
-from collections.abc import Callable, Mapping
+from collections import Counter
+from collections.abc import Callable, Iterable, Mapping
 from functools import cache
 from typing import Any
 
 ELLIPSIS = "…"
+# Plain-text glyphs, all in DejaVu Sans (no emoji font needed); HTML uses `_icons` SVGs.
 STATUS_ICONS = {
     "running": "◐",
     "success": "✓",
+    "finished": "⚠",  # a success with calls that were denied, blocked or failed
     "stopped": "■",
-    "timeout": "⏱",
+    "timeout": "◷",
     "error": "✗",
     "interrupted": "■",
-    "denied": "⛔",
+    "denied": "⊘",
+}
+# Tool call outcomes that make a successful run "finished · …" instead of a plain success.
+UNHAPPY_OUTCOMES = {
+    "denied": "denied",
+    "blocked": "blocked",
+    "timeout": "not approved in time",
+    "stopped": "stopped",
+    "error": "failed",
 }
 TODO_ICONS = {"pending": "○", "in_progress": "◐", "completed": "●"}
 _IMAGE_MAGIC = (
@@ -138,8 +149,21 @@ def usage_text(usage: Mapping[str, Any]) -> str:
     text = f"{total:,} tokens (in {prompt:,} · cached {cached:,} · out {completion:,})"
     calls = int(usage.get("iterations", 0) or 0)
     if calls:
-        text += f" · {calls} LLM call{'s' if calls != 1 else ''}"
+        text += f" · {plural(calls, 'LLM call')}"
     return text
+
+
+def plural(n: int, word: str) -> str:
+    """``1 call``, ``2 calls``."""
+    return f"{n:,} {word}{'' if n == 1 else 's'}"
+
+
+def outcome_text(states: Iterable[str]) -> str:
+    """What went wrong with a run's calls: ``1 call denied, 2 calls failed`` ("" when none)."""
+    counts = Counter(s for s in states if s in UNHAPPY_OUTCOMES)
+    return ", ".join(
+        f"{plural(counts[s], 'call')} {word}" for s, word in UNHAPPY_OUTCOMES.items() if counts[s]
+    )
 
 
 def decode_base64(data: str) -> bytes:
@@ -166,5 +190,7 @@ def download_link(name: str, data_b64: str, size: int) -> str:
     """An ``<a download>`` link carrying the file as a data: URI."""
     mime = mimetypes.guess_type(name)[0] or "application/octet-stream"
     href = f"data:{mime};base64,{data_b64}"
-    label = html.escape(f"⬇ {name} ({size_text(size)})")
+    from ._icons import icon
+
+    label = icon("download", label="download") + html.escape(f" {name} ({size_text(size)})")
     return f'<a download="{html.escape(name)}" href="{href}">{label}</a>'

@@ -1,48 +1,71 @@
 """`ApprovalCard`: a tool waiting for the user, with Allow / Deny / allow-for-this-session.
 
-A click answers through `Agent.answer_approval`, the same path as a chat reply; the card then
-shows the verdict and disables its buttons. The manager's ``approval_resolved`` event (answer,
-timeout, stop) settles the card with the final reason.
+The card shows the complete call: the tool's one-line summary, then every argument — code as a
+highlighted, scrollable block with line numbers when long — the same way for every tool. When
+the run view knows the call (its tool row), the arguments come from it; otherwise the gate's
+approval text is shown as it is. A click answers through `Agent.answer_approval`, the same path
+as a chat reply; the card then shows the verdict and disables its buttons. The manager's
+``approval_resolved`` event (answer, timeout, stop) settles the card with the final reason, and
+``waited`` is how long the question was open (shown apart from the tool's own duration).
 """
 
 from __future__ import annotations
 
 import asyncio
 import html
-from collections.abc import Callable
+import time
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
 from ...errors import UsageError
 from ...governance.approval import SESSION_ALLOWED
-from ._format import one_line, pre
+from ._code import arguments_html
+from ._format import elapsed_text, one_line, pre
+from ._icons import color_of, icon
 
 if TYPE_CHECKING:  # pragma: no cover
     from ...agent import Agent
     from ...engine.callbacks import ApprovalRequest
 
 VERDICTS = {
-    "pending": "⚠ waiting for your answer",
-    "allowed": "✓ allowed",
-    "denied": "✗ denied",
-    "timeout": "⏱ timed out",
-    "stopped": "■ stopped",
-    "error": "✗ not answered",
+    "pending": "waiting for your answer",
+    "allowed": "allowed",
+    "denied": "denied",
+    "timeout": "timed out",
+    "stopped": "stopped",
+    "error": "not answered",
 }
+GLYPHS = {"pending": "⚠", "allowed": "✓", "denied": "✗", "timeout": "◷", "stopped": "■"}
 USER_REASONS = {True: "approved by the user", False: "denied by the user"}
 COLORS = {"pending": "#e0a800", "allowed": "#2e7d32", "timeout": "#757575", "stopped": "#757575"}
 
 
 class ApprovalCard:
-    """The question for one `ApprovalRequest`; ``state`` is pending until it is resolved."""
+    """The question for one `ApprovalRequest`; ``state`` is pending until it is resolved.
 
-    def __init__(self, agent: Agent, request: ApprovalRequest) -> None:
+    ``arguments`` is the call's raw JSON when the caller knows it (then shown field by field,
+    code highlighted; ``order`` and ``shell_keys`` as in the gate's approval text).
+    """
+
+    def __init__(
+        self,
+        agent: Agent,
+        request: ApprovalRequest,
+        arguments: str | None = None,
+        *,
+        order: Sequence[str] = (),
+        shell_keys: Sequence[str] = (),
+    ) -> None:
         import ipywidgets as w
 
         self.agent = agent
         self.request = request
+        self.arguments = arguments
         self.state = "pending"
         self.reason = ""
         self._answering = False
+        self._asked = time.monotonic()
+        self.waited: float | None = None  # seconds until the answer (or timeout, stop)
         try:  # the agent's loop: a click from another thread must answer on it
             self._loop: asyncio.AbstractEventLoop | None = asyncio.get_running_loop()
         except RuntimeError:
@@ -50,15 +73,12 @@ class ApprovalCard:
         askers = request.requesters or ((request.requester,) if request.requester else ())
         who = f" (asked by {', '.join(askers)})" if askers else ""
         self.heading = w.HTML(
-            f"<b>Approval needed</b>: <code>{html.escape(request.tool)}</code>{html.escape(who)}"
+            f"{icon('warning', label='approval')} <b>Approval needed</b>: "
+            f"<code>{html.escape(request.tool)}</code>{html.escape(who)}"
         )
-        self.summary = w.HTML(pre(request.summary))
+        self.summary = w.HTML(f"<div>{html.escape(request.summary)}</div>")
         # The whole call, never cut: a scrollable block (the model may pad arguments).
-        self.details = w.HTML(
-            '<div style="max-height:16em;overflow:auto">' + pre(request.details) + "</div>"
-            if request.details
-            else ""
-        )
+        self.details = w.HTML(self.call_html())
         self.allow_button = w.Button(description="Allow", button_style="success", icon="check")
         self.deny_button = w.Button(description="Deny", button_style="danger", icon="times")
         self.session_button = w.Button(
@@ -73,6 +93,36 @@ class ApprovalCard:
         self.widget = w.VBox(
             [self.heading, self.summary, self.details, self.buttons, self.verdict],
             layout=w.Layout(border=f"2px solid {COLORS['pending']}", padding="4px", margin="4px 0"),
+        )
+        self.widget.add_class("ania-approval")
+
+    def call_html(self) -> str:
+        """The complete call: every argument (code highlighted), or the gate's text as is."""
+        if self.arguments is not None:
+            return arguments_html(
+                self.request.tool, self.arguments, order=self._order, shell_keys=self._shell
+            )
+        if not self.request.details:
+            return ""
+        return '<div style="max-height:24em;overflow:auto">' + pre(self.request.details) + "</div>"
+
+    @property
+    def _order(self) -> Sequence[str]:
+        tool = self.agent.tools.get(self.request.tool) if hasattr(self.agent, "tools") else None
+        return list(tool.parameters_schema().get("properties", {})) if tool is not None else ()
+
+    @property
+    def _shell(self) -> Sequence[str]:
+        tool = self.agent.tools.get(self.request.tool) if hasattr(self.agent, "tools") else None
+        return tuple(getattr(tool, "shell_arguments", ()))
+
+    def html(self) -> str:
+        """The card's final state as static HTML (no buttons)."""
+        color = COLORS.get(self.state, "#c62828")
+        return (
+            f'<div class="ania-approval" style="border:2px solid {color};padding:4px;margin:4px 0">'
+            f"{self.heading.value}{self.summary.value}{self.details.value}"
+            f"{self._verdict_html()}</div>"
         )
 
     @property
@@ -113,6 +163,8 @@ class ApprovalCard:
 
     def resolve(self, outcome: str, reason: str = "") -> None:
         """Show how the request ended (allowed, denied, timeout, stopped, error)."""
+        if self.waited is None:
+            self.waited = time.monotonic() - self._asked
         self.state = outcome if outcome in VERDICTS else "error"
         self.reason = reason
         self._set_disabled(True)
@@ -125,12 +177,20 @@ class ApprovalCard:
             button.disabled = disabled
 
     def _verdict_html(self) -> str:
-        return f"<b>{html.escape(self.verdict_text())}</b>"
+        words = self._words()
+        if self.waited is not None and self.state != "pending":
+            words += f" (after {elapsed_text(self.waited)})"
+        state = "waiting" if self.state == "pending" else self.state
+        color = color_of(state) if self.state != "error" else "#c62828"
+        return f'<b style="color:{color}">{icon(state)} {html.escape(words)}</b>'
 
-    def verdict_text(self) -> str:
-        """The card's state in words, with the reason."""
+    def _words(self) -> str:
         label = VERDICTS[self.state]
         return f"{label} — {self.reason}" if self.reason else label
+
+    def verdict_text(self) -> str:
+        """The card's state in words, with the reason (a plain-text glyph first)."""
+        return f"{GLYPHS.get(self.state, '✗')} {self._words()}"
 
     def text(self) -> str:
         """Plain-text line for the run's text rendering."""

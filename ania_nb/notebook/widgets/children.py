@@ -26,9 +26,11 @@ from ._format import (
     elapsed_text,
     markdown_html,
     one_line,
+    plural,
     pre,
     truncate,
 )
+from ._icons import icon
 from .tools import ToolRow
 
 __all__ = ["ChildRow", "ChildrenView"]
@@ -47,7 +49,7 @@ def tokens_text(usage: Mapping[str, Any]) -> str:
         return ""
     text = f"{total:,} tokens"
     if calls:
-        text += f" · {calls} LLM call{'s' if calls != 1 else ''}"
+        text += f" · {plural(calls, 'LLM call')}"
     return text
 
 
@@ -63,6 +65,10 @@ class _Note:
 
         self.widget = w.HTML(f'<div style="opacity:0.75">{markdown_html(text)}</div>')
         self._text = text
+
+    def html(self) -> str:
+        """The note as HTML."""
+        return str(self.widget.value)
 
     def text(self) -> str:
         """Plain-text line."""
@@ -240,6 +246,16 @@ class ChildRow:
             lines += _indent(self.followup, "      ")
         return "\n".join(lines)
 
+    def html(self) -> str:
+        """The child as static HTML: a ``<details>`` block with its transcript, then a follow-up."""
+        title = html.escape(self.title().split(" ", 1)[1])
+        summary = f"<summary>{icon(self.status)} {title}</summary>"
+        body = [self.info.value, *(item.html() for item in self.items), self.reply.value]
+        body.append(self.error_html.value)
+        inner = '<div style="padding-left:1.4em">' + "".join(body) + "</div>"
+        opened = "" if self.background else " open"
+        return f"<details{opened}>{summary}{inner}</details>{self.followup_html.value}"
+
     def _tool_row(self, data: Mapping[str, Any]) -> ToolRow:
         call_id = str(data.get("id", ""))
         row = self.tool_rows.get(call_id)
@@ -344,6 +360,14 @@ class ChildrenView:
         if counts:
             head += " — " + " · ".join(f"{k} {v}" for k, v in sorted(counts.items()))
         return head
+
+    def html(self) -> str:
+        """Static HTML: the heading, then every child's block."""
+        rows = "".join(row.html() for row in self.rows.values())
+        return (
+            f'<div style="margin:0 0 0 24px"><div><b>{html.escape(self.title())}</b></div>'
+            f"{rows}</div>"
+        )
 
     def text(self) -> str:
         """Plain-text rendering: the heading, then every child indented under it."""

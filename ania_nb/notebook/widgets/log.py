@@ -1,4 +1,9 @@
-"""`LogView`: recent runs from the run log as a table (status, duration, tokens, tools, input)."""
+"""`LogView`: recent runs from the run log as a table (status, duration, tokens, tools, input).
+
+Cells never wrap (a date stays on one line; each column is as wide as its widest cell); the
+input column is cut to one line with the full text in its tooltip, and a table wider than the
+cell scrolls sideways instead of squeezing its columns.
+"""
 
 from __future__ import annotations
 
@@ -10,13 +15,15 @@ from typing import TYPE_CHECKING
 
 from ._display import Displayable
 from ._format import STATUS_ICONS, duration_text, one_line
+from ._icons import icon
 
 if TYPE_CHECKING:  # pragma: no cover
     from ...agent import Agent
     from ...store import RunRecord
 
 COLUMNS = ("#", "started", "session", "status", "duration", "tokens", "tools", "input")
-CELL = "padding:2px 8px;text-align:left;vertical-align:top"
+CELL = "padding:2px 8px;text-align:left;vertical-align:top;white-space:nowrap"
+NUMERIC = {"#", "duration", "tokens"}  # right-aligned, so digits line up
 
 
 class LogView(Displayable):
@@ -66,12 +73,30 @@ class LogView(Displayable):
         return f"Recent runs{where}: {len(self.records)} shown (newest first)"
 
     def _table_html(self) -> str:
-        head = "".join(f'<th style="{CELL}">{html.escape(c)}</th>' for c in COLUMNS)
+        head = "".join(f'<th style="{_style(c)}">{html.escape(c)}</th>' for c in COLUMNS)
         body = "".join(
-            "<tr>" + "".join(f'<td style="{CELL}">{html.escape(c)}</td>' for c in row) + "</tr>"
-            for row in self.rows
+            "<tr>" + "".join(_cell(c, v, r) for c, v in zip(COLUMNS, row, strict=True)) + "</tr>"
+            for r, row in zip(self.records, self.rows, strict=True)
         )
-        return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
+        table = (
+            '<table class="ania-log" style="border-collapse:collapse;width:max-content">'
+            f"<thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
+        )
+        return f'<div style="overflow-x:auto;max-width:100%">{table}</div>'
+
+
+def _style(column: str) -> str:
+    return CELL + (";text-align:right" if column in NUMERIC else "")
+
+
+def _cell(column: str, value: str, record: RunRecord) -> str:
+    """One ``<td>``: the status as an SVG icon and its word, the input with its full tooltip."""
+    if column == "status":
+        content = f"{icon(record.status)} {html.escape(record.status)}"
+    else:
+        content = html.escape(value)
+    title = f' title="{html.escape(one_line(record.input, 2000))}"' if column == "input" else ""
+    return f'<td style="{_style(column)}"{title}>{content}</td>'
 
 
 def _row(record: RunRecord) -> tuple[str, ...]:

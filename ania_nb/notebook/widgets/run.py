@@ -5,7 +5,12 @@ intermediate assistant text, one collapsible row per tool call (a subagent or te
 children's nested transcripts under it), approval cards, images and files — then the reply,
 streamed from ``text_delta`` events and rendered as Markdown. Every update happens on the event
 loop that runs the agent (callbacks and small ticker tasks), never on another thread. ``text()``
-renders the same run as plain text.
+renders the same run as plain text and ``html()`` as static HTML.
+
+A successful run whose calls were denied, blocked or failed says so ("finished · 1 call denied")
+instead of a plain success. The display carries the widget view and the static HTML; once the
+run is over (and no background child is pending) it is updated to the static HTML alone, so a
+saved notebook shows the run without a kernel instead of "Error displaying widget".
 """
 
 from __future__ import annotations
@@ -18,6 +23,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from ...engine.callbacks import ApprovalRequest, Callbacks, RunEvent
+from ._code import expected_details
 from ._display import Displayable, close_tree
 from ._format import (
     STATUS_ICONS,
@@ -27,9 +33,11 @@ from ._format import (
     image_format,
     markdown_html,
     one_line,
+    outcome_text,
     size_text,
     usage_text,
 )
+from ._static import header_html, run_html
 from .approval import ApprovalCard
 from .children import ChildrenView, ChildRow
 from .tools import ToolRow
@@ -40,22 +48,26 @@ if TYPE_CHECKING:  # pragma: no cover
     from ...result import RunResult
     from .todo import TodoView
 
-SPINNER = "⠋⠙⠹⠸⠼⠴⠦⠧⠇⠏"
+SPINNER = "⠋⠙⠹⠸⠼⠴⠦⠧⠇⠏"  # Braille patterns: DejaVu Sans has them
 TICK = 0.25  # seconds between spinner/elapsed updates
-STATUS_COLORS = {"running": "#1565c0", "success": "#2e7d32"}
 
 
 class _Item:
     """A finished body entry (text block, image, file link) with its plain-text form."""
 
-    def __init__(self, widget: Any, text: str, kind: str) -> None:
+    def __init__(self, widget: Any, text: str, kind: str, html_text: str | None = None) -> None:
         self.widget = widget
         self.kind = kind
         self._text = text
+        self._html = html_text
 
     def text(self) -> str:
         """Plain-text line(s)."""
         return self._text
+
+    def html(self) -> str:
+        """Static HTML of the entry (an HTML widget's value unless given)."""
+        return self._html if self._html is not None else str(self.widget.value)
 
 
 class RunView(Displayable):
@@ -88,6 +100,7 @@ class RunView(Displayable):
         self.items: list[Any] = []  # body entries in order: _Item, ToolRow, ApprovalCard
         self.tool_rows: dict[str, ToolRow] = {}
         self.cards: dict[str, ApprovalCard] = {}
+        self._card_rows: dict[str, ToolRow] = {}  # approval id -> the row of the call asked about
         self.children: dict[str, ChildrenView] = {}  # by the parent tool call's id
         self._followups: list[ChildRow] = []  # background children whose reply is awaited
         self._unfollow: Callable[[], None] | None = None
@@ -165,6 +178,7 @@ class RunView(Displayable):
             card = self.cards.get(str(data.get("id")))
             if card is not None:
                 card.resolve(str(data.get("outcome", "error")), str(data.get("reason", "")))
+                self._answered(card)
         elif kind == "knowledge":  # what auto-inject put into this turn
             self._injected(data)
         elif kind == "todos" and self.todo_view is not None:
@@ -190,7 +204,8 @@ class RunView(Displayable):
 
         layout = w.Layout(max_width="100%")
         if data.startswith(("http://", "https://")):
-            self._add(_Item(w.Image.from_url(data), f"  [image {data}]", "image"))
+            tag = f'<img src="{html.escape(data)}" style="max-width:100%">'
+            self._add(_Item(w.Image.from_url(data), f"  [image {data}]", "image", tag))
             return
         try:
             raw = decode_base64(data)
@@ -199,7 +214,9 @@ class RunView(Displayable):
             return
         fmt = image_format(raw)
         image = w.Image(value=raw, format=fmt, layout=layout)
-        self._add(_Item(image, f"  [image {fmt}, {size_text(len(raw))}]", "image"))
+        uri = f"data:image/{fmt};base64,{base64.b64encode(raw).decode('ascii')}"
+        tag = f'<img src="{uri}" style="max-width:100%">'
+        self._add(_Item(image, f"  [image {fmt}, {size_text(len(raw))}]", "image", tag))
 
     def send_file(self, name: str, data: str) -> None:
         """Offer a file sent as base64 as a download link."""
@@ -214,10 +231,44 @@ class RunView(Displayable):
         self._add(_Item(w.HTML(link), f"  [file {name}, {size_text(len(raw))}]", "file"))
 
     def request_approval(self, request: ApprovalRequest) -> None:
-        """Show an approval card; its buttons answer through the Agent."""
-        card = ApprovalCard(self.agent, request)
+        """Show an approval card with the complete call; its buttons answer through the Agent."""
+        row = self._row_asking(request)
+        card = ApprovalCard(self.agent, request, row.arguments if row is not None else None)
         self.cards[request.id] = card
+        if row is not None:
+            self._card_rows[request.id] = row
+            row.approval_asked()
         self._add(card)
+
+    def _answered(self, card: ApprovalCard) -> None:
+        """A card was settled: its tool row shows the wait apart from the tool's own time."""
+        asked = self._card_rows.get(card.request.id)
+        if asked is not None and card.waited is not None:
+            asked.approval_answered(card.waited)
+
+    def _row_asking(self, request: ApprovalRequest) -> ToolRow | None:
+        """The running tool row (of this run or a child) whose call the request is about.
+
+        The request carries the gate's text, not the call id: the row whose arguments give
+        exactly that text wins; else the only running, unasked row of that tool; else none.
+        """
+        rows = [*self.tool_rows.values()]
+        for nested in self.children.values():
+            for child in nested.rows.values():
+                rows += child.tool_rows.values()
+        asked = set(map(id, self._card_rows.values()))
+        candidates = [
+            r
+            for r in rows
+            if r.name == request.tool and r.state == "running" and id(r) not in asked
+        ]
+        tool = self.agent.tools.get(request.tool) if hasattr(self.agent, "tools") else None
+        order = list(tool.parameters_schema().get("properties", {})) if tool is not None else []
+        shell = tuple(getattr(tool, "shell_arguments", ()))
+        for row in candidates:
+            if expected_details(row.name, row.arguments, order, shell) == request.details:
+                return row
+        return candidates[0] if len(candidates) == 1 else None
 
     # ---------------------------------------------------------------- finish
 
@@ -234,6 +285,7 @@ class RunView(Displayable):
         for card in self.cards.values():
             if card.state == "pending":
                 card.resolve("stopped", f"the run ended ({result.status})")
+                self._answered(card)
         for row in self.tool_rows.values():
             if row.state == "running":
                 row.finish(f"the run ended ({result.status})", "not finished", 0, "stopped")
@@ -263,9 +315,29 @@ class RunView(Displayable):
         end = self._stopped_at if self._stopped_at is not None else time.monotonic()
         return end - self._started
 
+    def headline(self) -> tuple[str, str]:
+        """The header's state and words: the status, or ``finished · 1 call denied``."""
+        if self.status == "success" and self._stopped_at is not None:
+            trouble = outcome_text(row.state for row in self.tool_rows.values())
+            if trouble:
+                return "finished", f"finished · {trouble}"
+        return self.status, self.status
+
+    @property
+    def live(self) -> bool:
+        """Whether the widget still has something to show that static HTML cannot (running)."""
+        if self._stopped_at is None:
+            return True
+        return any(row.background for n in self.children.values() for row in n.running)
+
+    def html(self) -> str:
+        """The run's current state as static HTML (the saved notebook's fallback)."""
+        return run_html(self)
+
     def text(self) -> str:
         """The whole run as plain text: status line, prompt, tools, approvals, reply."""
-        head = f"{STATUS_ICONS.get(self.status, '?')} {self.status} · {self.session}"
+        state, label = self.headline()
+        head = f"{STATUS_ICONS.get(state, '?')} {label} · {self.session}"
         head += f" · {elapsed_text(self.elapsed)}"
         usage = usage_text(self.usage) if self.usage else ""
         if usage:
@@ -377,12 +449,9 @@ class RunView(Displayable):
             self._unfollow = None
 
     def _render_header(self) -> None:
-        color = STATUS_COLORS.get(self.status, "#c62828")
-        icon = STATUS_ICONS.get(self.status, "?")
-        self.status_label.value = (
-            f'<b style="color:{color}">{icon} {html.escape(self.status)}</b>'
-            f" <small>{html.escape(self.session)}</small>"
-        )
+        # While running, the spinner stands where the status icon will be.
+        self.status_label.value = header_html(self, spinner=self._ticking)
+        self.spinner.layout.display = None if self._ticking else "none"
         self.spinner.value = SPINNER[self._frame % len(SPINNER)] if self._ticking else ""
         self.elapsed_label.value = elapsed_text(self.elapsed)
         if self.error:

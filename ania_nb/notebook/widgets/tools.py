@@ -1,21 +1,30 @@
-"""`ToolRow`: one tool call in the run widget, a collapsible row that fills in when it ends."""
+"""`ToolRow`: one tool call in the run widget, a collapsible row that fills in when it ends.
+
+The row is a ``<details>`` block in an HTML widget, so the same HTML is the static fallback of a
+saved notebook: the summary line carries an SVG status icon, the call and a result preview; the
+expanded row shows the arguments (code as highlighted code blocks) and the full result. Time spent
+waiting for a person's approval is shown apart from the tool's own duration.
+"""
 
 from __future__ import annotations
 
 import html
 
-from ._format import brief_arguments, duration_text, one_line, pre, pretty_arguments, truncate
+from ._code import arguments_html, arguments_text
+from ._format import brief_arguments, duration_text, elapsed_text, one_line, pre, truncate
+from ._icons import icon
 
-ICONS = {
+ICONS = {  # plain-text glyphs (DejaVu Sans has them; no emoji font needed)
     "running": "⚙",
     "ok": "✓",
     "error": "✗",
-    "blocked": "⛔",
-    "denied": "🚫",
-    "timeout": "⏱",
+    "blocked": "⊘",
+    "denied": "⊘",
+    "timeout": "◷",
     "stopped": "■",
 }
 RESULT_CHARS = 2000  # shown when the row is expanded; the title carries a one-line preview
+SUMMARY = "cursor:pointer;display:flex;gap:6px;align-items:baseline;padding:1px 0"
 
 
 class ToolRow:
@@ -23,6 +32,7 @@ class ToolRow:
 
     ``state`` is running, or the call's outcome: ok, error, blocked (plan mode or a hook),
     denied (a person or an admin said no), timeout or stopped (the approval went unanswered).
+    ``waited`` is the seconds an approval card waited for its answer (None: nobody was asked).
     """
 
     def __init__(self, call_id: str, name: str, arguments: str) -> None:
@@ -34,34 +44,72 @@ class ToolRow:
         self.state = "running"
         self.result = ""
         self.duration_ms: int | None = None
-        self.detail = w.HTML(self._detail_html())
-        self.widget = w.Accordion(children=[self.detail], titles=(self.title(),))
+        self.awaiting_approval = False
+        self.waited: float | None = None
+        self.widget = w.HTML(self.html())
 
     def finish(self, result: str, error: str | None, duration_ms: int, outcome: str) -> None:
         """Show how the call ended (``outcome`` as in `ToolCallResult.outcome`)."""
         self.result = result
         self.duration_ms = duration_ms
         self.state = outcome if outcome in ICONS else ("error" if error else "ok")
-        self.detail.value = self._detail_html()
-        self.widget.titles = (self.title(),)
+        self.awaiting_approval = False
+        self._refresh()
+
+    def approval_asked(self) -> None:
+        """An approval card for this call is open."""
+        self.awaiting_approval = True
+        self._refresh()
+
+    def approval_answered(self, waited: float) -> None:
+        """The card was answered (or timed out) after ``waited`` seconds."""
+        self.awaiting_approval = False
+        self.waited = waited
+        self._refresh()
 
     def title(self) -> str:
-        """The row's one-line heading (Accordion titles are plain text)."""
+        """The row's one-line heading as plain text."""
         head = f"{ICONS[self.state]} {self.name}({brief_arguments(self.arguments)})"
         if self.state == "running":
-            return f"{head} · running…"
-        tail = f" · {duration_text(self.duration_ms)}" if self.state in ("ok", "error") else ""
+            return f"{head} · {'waiting for approval' if self.awaiting_approval else 'running'}…"
         label = "" if self.state == "ok" else f"{self.state}: "
-        return f"{head} → {label}{one_line(self.result, 80)}{tail}"
+        return f"{head} → {label}{one_line(self.result, 80)}{self._times()}"
+
+    def _times(self) -> str:
+        """`` · 12 ms · approval wait 3.4 s``: the tool's own time, then the wait apart."""
+        ran = self.state in ("ok", "error")
+        tail = f" · {duration_text(self.duration_ms)}" if ran else ""
+        if self.waited is not None:
+            tail += f" · approval wait {elapsed_text(self.waited)}"
+        return tail
 
     def text(self) -> str:
         """Plain-text line for the run's text rendering."""
         return "  " + self.title()
 
-    def _detail_html(self) -> str:
-        parts = [f"<b>arguments</b>{pre(pretty_arguments(self.arguments))}"]
+    def details_text(self) -> str:
+        """The arguments (code with its line breaks) as plain text."""
+        return arguments_text(self.name, self.arguments)
+
+    def html(self) -> str:
+        """The row as a ``<details>`` block (the widget's value and the static fallback)."""
+        title = html.escape(self.title().split(" ", 1)[1])  # the glyph becomes an SVG icon
+        state = "waiting" if self.awaiting_approval else self.state
+        summary = f'<summary style="{SUMMARY}">{icon(state)}<span>{title}</span></summary>'
+        parts = [
+            "<b>arguments</b>",
+            arguments_html(self.name, self.arguments),
+        ]
         if self.state != "running":
-            label = html.escape(f"{self.state} after {duration_text(self.duration_ms)}")
+            label = f"{self.state}"
+            if self.state in ("ok", "error"):
+                label += f" after {duration_text(self.duration_ms)}"
+            if self.waited is not None:
+                label += f"; approval wait {elapsed_text(self.waited)}"
             result = pre(truncate(self.result, RESULT_CHARS))
-            parts.append(f"<b>result</b> <small>({label})</small>{result}")
-        return "".join(parts)
+            parts.append(f"<b>result</b> <small>({html.escape(label)})</small>{result}")
+        body = '<div style="padding:2px 0 4px 1.4em">' + "".join(parts) + "</div>"
+        return f'<details class="ania-tool" data-state="{self.state}">{summary}{body}</details>'
+
+    def _refresh(self) -> None:
+        self.widget.value = self.html()

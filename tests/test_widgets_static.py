@@ -1,0 +1,273 @@
+"""Issue 19 in the run view, over real Agent runs: code shown as highlighted code (approval card,
+tool row), the approval wait apart from the tool's time, honest statuses, SVG icons, the static
+HTML a saved notebook keeps (also through a real kernel and ``jupyter nbconvert --to html``), the
+log table's columns and "1 LLM call"."""
+
+from __future__ import annotations
+
+import asyncio
+import html
+import json
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import nbformat
+from _kernel import write_config
+from nbclient import NotebookClient
+
+from ania_nb import tool
+from ania_nb.notebook.widgets import LogView, RunView
+from ania_nb.notebook.widgets._code import arguments_html, code_block
+from ania_nb.notebook.widgets._format import outcome_text, usage_text
+from ania_nb.notebook.widgets.children import tokens_text
+from ania_nb.testing import reply, tool_call, usage
+
+GATED = {"approval.enable": True, "approval.tools": ["python", "bash"]}
+LONG_CODE = "\n".join(f"value_{n} = {n} * 2  # line {n}" for n in range(1, 41))
+# Emoji and symbols missing from DejaVu Sans: a stock Debian Chromium shows them as boxes.
+NO_FONT = re.compile("[\u23f1\u26d4\u2b07\U0001f300-\U0001faff]")
+
+
+@tool(name="python", side_effects=True)
+def python_tool(code: str) -> str:
+    """Run Python code."""
+    return f"ran {code.count(chr(10)) + 1} lines"
+
+
+@tool(name="bash", side_effects=True)
+def bash_tool(command: str, env: dict[str, str] | None = None) -> str:
+    """Run a shell command."""
+    return "ok"
+
+
+bash_tool.shell_arguments = ("command",)  # as the built-in bash: approvals split the line
+
+
+@tool
+def write_file(path: str, content: str) -> str:
+    """Write a file."""
+    return f"wrote {len(content)} characters"
+
+
+async def until(predicate, what: str) -> None:
+    """Yield to the loop until ``predicate()`` holds (bounded, so a hang fails the test)."""
+    for _ in range(1000):
+        if predicate():
+            return
+        await asyncio.sleep(0.01)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def start(agent, view: RunView, prompt: str = "go") -> asyncio.Task:
+    return asyncio.create_task(agent.chat(prompt, session=view.session, callbacks=view.callbacks))
+
+
+def code_lines(fragment: str) -> list[str]:
+    """The text of each line of the first code block in an HTML fragment (tags stripped)."""
+    block = fragment.split('<div class="ania-code"', 1)[1].split("</pre>", 1)[0]
+    body = block.split("<pre", 1)[1].split(">", 1)[1]
+    return [html.unescape(re.sub(r"<[^>]+>", "", line)) for line in body.split("\n")]
+
+
+# ------------------------------------------------------------------ code looks like code
+
+
+async def test_the_approval_card_shows_40_lines_of_python_as_numbered_highlighted_code(
+    llm, make_agent
+):
+    agent = make_agent(tools=[python_tool], overrides=GATED)
+    llm.script(reply(tool_calls=[tool_call("python", {"code": LONG_CODE})]), reply("done"))
+    view = RunView(agent, session="nb:code")
+    task = start(agent, view)
+    await until(lambda: view.cards, "the approval card")
+    [card] = view.cards.values()
+    shown = card.details.value
+    assert '<div class="ania-code" data-language="python"' in shown
+    assert "<b>code</b> <small>(40 lines)</small>" in shown
+    lines = code_lines(shown)
+    assert len(lines) == 40  # every line, none flattened or cut
+    assert lines[0] == "1value_1 = 1 * 2  # line 1"  # numbered (the number is its own span)
+    assert lines[-1] == "40value_40 = 40 * 2  # line 40"
+    assert "\\n" not in shown and "&quot;code&quot;" not in shown  # no escaped JSON
+    assert 'style="color:' in shown  # Pygments' inline colours (no stylesheet needed)
+    assert "overflow:auto" in shown  # a long call scrolls inside the card
+    [row] = view.tool_rows.values()
+    assert row.awaiting_approval and row.title().endswith("· waiting for approval…")
+    card.allow_button.click()
+    view.finish(await task)
+    assert row.state == "ok" and code_lines(row.widget.value)[-1].endswith("# line 40")
+
+
+async def test_bash_and_multiline_arguments_are_code_in_the_card_and_the_row(llm, make_agent):
+    agent = make_agent(tools=[bash_tool, write_file], overrides=GATED)
+    command = "cd /tmp && ls -l\necho done"
+    llm.script(
+        reply(
+            tool_calls=[
+                tool_call("bash", {"command": command, "env": {"TOKEN": "hunter2secret"}}),
+                tool_call("write_file", {"path": "a.py", "content": "x = 1\nprint(x)\n"}),
+            ]
+        ),
+        reply("done"),
+    )
+    view = RunView(agent, session="nb:bash")
+    task = start(agent, view)
+    await until(lambda: view.cards, "the approval card")
+    [card] = view.cards.values()
+    shown = card.details.value
+    assert 'data-language="bash"' in shown and code_lines(shown) == command.split("\n")
+    assert "it runs 3 commands:" in shown  # the shell line split, as in the gate's text
+    assert "hunter2secret" not in shown and "TOKEN" in shown  # env values masked, names shown
+    card.allow_button.click()
+    view.finish(await task)
+    rows = list(view.tool_rows.values())
+    assert "hunter2secret" not in rows[0].widget.value
+    assert 'data-language="python"' in rows[1].widget.value  # the file's type picks the lexer
+    assert code_lines(rows[1].widget.value) == ["x = 1", "print(x)", ""]
+    assert "<b>path</b>: <code" in rows[1].widget.value  # a one-line value stays a field
+
+
+def test_hidden_characters_in_code_are_shown_not_obeyed():
+    shown = arguments_html("python", json.dumps({"code": "ok = 1  # \u202eevil\u200b\nx"}))
+    assert "\u202e" not in shown and "\\u202e" in shown and "\\u200b" in shown
+    assert arguments_html("x", "not json").startswith("<small>(the arguments are not a JSON")
+    assert len(code_lines(code_block("a\nb", "nosuchlanguage"))) == 2  # unknown lexer: plain
+
+
+# ------------------------------------------------------------- approval wait, honest status
+
+
+async def test_the_approval_wait_is_shown_apart_from_the_tools_own_time(llm, make_agent):
+    agent = make_agent(tools=[python_tool], overrides=GATED)
+    llm.script(reply(tool_calls=[tool_call("python", {"code": "1 + 1"})]), reply("two"))
+    view = RunView(agent, session="nb:wait")
+    task = start(agent, view)
+    await until(lambda: view.cards, "the approval card")
+    [card] = view.cards.values()
+    card.allow_button.click()
+    result = await task
+    view.finish(result)
+    [row] = view.tool_rows.values()
+    [call] = result.tool_calls
+    assert row.duration_ms == call.duration_ms  # the executor's time: the wait is not in it
+    assert row.waited is not None and row.waited == card.waited
+    assert " · approval wait " in row.title() and "; approval wait " in row.widget.value
+    assert "(after " in card.verdict.value  # the card says how long it waited
+
+
+async def test_a_run_with_a_denied_call_says_finished_not_success(llm, make_agent):
+    agent = make_agent(tools=[python_tool], overrides=GATED)
+    llm.script(reply(tool_calls=[tool_call("python", {"code": "rm()"})]), reply("Not run."))
+    view = RunView(agent, session="nb:deny", prompt="try")
+    task = start(agent, view)
+    await until(lambda: view.cards, "the approval card")
+    next(iter(view.cards.values())).deny_button.click()
+    view.finish(await task)
+    assert view.status == "success"  # the run itself succeeded …
+    assert view.headline() == ("finished", "finished · 1 call denied")  # … but not as asked
+    assert ">finished · 1 call denied</b>" in view.status_label.value
+    assert 'aria-label="finished · 1 call denied"' in view.status_label.value
+    assert "success" not in view.status_label.value
+    assert view.text().startswith("⚠ finished · 1 call denied · nb:deny · ")
+    assert ">finished · 1 call denied</b>" in view.html()
+
+
+def test_outcome_words_and_singular_counts():
+    assert outcome_text(["ok", "denied", "error", "error", "blocked"]) == (
+        "1 call denied, 1 call blocked, 2 calls failed"
+    )
+    assert outcome_text(["ok", "ok"]) == ""
+    one = {"total_tokens": 10, "prompt_tokens": 8, "completion_tokens": 2, "iterations": 1}
+    assert usage_text(one).endswith(" · 1 LLM call")
+    assert usage_text({**one, "iterations": 2}).endswith(" · 2 LLM calls")
+    assert tokens_text(one) == "10 tokens · 1 LLM call"
+
+
+# --------------------------------------------------------------- icons and the static HTML
+
+
+async def test_icons_are_svg_and_the_finished_run_is_static_html(llm, make_agent):
+    from IPython.core.interactiveshell import InteractiveShell
+    from IPython.display import display
+    from IPython.utils.capture import capture_output
+
+    InteractiveShell.instance()
+    agent = make_agent(tools=[python_tool], overrides=GATED)
+    llm.script(
+        reply("Computing.", tool_calls=[tool_call("python", {"code": "a = 1\nb = 2"})]),
+        reply("The answer is **3**.", usage=usage(30, 4)),
+    )
+    view = RunView(agent, session="nb:static", prompt="add <them>")
+    with capture_output() as captured:
+        display(view)
+        task = start(agent, view)
+        await until(lambda: view.cards, "the approval card")
+        next(iter(view.cards.values())).allow_button.click()
+        view.finish(await task)
+    shown, *_, final = captured.outputs
+    assert "application/vnd.jupyter.widget-view+json" in shown.data
+    assert set(final.data) == {"text/html", "text/plain"}
+    page = final.data["text/html"]
+    assert "› add &lt;them&gt;" in page  # the prompt, escaped
+    assert "Computing." in page  # intermediate text
+    assert '<details class="ania-tool" data-state="ok">' in page  # the tool row …
+    assert code_lines(page.split("ania-tool", 1)[1]) == ["a = 1", "b = 2"]  # … with its code
+    assert "allowed — approved by the user" in page  # the approval card, without buttons
+    assert "<button" not in page
+    assert "The answer is <strong>3</strong>." in page  # the reply as Markdown
+    assert re.search(r"\d+ tokens \(in \d+ · cached 0 · out \d+\) · 2 LLM calls", page)
+    assert "<svg" in page and not NO_FONT.search(page)
+    for html_text in (view.status_label.value, *(r.widget.value for r in view.tool_rows.values())):
+        assert not NO_FONT.search(html_text)
+
+
+async def test_log_columns_do_not_wrap(llm, make_agent):
+    agent = make_agent()
+    llm.script(reply("one"), reply("two"))
+    await agent.chat("a question long enough " * 8, session="nb:log")
+    await agent.chat("short", session="nb:log")
+    view = LogView(agent)
+    await view.refresh()
+    table = view.table.value
+    cells = re.findall(r"<t[dh] style=\"([^\"]*)\"", table)
+    assert len(cells) == 8 * 3 and all("white-space:nowrap" in style for style in cells)
+    assert "overflow-x:auto" in table and "width:max-content" in table
+    assert re.search(r"<td [^>]*>\d\d-\d\d \d\d:\d\d:\d\d</td>", table)  # the date, one cell
+    assert 'title="' + ("a question long enough " * 8).strip() + '"' in table  # full input
+    assert '<svg class="ania-icon ania-icon-check"' in table and "✓" not in table
+
+
+# ------------------------------------------------------- a real kernel, then nbconvert
+
+
+def test_nbconvert_html_of_an_executed_notebook_contains_the_runs(llm, tmp_path: Path):
+    write_config(tmp_path, llm.base_url)
+    (tmp_path / "ania.toml").write_text(
+        (tmp_path / "ania.toml").read_text() + "\n[approval]\nenable = false\n"
+    )
+    llm.script(
+        reply("Looking.", tool_calls=[tool_call("notebook_vars", {})]),
+        reply("Nothing **special** here."),
+    )
+    cells = ["%load_ext ania_nb", "%%agent\nWhat variables are there?"]
+    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(c) for c in cells])
+    resources = {"metadata": {"path": str(tmp_path)}}
+    NotebookClient(nb, timeout=90, resources=resources).execute()
+    [output] = nb.cells[1].outputs
+    assert set(output["data"]) == {"text/html", "text/plain"}  # the final update was kept
+    path = tmp_path / "ran.ipynb"
+    nbformat.write(nb, path)
+    subprocess.run(
+        [sys.executable, "-m", "jupyter", "nbconvert", "--to", "html", str(path)],
+        check=True,
+        capture_output=True,
+        timeout=120,
+    )
+    page = (tmp_path / "ran.html").read_text(encoding="utf-8")
+    assert "Error displaying widget" not in page
+    assert "› What variables are there?" in page
+    assert "notebook_vars(" in page and "Looking." in page
+    assert "Nothing <strong>special</strong> here." in page
+    assert "LLM calls" in page and ">success</b>" in page
