@@ -11,8 +11,9 @@ from typing import Any
 
 import pytest
 
-for _key in [k for k in os.environ if k.startswith("ANIA_")]:
-    del os.environ[_key]  # a developer's own settings must not leak into tests
+for _key in [k for k in os.environ if k.startswith("ANIA_") and not k.startswith("ANIA_TEST_")]:
+    del os.environ[_key]  # a developer's own settings must not leak into tests (ANIA_TEST_*
+    # only opt into live tests such as tests/test_prompt_live.py)
 
 _real_connect = socket.socket.connect
 
