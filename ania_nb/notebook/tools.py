@@ -1,10 +1,15 @@
-"""Notebook-aware tools: look at the user's variables, run Python in their namespace."""
+"""Notebook-aware tools: the user's variables and cells, Python in their namespace, new cells.
+
+`cell_tools` makes the two that need the kernel's shell: ``notebook_cells`` (read-only) and
+``propose_cell`` (a new cell for the user to review, via IPython's ``set_next_input`` payload).
+"""
 
 from __future__ import annotations
 
 import ast
 import contextlib
 import io
+import sys
 import traceback
 from collections.abc import Mapping
 from typing import Annotated, Any
@@ -167,3 +172,161 @@ def run_code(code: str, namespace: dict[str, Any]) -> str:
         text += ("\n" if text and not text.endswith("\n") else "") + _preview(value, 2000)
     text = text.rstrip() or "(no output)"
     return text if len(text) <= MAX_OUTPUT else text[:MAX_OUTPUT] + "\n...(output truncated)"
+
+
+# ------------------------------------------------------------------ cells
+
+MAX_CELL_SOURCE = 1500  # per cell in a listing; one cell asked for by number gets MAX_OUTPUT
+MAX_CELLS = 20
+_AGENT_PREFIXES = ("%%agent", "%agent", "%ania")
+
+
+def _package_dirs(*names: str) -> tuple[str, ...]:
+    import importlib.util
+    import os
+
+    dirs = []
+    for name in names:
+        spec = importlib.util.find_spec(name)
+        if spec is not None and spec.submodule_search_locations:
+            dirs += [os.path.join(d, "") for d in spec.submodule_search_locations]
+    return tuple(dirs)
+
+
+_KERNEL_CODE = _package_dirs("IPython", "ipykernel")
+
+
+class CellsParams(BaseModel):
+    """notebook_cells parameters."""
+
+    count: Annotated[
+        int, Field(description="How many recent cells to show (default 5, at most 20).")
+    ] = 5
+    cell: Annotated[
+        int, Field(description="Show only this cell (its In[n] number) in full; 0 = recent.")
+    ] = 0
+
+
+class ProposeParams(BaseModel):
+    """propose_cell parameters."""
+
+    code: Annotated[str, Field(description="The code for the new cell, as the user should run it.")]
+
+
+def _cut(text: str, limit: int) -> str:
+    return text if len(text) <= limit else text[:limit] + f"\n...(cut, {len(text)} characters)"
+
+
+def _cell_number(shell: Any, filename: str) -> int | None:
+    """The In[n] number of a cell's code object filename, None for any other file."""
+    known = getattr(getattr(shell, "compile", None), "_filename_map", None)
+    number = known.get(filename) if isinstance(known, dict) else None
+    return number if isinstance(number, int) else None
+
+
+def last_error(shell: Any) -> str | None:
+    """The last error a cell raised, with its traceback from the first cell frame on."""
+    exc = getattr(sys, "last_exc", None) or getattr(sys, "last_value", None)
+    if not isinstance(exc, BaseException):
+        return None
+    frames = traceback.extract_tb(exc.__traceback__)
+    # IPython's own frames (run_code, exec, a magic's plumbing) say nothing about the user's
+    # code: they are left out before the first cell frame, or all of them when there is none.
+    first = next((i for i, f in enumerate(frames) if _cell_number(shell, f.filename)), None)
+    if first is None:
+        frames = [f for f in frames if not f.filename.startswith(_KERNEL_CODE)]
+    frames = traceback.StackSummary.from_list(frames[first or 0 :])
+    where = ""
+    for frame in frames:
+        number = _cell_number(shell, frame.filename)
+        if number is not None:
+            frame.filename = f"Cell In[{number}]"
+            where = where or f" (raised in In[{number}])"
+    text = "Traceback (most recent call last):\n" + "".join(frames.format())
+    text += "".join(traceback.format_exception_only(type(exc), exc))
+    return f"Last error{where}:\n" + _cut(text.rstrip(), MAX_OUTPUT // 2)
+
+
+class NotebookCellsTool(BaseTool[CellsParams]):
+    """Show the notebook's recent cells (sources, returned values) and the last error's traceback.
+
+    Use it to see what the user ran, e.g. to fix the error above. Read-only. Printed output
+    and plots are not kept by the kernel, so only returned values show; %%agent cells are
+    listed by their first line.
+    """
+
+    name = "notebook_cells"
+
+    def __init__(self, shell: Any) -> None:
+        self.shell = shell
+
+    def execute(self, params: CellsParams, ctx: ToolContext) -> str:
+        """List recent cells (or one) and the last error."""
+        sources: list[str] = list(getattr(self.shell.history_manager, "input_hist_raw", []))
+        outputs: dict[int, Any] = getattr(self.shell.history_manager, "output_hist", {})
+        current = self.shell.execution_count  # the cell running now: the agent's own
+        numbered = [(n, src) for n, src in enumerate(sources) if n and n != current and src]
+        if params.cell:
+            found = [(n, src) for n, src in numbered if n == params.cell]
+            if not found:
+                have = f"In[{numbered[0][0]}]..In[{numbered[-1][0]}]" if numbered else "none"
+                return f"no cell In[{params.cell}]; cells run in this kernel: {have}"
+            picked, limit = found, MAX_OUTPUT
+        else:
+            count = min(max(params.count, 1), MAX_CELLS)
+            picked, limit = numbered[-count:], MAX_CELL_SOURCE
+        parts = [self._cell(n, src, outputs, limit) for n, src in picked]
+        if not parts:
+            parts.append("no cells have run in this kernel yet (besides this one)")
+        error = last_error(self.shell)
+        if error:
+            parts.append(error)
+        return _cut("\n\n".join(parts), MAX_OUTPUT * 2)
+
+    @staticmethod
+    def _cell(number: int, source: str, outputs: dict[int, Any], limit: int) -> str:
+        source = source.rstrip()
+        if source.startswith(_AGENT_PREFIXES):  # its conversation is the history already
+            return f"In [{number}]: {source.splitlines()[0]}  (an agent cell)"
+        text = f"In [{number}]:\n{_cut(source, limit)}"
+        if number in outputs:
+            text += f"\nOut[{number}]: {_preview(outputs[number], 300)}"
+        return text
+
+
+class ProposeCellTool(BaseTool[ProposeParams]):
+    """Put code into a new cell below the current one for the user to read, edit and run.
+
+    Runs nothing (allowed in plan mode): prefer it to the python tool when the user should
+    review the code first. Several proposals in one run become one cell.
+    """
+
+    name = "propose_cell"
+
+    def __init__(self, shell: Any) -> None:
+        self.shell = shell
+        self._proposed: tuple[int, list[str]] = (-1, [])
+
+    async def execute(self, params: ProposeParams, ctx: ToolContext) -> str:
+        """Send IPython's ``set_next_input`` payload (JupyterLab inserts the cell below)."""
+        # On the loop thread, where the kernel collects the cell's payloads for its reply.
+        code = params.code.strip("\n")
+        if not code.strip():
+            raise ToolError("code must not be empty")
+        count, pieces = self._proposed
+        if count != self.shell.execution_count:  # a new %%agent cell: start a new proposal
+            pieces = []
+        pieces.append(code)
+        self._proposed = (self.shell.execution_count, pieces)
+        # The kernel keeps one set_next_input per execution (the last replaces earlier ones).
+        self.shell.set_next_input("\n\n".join(pieces), replace=False)
+        lines = code.count("\n") + 1
+        return (
+            f"proposed a new cell below with {lines} line(s) of code; the user decides whether "
+            "to run it (it has not run)"
+        )
+
+
+def cell_tools(shell: Any) -> list[BaseTool[Any]]:
+    """The cell tools of a kernel's shell: ``notebook_cells`` and ``propose_cell``."""
+    return [NotebookCellsTool(shell), ProposeCellTool(shell)]
