@@ -1,5 +1,8 @@
-"""The cell tools in IPython's own shell: ``notebook_cells`` (sources, returned values, the last
-error's traceback) and ``propose_cell`` (a new cell via ``set_next_input``, allowed in plan mode)."""
+"""The cell tools in IPython's own shell.
+
+``notebook_cells`` shows sources, returned values and the last error's traceback; ``propose_cell``
+fills a new cell via ``set_next_input`` and is allowed in plan mode.
+"""
 
 from __future__ import annotations
 
@@ -58,9 +61,7 @@ async def test_notebook_cells_shows_sources_values_and_the_last_traceback(llm, m
     assert "interactiveshell.py" not in seen  # IPython's own frames are left out
 
 
-async def test_notebook_cells_shows_one_cell_by_number_and_names_a_missing_one(
-    llm, make_agent, ip
-):
+async def test_notebook_cells_shows_one_cell_by_number_and_names_a_missing_one(llm, make_agent, ip):
     first, second, _ = numbers(ip)
     seen = await cells_seen(llm, make_agent, ip, {"cell": second})
     assert seen.startswith(f"In [{second}]:\nx * 7\nOut[{second}]: 42")

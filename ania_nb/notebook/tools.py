@@ -229,13 +229,13 @@ def last_error(shell: Any) -> str | None:
     exc = getattr(sys, "last_exc", None) or getattr(sys, "last_value", None)
     if not isinstance(exc, BaseException):
         return None
-    frames = traceback.extract_tb(exc.__traceback__)
+    found = list(traceback.extract_tb(exc.__traceback__))
     # IPython's own frames (run_code, exec, a magic's plumbing) say nothing about the user's
     # code: they are left out before the first cell frame, or all of them when there is none.
-    first = next((i for i, f in enumerate(frames) if _cell_number(shell, f.filename)), None)
+    first = next((i for i, f in enumerate(found) if _cell_number(shell, f.filename)), None)
     if first is None:
-        frames = [f for f in frames if not f.filename.startswith(_KERNEL_CODE)]
-    frames = traceback.StackSummary.from_list(frames[first or 0 :])
+        found = [f for f in found if not f.filename.startswith(_KERNEL_CODE)]
+    frames = traceback.StackSummary.from_list(found[first or 0 :])
     where = ""
     for frame in frames:
         number = _cell_number(shell, frame.filename)
