@@ -395,3 +395,10 @@ async def test_a_run_offers_only_the_tools_its_front_end_can_serve(llm, make_age
     assert not needs_front_end & set(sent_tool_names(llm.requests[1]))
     [call] = result.tool_calls  # a model that calls it anyway gets an error, not an answer
     assert call.error is not None and "tool 'get_msg_history' not found" in call.error
+
+
+async def test_sampling_is_left_to_the_provider_by_default(llm, make_agent):
+    llm.script(reply("hi"))
+    await make_agent().chat("hello")
+    body = llm.requests[0].body
+    assert "temperature" not in body and "top_p" not in body

@@ -29,9 +29,9 @@ class LLMSettings(Section):
     api_key: SecretStr | None = _secret("API key sent as a Bearer token.")
     model: str = Field("deepseek-chat", description="Model name.")
     temperature: float | None = Field(
-        1.2, description="Sampling temperature; unset = provider default."
+        None, description="Sampling temperature; unset = provider default."
     )
-    top_p: float | None = Field(0.9, description="Nucleus sampling; unset = provider default.")
+    top_p: float | None = Field(None, description="Nucleus sampling; unset = provider default.")
     max_tokens: int | None = Field(
         4096,
         gt=0,
