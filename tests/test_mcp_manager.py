@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
+import subprocess
 import sys
 from pathlib import Path
 
@@ -30,7 +31,7 @@ def manager_for(entry: dict, tmp_path: Path, **overrides) -> MCPToolManager:
 
 
 async def call(manager: MCPToolManager, tool: str, **arguments) -> str:
-    return await manager.call(tool, arguments, generation=manager.generation)
+    return (await manager.call(tool, arguments, generation=manager.generation)).text
 
 
 @pytest.fixture(params=["stdio", "http", "sse"])
@@ -249,3 +250,53 @@ async def test_http_tool_calls_may_outlast_the_connect_timeout(kind, request, tm
         assert manager.state == "connected"
     finally:
         await manager.aclose()
+
+
+SDK_NOISE_SCRIPT = """
+import asyncio, logging, os, sys
+sys.path.insert(0, {tests!r})
+from mcp_servers.support import http_server
+from ania_nb.config import MCPSettings
+from ania_nb.mcp import MCPServerConfig, MCPToolManager
+
+seen = []
+class Keep(logging.Handler):
+    def emit(self, record):
+        seen.append(record)
+
+async def main():
+    with http_server("sse") as url:
+        entry = {{"name": "s", "transport": "sse", "endpoint": url}}
+        manager = MCPToolManager(MCPServerConfig.model_validate(entry), MCPSettings())
+        await manager.connect()
+        if {debug}:  # a user who wants the SDK's own records asks for them
+            sdk = logging.getLogger("ania_nb.mcp.sdk")
+            sdk.setLevel(logging.DEBUG)
+            sdk.addHandler(Keep())
+        pid = (await manager.call("pid", {{}}, generation=manager.generation)).text
+        os.kill(int(pid), 9)
+        try:  # the broken stream ends the call (and makes the SDK log its traceback)
+            await manager.call("add", {{"a": 1, "b": 2}}, generation=manager.generation)
+        except Exception as exc:
+            print("CALL", exc)
+        await manager.aclose()
+    print("TRACEBACKS", sum(1 for r in seen if r.exc_info))
+
+asyncio.run(main())
+"""
+
+
+@pytest.mark.parametrize("debug", [False, True])
+def test_sdk_tracebacks_go_to_the_logger_not_stderr(debug: bool):
+    # A fresh interpreter with no logging set up, as in a notebook kernel: Python's last-resort
+    # handler would print every SDK error record, with its traceback, on stderr.
+    script = SDK_NOISE_SCRIPT.format(tests=str(Path(__file__).parent), debug=debug)
+    done = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0, done.stderr
+    assert "MCP server 's' disconnected:" in done.stderr  # ania-nb's own one-line warning
+    assert "CALL MCP server 's' is disconnected" in done.stdout
+    assert "Traceback" not in done.stderr
+    count = int(done.stdout.split("TRACEBACKS")[1])
+    assert count >= 1 if debug else count == 0  # the SDK's traceback, kept at debug level

@@ -21,17 +21,17 @@ import asyncio
 import contextlib
 import logging
 import time
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 from ania_nb.errors import ConfigError, MCPServerError, ToolError
 from ania_nb.mcp.config import MCPServerConfig, expand_env
+from ania_nb.mcp.results import ToolOutput, convert_result
 from ania_nb.mcp.transport import (
     RemoteTool,
     StderrTail,
     list_remote_tools,
     load_sdk,
     open_session,
-    result_text,
 )
 
 if TYPE_CHECKING:
@@ -40,7 +40,15 @@ if TYPE_CHECKING:
     from ania_nb._http import MCPClientFactory
     from ania_nb.config import MCPSettings, SecuritySettings
 
-__all__ = ["MCPServerError", "MCPToolManager", "ServerState"]
+__all__ = ["MCPServerError", "MCPToolManager", "ProgressHandler", "ServerState"]
+
+
+class ProgressHandler(Protocol):
+    """Receives a call's progress notifications (the SDK's progress callback shape)."""
+
+    async def __call__(self, progress: float, total: float | None, message: str | None) -> None:
+        """One notification: ``progress`` of ``total`` (None: unknown), with an optional text."""
+
 
 _log = logging.getLogger(__name__)
 
@@ -352,8 +360,18 @@ class MCPToolManager:
         if self._state != "connected" or self._session is None:
             raise ToolError(self.unavailable_message())
 
-    async def call(self, tool: str, arguments: dict[str, Any], *, generation: int) -> str:
-        """Call a tool; returns its text (truncated) or raises `ToolError` for the model."""
+    async def call(
+        self,
+        tool: str,
+        arguments: dict[str, Any],
+        *,
+        generation: int,
+        on_progress: ProgressHandler | None = None,
+    ) -> ToolOutput:
+        """Call a tool; returns its output (text truncated) or raises `ToolError` for the model.
+
+        ``on_progress(progress, total, message)`` receives the server's progress notifications.
+        """
         if generation != self.generation:
             raise ToolError(
                 f"tool '{tool}' belongs to an earlier connection to MCP server '{self.name}', "
@@ -369,7 +387,7 @@ class MCPToolManager:
         from mcp_types import CONNECTION_CLOSED
 
         try:
-            result = await session.call_tool(tool, arguments)
+            result = await session.call_tool(tool, arguments, progress_callback=on_progress)
         except MCPError as exc:
             if exc.code != CONNECTION_CLOSED:
                 raise ToolError(
@@ -390,10 +408,11 @@ class MCPToolManager:
                 f"MCP call to '{tool}' on server '{self.name}' failed: {describe(exc)}"
             ) from None
         else:
-            text = result_text(result, self.settings.max_result_chars)
+            output = convert_result(result, self.settings.max_result_chars)
             if result.is_error:
-                raise ToolError(text or f"MCP tool '{tool}' reported an error without a message")
-            return text
+                message = output.text or f"MCP tool '{tool}' reported an error without a message"
+                raise ToolError(message)
+            return output
         if self._session is session:
             self._mark_lost(lost)
         raise ToolError(self.unavailable_message())

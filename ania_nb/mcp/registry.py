@@ -33,6 +33,7 @@ if TYPE_CHECKING:
     from ania_nb._http import MCPClientFactory
     from ania_nb.config import MCPSettings, SecuritySettings
     from ania_nb.tools.base import Tool
+    from ania_nb.tools.builtin.images import ImageViewer
     from ania_nb.tools.executor import ToolExecutor
 
 __all__ = ["MCPRegistry", "MCPServerStatus"]
@@ -64,10 +65,15 @@ class MCPRegistry:
         client_factory: MCPClientFactory | None = None,
         approval_enabled: bool = False,
         security: SecuritySettings | None = None,
+        viewer: ImageViewer | None = None,
     ) -> None:
-        """``approval_enabled`` (the agent's ``approval.enable``): destructive tools ask first."""
+        """``approval_enabled`` (the agent's ``approval.enable``): destructive tools ask first.
+
+        ``viewer`` shows the images MCP tools return to the model (None: they are described).
+        """
         self.settings = settings
         self.approval_enabled = approval_enabled
+        self.viewer = viewer
         self.security = security  # what stdio servers do not inherit (child_env)
         self.shared = shared
         self.client_factory = client_factory  # for every HTTP/SSE server; None = the SDK's
@@ -248,7 +254,7 @@ class MCPRegistry:
         """Put a connected server's tools in ``shared`` (again, after a reconnect)."""
         name = manager.name
         toolset = self._toolsets.setdefault(
-            name, MCPToolset(manager, approval_enabled=self.approval_enabled)
+            name, MCPToolset(manager, approval_enabled=self.approval_enabled, viewer=self.viewer)
         )
         toolset.manager = manager
         if self.settings.lazy_load:
@@ -270,7 +276,7 @@ class MCPRegistry:
             if each.state != "connected" and each is not manager:
                 continue
             tools = self._toolsets.setdefault(
-                server, MCPToolset(each, approval_enabled=self.approval_enabled)
+                server, MCPToolset(each, approval_enabled=self.approval_enabled, viewer=self.viewer)
             )
             exposed = [tools.exposed(n, self.shared.get) for n in sorted(tools.tools())]
             self._owned[server] = self._add_unique(exposed, server)

@@ -14,15 +14,20 @@ from __future__ import annotations
 
 import logging
 import re
+import time
 import weakref
 from collections.abc import Callable, Mapping
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
+from ania_nb.engine.callbacks import RunEvent
 from ania_nb.errors import ToolError
-from ania_nb.mcp.manager import MCPToolManager
+from ania_nb.mcp.manager import MCPToolManager, ProgressHandler
 from ania_nb.mcp.transport import RemoteTool
 from ania_nb.tools.base import FunctionTool, Tool, ToolContext
 from ania_nb.tools.schema import function_definition, normalize_input_schema
+
+if TYPE_CHECKING:
+    from ania_nb.tools.builtin.images import ImageViewer
 
 __all__ = ["MCPTool", "MCPToolset"]
 
@@ -31,6 +36,12 @@ _log = logging.getLogger(__name__)
 _INVALID_CHARS = re.compile(r"[^A-Za-z0-9_-]")
 _LINE_LIMIT = 200
 NAMES_IN_DESCRIPTION = 1500  # characters of tool names the load tool's description may list
+PROGRESS_INTERVAL = 0.2  # seconds between progress events of one call (the last always goes)
+NO_TASKS = (
+    "not offered: it requires MCP task augmentation (execution.taskSupport = required), "
+    "which ania-nb does not support"
+)
+CANNOT_VIEW_HERE = "(it returned {n} image(s), but no image viewer is set up for MCP tools)"
 
 
 class MCPTool:
@@ -38,7 +49,9 @@ class MCPTool:
 
     Its annotations decide how it is gated: side-effecting (blocked in plan mode) unless the
     server marks it ``readOnlyHint: true``; with ``destructiveHint: true`` a person is asked
-    before each call when ``approval_enabled`` (the agent's ``approval.enable``).
+    before each call when ``approval_enabled`` (the agent's ``approval.enable``). Images it
+    returns are shown to the model through ``viewer`` (like ``load_images``) and to the front
+    end as a ``tool_images`` event; server progress becomes ``tool_progress`` events.
     """
 
     def __init__(
@@ -48,9 +61,11 @@ class MCPTool:
         name: str,
         *,
         approval_enabled: bool = False,
+        viewer: ImageViewer | None = None,
     ) -> None:
         self.manager = manager
         self.remote = remote
+        self.viewer = viewer
         self.generation = manager.generation
         self.name = name  # remote.name made safe for the OpenAI function-name rules
         self.description = (
@@ -90,7 +105,44 @@ class MCPTool:
             current = self.manager.current(self.remote.name)
             if current is not None and current.input_schema == self.remote.input_schema:
                 self.remote, self.generation = current, self.manager.generation  # re-bound
-        return await self.manager.call(self.remote.name, arguments, generation=self.generation)
+        output = await self.manager.call(
+            self.remote.name,
+            arguments,
+            generation=self.generation,
+            on_progress=self._progress_reporter(ctx) if ctx.callbacks.on_event else None,
+        )
+        if not output.images:
+            return output.text
+        event = {"id": ctx.call_id, "name": self.name, "images": output.images}
+        await ctx.callbacks.emit(RunEvent("tool_images", ctx.session, event))
+        count = len(output.images)
+        if self.viewer is None:
+            note = CANNOT_VIEW_HERE.format(n=count)
+        else:
+            note = await self.viewer.show(output.images, ctx, f"{count} image(s) it returned")
+        return f"{output.text}\n{note}" if output.text else note
+
+    def _progress_reporter(self, ctx: ToolContext) -> ProgressHandler:
+        """Server progress -> ``tool_progress`` events, at most one per PROGRESS_INTERVAL."""
+        last = 0.0
+
+        async def report(progress: float, total: float | None, message: str | None) -> None:
+            nonlocal last
+            now = time.monotonic()
+            done = total is not None and progress >= total
+            if now - last < PROGRESS_INTERVAL and not done:
+                return
+            last = now
+            data = {
+                "id": ctx.call_id,
+                "name": self.name,
+                "progress": progress,
+                "total": total,
+                "message": message,
+            }
+            await ctx.callbacks.emit(RunEvent("tool_progress", ctx.session, data))
+
+        return report
 
 
 def _one_line(text: str) -> str:
@@ -101,9 +153,16 @@ def _one_line(text: str) -> str:
 class MCPToolset:
     """A server's tools as `MCPTool` objects (rebuilt per connection) and its lazy tools."""
 
-    def __init__(self, manager: MCPToolManager, *, approval_enabled: bool = False) -> None:
+    def __init__(
+        self,
+        manager: MCPToolManager,
+        *,
+        approval_enabled: bool = False,
+        viewer: ImageViewer | None = None,
+    ) -> None:
         self.manager = manager
         self.approval_enabled = approval_enabled  # passed to every MCPTool (destructiveHint)
+        self.viewer = viewer  # shows the images MCP tools return (None: they are described)
         self._cache: tuple[int, dict[str, MCPTool]] | None = None
         # Session tables this server's tools were loaded into (to unload them on removal).
         self._loaded_into: weakref.WeakSet[Any] = weakref.WeakSet()
@@ -123,7 +182,20 @@ class MCPToolset:
         if existing is None or self.owns(existing):
             return tool
         prefixed = f"{self.server}__{tool.name}"[:64]
-        return MCPTool(self.manager, tool.remote, prefixed, approval_enabled=self.approval_enabled)
+        return self._make(tool.remote, prefixed)
+
+    def _make(self, remote: RemoteTool, name: str) -> MCPTool:
+        return MCPTool(
+            self.manager, remote, name, approval_enabled=self.approval_enabled, viewer=self.viewer
+        )
+
+    def unsupported(self) -> dict[str, str]:
+        """Tools the server lists that are not offered, with the reason (sorted by name)."""
+        return {
+            remote.name: NO_TASKS
+            for remote in sorted(self.manager.tools, key=lambda r: r.name)
+            if remote.task_support == "required"
+        }
 
     def unload_everywhere(self) -> int:
         """Remove this server's tools from every session they were loaded into."""
@@ -147,6 +219,8 @@ class MCPToolset:
             return cached[1]
         tools: dict[str, MCPTool] = {}
         for remote in self.manager.tools:
+            if remote.task_support == "required":
+                continue  # see unsupported(): calling it without a task would fail
             name = _INVALID_CHARS.sub("_", remote.name)[:64] or "_"
             if name in tools:
                 _log.warning(
@@ -156,9 +230,7 @@ class MCPToolset:
                     tools[name].remote.name,
                 )
                 continue
-            tools[name] = MCPTool(
-                self.manager, remote, name, approval_enabled=self.approval_enabled
-            )
+            tools[name] = self._make(remote, name)
         self._cache = (self.manager.generation, tools)
         return tools
 
@@ -168,8 +240,8 @@ class MCPToolset:
 
         async def discover() -> str:
             await self.manager.ready()
-            tools = self.tools()
-            if not tools:
+            tools, unsupported = self.tools(), self.unsupported()
+            if not tools and not unsupported:
                 return f"MCP server '{server}' offers no tools."
             lines = [
                 f"MCP server '{server}' has {len(tools)} tools; load one with "
@@ -178,6 +250,7 @@ class MCPToolset:
             lines += [
                 f"{name}: {_one_line(tool.description)}" for name, tool in sorted(tools.items())
             ]
+            lines += [f"{name}: {why}" for name, why in unsupported.items()]
             return "\n".join(lines)
 
         return FunctionTool(
@@ -222,6 +295,12 @@ class MCPToolset:
             wanted = list(dict.fromkeys(n.strip() for n in tool_names if n.strip()))
             if not wanted:
                 raise ToolError("name the tools to load in tool_names")
+            refused = [n for n in wanted if n in self.unsupported()]
+            if refused:
+                raise ToolError(
+                    f"MCP tool {', '.join(repr(n) for n in refused)} of server '{server}' is "
+                    f"{NO_TASKS}; nothing was loaded"
+                )
             missing = [n for n in wanted if n not in tools]
             if missing:
                 raise ToolError(

@@ -10,7 +10,6 @@ import asyncio
 import collections
 import contextlib
 import importlib
-import json
 import logging
 import os
 import sys
@@ -35,14 +34,12 @@ __all__ = [
     "list_remote_tools",
     "load_sdk",
     "open_session",
-    "result_text",
 ]
 
 _log = logging.getLogger(__name__)
 
 _SDK_MODULES = ("mcp", "mcp.client.stdio", "mcp.client.streamable_http", "mcp.client.sse")
 _MAX_PAGES = 100  # tools/list pagination guard against a server that never stops paging
-TRUNCATION_MARKER = "\n...(MCP tool result truncated"
 
 
 @dataclass(frozen=True)
@@ -54,6 +51,7 @@ class RemoteTool:
     input_schema: dict[str, Any]
     read_only: bool
     destructive: bool = False  # the server set destructiveHint: true (and not readOnlyHint)
+    task_support: str | None = None  # execution.taskSupport: forbidden / optional / required
 
 
 _import_lock = threading.Lock()
@@ -66,7 +64,35 @@ def _import_sdk() -> None:
     with _import_lock:
         for module in _SDK_MODULES:
             importlib.import_module(module)
+        quiet_sdk_logs()
         _sdk_ready.set()
+
+
+SDK_LOGGER = "ania_nb.mcp.sdk"
+
+
+class _SDKLogs(logging.Handler):
+    """Re-logs the SDK's records at debug level under `SDK_LOGGER`, tracebacks included."""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        target = logging.getLogger(SDK_LOGGER)
+        if target.isEnabledFor(logging.DEBUG):
+            message = f"[{record.name}] {record.getMessage()}"
+            target.debug("%s", message, exc_info=record.exc_info)
+
+
+def quiet_sdk_logs() -> None:
+    """Keep the SDK's own tracebacks off the notebook's stderr: they go to `SDK_LOGGER`.
+
+    With no handler configured anywhere, Python prints warnings and errors to stderr; the SDK
+    logs a full traceback for a dropped connection that ania-nb already reports in one line
+    (``MCP server 'x' disconnected: …``). A handler the user put on the ``mcp`` logger wins.
+    """
+    sdk = logging.getLogger("mcp")
+    if sdk.handlers:
+        return
+    sdk.addHandler(_SDKLogs())
+    sdk.propagate = False
 
 
 async def load_sdk() -> None:
@@ -216,32 +242,10 @@ async def list_remote_tools(session: ClientSession) -> list[RemoteTool]:
                     destructive=bool(
                         hints is not None and hints.destructive_hint and not hints.read_only_hint
                     ),
+                    task_support=tool.execution.task_support if tool.execution else None,
                 )
             )
         cursor = page.next_cursor
         if not cursor:
             break
     return tools
-
-
-def result_text(result: Any, limit: int) -> str:
-    """The text of a ``CallToolResult``: its text parts joined, truncated at ``limit`` chars."""
-    parts: list[str] = []
-    for block in result.content:
-        kind = getattr(block, "type", "")
-        if kind == "text":
-            parts.append(block.text)
-        elif kind == "resource" and hasattr(block.resource, "text"):
-            parts.append(block.resource.text)
-        elif kind == "resource_link":
-            parts.append(f"[resource link: {block.uri}]")
-        elif kind in ("image", "audio", "resource"):
-            inner = getattr(block, "resource", None)
-            mime = getattr(block, "mime_type", None) or getattr(inner, "mime_type", None)
-            parts.append(f"[{kind} content ({mime or 'binary'}) omitted]")
-    if not parts and result.structured_content is not None:
-        parts.append(json.dumps(result.structured_content, ensure_ascii=False, sort_keys=True))
-    text = "\n".join(parts)
-    if len(text) > limit:
-        text = f"{text[:limit]}{TRUNCATION_MARKER}: {len(text)} characters in total)"
-    return text

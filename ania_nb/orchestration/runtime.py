@@ -105,6 +105,8 @@ class Runtime:
         """Stop MCP servers, close model clients and the store."""
         if self.mcp is not None:
             await self.mcp.aclose()
+            if self.mcp.viewer is not None and self.mcp.viewer.describer is not None:
+                await self.mcp.viewer.describer.aclose()
         await self.llm.aclose()
         if self.one_shot_llm is not None:
             await self.one_shot_llm.aclose()
@@ -138,6 +140,7 @@ async def _open_mcp(config: Config, tools: ToolExecutor, http: HttpClients) -> M
     if not exists and not config.mcp.self_manage:
         return None
     from ..mcp import MCPRegistry
+    from ..tools.builtin import image_viewer
 
     registry = MCPRegistry(
         config.mcp,
@@ -145,6 +148,7 @@ async def _open_mcp(config: Config, tools: ToolExecutor, http: HttpClients) -> M
         client_factory=http.mcp,
         approval_enabled=config.approval.enable,
         security=config.security,
+        viewer=image_viewer(config, http.vision_client),  # images MCP tools return
     )
     await registry.start(wait=False)  # a slow server never delays the first reply
     return registry

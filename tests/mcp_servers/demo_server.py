@@ -8,12 +8,16 @@ makes the server wait, before it serves, until N servers have started with the s
 leaves a file there): servers connected one after another would never get past it.
 ``--annotated`` adds tools for the gating tests: ``mark`` (no annotations), ``peek``
 (``readOnlyHint``) and ``wipe`` (``destructiveHint``), each writing or checking a marker file.
+``--media`` adds tools whose results are not text: ``picture`` (a PNG image block), ``sound``
+(audio), ``document`` (a PDF blob resource and an image blob resource), ``steps`` (reports
+progress while it works) and ``batch_job`` (listed with ``execution.taskSupport: required``).
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import base64
 import os
 import socket
 import sys
@@ -24,12 +28,44 @@ from typing import Annotated, Literal
 
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
-from mcp_types import ToolAnnotations
+from mcp_types import (
+    AudioContent,
+    BlobResourceContents,
+    EmbeddedResource,
+    ImageContent,
+    TextContent,
+    Tool,
+    ToolAnnotations,
+    ToolExecution,
+)
 from pydantic import Field
 
+# A 1x1 red PNG.
+PNG = base64.b64encode(
+    bytes.fromhex(
+        "89504e470d0a1a0a0000000d4948445200000001000000010802000000907753de"
+        "0000000c49444154789c63f8cfc0000003010100c9fe92ef0000000049454e44ae426082"
+    )
+).decode("ascii")
 
-def build(name: str, extra: int, annotated: bool = False) -> MCPServer:
-    server = MCPServer(name, instructions="Test server for ania-nb.")
+
+class DemoServer(MCPServer):
+    """`MCPServer` that can mark tools as requiring task augmentation (the SDK cannot yet)."""
+
+    task_required: frozenset[str] = frozenset()
+
+    async def list_tools(self) -> list[Tool]:
+        tools = await super().list_tools()
+        return [
+            t.model_copy(update={"execution": ToolExecution(task_support="required")})
+            if t.name in self.task_required
+            else t
+            for t in tools
+        ]
+
+
+def build(name: str, extra: int, annotated: bool = False, media: bool = False) -> MCPServer:
+    server = DemoServer(name, instructions="Test server for ania-nb.")
 
     @server.tool(annotations=ToolAnnotations(read_only_hint=True))
     def add(
@@ -94,6 +130,8 @@ def build(name: str, extra: int, annotated: bool = False) -> MCPServer:
 
     if annotated:
         _add_annotated(server)
+    if media:
+        _add_media(server)
     for i in range(extra):
         server.add_tool(
             _extra(i),
@@ -120,6 +158,49 @@ def _add_annotated(server: MCPServer) -> None:
         """Create a marker file standing for a destructive change."""
         Path(path).write_text("wiped")
         return f"wiped {path}"
+
+
+def _add_media(server: DemoServer) -> None:
+    @server.tool()
+    def picture(caption: str = "") -> list[TextContent | ImageContent]:
+        """Return a tiny PNG (and the caption as text when given)."""
+        image = ImageContent(type="image", data=PNG, mime_type="image/png")
+        return [TextContent(type="text", text=caption), image] if caption else [image]
+
+    @server.tool()
+    def sound() -> AudioContent:
+        """Return a short WAV clip."""
+        data = base64.b64encode(b"RIFF" + bytes(40)).decode("ascii")
+        return AudioContent(type="audio", data=data, mime_type="audio/wav")
+
+    @server.tool()
+    def document() -> list[EmbeddedResource]:
+        """Return a PDF and a PNG as blob resources."""
+        pdf = BlobResourceContents(
+            uri="file:///report.pdf",
+            mime_type="application/pdf",
+            blob=base64.b64encode(b"%PDF-1.4 " + bytes(2048)).decode(),
+        )
+        png = BlobResourceContents(uri="file:///chart.png", mime_type="image/png", blob=PNG)
+        return [
+            EmbeddedResource(type="resource", resource=pdf),
+            EmbeddedResource(type="resource", resource=png),
+        ]
+
+    @server.tool()
+    async def steps(count: int, ctx: Context) -> str:
+        """Work in ``count`` steps, reporting progress after each."""
+        for i in range(1, count + 1):
+            await ctx.report_progress(i, count, f"step {i} of {count}")
+            await asyncio.sleep(0.25)  # so every step is its own progress event
+        return f"done in {count} steps"
+
+    @server.tool()
+    def batch_job(items: int) -> str:
+        """A long job that must run as an MCP task."""
+        return f"{items} items"
+
+    server.task_required = frozenset({"batch_job"})
 
 
 def _extra(i: int) -> Callable[[str], str]:
@@ -159,10 +240,11 @@ def main() -> None:
     parser.add_argument("--barrier", type=Path)
     parser.add_argument("--parties", type=int, default=1)
     parser.add_argument("--annotated", action="store_true")
+    parser.add_argument("--media", action="store_true")
     args = parser.parse_args()
     if args.barrier is not None:
         wait_at_barrier(args.barrier, args.name, args.parties)
-    server = build(args.name, args.extra, args.annotated)
+    server = build(args.name, args.extra, args.annotated, args.media)
     if args.transport == "stdio":
         server.run("stdio")
     else:

@@ -31,11 +31,13 @@ DEMO_TOOLS = [
 def stdio_entry(
     name: str = "demo", *, extra: int = 0, barrier: tuple[Path, int] | None = None, **fields: Any
 ) -> dict[str, Any]:
-    """A ``servers``-form entry starting the demo server over stdio.
+    """A ``servers``-form entry starting the demo server over stdio (``media=True``: --media).
 
     ``barrier=(folder, n)``: the server waits until n servers started with that folder.
     """
     args = [str(DEMO), "stdio", "--name", name]
+    if fields.pop("media", False):
+        args.append("--media")
     if extra:
         args += ["--extra", str(extra)]
     if barrier is not None:

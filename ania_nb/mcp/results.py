@@ -1,0 +1,95 @@
+"""What an MCP tool returned, made fit for the model: text, images to show, the rest described.
+
+A ``CallToolResult`` holds content blocks of several kinds. Text (and text resources) reach the
+model as text; images (image blocks and image blob resources) are returned as data URIs so the
+tool can show them like ``load_images`` does; audio and other binary content cannot be passed on
+and is described in one line each instead of being dropped without a word.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+__all__ = ["MAX_IMAGES", "TRUNCATION_MARKER", "ToolOutput", "convert_result"]
+
+TRUNCATION_MARKER = "\n...(MCP tool result truncated"
+MAX_IMAGES = 4  # per result: a screenshot tool's output, not a photo album
+MAX_IMAGE_BYTES = 5 * 1024 * 1024  # what vision endpoints commonly accept per image
+_IMAGE_MIME = ("image/png", "image/jpeg", "image/gif", "image/webp")
+
+
+@dataclass(frozen=True)
+class ToolOutput:
+    """An MCP tool's result: the text for the model and the images it returned (data URIs)."""
+
+    text: str
+    images: list[str] = field(default_factory=list)
+
+
+def convert_result(result: Any, limit: int) -> ToolOutput:
+    """Convert a ``CallToolResult``; the text is truncated at ``limit`` characters."""
+    parts: list[str] = []
+    images: list[str] = []
+    for block in result.content:
+        kind = getattr(block, "type", "")
+        if kind == "text":
+            parts.append(block.text)
+        elif kind == "resource_link":
+            parts.append(f"[resource link: {block.uri}]")
+        elif kind == "resource":
+            inner = block.resource
+            if hasattr(inner, "text"):
+                parts.append(inner.text)
+            else:
+                _binary(parts, images, "resource", inner.mime_type, inner.blob, str(inner.uri))
+        elif kind in ("image", "audio"):
+            _binary(parts, images, kind, block.mime_type, block.data, None)
+    if not parts and not images and result.structured_content is not None:
+        parts.append(json.dumps(result.structured_content, ensure_ascii=False, sort_keys=True))
+    text = "\n".join(parts)
+    if len(text) > limit:
+        text = f"{text[:limit]}{TRUNCATION_MARKER}: {len(text)} characters in total)"
+    return ToolOutput(text, images)
+
+
+def _binary(
+    parts: list[str], images: list[str], kind: str, mime: str | None, data: str, uri: str | None
+) -> None:
+    """An image goes to ``images`` (when it can be shown); anything else is described."""
+    mime = (mime or "").lower() or "application/octet-stream"
+    size = _decoded_size(data)
+    where = f" {uri}" if uri else ""
+    if size is None:
+        parts.append(f"[{kind}{where} ({mime}): the server sent data that is not valid base64]")
+        return
+    described = f"{mime}, {_human(size)}"
+    if mime in _IMAGE_MIME and kind in ("image", "resource"):
+        if len(images) >= MAX_IMAGES:
+            parts.append(f"[image{where} ({described}) not shown: at most {MAX_IMAGES} per result]")
+        elif size > MAX_IMAGE_BYTES:
+            limit = _human(MAX_IMAGE_BYTES)
+            parts.append(f"[image{where} ({described}) not shown: larger than {limit}]")
+        else:
+            images.append(f"data:{mime};base64,{data}")
+        return
+    what = "audio" if kind == "audio" or mime.startswith("audio/") else f"binary {kind}"
+    parts.append(f"[{what}{where} ({described}) returned by the tool; it cannot be shown here]")
+
+
+def _decoded_size(data: str) -> int | None:
+    try:
+        return len(base64.b64decode(data, validate=True))
+    except (binascii.Error, ValueError):
+        return None
+
+
+def _human(size: int) -> str:
+    if size < 1024:
+        return f"{size} bytes"
+    if size < 1024 * 1024:
+        return f"{size / 1024:.1f} KB"
+    return f"{size / (1024 * 1024):.1f} MB"
