@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 from ania_nb import tool
-from ania_nb.engine.context import SUMMARISER_PROMPT
+from ania_nb.engine.context import SUMMARISER_PROMPT, ContextWindow
+from ania_nb.engine.llm import LLMClient
 from ania_nb.engine.messages import SUMMARY_PREFIX, drop_oldest_half
 from ania_nb.testing import error, reply, tool_call, usage
 
@@ -120,3 +121,71 @@ def test_drop_oldest_half_never_starts_with_a_tool_result():
     assert drop_oldest_half([{"role": "user", "content": "x"}]) == [
         {"role": "user", "content": "x"}
     ]
+
+
+# -- the fixed part (system prompt + tool definitions) -----------------------------------
+
+WEATHER_TOOL = {
+    "type": "function",
+    "function": {
+        "name": "get_weather",
+        "description": "Weather for a city. " * 40,
+        "parameters": {"type": "object", "properties": {"city": {"type": "string"}}},
+    },
+}
+
+
+def _window(llm, max_context_tokens: int = 1000) -> ContextWindow:
+    compressor = LLMClient(base_url=llm.base_url, api_key=llm.api_key, model="compressor")
+    return ContextWindow(max_context_tokens=max_context_tokens, compressor=compressor)
+
+
+def _turns(n: int) -> list[dict]:
+    return [
+        {"role": "user" if i % 2 == 0 else "assistant", "content": f"message {i}"} for i in range(n)
+    ]
+
+
+async def test_a_fixed_part_too_large_for_the_budget_does_not_compact_every_turn(llm, caplog):
+    window = _window(llm)  # threshold 800; the conversation always keeps 200
+    fixed = window.fixed_part("You are a helpful assistant. " * 80, [WEATHER_TOOL])
+    assert fixed > 700 and window.fixed_too_large
+    assert "agent.max_context_tokens" in window.fixed_warning
+    # The old rule (whole prompt > 800) compacted here, on every turn: the fixed part alone is.
+    assert not window.needs_compaction(_turns(4), fixed + 150)
+    assert not window.needs_compaction(_turns(4), fixed + 200)
+    assert window.needs_compaction(_turns(4), fixed + 201)
+    # Warned once, however often it is measured.
+    for _ in range(3):
+        window.fixed_part("You are a helpful assistant. " * 80, [WEATHER_TOOL])
+    warnings = [r for r in caplog.records if "tool definitions" in r.getMessage()]
+    assert len(warnings) == 1
+    await window.compressor.aclose()
+
+
+async def test_a_fixed_part_that_fits_leaves_the_budget_as_it_was(llm):
+    window = _window(llm)
+    fixed = window.fixed_part("Be brief.", None)
+    assert fixed < 10 and not window.fixed_too_large and window.fixed_warning is None
+    assert not window.needs_compaction(_turns(4), 800)
+    assert window.needs_compaction(_turns(4), 801)  # the whole prompt over ratio × max
+    # A smaller prompt later clears the flag (e.g. tools were removed).
+    window.fixed_part("x" * 4000, None)
+    assert window.fixed_too_large
+    window.fixed_part("Be brief.", None)
+    assert not window.fixed_too_large
+    await window.compressor.aclose()
+
+
+async def test_a_lone_summary_is_never_summarised_again(llm):
+    window = _window(llm)
+    llm.script(reply("the user likes tea"))
+    compaction = await window.compact(_turns(6))
+    assert compaction.method == "summary" and len(compaction.messages) == 1
+    assert not window.needs_compaction(compaction.messages, 5000)
+    assert not window.needs_compaction(
+        [{"role": "system", "content": "s"}, *compaction.messages], 5000
+    )
+    assert window.needs_compaction([*compaction.messages, *_turns(2)], 5000)
+    assert len(llm.requests) == 1
+    await window.compressor.aclose()
