@@ -259,13 +259,10 @@ class Agent(AgentHostMethods):
             )
 
     def _run_services(self, rt: Runtime) -> RunServices:
-        agent = self.config.agent
         return RunServices(
             llm=rt.llm,
             window=rt.window,
-            limits=RunLimits(
-                agent.max_iterations, agent.max_tool_result_chars, self.config.llm.stream
-            ),
+            limits=RunLimits.from_config(self.config),
             gate=self._gate,
             after_tool=self.governance.after_tool,
             after_run=self._after_run,

@@ -29,6 +29,9 @@ class RunResult:
     tool_calls: list[ToolCallResult] = field(default_factory=list)
     run_id: int | None = None
     error: str | None = None
+    warnings: list[str] = field(default_factory=list)
+    """What went wrong without failing the run (repeated calls not run, an answer that is only a
+    tool call written as text); also in the run record's error field, prefixed ``warning:``."""
 
     @property
     def ok(self) -> bool:

@@ -3,6 +3,11 @@
 Tools are reached through the `ToolRunner` protocol and per-call contexts come from the caller,
 so the engine does not depend on the tools package. The gate (plan mode, hooks, approvals) runs
 inside each call's own task: a call waiting for a human never delays its siblings.
+
+Habits of small models are contained here: a call repeated with the same arguments and result
+is answered from the earlier result (`RepeatGuard`); tool calls written as text are run when
+``text_tool_calls`` is on and flagged in ``LoopResult.warnings`` when off (`find_text_calls`);
+an empty final answer is asked for once more, then reported as ``LoopResult.empty``.
 """
 
 from __future__ import annotations
@@ -15,11 +20,18 @@ from typing import Any, Literal, Protocol
 
 from .callbacks import NO_CALLBACKS, Callbacks, RunEvent
 from .llm import Completion, LLMClient, RetryNotice
-from .messages import LIMIT_MESSAGE, Message, strip_think, user_message
+from .messages import EMPTY_REPLY_MESSAGE, LIMIT_MESSAGE, Message, strip_think, user_message
 from .repair import clean_text
+from .repeats import REPEAT_ERROR, Claim, RepeatGuard, repeat_text
+from .text_calls import find_text_calls
 from .usage import Usage
 
 LOADED_IMAGES_TEXT = "These are the images you asked to load, each labelled by its marker:"
+
+TEXT_CALL_WARNING = (
+    "the final answer is only a tool call written as text ({names}), which was not run; "
+    "set llm.text_tool_calls = true to run calls a model writes as text"
+)
 
 
 class ToolOutcomeLike(Protocol):
@@ -126,6 +138,8 @@ class LoopResult:
     tool_calls: list[ToolCallResult] = field(default_factory=list)
     final_messages: list[Message] = field(default_factory=list)
     truncated: bool = False  # the final answer was cut by the model's token limit
+    empty: bool = False  # the final answer was empty, even when asked once more
+    warnings: list[str] = field(default_factory=list)  # for the run record (repeats, text calls)
 
 
 @dataclass
@@ -148,18 +162,27 @@ class ToolLoop:
     """Told before each model call with the full message list (which it may compact in place)."""
     max_iterations: int = 20
     max_result_chars: int = 20000
+    max_repeat_calls: int = 3
+    """Identical calls (same arguments, same result) run per loop before repeats are refused."""
+    text_tool_calls: bool = False
+    """Run tool calls the model wrote as text (see `find_text_calls`)."""
     stream: bool = False
     usage: Usage = field(default_factory=Usage)
     results: list[ToolCallResult] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+    _repeats: RepeatGuard = field(default_factory=RepeatGuard, init=False, repr=False)
 
     async def run(self, messages: list[Message]) -> LoopResult:
         """Run rounds until the model answers without tools (or the iteration limit)."""
+        self._repeats = RepeatGuard(self.max_repeat_calls)
+        names: set[str] = set()
         for _ in range(self.max_iterations):
             definitions = self.tools.definitions() if self.tools is not None else []
+            names = {d["function"]["name"] for d in definitions}
             completion = await self._call(messages, definitions)
-            message = completion.message
+            message = self._text_calls(completion, len(messages), names)
             if not message.get("tool_calls"):
-                return self._finish(messages, [], message, completion.truncated)
+                return await self._final(messages, [], completion)
             round_messages = [message]
             text = strip_think(message.get("content"))
             if text:
@@ -179,7 +202,55 @@ class ToolLoop:
         limit = user_message(LIMIT_MESSAGE)
         messages.append(limit)
         completion = await self._call(messages, [])
-        return self._finish(messages, [limit], completion.message, completion.truncated)
+        self._flag_text_calls(completion.message, names)
+        return await self._final(messages, [limit], completion)
+
+    def _text_calls(self, completion: Completion, turn: int, names: set[str]) -> Message:
+        """The reply, its text tool calls made real ones when ``text_tool_calls`` is on."""
+        message = completion.message
+        if message.get("tool_calls") or not names:
+            return message
+        if not self.text_tool_calls:
+            self._flag_text_calls(message, names)
+            return message
+        found = find_text_calls(message.get("content"), names)
+        if not found.calls:
+            return message
+        calls = [
+            {
+                "id": f"call_text_{turn}_{n}",
+                "type": "function",
+                "function": {"name": c.name, "arguments": c.arguments},
+            }
+            for n, c in enumerate(found.calls)
+        ]
+        # Stored and re-sent as a normal call: the conversation stays valid for any server.
+        completion.message = {**message, "content": found.text or None, "tool_calls": calls}
+        return completion.message
+
+    def _flag_text_calls(self, message: Message, names: set[str]) -> None:
+        """Warn when a final answer is nothing but a tool call written as text."""
+        if message.get("tool_calls") or not names:
+            return
+        found = find_text_calls(strip_think(message.get("content")), names)
+        if found.whole:
+            called = ", ".join(dict.fromkeys(c.name for c in found.calls))
+            self.warnings.append(TEXT_CALL_WARNING.format(names=called))
+
+    async def _final(
+        self, messages: list[Message], before: list[Message], completion: Completion
+    ) -> LoopResult:
+        """Finish on ``completion``; an empty answer is asked for once more, without tools."""
+        message = completion.message
+        if strip_think(message.get("content")) or completion.truncated:
+            return self._finish(messages, before, message, completion.truncated)
+        # A small model often ends with nothing after its tool calls: ask once, plainly.
+        nudge = user_message(EMPTY_REPLY_MESSAGE)
+        messages.append(nudge)
+        completion = await self._call(messages, [])
+        result = self._finish(messages, [*before, nudge], completion.message, completion.truncated)
+        result.empty = not result.text and not result.truncated
+        return result
 
     async def _call(self, messages: list[Message], definitions: list[dict[str, Any]]) -> Completion:
         if self.before_call is not None:
@@ -218,9 +289,14 @@ class ToolLoop:
     ) -> LoopResult:
         final = dict(message)
         final.pop("tool_calls", None)
+        if final.get("content") is None:
+            final["content"] = ""  # null content without tool calls is refused by some servers
         messages.append(final)
         text = strip_think(final.get("content"))
-        return LoopResult(text, self.usage, self.results, [*before, final], truncated)
+        warnings = list(dict.fromkeys([*self.warnings, *self._repeats.warnings()]))
+        return LoopResult(
+            text, self.usage, self.results, [*before, final], truncated, False, warnings
+        )
 
     async def _run_tools(
         self, raw_calls: list[dict[str, Any]], completion: Completion
@@ -230,14 +306,57 @@ class ToolLoop:
         calls = [
             ToolCall(c["id"], c["function"]["name"], completion.arguments_for(c)) for c in raw_calls
         ]
-        results = list(await asyncio.gather(*(self._run_one(call) for call in calls)))
+        # Claimed in call order before any runs, so parallel duplicates are counted as well.
+        claims = [self._repeats.claim(call.name, call.arguments) for call in calls]
+        results = list(
+            await asyncio.gather(*(self._run_one(c, k) for c, k in zip(calls, claims, strict=True)))
+        )
         self.results.extend(results)
         return results
 
-    async def _run_one(self, call: ToolCall) -> ToolCallResult:
-        ctx = self.make_context(call)
+    async def _run_one(self, call: ToolCall, claim: Claim) -> ToolCallResult:
         if self.callbacks.on_event is not None:
             await self._emit("tool_start", id=call.id, name=call.name, arguments=call.arguments)
+        if claim.repeat:
+            result = await self._repeated(call, claim)
+        else:
+            try:
+                result = await self._execute(call)
+            except BaseException:
+                self._repeats.abandon(claim)  # repeats waiting on this call must not hang
+                raise
+            self._repeats.ran(claim, result.result)
+        if self.callbacks.on_event is not None:
+            await self._emit(
+                "tool_end",
+                id=call.id,
+                name=call.name,
+                arguments=call.arguments,
+                result=result.result,
+                error=result.error,
+                duration_ms=result.duration_ms,
+                blocked=result.blocked,
+                outcome=result.outcome,
+                stage=result.stage,
+            )
+        return result
+
+    async def _repeated(self, call: ToolCall, claim: Claim) -> ToolCallResult:
+        """A repeat is not run (nor gated): the model is told the earlier identical result."""
+        try:
+            earlier = await claim.result
+        except asyncio.CancelledError:
+            task = asyncio.current_task()
+            if task is not None and task.cancelling():
+                raise
+            earlier = "(the earlier identical call did not finish)"
+        text = repeat_text(call.name, claim.count, earlier)
+        error = REPEAT_ERROR.format(count=claim.count)
+        return ToolCallResult(call.id, call.name, call.arguments, text, error, 0, "error")
+
+    async def _execute(self, call: ToolCall) -> ToolCallResult:
+        """Gate then run one call; every failure becomes an error result."""
+        ctx = self.make_context(call)
         started = time.perf_counter()
         try:
             decision = await self.gate(call, ctx) if self.gate is not None else None
@@ -274,19 +393,6 @@ class ToolLoop:
             )
         if self.after_tool is not None:
             await self.after_tool(result, ctx)
-        if self.callbacks.on_event is not None:
-            await self._emit(
-                "tool_end",
-                id=call.id,
-                name=call.name,
-                arguments=call.arguments,
-                result=result.result,
-                error=result.error,
-                duration_ms=result.duration_ms,
-                blocked=result.blocked,
-                outcome=result.outcome,
-                stage=result.stage,
-            )
         return result
 
     async def _emit(self, kind: str, **data: Any) -> None:

@@ -19,6 +19,11 @@ LIMIT_MESSAGE = (
     "their next message resets the limit.</system>"
 )
 
+EMPTY_REPLY_MESSAGE = (
+    "<system>Your last reply was empty. Answer the user now in plain text, using what the "
+    "conversation and the tool results above already tell you.</system>"
+)
+
 SUMMARY_PREFIX = "Summary of the earlier conversation:\n"
 
 

@@ -33,8 +33,10 @@ def repair_history(messages: Sequence[Message]) -> tuple[list[Message], list[str
     """A valid copy of ``messages`` and a list of what was repaired (empty when nothing was).
 
     Repairs: tool calls without a usable id get one; calls without a name are named
-    ``invalid_tool_call``; arguments become JSON object text; a tool result that answers no
-    open call is dropped; an open call with no result gets a placeholder result.
+    ``invalid_tool_call``; arguments become JSON object text; a call without ``"type":
+    "function"`` gets it; a tool result that answers no open call is dropped; an open call with
+    no result gets a placeholder result; a message with neither content nor tool calls (or null
+    content without them) gets empty text — llama-server refuses all of these with a 500.
     """
     out: list[Message] = []
     problems: list[str] = []
@@ -66,6 +68,9 @@ def repair_history(messages: Sequence[Message]) -> tuple[list[Message], list[str
             open_ids.extend(ids)
         elif role == "assistant" and "tool_calls" in message:
             message = {k: v for k, v in message.items() if k != "tool_calls"}  # [] or None
+        if message.get("content") is None and not message.get("tool_calls"):
+            message = {**message, "content": ""}
+            problems.append(f"gave message {index}, which had no content, empty text")
         out.append(message)
     close_open()
     return out, problems
@@ -91,7 +96,10 @@ def _fix_calls(
         if arguments != fn.get("arguments"):
             problems.append(f"made the arguments of tool call {call_id} valid JSON")
         seen.add(call_id)
-        if (call_id, name, arguments) == (call.get("id"), fn.get("name"), fn.get("arguments")):
+        if call.get("type") != "function":
+            problems.append(f'gave tool call {call_id} "type": "function"')
+        kept = (call_id, "function", name, arguments)
+        if kept == (call.get("id"), call.get("type"), fn.get("name"), fn.get("arguments")):
             fixed.append(call)  # valid: kept as sent (provider-specific keys included)
         else:
             function = {"name": name, "arguments": arguments}

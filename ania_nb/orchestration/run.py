@@ -4,11 +4,17 @@ Whatever happens â€” success, timeout, a model or store failure, a bug, a stop â
 with a closed record and a ``run_end`` event, and the caller gets a `RunResult` (a stop is
 recorded, announced, then re-raised as cancellation). A failed record write is logged and never
 fails the model's work.
+
+A run is never a ``success`` without an answer: a reply cut by the token cap, or still empty
+after the loop asked once more, ends as ``error`` (the text, if any, kept). What the loop
+noticed but let through (repeated calls not run, an answer that is only a tool call written as
+text) goes to ``RunResult.warnings`` and, prefixed ``warning:``, to the record's error field.
 """
 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
@@ -34,6 +40,10 @@ TRUNCATED = (
     'the answer was cut off at the model\'s token limit (finish_reason "length"); raise '
     "llm.max_tokens or ask for a shorter answer"
 )
+EMPTY = (
+    "the model returned an empty answer, also when asked once more for one; the tool results "
+    "are in the record (a larger or instruction-tuned model may do better)"
+)
 
 
 @dataclass(frozen=True)
@@ -43,6 +53,20 @@ class RunLimits:
     max_iterations: int = 20
     max_tool_result_chars: int = 20000
     stream: bool = False
+    max_repeat_calls: int = 3  # agent.max_repeat_calls
+    text_tool_calls: bool = False  # llm.text_tool_calls
+
+    @classmethod
+    def from_config(cls, config: Any) -> RunLimits:
+        """The limits an `AniaConfig` sets (``agent.*`` and ``llm.*`` keys)."""
+        agent, llm = config.agent, config.llm
+        return cls(
+            agent.max_iterations,
+            agent.max_tool_result_chars,
+            llm.stream,
+            agent.max_repeat_calls,
+            llm.text_tool_calls,
+        )
 
 
 @dataclass
@@ -132,8 +156,11 @@ class _Run:
                 result = await loop.run(messages)
             final = [for_storage(m) for m in result.final_messages]
             outcome = RunResult(result.text, "success", spec.session, self.usage, self.calls)
+            outcome.warnings = result.warnings
             if result.truncated:  # a cut answer is never a success; the text is kept
                 outcome.status, outcome.error = "error", TRUNCATED
+            elif result.empty:
+                outcome.status, outcome.error = "error", EMPTY
         except TimeoutError:
             outcome = self._failed("timeout", f"the request took longer than {spec.timeout:g} s")
         except asyncio.CancelledError:
@@ -164,7 +191,9 @@ class _Run:
 
     async def _end(self, outcome: RunResult) -> RunResult:
         """Announce the end and run the after-run hooks (Stop / SubagentStop)."""
-        await self._emit("run_end", status=outcome.status, error=outcome.error)
+        await self._emit(
+            "run_end", status=outcome.status, error=outcome.error, warnings=outcome.warnings
+        )
         if self.services.after_run is not None:
             try:
                 await self.services.after_run(self.spec, outcome)
@@ -179,8 +208,13 @@ class _Run:
                 self.usage.cost = self.services.price(self.usage)
             except Exception:
                 log.exception("could not price run %s", self.run_id)
+        recorded = outcome
+        if outcome.warnings:  # the record has one text field for what went wrong
+            notes = "; ".join(f"warning: {w}" for w in outcome.warnings)
+            error = f"{outcome.error}; {notes}" if outcome.error else notes
+            recorded = dataclasses.replace(outcome, error=error)
         try:
-            await self.spec.record.finish(self.run_id, outcome, final)
+            await self.spec.record.finish(self.run_id, recorded, final)
         except Exception:
             log.exception("could not close the record of run %s", self.run_id)
 
@@ -286,6 +320,8 @@ class _Run:
             before_call=self._before_call,
             max_iterations=services.limits.max_iterations,
             max_result_chars=services.limits.max_tool_result_chars,
+            max_repeat_calls=services.limits.max_repeat_calls,
+            text_tool_calls=services.limits.text_tool_calls,
             stream=services.limits.stream,
             usage=self.usage,
         )

@@ -1,0 +1,267 @@
+"""Habits of small local models (#20), through `Agent.chat` over real HTTP.
+
+The scripted server here is strict like llama-server (`strict_status=500`): any request whose
+conversation it would refuse fails, so every test also proves the history stays valid.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from ania_nb import Callbacks, RunEvent, tool
+from ania_nb.engine.messages import EMPTY_REPLY_MESSAGE
+from ania_nb.engine.repair import repair_history
+from ania_nb.testing import ScriptedLLM, conversation_problem, reply, tool_call
+
+
+@pytest.fixture
+def llm() -> Iterator[ScriptedLLM]:
+    """A scripted server that refuses invalid conversations with a 500, as llama-server does."""
+    with ScriptedLLM(strict=True, strict_status=500) as server:
+        yield server
+
+
+@tool
+def add(a: int, b: int) -> int:
+    """Add two integers."""
+    return a + b
+
+
+def counting_tool() -> tuple[Any, list[str]]:
+    """A ``meme`` tool that records each real execution and always answers the same."""
+    ran: list[str] = []
+
+    @tool
+    def meme(topic: str) -> str:
+        """Send a meme about a topic."""
+        ran.append(topic)
+        return f"sent a meme about {topic}"
+
+    return meme, ran
+
+
+def assert_valid(history: list[dict[str, Any]]) -> None:
+    """What is stored would be accepted by a strict server (after the system prompt)."""
+    assert conversation_problem([{"role": "system", "content": "s"}, *history]) is None
+
+
+# ------------------------------------------------------------------ item 1: malformed arguments
+
+
+async def test_non_json_arguments_never_poison_the_history(llm, make_agent, tmp_path):
+    llm.script(
+        reply(tool_calls=[tool_call("add", '{"a": 1, "b": ')]),
+        reply("sorry, retrying differently"),
+        reply("still talking"),
+    )
+    agent = make_agent(tools=[add])
+    first = await agent.chat("add 1 and 2")
+    assert first.ok, first.error
+    # The error result stands beside the call; the model hears what was wrong with its text.
+    assert first.tool_calls[0].outcome == "error"
+    assert "failed to parse arguments for tool 'add'" in first.tool_calls[0].result
+    sent = llm.requests[1].messages
+    stored_call = sent[-2]["tool_calls"][0]["function"]["arguments"]
+    assert json.loads(stored_call) == {"_raw": '{"a": 1, "b": '}
+    assert sent[-1]["role"] == "tool" and "failed to parse" in sent[-1]["content"]
+    assert (await agent.chat("and now?")).ok  # the next turn is not refused
+    assert_valid(await agent.history())
+    await agent.aclose()
+
+    # A restart on the same data dir re-sends the stored history: still accepted.
+    llm.script(reply("after restart"))
+    again = make_agent(tools=[add], data_dir=tmp_path / "data")
+    assert (await again.chat("hello again")).text == "after restart"
+    assert conversation_problem(llm.requests[-1].messages) is None
+
+
+def test_repair_adds_the_call_type_and_text_for_contentless_messages():
+    history = [
+        {"role": "user", "content": "hi"},
+        {"role": "assistant", "tool_calls": [{"id": "a", "function": {"name": "f"}}]},
+        {"role": "tool", "tool_call_id": "a", "content": "ok"},
+        {
+            "role": "assistant",
+            "tool_calls": [{"id": "b", "function": {"name": "f", "arguments": "{}"}}],
+        },
+        {"role": "tool", "tool_call_id": "b", "content": "ok"},
+        {"role": "tool", "tool_call_id": "a", "content": "ok"},
+        {"role": "assistant", "content": None},
+        {"role": "assistant"},
+    ]
+    fixed, problems = repair_history(history)
+    assert fixed[1]["tool_calls"][0]["type"] == "function"
+    assert fixed[1]["tool_calls"][0]["function"]["arguments"] == "{}"
+    assert fixed[3]["tool_calls"][0]["type"] == "function"  # only the type was missing
+    assert fixed[5]["content"] == "" and fixed[6]["content"] == ""
+    assert len(problems) == 6
+    assert_valid(fixed)
+    assert repair_history(fixed) == (fixed, [])
+
+
+# ------------------------------------------------------------------ item 4: repeats
+
+
+async def test_identical_calls_past_the_limit_are_not_run_and_the_record_says_so(llm, make_agent):
+    meme, ran = counting_tool()
+    spellings = ['{"topic": "cats"}', '{ "topic" : "cats" }']  # the same JSON either way
+    same = [tool_call("meme", spellings[n % 2]) for n in range(5)]
+    llm.script(*[reply(tool_calls=[call]) for call in same], reply("done"))
+    events: list[RunEvent] = []
+    agent = make_agent(tools=[meme])
+    result = await agent.chat("memes!", callbacks=Callbacks(on_event=events.append))
+    assert result.ok and result.text == "done"
+    assert ran == ["cats"] * 3  # agent.max_repeat_calls defaults to 3
+    fourth, fifth = result.tool_calls[3:]
+    for repeat in (fourth, fifth):
+        assert repeat.outcome == "error" and "repeated call" in (repeat.error or "")
+        assert repeat.result.startswith("Not run: you already called meme with these arguments")
+        assert "The result was:\nsent a meme about cats" in repeat.result
+    assert llm.requests[4].messages[-1]["content"] == fourth.result  # what the model heard
+    assert result.warnings == [
+        "meme was called 2 more time(s) with the same arguments after 3 identical result(s); "
+        "those calls were not run"
+    ]
+    record = (await agent.runs())[0]
+    assert record.status == "success"
+    assert record.error == f"warning: {result.warnings[0]}"
+    assert "repeated call" in (record.tool_calls[3].error or "")
+    end = [e for e in events if e.kind == "run_end"][-1]
+    assert end.data["warnings"] == result.warnings
+    assert sum(e.kind == "tool_end" for e in events) == 5  # repeats are shown as rows too
+
+
+async def test_parallel_duplicates_in_one_round_are_counted_too(llm, make_agent):
+    meme, ran = counting_tool()
+    same = [tool_call("meme", {"topic": "dogs"}) for _ in range(5)]
+    llm.script(reply(tool_calls=same), reply("ok"))
+    agent = make_agent(tools=[meme], overrides={"agent.max_repeat_calls": 2})
+    result = await agent.chat("five at once")
+    assert ran == ["dogs", "dogs"]
+    assert [c.outcome for c in result.tool_calls] == ["ok", "ok", "error", "error", "error"]
+    assert "sent a meme about dogs" in result.tool_calls[4].result  # waited for the earlier run
+
+
+async def test_a_changing_result_or_other_arguments_is_never_a_repeat(llm, make_agent):
+    polls: list[int] = []
+
+    @tool
+    def status(job: str) -> str:
+        """Poll a job (it makes progress)."""
+        polls.append(1)
+        return f"{job}: {len(polls) * 20}% done"
+
+    meme, ran = counting_tool()
+    poll = tool_call("status", {"job": "build"})
+    topics = [tool_call("meme", {"topic": t}) for t in ("a", "b", "c", "d", "e")]
+    llm.script(
+        *[reply(tool_calls=[poll]) for _ in range(5)],
+        reply(tool_calls=topics),
+        reply("finished"),
+    )
+    agent = make_agent(tools=[status, meme], overrides={"agent.max_repeat_calls": 2})
+    result = await agent.chat("wait for the build")
+    assert len(polls) == 5 and ran == ["a", "b", "c", "d", "e"]
+    assert all(c.outcome == "ok" for c in result.tool_calls) and result.warnings == []
+
+
+async def test_max_repeat_calls_zero_turns_the_guard_off(llm, make_agent):
+    meme, ran = counting_tool()
+    llm.script(*[reply(tool_calls=[tool_call("meme", {"topic": "x"})]) for _ in range(5)])
+    llm.script(reply("done"))
+    agent = make_agent(tools=[meme], overrides={"agent.max_repeat_calls": 0})
+    assert (await agent.chat("go")).ok
+    assert len(ran) == 5
+
+
+# ------------------------------------------------------------------ item 5: text tool calls
+
+HERMES = '<tool_call>\n{"name": "add", "arguments": {"a": 2, "b": 3}}\n</tool_call>'
+QWEN_XML = (
+    "<tool_call>\n<function=add>\n<parameter=a>\n2\n</parameter>\n<parameter=b>\n3\n"
+    "</parameter>\n</function>\n</tool_call>"
+)
+FENCED = 'I will add them.\n```json\n{"name": "add", "arguments": {"a": 2, "b": 3}}\n```'
+BARE_LIST = '[{"name": "add", "parameters": {"a": 2, "b": 3}}]'
+
+
+@pytest.mark.parametrize("written", [HERMES, QWEN_XML, FENCED, BARE_LIST])
+async def test_text_tool_calls_run_when_enabled(llm, make_agent, written):
+    llm.script(reply(written), reply("2 + 3 = 5"))
+    agent = make_agent(tools=[add], overrides={"llm.text_tool_calls": True})
+    result = await agent.chat("2+3?")
+    assert result.ok and result.text == "2 + 3 = 5" and result.warnings == []
+    assert [(c.name, c.result, c.outcome) for c in result.tool_calls] == [("add", "5", "ok")]
+    assistant = llm.requests[1].messages[-2]  # re-sent as a real call, accepted by the server
+    assert assistant["tool_calls"][0]["function"]["name"] == "add"
+    assert json.loads(assistant["tool_calls"][0]["function"]["arguments"]) == {"a": 2, "b": 3}
+    assert assistant["content"] == ("I will add them." if written == FENCED else None)
+    assert_valid(await agent.history())
+
+
+async def test_json_naming_no_offered_tool_is_just_an_answer(llm, make_agent):
+    answer = '```json\n{"name": "Ada", "arguments": {"born": 1815}}\n```'
+    llm.script(reply(answer))
+    agent = make_agent(tools=[add], overrides={"llm.text_tool_calls": True})
+    result = await agent.chat("a JSON record about Ada, please")
+    assert result.ok and result.text == answer and not result.tool_calls
+    assert result.warnings == []
+
+
+@pytest.mark.parametrize("written", [HERMES, FENCED.split("\n", 1)[1]])
+async def test_with_text_calls_off_a_call_only_answer_is_flagged(llm, make_agent, written):
+    llm.script(reply(written))
+    agent = make_agent(tools=[add])  # llm.text_tool_calls defaults to false
+    result = await agent.chat("2+3?")
+    assert result.ok and result.text == written and not result.tool_calls
+    assert len(result.warnings) == 1
+    assert "only a tool call written as text (add)" in result.warnings[0]
+    assert "llm.text_tool_calls = true" in result.warnings[0]
+    record = (await agent.runs())[0]
+    assert record.error == f"warning: {result.warnings[0]}"
+
+
+async def test_with_text_calls_off_prose_around_a_call_is_not_flagged(llm, make_agent):
+    llm.script(reply(FENCED))  # explanation plus an example: an answer, not only a call
+    agent = make_agent(tools=[add])
+    assert (await agent.chat("how would you call add?")).warnings == []
+
+
+# ------------------------------------------------------------------ item 6: empty final reply
+
+
+async def test_an_empty_answer_after_tools_is_asked_for_once(llm, make_agent):
+    llm.script(
+        reply(tool_calls=[tool_call("add", {"a": 1, "b": 1})]),
+        reply("<think>done thinking</think>  "),
+        reply("1 + 1 = 2"),
+    )
+    agent = make_agent(tools=[add])
+    result = await agent.chat("1+1?")
+    assert result.ok and result.text == "1 + 1 = 2"
+    retry = llm.requests[2]
+    assert retry.messages[-1] == {"role": "user", "content": EMPTY_REPLY_MESSAGE}
+    assert retry.messages[-2]["role"] == "tool" and retry.tools is None
+    history = await agent.history()
+    assert [m["role"] for m in history[-2:]] == ["user", "assistant"]
+    assert_valid(history)
+
+
+async def test_an_answer_still_empty_ends_as_an_error_not_a_success(llm, make_agent):
+    llm.script(reply(tool_calls=[tool_call("add", {"a": 1, "b": 1})]), reply(""), reply(None))
+    agent = make_agent(tools=[add])
+    result = await agent.chat("1+1?")
+    assert result.status == "error" and result.text == ""
+    assert "empty answer, also when asked once more" in (result.error or "")
+    assert len(llm.requests) == 3
+    record = (await agent.runs())[0]
+    assert record.status == "error" and "empty answer" in (record.error or "")
+    history = await agent.history()
+    assert history[-1] == {"role": "assistant", "content": ""}  # null content is refused
+    llm.script(reply("next turn works"))
+    assert (await agent.chat("again")).ok
+    assert_valid(await agent.history())
