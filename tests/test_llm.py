@@ -834,6 +834,20 @@ async def test_a_reply_repeating_one_line_is_cut_with_a_notice(
         assert shown[-1] == notice(10)
 
 
+@pytest.mark.parametrize("stream", [False, True])
+async def test_a_sentence_repeating_without_newlines_is_cut(
+    llm: ScriptedLLM, make_client: MakeClient, stream: bool
+) -> None:
+    llm.script(reply("Well. " + "I am sorry, I cannot do that. " * 400))
+    shown: list[str] = []
+    completion = await make_client().complete(USER, stream=stream, on_delta=shown.append)
+
+    assert completion.message["content"] == "Well. I am sorry, I cannot do that" + notice(10)
+    assert completion.finish_reason == REPETITION
+    if stream:  # stopped within a few hundred characters of the tenth copy
+        assert len("".join(shown)) < 30 * 10 + 600
+
+
 async def test_a_repeated_paragraph_is_cut_after_its_first_copy(
     llm: ScriptedLLM, make_client: MakeClient
 ) -> None:
@@ -868,7 +882,8 @@ async def test_repetition_that_is_not_a_runaway_is_kept(
     code = "def f():\n    x = [\n" + "        0,\n" * 40 + "    ]\n" + "}\n" * 20
     nine = f"{RUNAWAY_LINE}\n" * 9  # one short of the limit
     table = "".join(f"| row {i} | same value here |\n" for i in range(30))
-    for text in (code, nine, table):
+    one_line = "=" * 3000 + " [" + "0, " * 600 + "] " + "abc " * 20
+    for text in (code, nine, table, one_line):
         llm.script(reply(text))
         completion = await make_client().complete(USER, stream=stream, on_delta=lambda _: None)
         assert completion.message["content"] == text

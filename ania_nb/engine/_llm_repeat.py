@@ -7,6 +7,11 @@ repeated ``repeats`` times in a row, the reply is cut after the block's first co
 `notice` is appended. Blank lines are ignored (a repeated paragraph is still a repeated
 block) and a block needs `MIN_BLOCK_CHARS` visible characters, so runs of ``}`` or ``0,`` in
 code or data never count.
+
+A loop without newlines ("I am sorry. I am sorry. …") is caught too: every `INLINE_STEP`
+characters of an unfinished line, its tail is checked for a unit repeated ``repeats`` times and
+over at least `MIN_INLINE_RUN` characters; the unit must hold a letter and two different
+visible characters, so ``=====`` or ``0, 0, 0`` never count.
 """
 
 from __future__ import annotations
@@ -22,6 +27,13 @@ MAX_BLOCK = 12
 """The longest repeated block looked for, in non-blank lines."""
 MIN_BLOCK_CHARS = 12
 """Visible characters a block needs before its repetition counts."""
+INLINE_STEP = 256
+"""Characters of an unfinished line between two checks for a repetition inside it."""
+INLINE_WINDOW = 4096
+"""How much of the line's end an inline check looks at."""
+MIN_INLINE_RUN = 240
+"""Characters a repetition inside one line must cover before it counts."""
+_KEY = 24  # characters of the line's end searched for earlier in it
 
 
 def notice(repeats: int) -> str:
@@ -32,7 +44,7 @@ def notice(repeats: int) -> str:
 class RepetitionGuard:
     """Feeds on reply text; says when it has become a runaway and where to cut it."""
 
-    __slots__ = ("_ends", "_lines", "_partial", "_size", "cut_at", "repeats")
+    __slots__ = ("_checked", "_ends", "_lines", "_partial", "_size", "cut_at", "repeats")
 
     def __init__(self, repeats: int) -> None:
         self.repeats = max(2, repeats)
@@ -42,6 +54,7 @@ class RepetitionGuard:
         self._ends: list[int] = []  # the text offset just after each of those lines
         self._partial: list[str] = []  # the unfinished last line
         self._size = 0  # characters fed so far
+        self._checked = 0  # `_size` at the last inline check
 
     def feed(self, piece: str) -> bool:
         """Take the next piece of the reply; True once the reply is a runaway."""
@@ -50,6 +63,8 @@ class RepetitionGuard:
         if "\n" not in piece:  # the usual streamed piece: nothing to check yet
             self._partial.append(piece)
             self._size += len(piece)
+            if self._size - self._checked >= INLINE_STEP:
+                return self._inline()
             return False
         start = self._size
         self._size += len(piece)
@@ -59,10 +74,13 @@ class RepetitionGuard:
             offset += len(part) + 1
             line = "".join(self._partial) + part if index == 0 else part
             self._partial = []
+            self._checked = offset
             if self._line(line.strip(), offset):
                 return True
         if parts[-1]:
             self._partial.append(parts[-1])
+            if self._size - self._checked >= INLINE_STEP:
+                return self._inline()
         return False
 
     def cut(self, text: str) -> str:
@@ -70,6 +88,29 @@ class RepetitionGuard:
         if self.cut_at is None:
             return text
         return text[: self.cut_at].rstrip() + notice(self.repeats)
+
+    def _inline(self) -> bool:
+        """Check the unfinished line's end for a unit repeated many times in a row."""
+        self._checked = self._size
+        line = "".join(self._partial)[-INLINE_WINDOW:]
+        self._partial = [line]  # keeps the next join short; only the window matters
+        if len(line) < MIN_INLINE_RUN:
+            return False
+        key = line[-_KEY:]
+        earlier = line.rfind(key, 0, len(line) - 1)
+        if earlier < 0:
+            return False
+        period = len(line) - _KEY - earlier
+        copies = max(self.repeats, -(-MIN_INLINE_RUN // period))
+        run = period * copies
+        unit = line[-period:]
+        if run > len(line) or not _wordy(unit) or line[-run:] != unit * copies:
+            return False
+        start = len(line) - run
+        while start > 0 and line[start - 1] == line[start - 1 + period]:
+            start -= 1  # back to where the repetition began: keep its first copy whole
+        self.cut_at = self._size - len(line) + start + period
+        return True
 
     def _line(self, line: str, end: int) -> bool:
         if not line:
@@ -95,11 +136,17 @@ class RepetitionGuard:
         return False
 
 
+def _wordy(unit: str) -> bool:
+    return len(set(unit.strip())) >= 2 and any(c.isalpha() for c in unit)
+
+
 def cut_runaway(text: str, repeats: int) -> str | None:
     """``text`` with a runaway repetition cut (see `RepetitionGuard`), or None if it has none."""
     guard = RepetitionGuard(repeats)
-    if guard.feed(text + "\n"):
-        return guard.cut(text)
+    padded = text + "\n"
+    for start in range(0, len(padded), INLINE_STEP):  # as if streamed: inline checks run too
+        if guard.feed(padded[start : start + INLINE_STEP]):
+            return guard.cut(text)
     return None
 
 
