@@ -1,4 +1,8 @@
-"""``%ania``: manage the kernel's agent (config, MCP, skills, plan mode, todos, history, tools)."""
+"""``%ania``: manage the kernel's agent (config, MCP, skills, plan mode, todos, history, tools).
+
+``%ania`` alone prints a status panel (`status`): endpoint, model, whether a key is set, the
+data directory, MCP and skills, the tools on offer and any context-window warning.
+"""
 
 from __future__ import annotations
 
@@ -12,9 +16,10 @@ from ..errors import MCPServerError
 from .extension import NotebookState
 
 USAGE = (
-    "usage: %ania config [key=value …] | mcp [list|add NAME CMD [ARGS…]|remove NAME|"
-    "reconnect NAME] | skills [list|reload] | plan on|off|status | todo | stop | "
-    "history [show|clear] | tools | log | team [list|create|delete] | clock [list|log|…] | "
+    "usage: %ania (status) | config [set] [key=value …] | "
+    "mcp [list|add NAME CMD [ARGS…]|remove NAME|reconnect NAME] | skills [list|reload] | "
+    "plan on|off|status | todo | stop | history [list|show|clear] | tools | log | "
+    "team [list|create|delete] | clock [list|log|…] | "
     "kb [SCOPE|add|add-df|search|delete] | memory [SCOPE|forget] | "
     "usage [--days N] [--session S] | quota [reset [SESSION|all]]"
 )
@@ -36,7 +41,9 @@ async def run_ania(state: NotebookState, line: str) -> Any:
         return await run(state, rest[0].strip() if rest else "")
     words = split_words(line)
     if not words:
-        raise UsageError(USAGE)
+        from .status import status
+
+        return await status(state, USAGE)
     command, args = words[0], words[1:]
     handler = _COMMANDS.get(command)
     if handler is None:
@@ -45,6 +52,10 @@ async def run_ania(state: NotebookState, line: str) -> Any:
 
 
 async def _config(state: NotebookState, args: list[str]) -> None:
+    if args and args[0] == "set":  # "%ania config set k=v" reads as the first-run hints say
+        args = args[1:]
+        if not args:
+            raise UsageError("usage: %ania config set key=value …")
     if not args:
         for info in state.agent().config.describe():
             flag = " (sensitive)" if info.sensitive else ""
@@ -70,10 +81,11 @@ async def _mcp(state: NotebookState, args: list[str]) -> None:
     agent = await state.agent().start()
     registry = agent.mcp
     sub = args[0] if args else "list"
-    if registry is None:
-        raise UsageError(
-            f"no MCP servers are configured (mcp.config_file = {agent.config.mcp.config_file})"
-        )
+    if registry is None:  # nothing configured is a normal state, not an error
+        from .status import no_mcp
+
+        print(no_mcp(agent.config))
+        return
     if sub == "list":
         print(f"MCP servers from {registry.source()}")
         for s in registry.servers():
@@ -113,8 +125,11 @@ async def _mcp(state: NotebookState, args: list[str]) -> None:
 async def _skills(state: NotebookState, args: list[str]) -> None:
     agent = await state.agent().start()
     manager = agent.skills
-    if manager is None:
-        raise UsageError(f"no skills folder ({agent.config.skills.dir})")
+    if manager is None:  # nothing configured is a normal state, not an error
+        from .status import no_skills
+
+        print(no_skills(agent.config))
+        return
     if args and args[0] == "reload":
         await manager.refresh()
     elif args and args[0] != "list":
@@ -199,14 +214,22 @@ async def _quota(state: NotebookState, args: list[str]) -> None:
 
 
 async def _tools(state: NotebookState, args: list[str]) -> None:
+    from .status import tools_off
+
     agent = await state.agent().start()
     executor = agent.session(state.default_session).executor
+    off = tools_off(agent, executor)
     total = 0
     for definition in executor.definitions():
+        name = definition["function"]["name"]
+        if name in off:
+            continue
         size = len(json.dumps(definition, ensure_ascii=False).encode())
         total += size
-        print(f"{definition['function']['name']:<28} {size:>6} B")
+        print(f"{name:<28} {size:>6} B")
     print(f"{'total':<28} {total:>6} B (≈{total // 4} tokens per request)")
+    for name, why in sorted(off.items()):
+        print(f"{name:<28} off: {why}")
 
 
 _COMMANDS = {

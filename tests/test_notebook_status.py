@@ -1,0 +1,222 @@
+"""The first run explains itself: `FirstRun` (missing key, unreachable endpoint), the ``%ania``
+status panel, ``%ania mcp``/``skills`` with nothing configured, ``%ania tools`` with the tools
+that are off and why, ``%ania config set``."""
+
+from __future__ import annotations
+
+import socket
+
+import pytest
+
+from ania_nb import Config
+from ania_nb.notebook.firstrun import FirstRun, FirstRunError, is_local, unreachable
+from ania_nb.notebook.status import NOTEBOOK_CALLBACKS
+from ania_nb.testing import reply
+
+# ------------------------------------------------------------------ FirstRun
+
+
+def listening() -> socket.socket:
+    """A loopback socket that accepts connections (until closed)."""
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen()
+    return server
+
+
+def closed_port() -> int:
+    """A loopback port nothing listens on (connections are refused)."""
+    server = listening()
+    port = server.getsockname()[1]
+    server.close()
+    return port
+
+
+async def test_an_empty_key_on_a_hosted_endpoint_says_what_to_set_and_where():
+    config = Config()  # the default: a hosted endpoint, no key
+    with pytest.raises(FirstRunError) as caught:
+        await FirstRun().check(config)
+    message = str(caught.value)
+    assert message.startswith("llm.api_key is empty, and the endpoint https://api.deepseek.com")
+    assert "ania.toml next to this notebook" in message and 'api_key = "sk-…"' in message
+    assert "ANIA_LLM__API_KEY=sk-…" in message
+    assert "%ania config set llm.api_key=sk-…" in message
+    assert "%ania config set llm.base_url=http://127.0.0.1:8080/v1" in message  # local option
+
+
+async def test_an_unreachable_local_endpoint_is_named_with_how_to_fix_it():
+    url = f"http://127.0.0.1:{closed_port()}/v1"
+    config = Config(llm={"base_url": url})  # local: no key needed, but nothing listens
+    with pytest.raises(FirstRunError) as caught:
+        await FirstRun().check(config)
+    message = str(caught.value)
+    assert message.startswith(f"cannot reach the model endpoint llm.base_url = {url}: ")
+    assert "refused the connection" in message
+    assert "ANIA_LLM__BASE_URL=" in message and "%ania config set llm.base_url=" in message
+
+
+async def test_a_reachable_endpoint_passes_and_is_not_probed_again():
+    server = listening()
+    url = f"http://127.0.0.1:{server.getsockname()[1]}/v1"
+    config = Config(llm={"base_url": url, "api_key": "sk-x"})
+    check = FirstRun()
+    await check.check(config)
+    server.close()
+    await check.check(config)  # remembered: no second connect
+    with pytest.raises(FirstRunError, match="refused the connection"):
+        await FirstRun().check(config)  # a fresh check does connect
+
+
+async def test_a_key_for_the_scripted_model_passes(llm):
+    await FirstRun().check(Config(llm={"base_url": llm.base_url, "api_key": llm.api_key}))
+
+
+@pytest.mark.parametrize(
+    ("host", "local"),
+    [
+        ("127.0.0.1", True),
+        ("localhost", True),
+        ("[::1]", True),
+        ("192.168.1.20", True),
+        ("10.0.0.5", True),
+        ("gpu-box.local", True),
+        ("api.deepseek.com", False),
+        ("8.8.8.8", False),
+    ],
+)
+def test_local_hosts_need_no_key(host, local):
+    assert is_local(host) is local
+
+
+async def test_a_proxy_decides_instead_of_a_direct_connect(monkeypatch):
+    url = f"https://127.0.0.1:{closed_port()}/v1"
+    assert await unreachable(url) is not None
+    monkeypatch.setenv("https_proxy", "http://proxy.example:3128")
+    monkeypatch.setenv("no_proxy", "")
+    assert await unreachable(url) is None
+
+
+async def test_a_bad_scheme_is_named():
+    assert await unreachable("ftp://example.com/v1") == "it is not an http:// or https:// address"
+
+
+# ------------------------------------------------------------------ %ania in a live shell
+
+
+@pytest.fixture
+def shell(tmp_path, monkeypatch):
+    """IPython's shell with ania_nb loaded; the Agent's data and config files in tmp_path."""
+    from IPython.core.interactiveshell import InteractiveShell
+
+    monkeypatch.chdir(tmp_path)  # no ania.toml here
+    ip = InteractiveShell.instance()
+    ip.run_line_magic("load_ext", "ania_nb")
+    state = ip.magics_manager.registry["AgentMagics"].state
+    state.overrides.update(
+        {
+            "llm.stream": False,
+            "retry.base_delay": 0.01,
+            "store.data_dir": str(tmp_path / "data"),
+            "skills.dir": str(tmp_path / "no-skills"),
+            "mcp.config_file": str(tmp_path / "no-mcp.json"),
+        }
+    )
+    yield ip
+    if "AgentMagics" in ip.magics_manager.registry:
+        ip.run_line_magic("unload_ext", "ania_nb")
+
+
+def run(ip, code: str) -> str:
+    """Run one cell; return its printed output; fail on an error in the cell."""
+    from IPython.utils.capture import capture_output
+
+    with capture_output() as captured:
+        result = ip.run_cell(code)
+    result.raise_error()
+    return captured.stdout
+
+
+def use_scripted(ip, llm) -> None:
+    state = ip.magics_manager.registry["AgentMagics"].state
+    state.overrides.update({"llm.base_url": llm.base_url, "llm.api_key": llm.api_key})
+
+
+def test_bare_ania_shows_the_status_of_a_fresh_install(shell, tmp_path):
+    out = run(shell, "%ania")
+    lines = out.splitlines()
+    assert lines[0] == "ania-nb status"
+    assert "  endpoint  https://api.deepseek.com  (no key (see below))" in lines
+    assert "  model     deepseek-chat" in lines and "  API key   not set" in lines
+    assert f"  data dir  {tmp_path / 'data'}  (not yet)" in lines
+    assert f"  config    {tmp_path / 'ania.toml'} (not found), ANIA_*" in lines
+    assert f"  MCP       none ({tmp_path / 'no-mcp.json'} does not exist;" in out
+    assert f"  skills    none ({tmp_path / 'no-skills'} does not exist;" in out
+    assert "llm.api_key is empty" in out and "ANIA_LLM__API_KEY" in out
+    assert "clock [list|log|…]" in out  # the sub-commands follow
+    assert not (tmp_path / "data").exists()  # looking does not create the store
+
+
+def test_bare_ania_probes_a_configured_endpoint(shell, llm):
+    use_scripted(shell, llm)
+    out = run(shell, "%ania")
+    assert f"  endpoint  {llm.base_url}  (reachable)" in out.splitlines()
+    assert "  API key   set" in out and "llm.api_key is empty" not in out
+
+
+def test_bare_ania_names_an_unreachable_endpoint(shell):
+    url = f"http://127.0.0.1:{closed_port()}/v1"
+    shell.run_line_magic("ania", f"config set llm.base_url={url}")
+    out = run(shell, "%ania")
+    assert f"  endpoint  {url}  (NOT reachable: 127.0.0.1:" in out
+
+
+def test_mcp_and_skills_with_nothing_configured_say_the_next_step(shell, llm, tmp_path):
+    use_scripted(shell, llm)
+    mcp = run(shell, "%ania mcp")  # raise_error in run: a normal message, not an error
+    assert mcp.startswith(f"no MCP servers: {tmp_path / 'no-mcp.json'} does not exist")
+    assert '{"mcpServers": {"time": {"command": "uvx"' in mcp
+    assert f"%ania config set mcp.config_file={tmp_path / 'no-mcp.json'}" in mcp
+    skills = run(shell, "%ania skills")
+    assert skills.startswith(f"no skills: the folder {tmp_path / 'no-skills'} does not exist")
+    assert "NAME/SKILL.md" in skills and "%ania config set skills.dir=" in skills
+
+
+def test_tools_lists_what_is_off_and_why(shell, llm):
+    use_scripted(shell, llm)
+    run(shell, "%ania config set agent.builtin_tools=true")
+    out = run(shell, "%ania tools")
+    rows = {line.split()[0]: line for line in out.splitlines()}
+    for name in ("webSearch", "webExplore"):
+        assert rows[name].endswith("off: needs web.token")
+    assert rows["meme"].endswith("off: needs meme.key")
+    assert rows["get_msg_history"].endswith("off: the notebook has no chat message history to read")
+    assert "off: the notebook has no private file URLs" in rows["get_private_file_url"]
+    assert "off: the notebook has no images attached" in rows["load_images"]
+    assert rows["time"].split()[1].isdigit()  # offered: its size
+    total = out.splitlines().index(next(r for r in out.splitlines() if r.startswith("total")))
+    assert all("off:" in line for line in out.splitlines()[total + 1 :])  # offered ones first
+
+
+def test_tools_off_in_a_notebook_are_not_offered_to_the_model(shell, llm):
+    use_scripted(shell, llm)
+    run(shell, "%ania config set agent.builtin_tools=true")
+    llm.script(reply("hi"))
+    run(shell, "%%agent\nhello")  # through the run widget's callbacks
+    offered = {t["function"]["name"] for t in llm.requests[0].tools}
+    assert "time" in offered
+    assert not offered & {"get_msg_history", "get_private_file_url", "load_images", "meme"}
+
+
+def test_config_set_is_the_same_as_config(shell):
+    out = run(shell, "%ania config set agent.max_iterations=7 llm.model=local-qwen")
+    assert out.startswith("set agent.max_iterations, llm.model;")
+    state = shell.magics_manager.registry["AgentMagics"].state
+    assert state.agent().config.agent.max_iterations == 7
+    assert state.agent().config.llm.model == "local-qwen"
+
+
+async def test_the_notebook_callbacks_are_the_run_views(make_agent):
+    from ania_nb.notebook.widgets import RunView
+
+    view = RunView(make_agent(), prompt="x")  # an Agent that is never started
+    assert set(view.callbacks.provided()) == NOTEBOOK_CALLBACKS
