@@ -220,3 +220,18 @@ async def test_the_notebook_callbacks_are_the_run_views(make_agent):
 
     view = RunView(make_agent(), prompt="x")  # an Agent that is never started
     assert set(view.callbacks.provided()) == NOTEBOOK_CALLBACKS
+
+
+def test_bare_ania_shows_the_context_warning_once_a_run_measured_it(shell, llm):
+    use_scripted(shell, llm)
+    run(shell, "%ania config set agent.max_context_tokens=300")
+    assert "context" not in run(shell, "%ania")  # nothing measured yet
+    llm.script(reply("hi"))
+    run(shell, "%agent -q hello")
+    state = shell.magics_manager.registry["AgentMagics"].state
+    # What a run measures (the system prompt and tool definitions); far over 300 × 0.8 tokens.
+    state.agent()._rt.window.fixed_part("a long system prompt " * 200, [])
+    out = run(shell, "%ania")
+    [line] = [x for x in out.splitlines() if x.startswith("  context")]
+    assert "WARNING: the system prompt and tool definitions take about" in line
+    assert "agent.max_context_tokens" in line
