@@ -545,6 +545,24 @@ async def test_non_streamed_timeout_is_a_clear_error_not_a_retry(
     assert llm.pending == 1
 
 
+async def test_after_a_non_streamed_timeout_only_a_fallback_elsewhere_is_asked(
+    llm: ScriptedLLM, fb_llm: ScriptedLLM, make_client: MakeClient
+) -> None:
+    same_server = LLMClient(
+        base_url=llm.base_url, api_key=llm.api_key, model="fb-model", retry=FAST, timeout=0.3
+    )
+    llm.script(delay(2, reply("late")), reply("never asked"))
+    with pytest.raises(LLMError, match="not retried"):
+        await make_client(timeout=0.3, fallback=same_server).complete(USER)
+    assert [r.model for r in llm.requests] == ["main-model"]
+
+    llm.reset()
+    llm.script(delay(2, reply("late")))
+    fb_llm.script(reply("from elsewhere"))
+    client = make_client(timeout=0.3, fallback=_fallback(fb_llm))
+    assert (await client.complete(USER)).message["content"] == "from elsewhere"
+
+
 async def test_timed_out_call_closes_its_connection() -> None:
     # A raw TCP server that never answers: it sees end-of-file once the client gives up, which
     # is what lets llama-server cancel the generation.

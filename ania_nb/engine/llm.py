@@ -18,8 +18,9 @@ capped at ``max_delay`` plus uniform jitter in ``[0, delay)``; a ``Retry-After``
 and a longer one ends the retries at once (waiting less would only be refused again). Two
 exceptions spare a local server: a non-streamed call that timed out is not retried unless
 ``retry.on_timeout`` (the server may still be generating the first answer; the timed-out
-connection is closed, which lets it stop), and a 5xx whose status and body repeat the previous
-attempt's is deterministic and ends the retries. Nothing is retried after cancellation.
+connection is closed, which lets it stop; a fallback on the same base URL is not asked), and a
+5xx whose status and body repeat the previous attempt's is deterministic and ends the retries.
+Nothing is retried after cancellation.
 A stream whose text already reached ``on_delta`` is not retried (that would duplicate what
 the user saw, `LLMStreamError`) unless the caller passed ``on_retry``: it is told before every
 retry and may take the partial text back. Without ``on_delta`` nobody saw anything, so a
@@ -243,7 +244,10 @@ class LLMClient:
             clients.reverse()
         state = _CallState()
         errors: list[LLMError] = []
+        busy: str | None = None  # a server still working on a timed-out call
         for client in clients:
+            if client.base_url == busy:
+                continue  # another model there would queue behind the unfinished answer
             if errors and on_retry is not None:
                 notice = RetryNotice(client.model, 1, 0.0, str(errors[-1]), state.take_shown())
                 await _notify(on_retry, notice)
@@ -255,6 +259,8 @@ class LLMClient:
                 raise  # the user saw output: a second model would repeat it
             except LLMError as exc:
                 errors.append(exc)
+                if isinstance(exc, _ServerBusy):
+                    busy = client.base_url
                 continue
             if run is not None:
                 run.prefer_fallback = client is not self
@@ -309,7 +315,8 @@ class LLMClient:
                 ):
                     # The server may still be generating the first answer: asking again would
                     # queue a second one behind it. httpx has already closed the connection.
-                    raise self._error(exc, attempt + 1, timeout_note(self.timeout)) from exc
+                    error = self._error(exc, attempt + 1, timeout_note(self.timeout))
+                    raise _ServerBusy(str(error), model=self.model) from exc
                 if delay is None:
                     raise self._error(exc, attempt + 1) from exc
                 if on_retry is not None:
@@ -501,6 +508,10 @@ class LLMClient:
             self._client = None
         if self.fallback is not None:
             await self.fallback.aclose()
+
+
+class _ServerBusy(LLMError):
+    """A non-streamed call timed out: the server may still be generating its answer."""
 
 
 class _HandlerFailed(Exception):
