@@ -64,7 +64,8 @@ class Completion:
     ``raw_arguments`` maps a call id to the arguments text exactly as the model sent it, for the
     calls whose stored arguments had to be wrapped (not a JSON object): pass that text to the
     tool executor so it reports the real parse error. ``notes`` say what was repaired.
-    ``finish_reason == "length"`` (see ``truncated``) means the reply was cut by the token cap.
+    ``finish_reason == "length"`` (see ``truncated``) means the reply was cut by the token cap;
+    ``"repetition"`` that the client cut a runaway reply itself (`_llm_repeat`, notice appended).
     """
 
     message: Message
