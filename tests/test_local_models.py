@@ -15,6 +15,7 @@ import pytest
 from ania_nb import Callbacks, RunEvent, tool
 from ania_nb.engine.messages import EMPTY_REPLY_MESSAGE
 from ania_nb.engine.repair import repair_history
+from ania_nb.engine.text_calls import find_text_calls
 from ania_nb.testing import ScriptedLLM, conversation_problem, reply, tool_call
 
 
@@ -52,13 +53,14 @@ def assert_valid(history: list[dict[str, Any]]) -> None:
 # ------------------------------------------------------------------ item 1: malformed arguments
 
 
-async def test_non_json_arguments_never_poison_the_history(llm, make_agent, tmp_path):
+@pytest.mark.parametrize("stream", [False, True])
+async def test_non_json_arguments_never_poison_the_history(llm, make_agent, tmp_path, stream):
     llm.script(
         reply(tool_calls=[tool_call("add", '{"a": 1, "b": ')]),
         reply("sorry, retrying differently"),
         reply("still talking"),
     )
-    agent = make_agent(tools=[add])
+    agent = make_agent(tools=[add], overrides={"llm.stream": stream})
     first = await agent.chat("add 1 and 2")
     assert first.ok, first.error
     # The error result stands beside the call; the model hears what was wrong with its text.
@@ -112,10 +114,18 @@ async def test_identical_calls_past_the_limit_are_not_run_and_the_record_says_so
     same = [tool_call("meme", spellings[n % 2]) for n in range(5)]
     llm.script(*[reply(tool_calls=[call]) for call in same], reply("done"))
     events: list[RunEvent] = []
+    gated: list[str] = []
+
+    async def gate(call, ctx):
+        gated.append(call.id)  # a repeat must not ask a person again either
+        return None
+
     agent = make_agent(tools=[meme])
+    agent.tool_gate = gate
     result = await agent.chat("memes!", callbacks=Callbacks(on_event=events.append))
     assert result.ok and result.text == "done"
     assert ran == ["cats"] * 3  # agent.max_repeat_calls defaults to 3
+    assert len(gated) == 3
     fourth, fifth = result.tool_calls[3:]
     for repeat in (fourth, fifth):
         assert repeat.outcome == "error" and "repeated call" in (repeat.error or "")
@@ -189,10 +199,14 @@ FENCED = 'I will add them.\n```json\n{"name": "add", "arguments": {"a": 2, "b": 
 BARE_LIST = '[{"name": "add", "parameters": {"a": 2, "b": 3}}]'
 
 
-@pytest.mark.parametrize("written", [HERMES, QWEN_XML, FENCED, BARE_LIST])
-async def test_text_tool_calls_run_when_enabled(llm, make_agent, written):
+@pytest.mark.parametrize(
+    ("written", "stream"),
+    [(HERMES, False), (QWEN_XML, False), (FENCED, False), (BARE_LIST, False), (HERMES, True)],
+)
+async def test_text_tool_calls_run_when_enabled(llm, make_agent, written, stream):
     llm.script(reply(written), reply("2 + 3 = 5"))
-    agent = make_agent(tools=[add], overrides={"llm.text_tool_calls": True})
+    overrides = {"llm.text_tool_calls": True, "llm.stream": stream}
+    agent = make_agent(tools=[add], overrides=overrides)
     result = await agent.chat("2+3?")
     assert result.ok and result.text == "2 + 3 = 5" and result.warnings == []
     assert [(c.name, c.result, c.outcome) for c in result.tool_calls] == [("add", "5", "ok")]
@@ -210,6 +224,45 @@ async def test_json_naming_no_offered_tool_is_just_an_answer(llm, make_agent):
     result = await agent.chat("a JSON record about Ada, please")
     assert result.ok and result.text == answer and not result.tool_calls
     assert result.warnings == []
+
+
+@pytest.mark.parametrize(
+    ("text", "calls", "rest"),
+    [
+        ('<tool_call>{"name": "f", "arguments": {"x": 1}}', [("f", {"x": 1})], ""),  # no close
+        ('<|python_tag|>{"name": "f", "parameters": {"x": 1}}', [("f", {"x": 1})], ""),
+        (
+            '[TOOL_CALLS] [{"name": "f", "arguments": {}}, {"name": "g"}]',
+            [("f", {}), ("g", {})],
+            "",
+        ),
+        (
+            '{"type": "function", "function": {"name": "f", "arguments": "{\\"x\\": 1}"}}',
+            [("f", {"x": 1})],
+            "",
+        ),  # OpenAI's nested shape, arguments double-encoded
+        ('<tool_call>{"name": "f", "arguments": "{x"}</tool_call>', [("f", {"_raw": "{x"})], ""),
+        (
+            "<function=f>\n<parameter=q>\nhello world\n</parameter>\n</function>",
+            [("f", {"q": "hello world"})],
+            "",
+        ),
+        (
+            'Sure.\n<tool_call>{"name": "f", "arguments": {}}</tool_call>\nThen I answer.',
+            [("f", {})],
+            "Sure.\n\nThen I answer.",
+        ),
+        ('{"name": "f", "arguments": {}, "extra": 1}', [], None),  # a record, not a call
+        ('```python\n{"name": "f", "arguments": {}}\n```', [], None),  # code, not a call
+        ('{"name": "nobody", "arguments": {}}', [], None),  # not an offered tool
+        ("<tool_call>not json</tool_call>", [], None),
+    ],
+)
+def test_text_call_forms(text, calls, rest):
+    found = find_text_calls(text, {"f", "g"})
+    assert [(c.name, json.loads(c.arguments)) for c in found.calls] == calls
+    assert found.text == (text if rest is None else rest)
+    assert found.whole == (bool(calls) and not rest)
 
 
 @pytest.mark.parametrize("written", [HERMES, FENCED.split("\n", 1)[1]])
@@ -265,3 +318,18 @@ async def test_an_answer_still_empty_ends_as_an_error_not_a_success(llm, make_ag
     llm.script(reply("next turn works"))
     assert (await agent.chat("again")).ok
     assert_valid(await agent.history())
+
+
+async def test_after_the_iteration_limit_an_empty_answer_is_an_error_at_once(llm, make_agent):
+    llm.script(reply(tool_calls=[tool_call("add", {"a": 1, "b": 1})]), reply(""))
+    agent = make_agent(tools=[add], overrides={"agent.max_iterations": 1})
+    result = await agent.chat("1+1?")
+    assert result.status == "error" and "empty answer" in (result.error or "")
+    assert len(llm.requests) == 2  # the limit notice already asked for an answer
+
+
+async def test_an_empty_answer_without_tool_rounds_is_left_alone(llm, make_agent):
+    llm.script(reply(""))
+    agent = make_agent(tools=[add])
+    result = await agent.chat("say nothing")
+    assert result.ok and result.text == "" and len(llm.requests) == 1

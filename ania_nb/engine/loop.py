@@ -7,7 +7,9 @@ inside each call's own task: a call waiting for a human never delays its sibling
 Habits of small models are contained here: a call repeated with the same arguments and result
 is answered from the earlier result (`RepeatGuard`); tool calls written as text are run when
 ``text_tool_calls`` is on and flagged in ``LoopResult.warnings`` when off (`find_text_calls`);
-an empty final answer is asked for once more, then reported as ``LoopResult.empty``.
+an empty final answer after tool rounds is asked for once more (after the iteration-limit notice,
+which already asked, it is not), then reported as ``LoopResult.empty``. An empty answer with no
+tool round before it is left alone: nothing was done that the user is owed an answer about.
 """
 
 from __future__ import annotations
@@ -138,7 +140,7 @@ class LoopResult:
     tool_calls: list[ToolCallResult] = field(default_factory=list)
     final_messages: list[Message] = field(default_factory=list)
     truncated: bool = False  # the final answer was cut by the model's token limit
-    empty: bool = False  # the final answer was empty, even when asked once more
+    empty: bool = False  # empty after tool rounds, even when asked once more
     warnings: list[str] = field(default_factory=list)  # for the run record (repeats, text calls)
 
 
@@ -182,7 +184,7 @@ class ToolLoop:
             completion = await self._call(messages, definitions)
             message = self._text_calls(completion, len(messages), names)
             if not message.get("tool_calls"):
-                return await self._final(messages, [], completion)
+                return await self._final(messages, [], completion, ask=bool(self.results))
             round_messages = [message]
             text = strip_think(message.get("content"))
             if text:
@@ -203,7 +205,7 @@ class ToolLoop:
         messages.append(limit)
         completion = await self._call(messages, [])
         self._flag_text_calls(completion.message, names)
-        return await self._final(messages, [limit], completion)
+        return await self._final(messages, [limit], completion, ask=False)
 
     def _text_calls(self, completion: Completion, turn: int, names: set[str]) -> Message:
         """The reply, its text tool calls made real ones when ``text_tool_calls`` is on."""
@@ -238,17 +240,18 @@ class ToolLoop:
             self.warnings.append(TEXT_CALL_WARNING.format(names=called))
 
     async def _final(
-        self, messages: list[Message], before: list[Message], completion: Completion
+        self, messages: list[Message], before: list[Message], completion: Completion, *, ask: bool
     ) -> LoopResult:
-        """Finish on ``completion``; an empty answer is asked for once more, without tools."""
+        """Finish on ``completion``; empty after tool rounds: ask once more (``ask``), no tools."""
         message = completion.message
-        if strip_think(message.get("content")) or completion.truncated:
+        if strip_think(message.get("content")) or completion.truncated or not self.results:
             return self._finish(messages, before, message, completion.truncated)
-        # A small model often ends with nothing after its tool calls: ask once, plainly.
-        nudge = user_message(EMPTY_REPLY_MESSAGE)
-        messages.append(nudge)
-        completion = await self._call(messages, [])
-        result = self._finish(messages, [*before, nudge], completion.message, completion.truncated)
+        if ask:  # a small model often ends with nothing after its tool calls: ask once, plainly
+            nudge = user_message(EMPTY_REPLY_MESSAGE)
+            messages.append(nudge)
+            before = [*before, nudge]
+            completion = await self._call(messages, [])
+        result = self._finish(messages, before, completion.message, completion.truncated)
         result.empty = not result.text and not result.truncated
         return result
 
