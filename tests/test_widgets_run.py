@@ -177,7 +177,10 @@ async def test_allow_click_runs_the_tool(llm, make_agent):
     task = start(agent, view)
     card = await card_of(view)
     assert card.state == "pending" and not card.disabled and ran == []
-    assert "<code>danger</code>" in card.heading.value and "db" in card.summary.value
+    assert "<code>danger</code>" in card.heading.value
+    # No summary of its own: the arguments are shown field by field, not as a JSON line.
+    assert card.summary.value == "" and "<b>target</b>: <code" in card.details.value
+    assert ">db</code>" in card.details.value
     assert card.session_button.description == "Allow danger for the rest of this session"
     assert view.tool_rows and next(iter(view.tool_rows.values())).state == "running"
     card.allow_button.click()

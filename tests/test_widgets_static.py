@@ -93,8 +93,11 @@ async def test_the_approval_card_shows_40_lines_of_python_as_numbered_highlighte
     assert "\\n" not in shown and "&quot;code&quot;" not in shown  # no escaped JSON
     assert 'style="color:' in shown  # Pygments' inline colours (no stylesheet needed)
     assert "overflow:auto" in shown  # a long call scrolls inside the card
+    assert card.summary.value == ""  # python's summary is the code flattened: not repeated
     [row] = view.tool_rows.values()
-    assert row.awaiting_approval and row.title().endswith("· waiting for approval…")
+    assert row.awaiting_approval
+    title = "⚙ python(code=value_1 = 1 * 2 # line 1 …(40 lines)) · waiting for approval…"
+    assert row.title() == title  # the first line and the count, not 40 lines flattened
     card.allow_button.click()
     view.finish(await task)
     assert row.state == "ok" and code_lines(row.widget.value)[-1].endswith("# line 40")
@@ -271,3 +274,14 @@ def test_nbconvert_html_of_an_executed_notebook_contains_the_runs(llm, tmp_path:
     assert "notebook_vars(" in page and "Looking." in page
     assert "Nothing <strong>special</strong> here." in page
     assert "LLM calls" in page and ">success</b>" in page
+
+
+def test_plain_text_glyphs_are_in_dejavu_sans():
+    from ania_nb.notebook.widgets import approval, children, run, tools
+    from ania_nb.notebook.widgets._format import STATUS_ICONS, TODO_ICONS
+
+    # Checked with `fc-list ':charset=XXXX'` on Debian: DejaVu Sans has each of these.
+    dejavu = set("◐✓⚠■◷✗⊘⚙○●") | set(run.SPINNER)
+    tables = (STATUS_ICONS, TODO_ICONS, tools.ICONS, approval.GLYPHS, children.ICONS)
+    used = {glyph for table in tables for glyph in table.values()} | set(run.SPINNER)
+    assert used <= dejavu, used - dejavu

@@ -57,18 +57,25 @@ def one_line(text: str, limit: int = 120) -> str:
 
 
 def brief_arguments(arguments: str, limit: int = 60) -> str:
-    """Tool arguments for a one-line title: ``code=totals = {} for row…`` (strings decoded)."""
+    """Tool arguments for a one-line title: ``code=totals = {} …(4 lines)`` (strings decoded)."""
     try:
         parsed = json.loads(arguments) if arguments.strip() else {}
     except (TypeError, ValueError):
         return one_line(arguments, limit)
     if not isinstance(parsed, dict):
         return one_line(arguments, limit)
-    parts = [
-        f"{key}={value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)}"
-        for key, value in parsed.items()
-    ]
+    parts = [f"{key}={_brief_value(value)}" for key, value in parsed.items()]
     return one_line(", ".join(parts), limit)
+
+
+def _brief_value(value: Any) -> str:
+    """A value for a one-line title: code is its first line and its line count, not flattened."""
+    if not isinstance(value, str):
+        return json.dumps(value, ensure_ascii=False)
+    lines = [line for line in value.split("\n") if line.strip()]
+    if len(lines) < 2:
+        return value
+    return f"{truncate(lines[0].strip(), 40)} …({len(value.split(chr(10)))} lines)"
 
 
 def pretty_arguments(arguments: str, limit: int = 2000) -> str:

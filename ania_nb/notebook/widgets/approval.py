@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING
 
 from ...errors import UsageError
 from ...governance.approval import SESSION_ALLOWED
-from ._code import arguments_html
+from ._code import arguments_html, parse_arguments
 from ._format import elapsed_text, one_line, pre
 from ._icons import color_of, icon
 
@@ -76,7 +76,7 @@ class ApprovalCard:
             f"{icon('warning', label='approval')} <b>Approval needed</b>: "
             f"<code>{html.escape(request.tool)}</code>{html.escape(who)}"
         )
-        self.summary = w.HTML(f"<div>{html.escape(request.summary)}</div>")
+        self.summary = w.HTML(self._summary_html())
         # The whole call, never cut: a scrollable block (the model may pad arguments).
         self.details = w.HTML(self.call_html())
         self.allow_button = w.Button(description="Allow", button_style="success", icon="check")
@@ -95,6 +95,19 @@ class ApprovalCard:
             layout=w.Layout(border=f"2px solid {COLORS['pending']}", padding="4px", margin="4px 0"),
         )
         self.widget.add_class("ania-approval")
+
+    def _summary_html(self) -> str:
+        """The tool's one-line summary, unless it only restates the arguments shown below."""
+        summary = self.request.summary
+        parsed = parse_arguments(self.arguments) if self.arguments is not None else None
+        if parsed is not None and summary.lstrip().startswith("{"):
+            return ""  # the tool has no summary of its own: this is the arguments' JSON
+        for value in (parsed or {}).values():
+            if isinstance(value, str) and "\n" in value.strip():
+                start = " ".join(value.split())[:30]
+                if start and start in " ".join(summary.split()):
+                    return ""  # the flattened code again: the block below says it better
+        return f"<div>{html.escape(summary)}</div>" if summary else ""
 
     def call_html(self) -> str:
         """The complete call: every argument (code highlighted), or the gate's text as is."""
