@@ -11,15 +11,20 @@ from typing import Any
 
 
 def _parser() -> argparse.ArgumentParser:
+    from . import __version__
+
     parser = argparse.ArgumentParser(
         prog="ania-nb",
         description="ania-nb: a Jupyter-native LLM agent. In a notebook: %load_ext ania_nb.",
     )
+    parser.add_argument("--version", action="version", version=f"ania-nb {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     demo = sub.add_parser(
         "demo", help="run an offline agent conversation against the built-in scripted model"
     )
-    demo.add_argument("--data-dir", type=Path, help="keep the store here (default: a temp folder)")
+    demo.add_argument(
+        "--data-dir", type=Path, help="keep the store here (default: a temporary folder, deleted)"
+    )
     config = sub.add_parser("config", help="show every setting with its value, default and meaning")
     config.add_argument("--file", type=Path, help="TOML file to read (default: ./ania.toml)")
     runs = sub.add_parser("runs", help="list recent run records from the store")
@@ -120,9 +125,14 @@ def _show_config(path: Path | None) -> int:
 async def _show_runs(args: argparse.Namespace) -> int:
     from .config import Config
     from .store import Store
+    from .store._db import DB_FILENAME
 
     config = Config.load(args.file)
-    store = await Store.open(config.store.data_dir)
+    data_dir = Path(config.store.data_dir)
+    if not (data_dir / DB_FILENAME).is_file():  # reading must not create an empty store
+        print(f"no run records: no store in {data_dir}")
+        return 0
+    store = await Store.open(data_dir)
     try:
         records = await store.runs.list(session=args.session, status=args.status, limit=args.limit)
     finally:

@@ -161,9 +161,24 @@ async def run_demo(data_dir: Path | None = None, out: Callable[[str], None] = pr
                 [day] = report.days
                 out(
                     f"usage today ({day.day}): {day.total:,} tokens, "
-                    f"${day.cost or 0:.4f} at the example prices (`ania-nb usage` shows the table)"
+                    f"${day.cost or 0:.4f} at the example prices"
                 )
-                return status
+    # After the temporary folder is gone, so the line is true when printed.
+    out("\n" + where_records_went(folder, kept=data_dir is not None))
+    return status
+
+
+def where_records_went(folder: Path, *, kept: bool) -> str:
+    """The demo's last line: where its store is, or that it was temporary."""
+    if not kept:
+        return (
+            f"The records were in a temporary folder ({folder}), now deleted; keep them with "
+            "`ania-nb demo --data-dir DIR`."
+        )
+    return (
+        f"The records are kept in {folder}: `ANIA_STORE__DATA_DIR={folder} ania-nb runs` "
+        "lists them (`... ania-nb usage`: the usage table)."
+    )
 
 
 def main(data_dir: Path | None = None) -> int:

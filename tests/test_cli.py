@@ -34,6 +34,25 @@ def test_demo_runs_offline_with_parallel_tools_and_history(tmp_path):
     assert re.search(rf"usage today \(\d{{4}}-\d\d-\d\d\): {sum(turns):,} tokens, \$0\.0", out)
     assert out.count(" · $0.00") == 3  # each turn's cost at the example prices
     assert (tmp_path / "demo" / "ania.db").is_file()
+    assert out.rstrip().endswith(
+        f"The records are kept in {tmp_path / 'demo'}: "
+        f"`ANIA_STORE__DATA_DIR={tmp_path / 'demo'} ania-nb runs` lists them "
+        "(`... ania-nb usage`: the usage table)."
+    )
+
+
+def test_demo_without_a_data_dir_leaves_nothing_behind_and_says_so(tmp_path):
+    done = _run("demo", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    last = done.stdout.rstrip().splitlines()[-1]
+    assert last.startswith("The records were in a temporary folder (")
+    folder = last.split("(", 1)[1].split(")", 1)[0]
+    assert "now deleted; keep them with `ania-nb demo --data-dir DIR`." in last
+    assert not os.path.exists(folder)
+    assert list(tmp_path.iterdir()) == []  # no .ania/ in the working directory
+    runs = _run("runs", cwd=tmp_path)  # and looking for records does not make one either
+    assert runs.returncode == 0 and runs.stdout.strip() == "no run records: no store in .ania"
+    assert list(tmp_path.iterdir()) == []
 
 
 def test_runs_lists_the_records_of_a_data_dir(tmp_path):
@@ -65,7 +84,14 @@ def test_bad_config_is_a_clear_error_with_exit_code_2(tmp_path):
 def test_help():
     done = _run("--help")
     assert done.returncode == 0
-    assert "demo" in done.stdout and "runs" in done.stdout
+    assert "demo" in done.stdout and "runs" in done.stdout and "--version" in done.stdout
+
+
+def test_version():
+    from ania_nb import __version__
+
+    done = _run("--version")
+    assert done.returncode == 0 and done.stdout.strip() == f"ania-nb {__version__}"
 
 
 # ------------------------------------------------------------------ ania-nb usage
