@@ -924,3 +924,15 @@ async def test_a_runaway_reply_ends_the_run_with_the_cut_text(llm: ScriptedLLM, 
     assert result.text == f"The sum is 4.\n{RUNAWAY_LINE}" + notice(5)
     stored = await agent.history()
     assert stored[-1]["content"] == result.text
+
+
+async def test_a_run_whose_non_streamed_call_times_out_ends_once_with_a_clear_error(
+    llm: ScriptedLLM, make_agent
+) -> None:
+    llm.script(delay(2, reply("late")), reply("never asked"))
+    agent = make_agent(overrides={"llm.timeout": 0.3, "llm.stream": False})
+    result = await agent.chat("slow question")
+
+    assert result.status == "error"
+    assert "retry.on_timeout" in (result.error or "")
+    assert len(llm.requests) == 1
