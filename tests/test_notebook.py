@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+import re
 import subprocess
 import sys
 import threading
@@ -405,3 +407,129 @@ def test_unload_ext_removes_the_cell_rewriter_and_closes_the_agent(shell, llm):
     assert "run_magic" not in shell.transform_cell("%agent hi\n")
     shell.run_line_magic("load_ext", "ania_nb")  # and loading again adds it once
     assert shell.input_transformers_cleanup.count(transform_cell) == 1
+
+
+def test_new_keeps_the_old_conversation_listed_and_clear_deletes_it(shell, llm):
+    llm.script(*(reply(word) for word in ("one", "two", "three", "four", "five")))
+    run(shell, "%%agent -q\nfirst topic")
+    _, captured = run(shell, "%%agent -q --new\nsecond topic")
+    archive = captured.stdout.split("kept as ")[1].split()[0]
+    assert archive.startswith("nb:default~")
+    _, captured = run(shell, "%ania history list")
+    rows = {line.split()[-2]: line for line in captured.stdout.splitlines()[1:-1]}
+    assert rows["nb:default"].split()[:3] == ["*", "nb:default", "2"]
+    assert rows[archive].split() == [archive, "2"]
+    _, captured = run(shell, f"%ania history show {archive}")
+    assert "first topic" in captured.stdout and "second topic" not in captured.stdout
+    run(shell, f"%%agent -q -s {archive}\nback to the first topic")  # an archive can be resumed
+    assert roles(llm.requests[2]) == ["system", "user", "assistant", "user"]
+    # --new on a named session archives that one; two --new in one second never overwrite.
+    run(shell, f"%%agent -q -s {archive} --new\nfresh")
+    run(shell, "%%agent -q --new\nthird topic")
+    _, captured = run(shell, "%ania history list")
+    assert captured.stdout.count(f"{archive}~") == 1
+    assert captured.stdout.count("nb:default~") == 3  # the first topic, its archive, the second
+    _, captured = run(shell, f"%ania history clear {archive}")
+    assert f"removed 2 messages from {archive}" in captured.stdout
+    _, captured = run(shell, "%ania history")
+    assert "third topic" in captured.stdout and "first topic" not in captured.stdout
+
+
+@pytest.mark.parametrize("line", ["history frob", "history list x", "history show a b"])
+def test_ania_history_bad_usage_is_one_line(shell, line):
+    from IPython.utils.capture import capture_output
+
+    with capture_output() as captured:
+        result = shell.run_cell(f"%ania {line}")
+    assert not result.success
+    assert "usage: %ania history [list | show [SESSION] | clear [SESSION]]" in captured.stderr
+    assert "Traceback" not in captured.stdout + captured.stderr
+
+
+def test_help_shows_the_magic_names_and_their_usage(tmp_path):
+    code = (
+        "ip.run_line_magic('load_ext', 'ania_nb')\n"
+        "ip.run_cell('%%agent?')\n"
+        "print('=====')\n"
+        "ip.run_cell('%agent?')\n"
+    )
+    cell_help, line_help = _ipython(code, tmp_path).split("=====")
+    assert "%%agent [-s SESSION] [--new] [-m MODEL] [--plan] [--bg] [-q]\n" in cell_help
+    assert "agent_cell" not in cell_help and "prompt" not in cell_help.split("\n\n")[1]
+    assert "the cell body is the prompt" in cell_help and "keeps the old" in cell_help
+    assert re.search(r"%agent \[-s SESSION\].*\n\s+prompt \[prompt \.\.\.\]", line_help)
+    assert "agent_line" not in line_help
+
+
+# ------------------------------------------------------------ which notebook is this? (_identity)
+
+
+def _save(path: Path, *cell_ids: str) -> Path:
+    cells = [
+        {"cell_type": "code", "id": c, "metadata": {}, "source": "", "outputs": []}
+        for c in cell_ids
+    ]
+    path.write_text(
+        json.dumps({"cells": cells, "metadata": {}, "nbformat": 4, "nbformat_minor": 5})
+    )
+    return path
+
+
+def _facts(path: Path, kernel: str | None = None):
+    from ania_nb.notebook._identity import Facts, file_facts
+
+    inode, cells = file_facts(str(path))
+    return Facts(kernel_id=kernel, path=str(path), inode=inode, cells=cells)
+
+
+def _record(path: Path, kernel: str | None = None, cell: str | None = None) -> dict:
+    from ania_nb.notebook._identity import update
+
+    facts = _facts(path, kernel)
+    facts.cell_id = cell
+    return update({}, facts)
+
+
+def test_a_renamed_notebook_keeps_its_conversation_a_copy_does_not(tmp_path):
+    from ania_nb.notebook._identity import choose
+
+    untitled = _save(tmp_path / "Untitled.ipynb", "c1", "c2")
+    records = {"nb:a": _record(untitled, kernel="k1", cell="c3")}  # c3 ran, not saved yet
+    analysis = tmp_path / "analysis.ipynb"
+    untitled.rename(analysis)
+    assert choose(records, _facts(analysis, kernel="k1")) == "nb:a"  # the same kernel
+    assert choose(records, _facts(analysis, kernel="k2")) == "nb:a"  # reopened: cells, inode
+    # The next new notebook reuses the name: no cells yet, another file.
+    assert choose(records, _facts(_save(untitled), kernel="k3")) is None
+    # Reopened after that: still found (the old path now holds another notebook).
+    assert choose(records, _facts(analysis, kernel="k4")) == "nb:a"
+    # A copy (File > Duplicate) shares the cells, but the original is still where it was.
+    records = {"nb:a": _record(analysis, kernel="k1")}
+    copy = _save(tmp_path / "analysis-Copy1.ipynb", "c1", "c2")
+    assert choose(records, _facts(copy, kernel="k5")) is None
+    assert choose(records, _facts(analysis, kernel="k6")) == "nb:a"
+
+
+def test_a_replaced_file_is_known_by_its_cells_a_recreated_one_is_new(tmp_path):
+    from ania_nb.notebook._identity import choose
+
+    path = _save(tmp_path / "report.ipynb", "c1")
+    records = {"nb:r": _record(path, cell="c9")}
+    path.unlink()
+    _save(tmp_path / "report.ipynb", "c9", "c10")  # a git checkout: new file, same cells
+    assert choose(records, _facts(path)) == "nb:r"
+    path.unlink()
+    _save(tmp_path / "report.ipynb", "d1")  # deleted and written anew: another notebook
+    assert choose(records, _facts(path)) is None
+
+
+def test_a_notebook_remembers_a_bounded_set_of_cells(tmp_path):
+    from ania_nb.notebook._identity import MAX_CELLS, update
+
+    path = _save(tmp_path / "big.ipynb", *(f"c{i:03}" for i in range(100)))
+    record = _record(path, cell="running")
+    assert len(record["cells"]) == MAX_CELLS and record["cells"][-1] == "running"
+    facts = _facts(path)
+    facts.cells, facts.cell_id = set(), "next"
+    again = update(record, facts)
+    assert again["cells"][-2:] == ["running", "next"] and len(again["cells"]) == MAX_CELLS

@@ -3,6 +3,7 @@ survives a kernel restart."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import nbformat
@@ -97,3 +98,66 @@ def test_ania_management_commands(llm, folder):
     assert "sk-scripted" not in config
     err = outputs[8]
     assert any("unknown %ania command" in str(o) for o in err)
+
+
+def _execute(client, code: str) -> str:
+    """Send one execute request (no waiting); return its message id."""
+    return client.execute(code, stop_on_error=True)
+
+
+def _collect(client, msg_id: str) -> tuple[str, list[dict]]:
+    """Wait for a request's reply; return its status and its iopub outputs."""
+    import queue
+
+    outputs: list[dict] = []
+    while True:
+        try:
+            msg = client.get_iopub_msg(timeout=60)
+        except queue.Empty:  # pragma: no cover - a hung kernel
+            raise AssertionError("the kernel went quiet") from None
+        if msg["parent_header"].get("msg_id") != msg_id:
+            continue
+        if msg["msg_type"] == "status" and msg["content"]["execution_state"] == "idle":
+            break
+        if msg["msg_type"] in ("stream", "error", "display_data", "execute_result"):
+            outputs.append({"output_type": msg["msg_type"], **msg["content"]})
+    while True:
+        reply_msg = client.get_shell_msg(timeout=60)
+        if reply_msg["parent_header"].get("msg_id") == msg_id:
+            return reply_msg["content"]["status"], outputs
+
+
+def test_interrupt_stops_the_run_in_one_line_and_skips_the_queued_cells(llm, folder):
+    """■ during a run: the run is stopped (``_`` says so), one line, no traceback, and the
+    cells queued after it (Run All) do not run."""
+    import threading
+
+    from jupyter_client.manager import start_new_kernel
+
+    release = threading.Event()
+
+    def held(request):
+        release.wait(30)
+        return reply("too late")
+
+    llm.responder = held
+    manager, client = start_new_kernel(cwd=str(folder))
+    try:
+        assert _collect(client, _execute(client, "%load_ext ania_nb"))[0] == "ok"
+        running = _execute(client, "%%agent -q\nslow question")
+        queued = _execute(client, "print('queued cell ran')")
+        llm.wait_for_requests(1, timeout=60)  # the run is waiting for the model
+        manager.interrupt_kernel()
+        status, outputs = _collect(client, running)
+        assert status == "error"
+        [error] = [o for o in outputs if o["output_type"] == "error"]
+        assert error["traceback"] == ["■ interrupted: the run was stopped"]
+        text = json.dumps(outputs)
+        assert "CancelledError" not in text and "run_magic" not in text
+        assert _collect(client, queued) == ("aborted", [])
+        status, outputs = _collect(client, _execute(client, "print(_.status, _.error)"))
+        assert output_text(outputs).startswith("stopped")
+    finally:
+        release.set()
+        client.stop_channels()
+        manager.shutdown_kernel(now=True)

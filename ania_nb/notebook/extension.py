@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -12,11 +11,8 @@ if TYPE_CHECKING:  # pragma: no cover
 
 
 def notebook_session(configured: str = "") -> str:
-    """The default session: configured, else one per notebook (from the kernel's session name)."""
-    if configured:
-        return configured
-    path = os.environ.get("JPY_SESSION_NAME", "")
-    return f"nb:{Path(path).stem}" if path else "nb:default"
+    """The default session before the notebook is identified: configured, else ``nb:default``."""
+    return configured or "nb:default"
 
 
 class NotebookState:
@@ -27,6 +23,7 @@ class NotebookState:
         self.overrides: dict[str, Any] = {}
         self._agent: Agent | None = None
         self.background: set[asyncio.Task[Any]] = set()
+        self._session: str | None = None  # this notebook's session, once identified
 
     @property
     def agent_created(self) -> bool:
@@ -54,9 +51,51 @@ class NotebookState:
 
     @property
     def default_session(self) -> str:
-        """The session a plain %%agent cell talks to."""
+        """The session a plain %%agent cell talks to (`identify` keeps it current)."""
         configured = self._agent.config.notebook.session if self._agent is not None else ""
-        return notebook_session(configured)
+        return configured or self._session or notebook_session()
+
+    async def identify(self) -> str:
+        """Find this notebook's session (following renames) and note the running cell in it.
+
+        Configured ``notebook.session`` wins; outside a Jupyter notebook it is ``nb:default``.
+        See `_identity` for how a notebook is recognised after a rename, restart or reopen.
+        """
+        from . import _identity as ident
+
+        agent = self.agent()
+        if agent.config.notebook.session:
+            return agent.config.notebook.session
+        first = self._session is None
+        facts = await asyncio.to_thread(ident.gather, self.shell, cells=first)
+        if not facts.path:
+            self._session = notebook_session()
+            return self._session
+        kv = (await agent.open_store()).kv(ident.NAMESPACE)
+        session = self._session
+        record = await kv.get(session, None) if session is not None else None
+        if session is None or not isinstance(record, dict):
+            records = {k: v for k, v in await kv.items() if isinstance(v, dict)}
+            session = await asyncio.to_thread(ident.choose, records, facts)
+            if session is None:
+                session = await self._legacy_session(facts.path, records)
+            record = records.get(session, {})
+        await kv.set(session, ident.update(record, facts))
+        self._session = session
+        return session
+
+    async def _legacy_session(self, path: str, records: dict[str, Any]) -> str:
+        """A new notebook's session, or the ``nb:<file stem>`` one it had before notebooks had ids.
+
+        Never an ``Untitled…`` one: every new notebook starts with that name.
+        """
+        from ._identity import new_session
+
+        legacy = f"nb:{Path(path).stem}"
+        if legacy in records or Path(path).stem.startswith("Untitled"):
+            return new_session()
+        store = await self.agent().open_store()
+        return legacy if await store.history.count(legacy) else new_session()
 
     async def reconfigure(self, overrides: dict[str, Any]) -> None:
         """Apply config overrides: the current Agent is closed and a new one made on next use."""
@@ -75,6 +114,7 @@ class NotebookState:
         """Cancel background runs and close the Agent."""
         for task in list(self.background):
             task.cancel()
+        self._session = None  # the next Agent may use another data dir: identify again
         if self._agent is not None:
             agent, self._agent = self._agent, None
             await agent.aclose()

@@ -24,6 +24,32 @@ from .interpolate import interpolate
 T = TypeVar("T")
 
 
+def _named(name: str) -> Any:
+    """Give a magic's parser its user-facing name (IPython takes the function's otherwise)."""
+
+    def mark(func: Any) -> Any:
+        func.argcmd_name = name
+        return func
+
+    return mark
+
+
+def _options(func: Any) -> Any:
+    """The options shared by %%agent and %agent."""
+    for deco in reversed(
+        [
+            argument("-s", "--session", help="conversation to use (default: this notebook's)"),
+            argument("--new", action="store_true", help="start a new conversation (keeps the old)"),
+            argument("-m", "--model", help="model for this run"),
+            argument("--plan", action="store_true", help="plan mode for this run: no side effects"),
+            argument("--bg", action="store_true", help="return at once; the widget keeps updating"),
+            argument("-q", "--quiet", action="store_true", help="no widget; return the result"),
+        ]
+    ):
+        func = deco(func)
+    return func
+
+
 @magics_class
 class AgentMagics(Magics):
     """The ania-nb magics; ``state`` holds the kernel's Agent."""
@@ -33,25 +59,26 @@ class AgentMagics(Magics):
         self.state = NotebookState(shell)
 
     @magic_arguments()
-    @argument("-s", "--session", help="conversation to use (default: one per notebook)")
-    @argument("--new", action="store_true", help="start a fresh conversation (clears history)")
-    @argument("-m", "--model", help="model for this run")
-    @argument("--plan", action="store_true", help="plan mode for this run: no side effects")
-    @argument("--bg", action="store_true", help="return at once; the widget keeps updating")
-    @argument("-q", "--quiet", action="store_true", help="no widget; just return the result")
-    @argument("prompt", nargs="*", help="the prompt (line form); the cell body in %%%%agent")
+    @_options
+    @_named("%agent")  # the help shows %%agent, not the method's name
     @cell_magic("agent")  # type: ignore[arg-type]  # IPython's decorator typing is too narrow
     def agent_cell(self, line: str, cell: str) -> Any:
-        """Ask the agent: the cell body is the prompt ({name}, {In[n]}, {Out[n]} interpolated).
+        """Ask the agent; the cell body is the prompt.
 
-        The result (a RunResult) is stored as ``_``. History persists per session, so
-        consecutive cells are one conversation, across kernel restarts too.
+        {name}, {In[n]} and {Out[n]} in the prompt are filled in from the notebook. The result (a
+        RunResult) is stored as ``_``. Consecutive cells are one conversation, which follows the
+        notebook across renames and kernel restarts; --new starts another one and keeps the old
+        one (%ania history list). The kernel's Interrupt stops the run.
         """
         return self._fallback(shown_cleanly(run_agent(self, line, cell)))
 
+    @magic_arguments()
+    @argument("prompt", nargs="+", help="the prompt")
+    @_options
+    @_named("agent")
     @line_magic("agent")  # type: ignore[arg-type]
     def agent_line(self, line: str) -> Any:
-        """One-line form of %%agent: ``%agent [options] prompt…``."""
+        """Ask the agent in one line: %agent [options] PROMPT (see %%agent?)."""
         return self._fallback(shown_cleanly(run_agent(self, line, None)))
 
     @line_magic("ania")  # type: ignore[arg-type]
@@ -63,7 +90,7 @@ class AgentMagics(Magics):
         %ania skills [list|reload]
         %ania plan on|off|status
         %ania todo | stop | log
-        %ania history [show|clear]
+        %ania history [list|show [SESSION]|clear [SESSION]]
         %ania tools                      the tool list the model sees, with sizes
         %ania clock [--session]          the live clock panel (scheduled tasks and results)
         %ania clock list|log|add|del|…   the /clock commands, as the notebook's admin
@@ -75,9 +102,7 @@ class AgentMagics(Magics):
         %ania usage [--days N] [--session S]  today's tokens vs the quotas, daily plot, costs
         %ania quota | quota reset [SESSION|all]
         """
-        from .manage import run_ania
-
-        return self._fallback(shown_cleanly(run_ania(self.state, line)))
+        return self._fallback(shown_cleanly(manage(self.state, line)))
 
     def _fallback(self, coro: Any) -> Any:
         try:
@@ -87,6 +112,17 @@ class AgentMagics(Magics):
         # A loop is running but this call was not awaited (autoawait off): run in background.
         self.state.track(asyncio.ensure_future(coro))
         return None
+
+
+class RunInterrupted(Exception):
+    """The kernel was interrupted during a run; IPython shows one line, no traceback.
+
+    Raised (not swallowed) so the cell counts as failed and Run All stops there.
+    """
+
+    def _render_traceback_(self) -> list[str]:
+        # IPython prints these lines instead of a traceback.
+        return [f"■ {self}"]
 
 
 async def shown_cleanly(work: Awaitable[T]) -> T:
@@ -100,20 +136,23 @@ async def shown_cleanly(work: Awaitable[T]) -> T:
 
 async def run_agent(magics: AgentMagics, line: str, cell: str | None) -> Any:
     """Parse options, run one agent turn with a live view, store the result as ``_``."""
-    args = parse_argstring(magics.agent_cell, line)
+    magic = magics.agent_cell if cell is not None else magics.agent_line
+    args = parse_argstring(magic, line)
     shell = magics.shell
     assert shell is not None
     raw = cell if cell is not None else " ".join(args.prompt)
-    if cell is not None and args.prompt:
-        raise UsageError("%%agent takes the prompt from the cell body, not the option line")
     prompt = interpolate(raw, shell.user_ns).strip()
     if not prompt:
         raise UsageError("empty prompt: write it in the cell (%%agent) or after %agent")
     state = magics.state
     agent = state.agent()
-    session = args.session or state.default_session
+    session = args.session or await state.identify()
     if args.new:
-        await agent.clear_history(session)
+        from .manage_history import archive_history
+
+        archived = await archive_history(agent, session)
+        if archived:
+            print(f"new conversation; the previous one is kept as {archived}")
     view = None
     if not args.quiet:
         from IPython.display import display
@@ -139,8 +178,41 @@ async def run_agent(magics: AgentMagics, line: str, cell: str | None) -> Any:
     if args.bg:
         state.track(asyncio.ensure_future(go()))
         return None
-    result = await go()
+    # The run is its own task: the kernel's Interrupt cancels this cell's task, and the run must
+    # then be stopped (not withdrawn mid-flight) so its view and record say "stopped".
+    running = asyncio.ensure_future(go())
+    try:
+        result = await asyncio.shield(running)
+    except asyncio.CancelledError:
+        if running.done():
+            raise
+        agent.stop(session)
+        try:
+            result = await asyncio.wait_for(asyncio.shield(running), 30)
+        except BaseException:  # an interrupt during the stop itself: say the same
+            result = None
+        raise RunInterrupted(_interrupted_line(result)) from None
     return None if view is not None else result
+
+
+def _interrupted_line(result: Any) -> str:
+    calls = [c for c in getattr(result, "tool_calls", None) or () if c.outcome == "stopped"]
+    stopped = f"; {len(calls)} tool call{'s' * (len(calls) != 1)} stopped" if calls else ""
+    return f"interrupted: the run was stopped{stopped}"
+
+
+async def manage(state: NotebookState, line: str) -> Any:
+    """Run one ``%ania`` command for this notebook (``history`` here, the rest in `manage`)."""
+    words = line.split()
+    if words[:1] != ["config"]:  # config must work even when the current settings are broken
+        await state.identify()  # the notebook may have been renamed since the last cell
+    if words[:1] == ["history"]:
+        from .manage_history import history_command
+
+        return await history_command(state, split_words(line)[1:])
+    from .manage import run_ania
+
+    return await run_ania(state, line)
 
 
 async def run_magic(kind: str, line: str, cell: str | None = None) -> Any:
@@ -152,10 +224,8 @@ async def run_magic(kind: str, line: str, cell: str | None = None) -> Any:
     if magics is None:
         raise UsageError("ania_nb is not loaded: run %load_ext ania_nb first")
     if kind == "ania":
-        from .manage import run_ania
-
         # IPython expands {expr} in line magics; the rewritten path must do the same.
-        return await shown_cleanly(run_ania(magics.state, interpolate(line, shell.user_ns)))
+        return await shown_cleanly(manage(magics.state, interpolate(line, shell.user_ns)))
     return await shown_cleanly(run_agent(magics, line, cell))
 
 
