@@ -533,3 +533,24 @@ def test_a_notebook_remembers_a_bounded_set_of_cells(tmp_path):
     facts.cells, facts.cell_id = set(), "next"
     again = update(record, facts)
     assert again["cells"][-2:] == ["running", "next"] and len(again["cells"]) == MAX_CELLS
+
+
+def test_a_notebook_adopts_its_pre_id_conversation_but_never_an_untitled_one(
+    shell, llm, tmp_path, monkeypatch
+):
+    llm.script(*(reply(word) for word in ("one", "two", "three", "four")))
+    run(shell, "%%agent -q -s nb:analysis\nasked before notebooks had ids")
+    run(shell, "%%agent -q -s nb:Untitled\nasked in some other Untitled notebook")
+    # The kernel of analysis.ipynb (Jupyter sets JPY_SESSION_NAME; no server to ask here).
+    monkeypatch.setenv("JPY_SESSION_NAME", str(_save(tmp_path / "analysis.ipynb", "c1")))
+    _, captured = run(shell, "%ania plan status")  # %ania commands use the notebook's session
+    assert "plan mode is off for nb:analysis" in captured.stdout
+    value, _ = run(shell, "%%agent -q\nand now?")
+    assert value.session == "nb:analysis"
+    assert roles(llm.requests[2]) == ["system", "user", "assistant", "user"]
+    # A new Untitled notebook (as a fresh kernel sees it) does not inherit nb:Untitled.
+    monkeypatch.setenv("JPY_SESSION_NAME", str(_save(tmp_path / "Untitled.ipynb")))
+    state_of(shell)._session = None  # what a new kernel starts with
+    value, _ = run(shell, "%%agent -q\nhello")
+    assert value.session.startswith("nb:") and value.session not in ("nb:Untitled", "nb:analysis")
+    assert roles(llm.requests[3]) == ["system", "user"]
