@@ -554,3 +554,19 @@ def test_a_notebook_adopts_its_pre_id_conversation_but_never_an_untitled_one(
     value, _ = run(shell, "%%agent -q\nhello")
     assert value.session.startswith("nb:") and value.session not in ("nb:Untitled", "nb:analysis")
     assert roles(llm.requests[3]) == ["system", "user"]
+
+
+@pytest.mark.parametrize(
+    ("cell", "message"),
+    [
+        ("%%agent some words\nhi", "%%agent takes the prompt from the cell body, not the option"),
+        ("%agent -q", "the following arguments are required: prompt"),
+    ],
+)
+def test_a_prompt_in_the_wrong_place_is_one_line(shell, cell, message):
+    from IPython.utils.capture import capture_output
+
+    with capture_output() as captured:
+        result = shell.run_cell(cell)
+    assert not result.success
+    assert message in captured.stderr and "Traceback" not in captured.stderr

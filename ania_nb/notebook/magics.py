@@ -137,7 +137,14 @@ async def shown_cleanly(work: Awaitable[T]) -> T:
 async def run_agent(magics: AgentMagics, line: str, cell: str | None) -> Any:
     """Parse options, run one agent turn with a live view, store the result as ``_``."""
     magic = magics.agent_cell if cell is not None else magics.agent_line
-    args = parse_argstring(magic, line)
+    try:
+        args = parse_argstring(magic, line)
+    except UsageError as exc:
+        if cell is not None and "unrecognized arguments" in str(exc):
+            raise UsageError(
+                f"%%agent takes the prompt from the cell body, not the option line ({exc})"
+            ) from None
+        raise
     shell = magics.shell
     assert shell is not None
     raw = cell if cell is not None else " ".join(args.prompt)
