@@ -256,6 +256,8 @@ async def test_json_naming_no_offered_tool_is_just_an_answer(llm, make_agent):
         ('```python\n{"name": "f", "arguments": {}}\n```', [], None),  # code, not a call
         ('{"name": "nobody", "arguments": {}}', [], None),  # not an offered tool
         ("<tool_call>not json</tool_call>", [], None),
+        ("[TOOL_CALLS]" + "[" * 5000, [], None),  # too deep for json: no RecursionError
+        ("<function=f>" + "<parameter=a>" * 50, [], None),  # no closing tags: not a call
     ],
 )
 def test_text_call_forms(text, calls, rest):

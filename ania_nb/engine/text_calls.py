@@ -47,11 +47,12 @@ class TextCalls:
 
 
 _TAGGED = re.compile(r"<tool_call>\s*(.*?)\s*(?:</tool_call>|\Z)", re.DOTALL)
-_FUNCTION = re.compile(r"<function=([^>\s]+)>\s*(.*?)\s*(?:</function>|\Z)", re.DOTALL)
-_PARAMETER = re.compile(r"<parameter=([^>\s]+)>\n?(.*?)\n?</parameter>", re.DOTALL)
-_FENCE = re.compile(r"```[ \t]*([A-Za-z_]*)[ \t]*\n(.*?)\n?[ \t]*```", re.DOTALL)
+_FUNCTION = re.compile(r"<function=([^<>\s]{1,200})>\s*(.*?)\s*(?:</function>|\Z)", re.DOTALL)
+_FENCE = re.compile(r"```[ \t]*([A-Za-z_]{0,20})[ \t]*\n(.*?)\n?[ \t]*```", re.DOTALL)
 _FENCE_LANGS = {"", "json", "tool_call", "tool_code", "function_call"}
 _PREFIXES = ("<|python_tag|>", "[TOOL_CALLS]")
+MAX_CHARS = 100_000
+"""Longer replies are not searched: a call is short, and a runaway reply must stay cheap."""
 
 
 def find_text_calls(content: str | None, names: Collection[str] | None = None) -> TextCalls:
@@ -61,7 +62,7 @@ def find_text_calls(content: str | None, names: Collection[str] | None = None) -
     every call in it names one of them (it may just be JSON the user asked for). Tagged forms
     (``<tool_call>``, ``<function=…>``) are explicit and count whatever the name.
     """
-    if not content or not content.strip():
+    if not content or not content.strip() or len(content) > MAX_CHARS:
         return TextCalls(text=content or "")
     calls: list[TextCall] = []
     rest = content
@@ -112,25 +113,40 @@ def _tagged(body: str) -> list[TextCall] | None:
 
 def _function(name: str, body: str) -> list[TextCall] | None:
     """A ``<function=name>`` block: ``<parameter=…>`` tags or a JSON object as arguments."""
-    parameters = _PARAMETER.findall(body)
+    parameters = _parameters(body)
     if parameters:
         return [TextCall(name, json.dumps({k: _scalar(v) for k, v in parameters}))]
     if not body.strip():
         return [TextCall(name, "{}")]
     try:
         value = json.loads(body)
-    except ValueError:
+    except (ValueError, RecursionError):  # deeply nested brackets overflow the parser
         return None
     return (
         [TextCall(name, json.dumps(value, ensure_ascii=False))] if isinstance(value, dict) else None
     )
 
 
+def _parameters(body: str) -> list[tuple[str, str]]:
+    """The ``<parameter=name>value</parameter>`` pairs of a function block, in one pass.
+
+    Split, not a regex: a findall would rescan to the end for every unclosed tag (quadratic;
+    a runaway reply of 20,000 open tags took 110 s).
+    """
+    pairs = []
+    for piece in body.split("<parameter=")[1:]:
+        name, opened, rest = piece.partition(">")
+        value, closed, _ = rest.partition("</parameter>")
+        if opened and closed and name and not any(c.isspace() for c in name):
+            pairs.append((name, value.removeprefix("\n").removesuffix("\n")))
+    return pairs
+
+
 def _scalar(text: str) -> Any:
     """A parameter tag's value: JSON when it parses (numbers, booleans, lists), else the text."""
     try:
         return json.loads(text)
-    except ValueError:
+    except (ValueError, RecursionError):  # deeply nested brackets overflow the parser
         return text
 
 
@@ -141,7 +157,7 @@ def _json_calls(text: str, names: Collection[str] | None) -> list[TextCall] | No
         return None
     try:
         value = json.loads(text)
-    except ValueError:
+    except (ValueError, RecursionError):  # deeply nested brackets overflow the parser
         return None
     items = value if isinstance(value, list) else [value]
     calls = [_call(item) for item in items]
