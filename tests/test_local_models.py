@@ -15,6 +15,7 @@ import pytest
 from ania_nb import Callbacks, RunEvent, tool
 from ania_nb.engine.messages import EMPTY_REPLY_MESSAGE
 from ania_nb.engine.repair import repair_history
+from ania_nb.engine.repeats import canonical_arguments
 from ania_nb.engine.text_calls import find_text_calls
 from ania_nb.testing import ScriptedLLM, conversation_problem, reply, tool_call
 
@@ -177,6 +178,13 @@ async def test_a_changing_result_or_other_arguments_is_never_a_repeat(llm, make_
     result = await agent.chat("wait for the build")
     assert len(polls) == 5 and ran == ["a", "b", "c", "d", "e"]
     assert all(c.outcome == "ok" for c in result.tool_calls) and result.warnings == []
+
+
+def test_arguments_compare_as_json_and_odd_text_never_raises():
+    assert canonical_arguments('{"b": 1, "a": [1, 2]}') == canonical_arguments('{"a":[1,2],"b":1}')
+    assert canonical_arguments(" {bad ") == "{bad"
+    deep = "[" * 100_000  # a RecursionError here would take the whole tool round down
+    assert canonical_arguments(deep) == deep
 
 
 async def test_max_repeat_calls_zero_turns_the_guard_off(llm, make_agent):

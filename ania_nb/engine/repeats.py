@@ -24,7 +24,7 @@ def canonical_arguments(arguments: str) -> str:
     """Arguments text that is equal for equal JSON (key order and spacing do not matter)."""
     try:
         value = json.loads(arguments)
-    except ValueError:
+    except (ValueError, RecursionError):  # not JSON, or nested too deep: compare the text
         return arguments.strip()
     return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
 
