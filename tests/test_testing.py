@@ -460,6 +460,7 @@ USER = {"role": "user", "content": "hi"}
         ([USER, _assistant(_call(name=None)), _result()], "function name must be"),
         ([USER, _assistant(_call(arguments="{bad")), _result()], "arguments are not valid JSON"),
         ([USER, _assistant(_call(arguments="NaN")), _result()], "not valid JSON"),
+        ([USER, _assistant(_call(arguments="[" * 100_000)), _result()], "not valid JSON"),
         ([USER, _assistant(_call(arguments="[1]")), _result()], "must be a JSON object"),
         ([USER, _assistant(_call(arguments={"a": 1})), _result()], "must be a string"),
         ([USER, _assistant(_call()), USER], r"\['c1'\] of an earlier message have no result"),

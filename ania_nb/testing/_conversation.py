@@ -78,7 +78,7 @@ def _call_problem(call: Any, open_ids: list[str]) -> str | None:
         return f"arguments must be a string, got {type(arguments).__name__}"
     try:
         value = json.loads(arguments, parse_constant=_refuse)
-    except ValueError as exc:
+    except (ValueError, RecursionError) as exc:
         return f"arguments are not valid JSON ({exc})"
     if not isinstance(value, dict):
         return "arguments must be a JSON object"
