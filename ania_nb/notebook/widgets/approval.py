@@ -130,11 +130,16 @@ class ApprovalCard:
         return tuple(getattr(tool, "shell_arguments", ()))
 
     def html(self) -> str:
-        """The card's final state as static HTML (no buttons)."""
+        """The card as static HTML: its buttons shown disabled (they answer nothing there)."""
         color = COLORS.get(self.state, "#c62828")
+        style = "margin:2px 4px 2px 0;padding:2px 10px;border:1px solid #bbb;border-radius:2px"
+        buttons = "".join(
+            f'<button disabled style="{style}">{html.escape(b.description)}</button>'
+            for b in (self.allow_button, self.deny_button, self.session_button)
+        )
         return (
             f'<div class="ania-approval" style="border:2px solid {color};padding:4px;margin:4px 0">'
-            f"{self.heading.value}{self.summary.value}{self.details.value}"
+            f"{self.heading.value}{self.summary.value}{self.details.value}<div>{buttons}</div>"
             f"{self._verdict_html()}</div>"
         )
 
