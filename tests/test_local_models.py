@@ -225,6 +225,14 @@ async def test_text_tool_calls_run_when_enabled(llm, make_agent, written, stream
     assert_valid(await agent.history())
 
 
+async def test_a_call_inside_inlined_reasoning_is_not_run(llm, make_agent):
+    thinking = f"<think>Maybe {HERMES}? No, I know it.</think>It is 5."
+    llm.script(reply(thinking))
+    agent = make_agent(tools=[add], overrides={"llm.text_tool_calls": True})
+    result = await agent.chat("2+3?")
+    assert result.ok and result.text == "It is 5." and not result.tool_calls
+
+
 async def test_json_naming_no_offered_tool_is_just_an_answer(llm, make_agent):
     answer = '```json\n{"name": "Ada", "arguments": {"born": 1815}}\n```'
     llm.script(reply(answer))

@@ -215,7 +215,8 @@ class ToolLoop:
         if not self.text_tool_calls:
             self._flag_text_calls(message, names)
             return message
-        found = find_text_calls(message.get("content"), names)
+        # Reasoning inlined as <think> may mention a call it then decided against.
+        found = find_text_calls(strip_think(message.get("content")), names)
         if not found.calls:
             return message
         calls = [
