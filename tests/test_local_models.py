@@ -82,6 +82,25 @@ async def test_non_json_arguments_never_poison_the_history(llm, make_agent, tmp_
     assert conversation_problem(llm.requests[-1].messages) is None
 
 
+async def test_a_history_poisoned_by_an_older_version_is_accepted_again(llm, make_agent):
+    agent = make_agent(tools=[add])
+    await agent.start()
+    broken_call = {"id": "c1", "function": {"name": "add", "arguments": '{"a": 1, "b": '}}
+    await agent._rt.store.history.append(
+        "nb:default",
+        [
+            {"role": "user", "content": "add"},
+            {"role": "assistant", "content": None, "tool_calls": [broken_call]},
+            {"role": "tool", "tool_call_id": "c1", "content": "Error executing tool: ..."},
+            {"role": "assistant", "content": None},
+        ],
+    )
+    llm.script(reply("back in business"))
+    result = await agent.chat("hello?")
+    assert result.text == "back in business" and len(llm.requests) == 1  # no refused try
+    assert_valid(await agent.history())
+
+
 def test_repair_adds_the_call_type_and_text_for_contentless_messages():
     history = [
         {"role": "user", "content": "hi"},
