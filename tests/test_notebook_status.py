@@ -235,3 +235,20 @@ def test_bare_ania_shows_the_context_warning_once_a_run_measured_it(shell, llm):
     [line] = [x for x in out.splitlines() if x.startswith("  context")]
     assert "WARNING: the system prompt and tool definitions take about" in line
     assert "agent.max_context_tokens" in line
+
+
+def test_run_ania_routes_history_to_manage_history(shell, llm):
+    from IPython.core.error import UsageError
+    from IPython.utils.capture import capture_output
+
+    from ania_nb.notebook.manage import run_ania
+
+    use_scripted(shell, llm)
+    llm.script(reply("noted"))
+    run(shell, "%agent -q remember A")
+    state = shell.magics_manager.registry["AgentMagics"].state
+    with capture_output() as captured:
+        state.run_sync(run_ania(state, "history show"))
+    assert "remember A" in captured.stdout and "noted" in captured.stdout
+    with pytest.raises(UsageError, match=r"usage: %ania history \[list"):
+        state.run_sync(run_ania(state, "history bogus"))

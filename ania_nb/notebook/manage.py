@@ -18,7 +18,7 @@ from .extension import NotebookState
 USAGE = (
     "usage: %ania (status) | config [set] [key=value …] | "
     "mcp [list|add NAME CMD [ARGS…]|remove NAME|reconnect NAME] | skills [list|reload] | "
-    "plan on|off|status | todo | stop | history [list|show|clear] | tools | log | "
+    "plan on|off|status | todo | stop | history [list|show [S]|clear [S]] | tools | log | "
     "team [list|create|delete] | clock [list|log|…] | "
     "kb [SCOPE|add|add-df|search|delete] | memory [SCOPE|forget] | "
     "usage [--days N] [--session S] | quota [reset [SESSION|all]]"
@@ -178,21 +178,9 @@ async def _stop(state: NotebookState, args: list[str]) -> None:
 
 
 async def _history(state: NotebookState, args: list[str]) -> None:
-    agent = state.agent()
-    session = state.default_session
-    if args and args[0] == "clear":
-        print(f"removed {await agent.clear_history(session)} messages from {session}")
-        return
-    if args and args[0] != "show":
-        raise UsageError("usage: %ania history [show|clear]")
-    messages = await agent.history(session)
-    if not messages:
-        print(f"{session} has no history")
-    for m in messages:
-        content = m.get("content") or ""
-        if m.get("tool_calls"):
-            content += " → " + ", ".join(c["function"]["name"] for c in m["tool_calls"])
-        print(f"{m['role']:>9}: {' '.join(str(content).split())[:200]}")
+    from .manage_history import history_command
+
+    await history_command(state, args)
 
 
 async def _team(state: NotebookState, args: list[str]) -> None:
