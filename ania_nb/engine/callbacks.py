@@ -79,7 +79,8 @@ class RunEvent:
     ``tool_start`` / ``tool_end`` (data: call id, name, arguments, result, error, duration; on
     ``tool_end`` also ``outcome`` — ok, error, denied, blocked, timeout, stopped — and ``stage``,
     the gate stage that stopped the call: plan, hook, admin, human or None),
-    ``usage`` (data: Usage dict), ``run_end`` (data: status).
+    ``usage`` (data: Usage dict), ``run_end`` (data: status, error, and from a run that went
+    through the loop ``warnings``: repeated calls not run, an answer that is only a text call).
     """
 
     kind: str
