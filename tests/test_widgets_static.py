@@ -285,3 +285,39 @@ def test_plain_text_glyphs_are_in_dejavu_sans():
     tables = (STATUS_ICONS, TODO_ICONS, tools.ICONS, approval.GLYPHS, children.ICONS)
     used = {glyph for table in tables for glyph in table.values()} | set(run.SPINNER)
     assert used <= dejavu, used - dejavu
+
+
+async def test_the_run_record_view_shows_stored_code_as_code(llm, make_agent):
+    import pytest
+
+    from ania_nb.errors import UsageError
+    from ania_nb.notebook.widgets.record import record_view
+
+    agent = make_agent(tools=[write_file])
+    content = "def f():\n    return 1\n"
+    llm.script(
+        reply(tool_calls=[tool_call("write_file", {"path": "f.py", "content": content})]),
+        reply("Wrote **f.py**."),
+    )
+    await agent.chat("write f.py", session="nb:rec")
+    [record] = await agent.runs(session="nb:rec")
+    view = await record_view(agent, record.id)
+    bundle = view._repr_mimebundle_()
+    assert set(bundle) == {"text/html", "text/plain"}  # static: no widget to lose
+    page = bundle["text/html"]
+    assert 'data-language="python"' in page
+    assert code_lines(page) == ["def f():", "    return 1", ""]
+    assert "Wrote <strong>f.py</strong>." in page and "</small> write f.py</div>" in page
+    assert f"#{record.id} · nb:rec · " in page and "2 LLM calls" in page
+    lines = view.text().splitlines()
+    assert lines[0].startswith(f"✓ success · #{record.id} · nb:rec · ")
+    assert lines[2].startswith("  ✓ write_file(path=f.py, content=def f(): …(3 lines)) → wrote")
+    assert lines[3:8] == [  # the code with its line breaks, under its argument's name
+        "      content:",
+        "          def f():",
+        "              return 1",
+        "",
+        "      path: f.py",
+    ]
+    with pytest.raises(UsageError, match=r"no run #999 in the run log"):
+        await record_view(agent, 999)

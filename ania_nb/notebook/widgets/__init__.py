@@ -1,4 +1,4 @@
-"""Notebook widgets (ipywidgets 8): run view, todo list, run log, clock, knowledge, usage panels.
+"""Notebook widgets (ipywidgets 8): run view, todo, run log and record, clock, knowledge, usage.
 
 ipywidgets is imported only when a view is created, never when this package is imported.
 Every view also renders as plain text (``text()`` and the text/plain of its MIME bundle), so
@@ -11,6 +11,7 @@ from .approval import ApprovalCard
 from .clock import ClockPanel
 from .knowledge import KbPanel, MemoryList
 from .log import LogView
+from .record import RecordView, record_view
 from .run import RunView
 from .todo import TodoView
 from .tools import ToolRow
@@ -22,8 +23,10 @@ __all__ = [
     "KbPanel",
     "LogView",
     "MemoryList",
+    "RecordView",
     "RunView",
     "TodoView",
     "ToolRow",
     "UsagePanel",
+    "record_view",
 ]

@@ -194,7 +194,7 @@ def arguments_text(tool: str, arguments: str) -> str:
         value = shown[key]
         if code_language(tool, key, value, shown) is not None:
             lines.append(f"{key}:")
-            lines += ["    " + line for line in reveal(value).split("\n")]
+            lines += ["    " + line if line else "" for line in reveal(value).split("\n")]
         else:
             text = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
             lines.append(f"{key}: {reveal(text)}")

@@ -9,6 +9,7 @@ waiting for a person's approval is shown apart from the tool's own duration.
 from __future__ import annotations
 
 import html
+from typing import Any
 
 from ._code import arguments_html, arguments_text
 from ._format import brief_arguments, duration_text, elapsed_text, one_line, pre, truncate
@@ -35,9 +36,7 @@ class ToolRow:
     ``waited`` is the seconds an approval card waited for its answer (None: nobody was asked).
     """
 
-    def __init__(self, call_id: str, name: str, arguments: str) -> None:
-        import ipywidgets as w
-
+    def __init__(self, call_id: str, name: str, arguments: str, *, widget: bool = True) -> None:
         self.id = call_id
         self.name = name
         self.arguments = arguments
@@ -46,7 +45,11 @@ class ToolRow:
         self.duration_ms: int | None = None
         self.awaiting_approval = False
         self.waited: float | None = None
-        self.widget = w.HTML(self.html())
+        self.widget: Any = None  # widget=False: HTML only (a stored run's record view)
+        if widget:
+            import ipywidgets as w
+
+            self.widget = w.HTML(self.html())
 
     def finish(self, result: str, error: str | None, duration_ms: int, outcome: str) -> None:
         """Show how the call ended (``outcome`` as in `ToolCallResult.outcome`)."""
@@ -112,4 +115,5 @@ class ToolRow:
         return f'<details class="ania-tool" data-state="{self.state}">{summary}{body}</details>'
 
     def _refresh(self) -> None:
-        self.widget.value = self.html()
+        if self.widget is not None:
+            self.widget.value = self.html()
