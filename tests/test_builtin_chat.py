@@ -375,9 +375,10 @@ async def test_without_multimodal_or_vision_model_images_cannot_be_viewed(make_a
     loader = Loader([IMG_B])
     agent = make_agent(overrides=BUILTINS)
     call = await run_tool(agent, "load_images", callbacks=Callbacks(load_images=loader))
-    assert call.error is None
-    assert call.result.startswith("the main model cannot view images and no vision model")
-    assert "vision.multimodal" in call.result and "vision.model" in call.result
+    assert call.error is not None  # a tool that cannot work here fails, it does not "answer"
+    assert "the main model cannot view images and no vision model" in call.error
+    assert "vision.multimodal" in call.error and "vision.model" in call.error
+    assert loader.calls == 0
 
 
 # --------------------------------------------------------------------------- front ends

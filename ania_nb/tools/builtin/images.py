@@ -53,8 +53,18 @@ class ImageViewer:
         self.describer = describer
         self.prompt = prompt
 
+    @property
+    def can_view(self) -> bool:
+        """Whether images reach the model at all (natively or described)."""
+        return self.multimodal or self.describer is not None
+
+    def require(self) -> None:
+        """Raise `ToolError` (`CANNOT_VIEW`) when images cannot reach the model."""
+        if not self.can_view:
+            raise ToolError(CANNOT_VIEW)
+
     async def show(self, urls: list[str], ctx: ToolContext, what: str) -> str:
-        """Queue or describe ``urls``; returns the text for the model."""
+        """Queue or describe ``urls``; returns the text for the model (`CANNOT_VIEW` if neither)."""
         labels = ", ".join(image_marker(u) for u in urls)
         if self.multimodal:
             for url in urls:
@@ -113,6 +123,7 @@ class LoadImagesTool(BaseTool[NoParams]):
             return "the images are already loaded in this request; no need to call again"
         if not ctx.callbacks.has("load_images"):
             raise ToolError("this conversation cannot provide the user's images")
+        self.viewer.require()  # a tool that cannot work here answers with an error
         # Claimed before the first await: parallel calls in one round must not load twice.
         ctx.run_state["images_loaded"] = True
         try:
@@ -144,7 +155,8 @@ class LocalImageTool(BaseTool[LocalImageParams]):
 
     async def execute(self, params: LocalImageParams, ctx: ToolContext) -> str:
         """Read the file as a data URI and show it."""
-        path, data = await self.guard.read(params.path)
+        path, data = await self.guard.read(params.path)  # its refusals come first
+        self.viewer.require()
         mime = image_type(data)
         if mime is None:
             raise ToolError(
