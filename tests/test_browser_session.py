@@ -54,7 +54,8 @@ def _notebook(cell_ids: list[str]) -> dict[str, Any]:
          "execution_count": None}
         for cid in cell_ids
     ]  # fmt: skip
-    return {"cells": cells, "metadata": {}, "nbformat": 4, "nbformat_minor": 5}
+    spec = {"name": "python3", "display_name": "Python 3 (ipykernel)", "language": "python"}
+    return {"cells": cells, "metadata": {"kernelspec": spec}, "nbformat": 4, "nbformat_minor": 5}
 
 
 class Kernel:
@@ -229,3 +230,40 @@ def test_interrupt_during_an_approval_stops_the_run_in_one_line(lab: Lab, page: 
     text = output.inner_text()
     assert "CancelledError" not in text and "Traceback" not in text and "run_magic" not in text
     assert text.count("interrupted") == 1
+
+
+def test_first_save_rename_in_the_browser_keeps_the_conversation(lab: Lab, page: Any, llm, folder):
+    """A notebook made with the launcher, asked once, saved (JupyterLab asks for its name on
+    the first save of an Untitled notebook), asked again: the second run sees the first."""
+    from playwright.sync_api import expect
+
+    llm.script(reply("Noted."), reply("Blue."))
+    page.goto(f"{lab.url}/lab/workspaces/{folder}/tree/{folder}?token={lab.token}")
+    page.locator('.jp-LauncherCard[data-category="Notebook"]').first.click()
+    expect(page.get_by_role("tab", name=re.compile(r"Untitled\.ipynb"))).to_be_visible()
+    expect(page.locator("#jp-main-statusbar")).to_contain_text(re.compile(r"Python[^|]*\| Idle"))
+    cells = page.locator(".jp-NotebookPanel:not(.lm-mod-hidden) .jp-Notebook .jp-Cell")
+
+    def run_cell(index: int, source: str) -> None:
+        cells.nth(index).locator(".cm-content").click()
+        page.keyboard.type(source)
+        page.keyboard.press("Shift+Enter")
+        expect(cells.nth(index).locator(".jp-InputPrompt")).to_have_text(f"[{index + 1}]:")
+
+    run_cell(0, "%load_ext ania_nb")
+    run_cell(1, "%%agent -q\nMy favourite colour is blue.")
+    assert _asked(llm) == ["My favourite colour is blue."]
+
+    page.keyboard.press("Escape")
+    page.keyboard.press("Control+s")
+    name = page.locator(".jp-Dialog input[type='text'], .jp-Dialog input:not([type])").first
+    expect(name).to_be_visible()
+    name.fill("analysis.ipynb")
+    page.keyboard.press("Enter")
+    expect(page.get_by_role("tab", name=re.compile(r"analysis\.ipynb"))).to_be_visible()
+    expect(page.locator(".jp-Dialog")).to_have_count(0)
+    assert (lab.root / folder / "analysis.ipynb").exists()
+    assert not (lab.root / folder / "Untitled.ipynb").exists()
+
+    run_cell(2, "%%agent -q\nWhat is my favourite colour?")
+    assert _asked(llm) == ["My favourite colour is blue.", "What is my favourite colour?"]
