@@ -321,3 +321,20 @@ async def test_the_run_record_view_shows_stored_code_as_code(llm, make_agent):
     ]
     with pytest.raises(UsageError, match=r"no run #999 in the run log"):
         await record_view(agent, 999)
+
+
+async def test_abort_ends_a_view_whose_run_raised(llm, make_agent):
+    agent = make_agent(tools=[python_tool], overrides=GATED)
+    llm.script(reply(tool_calls=[tool_call("python", {"code": "1"})]), reply("never"))
+    view = RunView(agent, session="nb:abort")
+    task = start(agent, view)
+    await until(lambda: view.cards, "the approval card")
+    view.abort("the kernel's event loop went away")  # e.g. agent.chat raised
+    [card], [row] = view.cards.values(), view.tool_rows.values()
+    assert card.state == "stopped" and card.disabled and row.state == "stopped"
+    assert not view.live and view._ticker is None
+    assert view.text().startswith("✗ error · nb:abort · ")
+    assert "the kernel&#x27;s event loop went away" in view.html()
+    assert set(view._repr_mimebundle_()) == {"text/html", "text/plain"}
+    agent.stop("nb:abort")
+    await task

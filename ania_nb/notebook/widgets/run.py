@@ -282,15 +282,25 @@ class RunView(Displayable):
         self.reply.value = markdown_html(result.text)
         self._rendered = len(result.text)
         self.usage_label.value = usage_text(self.usage) + self._cost_text(result)
+        self._end_open_parts(result.status)
+
+    def abort(self, error: str, status: str = "error") -> None:
+        """End the view of a run that gave no `RunResult` (it raised): the status and why."""
+        self.status, self.error, self.notice = status, error, ""
+        self._render_stream()
+        self._end_open_parts(status)
+
+    def _end_open_parts(self, status: str) -> None:
+        """Settle open cards, running rows and children; stop the ticker; save the final state."""
         for card in self.cards.values():
             if card.state == "pending":
-                card.resolve("stopped", f"the run ended ({result.status})")
+                card.resolve("stopped", f"the run ended ({status})")
                 self._answered(card)
         for row in self.tool_rows.values():
             if row.state == "running":
-                row.finish(f"the run ended ({result.status})", "not finished", 0, "stopped")
+                row.finish(f"the run ended ({status})", "not finished", 0, "stopped")
         for nested in self.children.values():
-            nested.end_foreground(result.status)  # background children go on
+            nested.end_foreground(status)  # background children go on
         self._stop_ticker()
         self._render_header()
         self.refresh_display()
