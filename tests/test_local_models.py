@@ -370,3 +370,21 @@ async def test_an_empty_answer_without_tool_rounds_is_left_alone(llm, make_agent
     agent = make_agent(tools=[add])
     result = await agent.chat("say nothing")
     assert result.ok and result.text == "" and len(llm.requests) == 1
+
+
+# ------------------------------------------------------------------ item 3: the run path's part
+
+
+async def test_a_large_fixed_part_does_not_compact_every_turn(llm, make_agent):
+    """The run measures the system prompt and tools, so only the conversation is budgeted."""
+    overrides = {
+        "agent.max_context_tokens": 1000,  # threshold 800; the prompt alone is about 1,000
+        "agent.system_prompt": "You are a careful assistant. " * 140,
+    }
+    agent = make_agent(tools=[add], overrides=overrides)
+    for n in range(3):
+        llm.script(reply(f"answer {n}"))
+        assert (await agent.chat(f"question {n}")).ok
+    assert len(llm.requests) == 3  # no summariser call on any turn
+    window = agent._rt.window
+    assert window.fixed_too_large and "agent.max_context_tokens" in window.fixed_warning

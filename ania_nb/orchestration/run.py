@@ -231,15 +231,27 @@ class _Run:
 
     # ---------------------------------------------------------------- context window
 
+    def _fixed_part(self) -> int:
+        """Measure this request's fixed part (system prompt + tool definitions) for the budget.
+
+        Measured per request, not once: tools come and go (MCP loads, session tools), and the
+        window is shared by every session of the agent.
+        """
+        tools = self.spec.tools
+        definitions = tools.definitions() if tools is not None else None
+        return self.services.window.fixed_part(self.spec.system_prompt, definitions or None)
+
     async def _fit(self, history: list[Message], turn: Message) -> list[Message]:
         """Compact the history first when the next request would be over budget."""
         conv, window = self.spec.conversation, self.services.window
+        fixed = self._fixed_part()  # on every turn: a front end shows its warning from the first
         if conv is None or not history:
             return history
+        # The whole prompt, fixed part included, as the provider would count it.
         size = conv.last_prompt_tokens + conv.pending_tokens + estimate_tokens([turn])
         if not conv.last_prompt_tokens:
-            size = estimate_tokens([*history, turn])
-        if not window.needs_compaction(history, size):
+            size = estimate_tokens([*history, turn]) + fixed
+        if not window.needs_compaction(history, size, fixed_tokens=fixed):
             return history
         return await self._compact(history)
 
@@ -269,7 +281,8 @@ class _Run:
         if self.sent and self.older:  # the first call was sized by `_fit`
             # Last prompt as counted by the provider + what this run appended since.
             size = self.usage.last_prompt_tokens + estimate_tokens(messages[self.sent :])
-            if self.services.window.needs_compaction(messages, size):
+            part = self._fixed_part()
+            if self.services.window.needs_compaction(messages, size, fixed_tokens=part):
                 compacted = await self._compact(messages[1 : 1 + self.older])
                 messages[1 : 1 + self.older] = compacted
                 self.older = len(compacted)
