@@ -211,7 +211,8 @@ def _interrupted_line(result: Any) -> str:
 async def manage(state: NotebookState, line: str) -> Any:
     """Run one ``%ania`` command for this notebook (``history`` here, the rest in `manage`)."""
     words = line.split()
-    if words[:1] != ["config"]:  # config must work even when the current settings are broken
+    # config must work even when the current settings are broken; stop needs no Agent made.
+    if words[:1] != ["config"] and (words[:1] != ["stop"] or state.agent_created):
         await state.identify()  # the notebook may have been renamed since the last cell
     if words[:1] == ["history"]:
         from .manage_history import history_command
