@@ -191,13 +191,15 @@ async def run_agent(magics: AgentMagics, line: str, cell: str | None) -> Any:
     try:
         result = await asyncio.shield(running)
     except asyncio.CancelledError:
-        if running.done():
-            raise
-        agent.stop(session)
+        finished = running.done()
+        if not finished:
+            agent.stop(session)
         try:
             result = await asyncio.wait_for(asyncio.shield(running), 30)
         except BaseException:  # an interrupt during the stop itself: say the same
             result = None
+        if finished:
+            raise RunInterrupted("interrupted after the run had finished") from None
         raise RunInterrupted(_interrupted_line(result)) from None
     return None if view is not None else result
 
@@ -231,10 +233,13 @@ async def run_magic(kind: str, line: str, cell: str | None = None) -> Any:
     magics = shell.magics_manager.registry.get("AgentMagics") if shell else None
     if magics is None:
         raise UsageError("ania_nb is not loaded: run %load_ext ania_nb first")
-    if kind == "ania":
-        # IPython expands {expr} in line magics; the rewritten path must do the same.
-        return await shown_cleanly(manage(magics.state, interpolate(line, shell.user_ns)))
-    return await shown_cleanly(run_agent(magics, line, cell))
+    try:
+        if kind == "ania":
+            # IPython expands {expr} in line magics; the rewritten path must do the same.
+            return await shown_cleanly(manage(magics.state, interpolate(line, shell.user_ns)))
+        return await shown_cleanly(run_agent(magics, line, cell))
+    except asyncio.CancelledError:  # Interrupt before a run started, or during an %ania command
+        raise RunInterrupted("interrupted") from None
 
 
 def transform_cell(lines: list[str]) -> list[str]:
