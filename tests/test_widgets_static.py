@@ -338,3 +338,26 @@ async def test_abort_ends_a_view_whose_run_raised(llm, make_agent):
     assert set(view._repr_mimebundle_()) == {"text/html", "text/plain"}
     agent.stop("nb:abort")
     await task
+
+
+def test_the_knowledge_line_in_the_run_view_uses_svg_icons():
+    from ania_nb.notebook.widgets._kb_parts import injected_html, injected_text
+
+    data = {
+        "chunks": [{"doc_id": "d", "title": "Guide", "score": 0.8}],
+        "memories": [{"content": "Alice likes tea"}],
+    }
+    line = injected_html(data)
+    assert 'aria-label="knowledge"' in line and 'aria-label="memory"' in line
+    assert not NO_FONT.search(line) and "Guide" in line and "Alice likes tea" in line
+    assert injected_text(data).startswith("📚 injected: ")  # plain text (terminals) keeps it
+
+
+def test_every_icon_is_well_formed_svg():
+    import xml.etree.ElementTree as ET
+
+    from ania_nb.notebook.widgets._icons import _SHAPES, STATES, icon
+
+    for name in [*STATES, *_SHAPES]:
+        svg = ET.fromstring(icon(name))  # a duplicate attribute or bad nesting raises
+        assert svg.tag == "svg" and svg.get("aria-label") == name and len(svg) >= 1

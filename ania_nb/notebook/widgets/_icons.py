@@ -10,6 +10,7 @@ import html
 
 # 16x16 shapes, drawn with ``currentColor`` so the icon takes the colour around it.
 _STROKE = 'fill="none" stroke="currentColor" stroke-width="2" stroke-linecap="round"'
+_THIN = _STROKE.replace('stroke-width="2"', 'stroke-width="1.5"')
 _SHAPES = {
     "check": f'<path d="M2.5 8.5l3.5 3.5 7.5-8" {_STROKE}/>',
     "cross": f'<path d="M3.5 3.5l9 9M12.5 3.5l-9 9" {_STROKE}/>',
@@ -22,8 +23,11 @@ _SHAPES = {
     "warning": '<path d="M8 1.5L15 14H1z" fill="currentColor"/>'
     '<path d="M8 6v4M8 11.8v.2" stroke="#fff" stroke-width="1.8" stroke-linecap="round"/>',
     "hourglass": f'<path d="M4 2h8M4 14h8M5 2c0 4 6 4 6 6s-6 2-6 6M11 2c0 4-6 4-6 6s6 2 6 6" '
-    f'{_STROKE} stroke-width="1.5"/>',
+    f"{_THIN}/>",
     "download": f'<path d="M8 2v8M4.5 7L8 10.5 11.5 7M3 13.5h10" {_STROKE}/>',
+    "book": f'<path d="M2 3h4.5A1.5 1.5 0 0 1 8 4.5V14a1.5 1.5 0 0 0-1.5-1.5H2zM14 3H9.5A1.5 '
+    f'1.5 0 0 0 8 4.5V14a1.5 1.5 0 0 1 1.5-1.5H14z" {_THIN}/>',
+    "memory": f'<circle cx="8" cy="7" r="5" {_THIN}/><path d="M6 14h4M8 4v3l2 1" {_THIN}/>',
 }
 
 GREEN, RED, AMBER, GREY, BLUE = "#2e7d32", "#c62828", "#ef6c00", "#757575", "#1565c0"

@@ -165,7 +165,10 @@ def injected_html(data: Mapping[str, Any]) -> str:
             f"match {float(chunk.get('match') or 0):.2f}"
         )
     tip = html.escape("\n".join(details), quote=True)
+    from ._icons import icon  # SVG, not emoji: no emoji font needed in the browser
+
     line = html.escape(injected_text(data))
+    line = line.replace("📚", icon("book", label="knowledge")).replace("🧠", icon("memory"))
     return f'<div style="opacity:0.75;font-size:90%" title="{tip}">{line}</div>'
 
 
