@@ -388,3 +388,69 @@ async def test_a_large_fixed_part_does_not_compact_every_turn(llm, make_agent):
     assert len(llm.requests) == 3  # no summariser call on any turn
     window = agent._rt.window
     assert window.fixed_too_large and "agent.max_context_tokens" in window.fixed_warning
+
+
+# ------------------------------------------------------------------ all habits at once
+
+
+class SloppyModel:
+    """A seeded stand-in for a 1.5B model: broken JSON, text calls, repeats, empty replies."""
+
+    def __init__(self, seed: int) -> None:
+        import random
+
+        self.rng = random.Random(seed)
+        self.tally: dict[str, int] = {}
+
+    def __call__(self, request: Any) -> Any:
+        last = request.messages[-1]
+        if last["role"] == "user" and last["content"] == EMPTY_REPLY_MESSAGE:
+            return self._pick({"answer": 3, "empty": 1})
+        weights = {"answer": 2, "empty": 2, "broken": 2, "text": 2, "meme": 3}
+        if last["role"] == "tool" and str(last["content"]).startswith("sent a meme"):
+            weights["meme"] = 8  # once it starts, a small model loops on the same call
+        if last["role"] == "tool" and "Not run" in str(last["content"]):
+            weights["meme"] = 1  # a model that was told usually stops
+        return self._pick(weights)
+
+    def _pick(self, weights: dict[str, int]) -> Any:
+        kind = self.rng.choices(list(weights), list(weights.values()))[0]
+        self.tally[kind] = self.tally.get(kind, 0) + 1
+        if kind == "answer":
+            return reply("Here is what I found.")
+        if kind == "empty":
+            return reply(self.rng.choice(["", None, "<think>hm</think>"]))
+        if kind == "broken":
+            broken = self.rng.choice(['{"a": 1, "b": ', "NaN", "[1, 2]"])
+            return reply(tool_calls=[tool_call("add", broken)])
+        if kind == "text":
+            return reply(HERMES)
+        return reply(tool_calls=[tool_call("meme", {"topic": "cats"})])
+
+
+@pytest.mark.parametrize("text_tool_calls", [False, True])
+async def test_a_hundred_sloppy_chats_never_poison_the_session(llm, make_agent, text_tool_calls):
+    meme, ran = counting_tool()
+    model = SloppyModel(seed=20)
+    llm.responder = model
+    overrides = {"llm.text_tool_calls": text_tool_calls, "agent.max_iterations": 8}
+    agent = make_agent(tools=[add, meme], overrides=overrides)
+    statuses: dict[str, int] = {}
+    text_runs = flagged = 0
+    for n in range(50):
+        result = await agent.chat(f"chat {n}")
+        statuses[result.status] = statuses.get(result.status, 0) + 1
+        text_runs += sum(c.id.startswith("call_text_") for c in result.tool_calls)
+        flagged += any("written as text" in w for w in result.warnings)
+        assert "invalid conversation" not in (result.error or "")  # the server never refused
+        if result.tool_calls:  # never a success without an answer after tool rounds
+            assert result.text or result.status == "error"
+        if result.status == "error":
+            assert "empty answer" in (result.error or "")
+    assert_valid(await agent.history())
+    assert len(ran) < model.tally["meme"]  # some repeats were answered, not run
+    asked = sum(r.messages[-1].get("content") == EMPTY_REPLY_MESSAGE for r in llm.requests)
+    assert asked > 0  # empty answers after tools were asked for again
+    assert (text_runs > 0, flagged > 0) == (text_tool_calls, not text_tool_calls)
+    print(f"text_tool_calls={text_tool_calls}: {statuses}, model habits {model.tally}, ", end="")
+    print(f"memes run {len(ran)}, empty answers asked again {asked}, text calls run {text_runs}")
