@@ -812,6 +812,31 @@ def test_cli_serves_a_script_until_sigterm(tmp_path: Path):
     assert (proc.returncode, out, err) == (0, "", "")
 
 
+def test_cli_strict_status_refuses_a_bad_history_like_llama_server(tmp_path: Path):
+    script = tmp_path / "script.json"
+    script.write_text(script_to_json([reply("valid")]), encoding="utf-8")
+    cmd = [sys.executable, "-m", "ania_nb.testing", "serve", "--script", str(script)]
+    poisoned = [USER, _assistant(_call(arguments="{bad")), _result()]
+    with subprocess.Popen(
+        [*cmd, "--strict-status", "500"], cwd=ROOT, stdout=subprocess.PIPE, text=True
+    ) as proc:
+        try:
+            assert proc.stdout is not None
+            base_url = proc.stdout.readline().strip().removeprefix("base_url=")
+            with openai.OpenAI(base_url=base_url, api_key="k", max_retries=0) as client:
+                with pytest.raises(openai.InternalServerError, match="not valid JSON"):
+                    client.chat.completions.create(model="m", messages=poisoned)
+                resp = client.chat.completions.create(model="m", messages=HI)
+            assert resp.choices[0].message.content == "valid"
+        finally:
+            proc.send_signal(signal.SIGTERM)
+            proc.communicate(timeout=10)
+    refused = subprocess.run(
+        [*cmd, "--strict-status", "200"], cwd=ROOT, capture_output=True, text=True
+    )
+    assert refused.returncode == 2 and "strict_status must be 4xx or 5xx" in refused.stderr
+
+
 def test_cli_help_and_bad_script(tmp_path: Path):
     run = [sys.executable, "-m", "ania_nb.testing"]
     shown = subprocess.run([*run, "serve", "--help"], cwd=ROOT, capture_output=True, text=True)

@@ -1,6 +1,7 @@
 """Command line: serve a scripted LLM from a JSON script in the foreground.
 
     python -m ania_nb.testing serve --script script.json [--loop] [--port 0] [--chunk-size 8]
+                                    [--strict-status 400|500]
 
 Prints exactly one line, ``base_url=<url>``, then serves until SIGTERM or SIGINT (exit 0).
 """
@@ -31,6 +32,13 @@ def _parser() -> argparse.ArgumentParser:
     )
     serve.add_argument("--port", type=int, default=0, help="TCP port (default: a free one)")
     serve.add_argument("--chunk-size", type=int, default=8, help="characters per stream chunk")
+    serve.add_argument(
+        "--strict-status",
+        type=int,
+        metavar="CODE",
+        help="refuse conversations real servers refuse, with this HTTP status "
+        "(400 as OpenAI does, 500 as llama-server does); default: accept any",
+    )
     return parser
 
 
@@ -45,7 +53,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     stop = threading.Event()
     for signum in (signal.SIGTERM, signal.SIGINT):
         signal.signal(signum, lambda *_: stop.set())
-    with ScriptedLLM(loop=args.loop, chunk_size=args.chunk_size, port=args.port) as llm:
+    strict = args.strict_status is not None
+    try:
+        llm = ScriptedLLM(
+            loop=args.loop,
+            chunk_size=args.chunk_size,
+            port=args.port,
+            strict=strict,
+            strict_status=args.strict_status if strict else 400,
+        )
+    except ValueError as exc:
+        parser.error(str(exc))
+    with llm:
         llm.script(*items)
         print(f"base_url={llm.base_url}", flush=True)
         stop.wait()
