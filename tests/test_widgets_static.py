@@ -14,7 +14,6 @@ import sys
 from pathlib import Path
 
 import nbformat
-from _kernel import write_config
 from nbclient import NotebookClient
 
 from ania_nb import tool
@@ -245,22 +244,23 @@ async def test_log_columns_do_not_wrap(llm, make_agent):
 # ------------------------------------------------------- a real kernel, then nbconvert
 
 
-def test_nbconvert_html_of_an_executed_notebook_contains_the_runs(llm, tmp_path: Path):
-    write_config(tmp_path, llm.base_url)
-    (tmp_path / "ania.toml").write_text(
-        (tmp_path / "ania.toml").read_text() + "\n[approval]\nenable = false\n"
-    )
-    llm.script(
-        reply("Looking.", tool_calls=[tool_call("notebook_vars", {})]),
-        reply("Nothing **special** here."),
-    )
-    cells = ["%load_ext ania_nb", "%%agent\nWhat variables are there?"]
-    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(c) for c in cells])
-    resources = {"metadata": {"path": str(tmp_path)}}
-    NotebookClient(nb, timeout=90, resources=resources).execute()
-    [output] = nb.cells[1].outputs
-    assert set(output["data"]) == {"text/html", "text/plain"}  # the final update was kept
-    path = tmp_path / "ran.ipynb"
+def test_nbconvert_html_of_the_executed_quickstart_contains_the_runs(tmp_path: Path):
+    quickstart = Path(__file__).resolve().parents[1] / "notebooks" / "quickstart.ipynb"
+    nb = nbformat.read(quickstart, as_version=4)
+    [config] = [c for c in nb.cells if "approval.timeout=10 " in c.source]
+    # Nobody is there to click Allow: let python run without asking.
+    config.source = config.source.replace("approval.timeout=10 ", "notebook.python_approval=false ")
+    for cell in nb.cells:
+        cell.outputs = [] if cell.cell_type == "code" else None
+        if cell.cell_type != "code":
+            del cell["outputs"]
+    # A real kernel runs it.
+    NotebookClient(nb, timeout=90, resources={"metadata": {"path": str(tmp_path)}}).execute()
+    runs = [c for c in nb.cells if c.source.startswith("%%agent")]
+    for cell in runs:
+        [output] = cell.outputs
+        assert set(output["data"]) == {"text/html", "text/plain"}  # the final update was kept
+    path = tmp_path / "quickstart.ipynb"
     nbformat.write(nb, path)
     subprocess.run(
         [sys.executable, "-m", "jupyter", "nbconvert", "--to", "html", str(path)],
@@ -268,11 +268,15 @@ def test_nbconvert_html_of_an_executed_notebook_contains_the_runs(llm, tmp_path:
         capture_output=True,
         timeout=120,
     )
-    page = (tmp_path / "ran.html").read_text(encoding="utf-8")
+    page = (tmp_path / "quickstart.html").read_text(encoding="utf-8")
     assert "Error displaying widget" not in page
-    assert "› What variables are there?" in page
-    assert "notebook_vars(" in page and "Looking." in page
-    assert "Nothing <strong>special</strong> here." in page
+    assert "› How many units did each region sell?" in page  # the first run's prompt …
+    assert "notebook_vars(name=sales)" in page  # … its tool rows …
+    assert "python(code=totals = {} …(4 lines))" in page
+    assert 'data-language="python"' in page  # … the code as code …
+    reply_html = "Units sold per region: <code>{'north': 380, 'south': 313}</code>"
+    assert reply_html in page  # … and the reply as Markdown
+    assert "Plan saved: one step done, one in progress, one to go." in page  # the second run
     assert "LLM calls" in page and ">success</b>" in page
 
 
