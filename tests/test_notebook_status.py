@@ -9,7 +9,8 @@ import socket
 import pytest
 
 from ania_nb import Config
-from ania_nb.notebook.firstrun import FirstRun, FirstRunError, is_local, unreachable
+from ania_nb.errors import ConfigError
+from ania_nb.notebook.firstrun import FirstRun, is_local, unreachable
 from ania_nb.notebook.status import NOTEBOOK_CALLBACKS
 from ania_nb.testing import reply
 
@@ -34,9 +35,10 @@ def closed_port() -> int:
 
 async def test_an_empty_key_on_a_hosted_endpoint_says_what_to_set_and_where():
     config = Config()  # the default: a hosted endpoint, no key
-    with pytest.raises(FirstRunError) as caught:
+    with pytest.raises(ConfigError) as caught:
         await FirstRun().check(config)
     message = str(caught.value)
+    assert caught.value.key == "llm.api_key"
     assert message.startswith("llm.api_key is empty, and the endpoint https://api.deepseek.com")
     assert "ania.toml next to this notebook" in message and 'api_key = "sk-…"' in message
     assert "ANIA_LLM__API_KEY=sk-…" in message
@@ -47,9 +49,10 @@ async def test_an_empty_key_on_a_hosted_endpoint_says_what_to_set_and_where():
 async def test_an_unreachable_local_endpoint_is_named_with_how_to_fix_it():
     url = f"http://127.0.0.1:{closed_port()}/v1"
     config = Config(llm={"base_url": url})  # local: no key needed, but nothing listens
-    with pytest.raises(FirstRunError) as caught:
+    with pytest.raises(ConfigError) as caught:
         await FirstRun().check(config)
     message = str(caught.value)
+    assert caught.value.key == "llm.base_url"
     assert message.startswith(f"cannot reach the model endpoint llm.base_url = {url}: ")
     assert "refused the connection" in message
     assert "ANIA_LLM__BASE_URL=" in message and "%ania config set llm.base_url=" in message
@@ -63,7 +66,7 @@ async def test_a_reachable_endpoint_passes_and_is_not_probed_again():
     await check.check(config)
     server.close()
     await check.check(config)  # remembered: no second connect
-    with pytest.raises(FirstRunError, match="refused the connection"):
+    with pytest.raises(ConfigError, match="refused the connection"):
         await FirstRun().check(config)  # a fresh check does connect
 
 

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
 from urllib.request import getproxies, proxy_bypass
 
-from ..errors import UsageError
+from ..errors import ConfigError
 
 if TYPE_CHECKING:  # pragma: no cover
     from ..config import Config
@@ -31,10 +31,6 @@ Set it in one of these:
                                        {key} = "{example}"
   • the environment, before starting Jupyter:   {env}={example}
   • this kernel only:   %ania config set llm.{key}={example}"""
-
-
-class FirstRunError(UsageError):
-    """The model cannot be reached as configured; the message says what to set and where."""
 
 
 def is_local(host: str) -> bool:
@@ -115,12 +111,16 @@ class FirstRun:
         )
 
     async def check(self, config: Config) -> None:
-        """Raise `FirstRunError` when the model cannot be reached as ``config`` says."""
+        """Raise `ConfigError` when the model cannot be reached as ``config`` says.
+
+        Its ``key`` is llm.api_key or llm.base_url; the message says what to set and where.
+        """
         has_key = bool(config.llm.api_key and config.llm.api_key.get_secret_value().strip())
         seen = (config.llm.base_url, has_key)
         if seen in self._passed:
             return
         message = await self.problem(config)
         if message is not None:
-            raise FirstRunError(message)
+            key = "llm.api_key" if message.startswith("llm.api_key") else "llm.base_url"
+            raise ConfigError(message, key=key)
         self._passed.add(seen)
