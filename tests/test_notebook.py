@@ -570,3 +570,31 @@ def test_a_prompt_in_the_wrong_place_is_one_line(shell, cell, message):
         result = shell.run_cell(cell)
     assert not result.success
     assert message in captured.stderr and "Traceback" not in captured.stderr
+
+
+def _closed_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@pytest.mark.parametrize(
+    ("settings", "said"),
+    [
+        ({"llm.base_url": "https://api.example.com/v1", "llm.api_key": ""}, "llm.api_key is empty"),
+        ({"llm.base_url": "http://127.0.0.1:{port}/v1"}, "cannot reach the model endpoint"),
+    ],
+)
+def test_a_first_run_that_cannot_work_says_why_at_once(shell, llm, settings, said):
+    from IPython.utils.capture import capture_output
+
+    port = _closed_port()
+    state_of(shell).overrides.update({k: v.format(port=port) for k, v in settings.items()})
+    with capture_output() as captured:
+        result = shell.run_cell("%%agent\nhello")
+    assert not result.success
+    assert said in captured.stderr and "%ania config set llm." in captured.stderr
+    assert "Traceback" not in captured.stderr and widgets(captured) == []
+    assert llm.requests == []

@@ -39,7 +39,10 @@ def test_agent_cell_interpolates_shows_a_view_and_sets_underscore(llm, folder):
     )
     assert llm.requests[0].messages[-1]["content"].endswith("What is 41 + 1?")
     view = outputs[2]
-    assert any("application/vnd.jupyter.widget-view+json" in o.get("data", {}) for o in view)
+    # A finished run's output is its final state as static HTML (the widget is no longer needed
+    # once nothing runs), with plain text beside it.
+    [html] = [o["data"]["text/html"] for o in view if "text/html" in o.get("data", {})]
+    assert "It is 42." in html and "What is 41 + 1?" in html
     assert "It is 42." in output_text(view)  # the plain-text fallback of the run view
     assert output_text(outputs[3]).strip() == "RunResult success It is 42."
 

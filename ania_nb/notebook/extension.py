@@ -24,6 +24,9 @@ class NotebookState:
         self._agent: Agent | None = None
         self.background: set[asyncio.Task[Any]] = set()
         self._session: str | None = None  # this notebook's session, once identified
+        from .firstrun import FirstRun
+
+        self.first_run = FirstRun()  # checks key and endpoint before a run, until one passes
 
     @property
     def agent_created(self) -> bool:

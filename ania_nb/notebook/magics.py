@@ -153,6 +153,7 @@ async def run_agent(magics: AgentMagics, line: str, cell: str | None) -> Any:
         raise UsageError("empty prompt: write it in the cell (%%agent) or after %agent")
     state = magics.state
     agent = state.agent()
+    await state.first_run.check(agent.config)  # no key, no endpoint: say so now, not after retries
     session = args.session or await state.identify()
     if args.new:
         from .manage_history import archive_history
@@ -170,13 +171,22 @@ async def run_agent(magics: AgentMagics, line: str, cell: str | None) -> Any:
         display(view)
 
     async def go() -> Any:
-        result = await agent.chat(
-            prompt,
-            session=session,
-            callbacks=view.callbacks if view is not None else None,
-            model=args.model,
-            plan=args.plan,  # this run only: other runs of the session are not affected
-        )
+        try:
+            result = await agent.chat(
+                prompt,
+                session=session,
+                callbacks=view.callbacks if view is not None else None,
+                model=args.model,
+                plan=args.plan,  # this run only: other runs of the session are not affected
+            )
+        except asyncio.CancelledError:  # a --bg run ended by %ania stop
+            if view is not None:
+                view.abort("stopped", status="stopped")
+            raise
+        except Exception as exc:
+            if view is not None:
+                view.abort(str(exc) or type(exc).__name__)
+            raise
         if view is not None:
             view.finish(result)
         shell.user_ns["_"] = result
@@ -198,6 +208,8 @@ async def run_agent(magics: AgentMagics, line: str, cell: str | None) -> Any:
             result = await asyncio.wait_for(asyncio.shield(running), 30)
         except BaseException:  # an interrupt during the stop itself: say the same
             result = None
+            if view is not None:
+                view.abort("interrupted", status="stopped")
         if finished:
             raise RunInterrupted("interrupted after the run had finished") from None
         raise RunInterrupted(_interrupted_line(result)) from None
@@ -211,15 +223,11 @@ def _interrupted_line(result: Any) -> str:
 
 
 async def manage(state: NotebookState, line: str) -> Any:
-    """Run one ``%ania`` command for this notebook (``history`` here, the rest in `manage`)."""
+    """Run one ``%ania`` command (see `manage.run_ania`) for this notebook's session."""
     words = line.split()
     # config must work even when the current settings are broken; stop needs no Agent made.
     if words[:1] != ["config"] and (words[:1] != ["stop"] or state.agent_created):
         await state.identify()  # the notebook may have been renamed since the last cell
-    if words[:1] == ["history"]:
-        from .manage_history import history_command
-
-        return await history_command(state, split_words(line)[1:])
     from .manage import run_ania
 
     return await run_ania(state, line)
