@@ -18,7 +18,7 @@ from nbclient import NotebookClient
 
 from ania_nb import tool
 from ania_nb.notebook.widgets import LogView, RunView
-from ania_nb.notebook.widgets._code import arguments_html, code_block
+from ania_nb.notebook.widgets._code import arguments_html, code_block, expected_details
 from ania_nb.notebook.widgets._format import outcome_text, usage_text
 from ania_nb.notebook.widgets.children import tokens_text
 from ania_nb.testing import reply, tool_call, usage
@@ -365,3 +365,54 @@ def test_every_icon_is_well_formed_svg():
     for name in [*STATES, *_SHAPES]:
         svg = ET.fromstring(icon(name))  # a duplicate attribute or bad nesting raises
         assert svg.tag == "svg" and svg.get("aria-label") == name and len(svg) >= 1
+
+
+async def test_parallel_calls_of_one_tool_each_card_shows_its_own_call(llm, make_agent):
+    agent = make_agent(tools=[python_tool], overrides=GATED)
+    first, second = "a = 1\nprint(a)", "b = 2\nprint(b)"
+    llm.script(
+        reply(
+            tool_calls=[
+                tool_call("python", {"code": first}),
+                tool_call("python", {"code": second}),
+            ]
+        ),
+        reply("both ran"),
+    )
+    view = RunView(agent, session="nb:two")
+    task = start(agent, view)
+    await until(lambda: len(view.tool_rows) == 2 and view.cards, "two rows and a card")
+    # Both calls run at once; their questions come one at a time, in either order.
+    for _ in range(2):
+        await until(lambda: any(c.state == "pending" for c in view.cards.values()), "a card")
+        card = next(c for c in view.cards.values() if c.state == "pending")
+        row = view._card_rows[card.request.id]
+        assert card.arguments == row.arguments and card.request.details.count("print(") == 1
+        shown = code_lines(card.details.value)
+        assert shown == json.loads(row.arguments)["code"].split("\n")
+        card.allow_button.click()
+        await until(lambda c=card: c.state == "allowed", "the answer")
+    view.finish(await task)
+    assert {r.state for r in view.tool_rows.values()} == {"ok"}
+    assert all(r.waited is not None for r in view.tool_rows.values())
+
+
+def test_a_card_is_matched_to_its_call_by_the_gates_text():
+    from ania_nb.engine.callbacks import ApprovalRequest
+    from ania_nb.notebook.widgets.approval import row_asking
+    from ania_nb.notebook.widgets.tools import ToolRow
+
+    class NoTools:  # an agent whose tool table does not know the tool (session-only tool)
+        tools = type("T", (), {"get": staticmethod(lambda name: None)})()
+
+    rows = [
+        ToolRow(str(n), "python", json.dumps({"code": f"x = {n}\nprint(x)"}), widget=False)
+        for n in range(3)
+    ]
+    for n in (2, 0, 1):
+        details = expected_details("python", rows[n].arguments)
+        request = ApprovalRequest("r", "s", "python", "run Python", details=details)
+        assert row_asking(NoTools(), request, rows) is rows[n]
+    unknown = ApprovalRequest("r", "s", "python", "run Python", details="something else")
+    assert row_asking(NoTools(), unknown, rows) is None  # ambiguous: no guess
+    assert row_asking(NoTools(), unknown, rows[:1]) is rows[0]  # the only candidate

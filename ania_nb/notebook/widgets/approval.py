@@ -19,13 +19,14 @@ from typing import TYPE_CHECKING
 
 from ...errors import UsageError
 from ...governance.approval import SESSION_ALLOWED
-from ._code import arguments_html, parse_arguments
+from ._code import arguments_html, expected_details, parse_arguments
 from ._format import elapsed_text, one_line, pre
 from ._icons import color_of, icon
 
 if TYPE_CHECKING:  # pragma: no cover
     from ...agent import Agent
     from ...engine.callbacks import ApprovalRequest
+    from .tools import ToolRow
 
 VERDICTS = {
     "pending": "waiting for your answer",
@@ -112,22 +113,11 @@ class ApprovalCard:
     def call_html(self) -> str:
         """The complete call: every argument (code highlighted), or the gate's text as is."""
         if self.arguments is not None:
-            return arguments_html(
-                self.request.tool, self.arguments, order=self._order, shell_keys=self._shell
-            )
+            order, shell = tool_layout(self.agent, self.request.tool)
+            return arguments_html(self.request.tool, self.arguments, order=order, shell_keys=shell)
         if not self.request.details:
             return ""
         return '<div style="max-height:24em;overflow:auto">' + pre(self.request.details) + "</div>"
-
-    @property
-    def _order(self) -> Sequence[str]:
-        tool = self.agent.tools.get(self.request.tool) if hasattr(self.agent, "tools") else None
-        return list(tool.parameters_schema().get("properties", {})) if tool is not None else ()
-
-    @property
-    def _shell(self) -> Sequence[str]:
-        tool = self.agent.tools.get(self.request.tool) if hasattr(self.agent, "tools") else None
-        return tuple(getattr(tool, "shell_arguments", ()))
 
     def html(self) -> str:
         """The card as static HTML: its buttons shown disabled (they answer nothing there)."""
@@ -214,3 +204,26 @@ class ApprovalCard:
         """Plain-text line for the run's text rendering."""
         summary = one_line(self.request.summary, 80)
         return f"  ? approval for {self.request.tool} ({summary}): {self.verdict_text()}"
+
+
+def tool_layout(agent: Agent, name: str) -> tuple[list[str], tuple[str, ...]]:
+    """A tool's parameter order and shell arguments, as the gate's approval text uses them."""
+    found = agent.tools.get(name) if hasattr(agent, "tools") else None
+    if found is None:  # e.g. a session-only tool: sorted keys, no command split
+        return [], ()
+    order = list(found.parameters_schema().get("properties", {}))
+    return order, tuple(getattr(found, "shell_arguments", ()))
+
+
+def row_asking(agent: Agent, request: ApprovalRequest, rows: Sequence[ToolRow]) -> ToolRow | None:
+    """Which of the unasked ``rows`` the request is about (None when it cannot be told).
+
+    The request carries the gate's text, not the call id: the running row whose arguments give
+    exactly that text wins; else the only running row of that tool; else none.
+    """
+    candidates = [r for r in rows if r.name == request.tool and r.state == "running"]
+    order, shell = tool_layout(agent, request.tool)
+    for row in candidates:
+        if expected_details(row.name, row.arguments, order, shell) == request.details:
+            return row
+    return candidates[0] if len(candidates) == 1 else None

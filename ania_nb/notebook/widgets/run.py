@@ -23,7 +23,6 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from ...engine.callbacks import ApprovalRequest, Callbacks, RunEvent
-from ._code import expected_details
 from ._display import Displayable, close_tree
 from ._format import (
     STATUS_ICONS,
@@ -38,7 +37,7 @@ from ._format import (
     usage_text,
 )
 from ._static import header_html, run_html
-from .approval import ApprovalCard
+from .approval import ApprovalCard, row_asking
 from .children import ChildrenView, ChildRow
 from .tools import ToolRow
 
@@ -247,28 +246,13 @@ class RunView(Displayable):
             asked.approval_answered(card.waited)
 
     def _row_asking(self, request: ApprovalRequest) -> ToolRow | None:
-        """The running tool row (of this run or a child) whose call the request is about.
-
-        The request carries the gate's text, not the call id: the row whose arguments give
-        exactly that text wins; else the only running, unasked row of that tool; else none.
-        """
+        """The running tool row (of this run or a child) whose call the request is about."""
         rows = [*self.tool_rows.values()]
         for nested in self.children.values():
             for child in nested.rows.values():
                 rows += child.tool_rows.values()
         asked = set(map(id, self._card_rows.values()))
-        candidates = [
-            r
-            for r in rows
-            if r.name == request.tool and r.state == "running" and id(r) not in asked
-        ]
-        tool = self.agent.tools.get(request.tool) if hasattr(self.agent, "tools") else None
-        order = list(tool.parameters_schema().get("properties", {})) if tool is not None else []
-        shell = tuple(getattr(tool, "shell_arguments", ()))
-        for row in candidates:
-            if expected_details(row.name, row.arguments, order, shell) == request.details:
-                return row
-        return candidates[0] if len(candidates) == 1 else None
+        return row_asking(self.agent, request, [r for r in rows if id(r) not in asked])
 
     # ---------------------------------------------------------------- finish
 
