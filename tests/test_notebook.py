@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import json
 import re
 import subprocess
@@ -598,3 +599,23 @@ def test_a_first_run_that_cannot_work_says_why_at_once(shell, llm, settings, sai
     assert said in captured.stderr and "%ania config set llm." in captured.stderr
     assert "Traceback" not in captured.stderr and widgets(captured) == []
     assert llm.requests == []
+
+
+def test_a_background_run_stopped_by_ania_stop_ends_its_view(shell, llm):
+    from ania_nb.notebook.widgets import RunView
+
+    release = held(llm)
+    shell.user_ns["first_request"] = lambda: llm.wait_for_requests(1)
+    try:
+        _, captured = run(shell, "%%agent --bg\nslow task with a view")
+        assert widgets(captured)
+        run(shell, "import asyncio\nseen = await asyncio.to_thread(first_request)")
+        run(shell, "tasks = background()")
+        run(shell, "%ania stop")
+        run(shell, "done, pending = await asyncio.wait(tasks, timeout=20)")
+    finally:
+        release.set()
+    # The view is only in the kernel's widget registry; find it by its prompt.
+    views = [o for o in gc.get_objects() if isinstance(o, RunView)]
+    [view] = [v for v in views if v.prompt == "slow task with a view"]
+    assert view.status == "stopped" and not view.live
