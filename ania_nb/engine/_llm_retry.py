@@ -130,10 +130,15 @@ def is_timeout(exc: Exception) -> bool:
     return isinstance(exc, importlib.import_module("openai").APITimeoutError)
 
 
+# Errors a server gives for the request itself (llama-server: a conversation it cannot parse).
+# 502/503/504 come from gateways and overload and pass with time, however alike their bodies.
+REQUEST_FAILURES = frozenset({500, 501})
+
+
 def server_failure(exc: Exception) -> str | None:
-    """A 5xx error's status and body, to tell a deterministic failure from a transient one."""
+    """A 500/501 error's status and body, to tell a deterministic failure from a transient one."""
     status = getattr(exc, "status_code", None)
-    if not isinstance(status, int) or status < 500:
+    if status not in REQUEST_FAILURES:
         return None
     response = getattr(exc, "response", None)
     try:

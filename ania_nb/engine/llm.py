@@ -19,7 +19,8 @@ and a longer one ends the retries at once (waiting less would only be refused ag
 exceptions spare a local server: a non-streamed call that timed out is not retried unless
 ``retry.on_timeout`` (the server may still be generating the first answer; the timed-out
 connection is closed, which lets it stop; a fallback on the same base URL is not asked), and a
-5xx whose status and body repeat the previous attempt's is deterministic and ends the retries.
+500/501 whose status and body repeat the previous attempt's is deterministic and ends the retries
+(502/503/504 are gateways and overload: retried however alike).
 Nothing is retried after cancellation.
 A stream whose text already reached ``on_delta`` is not retried (that would duplicate what
 the user saw, `LLMStreamError`) unless the caller passed ``on_retry``: it is told before every
@@ -287,7 +288,7 @@ class LLMClient:
         params = self._params(messages, tools)
         turn = len(messages)  # the index the answer will have: generated call ids use it
         attempts = self.retry.max_attempts
-        last_failure: str | None = None  # the previous attempt's 5xx status and body
+        last_failure: str | None = None  # the previous attempt's 500/501 status and body
         for attempt in range(attempts):
             try:
                 if stream:

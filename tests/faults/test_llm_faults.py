@@ -607,7 +607,8 @@ def test_retry_after_seconds() -> None:
 async def test_after_the_fallback_answered_a_run_asks_it_first(
     llm: ScriptedLLM, fb_llm: ScriptedLLM, make_client: MakeClient, stream: bool
 ) -> None:
-    llm.script(error(500), error(500), error(500), reply("main is back"))
+    # Bodies differ: the same 500 twice would end the retries early (deterministic failure).
+    llm.script(error(500, "a"), error(500, "b"), error(500, "c"), reply("main is back"))
     fb_llm.script(reply("fb 1"), reply("fb 2"))
     client = make_client(fallback=fb_llm)
     run = client.for_run()
