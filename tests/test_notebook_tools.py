@@ -128,3 +128,12 @@ async def test_a_syntax_error_is_shown_without_ipythons_frames(llm, make_agent, 
     error = seen.split("Last error", 1)[1]
     assert "SyntaxError" in error and "def g(:" in error
     assert "interactiveshell.py" not in error and "IPython" not in error
+
+
+async def test_a_long_traceback_keeps_its_end(ip):
+    chain = "".join(f"def f{i}():\n    return f{i + 1}()  # {'x' * 60}\n" for i in range(40))
+    ip.run_cell(chain + "def f40():\n    return {}['missing']\n\nf0()", store_history=True)
+    error = last_error(ip)
+    assert error is not None and "...(earlier frames cut)" in error
+    assert error.rstrip().endswith("KeyError: 'missing'")
+    assert "in f40" in error and "in f1\n" not in error

@@ -244,7 +244,10 @@ def last_error(shell: Any) -> str | None:
             where = where or f" (raised in In[{number}])"
     text = "Traceback (most recent call last):\n" + "".join(frames.format())
     text += "".join(traceback.format_exception_only(type(exc), exc))
-    return f"Last error{where}:\n" + _cut(text.rstrip(), MAX_OUTPUT // 2)
+    text, limit = text.rstrip(), MAX_OUTPUT // 2
+    if len(text) > limit:  # the innermost frames and the error itself matter most: keep the end
+        text = "...(earlier frames cut)\n" + text[-limit:]
+    return f"Last error{where}:\n" + text
 
 
 class NotebookCellsTool(BaseTool[CellsParams]):
