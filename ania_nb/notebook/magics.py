@@ -85,13 +85,14 @@ class AgentMagics(Magics):
     def ania(self, line: str) -> Any:
         """Manage the agent: settings, MCP, skills, plan mode, todos, history, clock, teams, kb.
 
-        %ania config [key=value …]      show settings (secrets masked) or set overrides
+        %ania                            status: endpoint, model, key set, data dir, MCP, skills
+        %ania config [set] [key=value …] show settings (secrets masked) or set overrides
         %ania mcp [list|add NAME CMD…|remove NAME|reconnect NAME]
         %ania skills [list|reload]
         %ania plan on|off|status
         %ania todo | stop | log
-        %ania history [list|show [SESSION]|clear [SESSION]]
-        %ania tools                      the tool list the model sees, with sizes
+        %ania history [list|show [SESSION]|clear [SESSION]]  this notebook's conversations
+        %ania tools                      the tools the model sees (sizes), and the ones off
         %ania clock [--session]          the live clock panel (scheduled tasks and results)
         %ania clock list|log|add|del|…   the /clock commands, as the notebook's admin
         %ania team [list|create [--session] NAME MEMBER[=ROLE] …|delete [--session] NAME]
