@@ -403,3 +403,24 @@ async def test_sampling_is_left_to_the_provider_by_default(llm, make_agent):
     await make_agent().chat("hello")
     body = llm.requests[0].body
     assert "temperature" not in body and "top_p" not in body
+
+
+async def test_a_one_shot_run_offers_only_what_its_front_end_can_serve(llm, make_agent):
+    from ania_nb.orchestration import OneShotJob
+
+    agent = make_agent(overrides={**BUILTINS, **KEYS})
+    llm.script(reply("done"), reply("done"))
+    for callbacks in (Callbacks(), Callbacks(send_image=lambda b64: None)):
+        await agent.run_one_shot(
+            OneShotJob(
+                kind="clock",
+                session="nb:clock",
+                text="task",
+                system_prompt="p",
+                timeout=30,
+                callbacks=callbacks,
+            )
+        )
+    headless, with_images = (set(sent_tool_names(r)) for r in llm.requests)
+    assert "time" in headless and "meme" not in headless and "load_images" not in headless
+    assert "meme" in with_images and "get_msg_history" not in with_images
