@@ -416,3 +416,32 @@ def test_a_card_is_matched_to_its_call_by_the_gates_text():
     unknown = ApprovalRequest("r", "s", "python", "run Python", details="something else")
     assert row_asking(NoTools(), unknown, rows) is None  # ambiguous: no guess
     assert row_asking(NoTools(), unknown, rows[:1]) is rows[0]  # the only candidate
+
+
+async def test_the_static_html_nests_a_subagents_transcript_under_its_row(make_agent):
+    from ania_nb import RunEvent, RunResult
+
+    view = RunView(make_agent(), session="nb:kids", prompt="delegate")
+
+    def child(kind: str, background: bool = False, **data: object) -> RunEvent:
+        shaped = {"call_id": "c1", "child_id": "k1", "label": "helper", "kind": kind}
+        return RunEvent("child", "nb:kids", {**shaped, "data": data, "background": background})
+
+    view.on_event(RunEvent("tool_start", "nb:kids", {"id": "c1", "name": "subagent_run",
+                                                     "arguments": '{"task": "dig"}'}))  # fmt: skip
+    view.on_event(child("child_start", role="digger", task="dig deep"))
+    view.on_event(child("tool_start", id="t1", name="bash", arguments='{"command": "ls\\npwd"}'))
+    view.on_event(child("tool_end", id="t1", name="bash", arguments='{"command": "ls\\npwd"}',
+                        result="a b", error=None, duration_ms=5, outcome="ok"))  # fmt: skip
+    view.on_event(child("child_end", status="success", text="Found **it**.", elapsed=1.5, usage={}))
+    view.on_event(RunEvent("tool_end", "nb:kids", {"id": "c1", "name": "subagent_run",
+                                                   "arguments": "{}", "result": "Found it.",
+                                                   "error": None, "duration_ms": 1500,
+                                                   "outcome": "ok"}))  # fmt: skip
+    view.finish(RunResult(text="Done.", status="success", session="nb:kids"))
+    page = view.html()
+    nested = page.split('data-state="ok">', 1)[1]  # after the subagent_run row
+    assert "helper (digger) · success · 1.5 s" in nested and "dig deep" in nested
+    assert code_lines(nested.split("ania-tool", 1)[1]) == ["ls", "pwd"]  # the child's bash code
+    assert "Found <strong>it</strong>." in nested and nested.index("Found") < page.index("Done.")
+    view.close()
