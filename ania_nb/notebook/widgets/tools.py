@@ -25,7 +25,7 @@ ICONS = {  # plain-text glyphs (DejaVu Sans has them; no emoji font needed)
     "stopped": "■",
 }
 RESULT_CHARS = 2000  # shown when the row is expanded; the title carries a one-line preview
-SUMMARY = "cursor:pointer;display:flex;gap:6px;align-items:baseline;padding:1px 0"
+SUMMARY = "cursor:pointer;padding:1px 0"  # display stays list-item: the ▸ marker shows
 
 
 class ToolRow:
@@ -98,7 +98,7 @@ class ToolRow:
         """The row as a ``<details>`` block (the widget's value and the static fallback)."""
         title = html.escape(self.title().split(" ", 1)[1])  # the glyph becomes an SVG icon
         state = "waiting" if self.awaiting_approval else self.state
-        summary = f'<summary style="{SUMMARY}">{icon(state)}<span>{title}</span></summary>'
+        summary = f'<summary style="{SUMMARY}">{icon(state)} <span>{title}</span></summary>'
         parts = [
             "<b>arguments</b>",
             arguments_html(self.name, self.arguments),
