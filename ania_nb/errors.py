@@ -19,7 +19,9 @@ Four families, kept apart so callers can catch exactly what they mean (attribute
     │   ├── LLMError            the model endpoint failed after retries and fallback
     │   │   │                   [status_code, model]
     │   │   └── LLMStreamError  a stream broke after output had started (never retried)
-    │   └── SessionBusyError    the session's queue is full
+    │   ├── SessionBusyError    the session's queue is full
+    │   └── RunInterrupted      (ania_nb.notebook) the kernel was interrupted during a run;
+    │                           IPython shows one line, no traceback
     ├── ResourceError           something the agent relies on failed, inside a run or outside
     │   ├── StoreError          the embedded store could not be opened, read or written
     │   ├── MCPServerError      an MCP server could not be connected or is closed [server]

@@ -23,15 +23,8 @@ pytestmark = pytest.mark.skipif(
     not CHROMIUM.exists(),
     reason="Debian's Chromium is not installed at /usr/bin/chromium (apt-get install chromium)",
 )
-ERROR_CELL, AGENT_CELL = 3, 4
+ERROR_CELL, AGENT_CELL = 2, 3
 FIX = "def ratio(a, b):\n    return a / b if b else float('nan')\n\nratio(1, 0)"
-# Until the extension registers the cell tools itself, the notebook adds them the way it would.
-REGISTER = (
-    "from ania_nb.notebook.tools import cell_tools\n"
-    "_state = get_ipython().magics_manager.registry['AgentMagics'].state\n"
-    "for _tool in cell_tools(get_ipython()):\n"
-    "    _state.agent().add_tool(_tool, replace=True)"
-)
 
 
 def _notebook(lab: Lab, base_url: str) -> str:
@@ -39,7 +32,6 @@ def _notebook(lab: Lab, base_url: str) -> str:
         "%load_ext ania_nb",
         f"%ania config llm.base_url={base_url} llm.api_key=sk-scripted llm.model=scripted "
         f"store.data_dir={lab.root / 'data-cells'}",
-        REGISTER,
         "def ratio(a, b):\n    return a / b\n\nratio(1, 0)",
         "%%agent\nfix the error above",
         # Filler, so the Notebook helper (made for the quickstart) finds enough cells.

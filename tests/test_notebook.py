@@ -436,6 +436,21 @@ def test_new_keeps_the_old_conversation_listed_and_clear_deletes_it(shell, llm):
     assert "third topic" in captured.stdout and "first topic" not in captured.stdout
 
 
+def test_ania_log_with_a_run_id_shows_that_run_in_full(shell, llm):
+    from IPython.utils.capture import capture_output
+
+    llm.script(reply(tool_calls=[tool_call("notebook_vars")]), reply("checked the variables"))
+    value, _ = run(shell, "%%agent -q\nwhich variables are there?")
+    _, captured = run(shell, f"%ania log {value.run_id}")
+    html = captured.outputs[-1].data["text/html"]
+    assert f"#{value.run_id}" in html and "notebook_vars" in html
+    assert "checked the variables" in html
+    for line in ("log 999999", "log x"):
+        with capture_output() as shown:
+            result = shell.run_cell(f"%ania {line}")
+        assert not result.success and "Traceback" not in shown.stdout + shown.stderr
+
+
 @pytest.mark.parametrize("line", ["history frob", "history list x", "history show a b"])
 def test_ania_history_bad_usage_is_one_line(shell, line):
     from IPython.utils.capture import capture_output

@@ -13,14 +13,6 @@ from jupyter_client.manager import KernelManager
 
 from ania_nb.testing import reply, tool_call
 
-# Until the extension registers the cell tools itself, the test adds them the way it would.
-REGISTER = (
-    "from ania_nb.notebook.tools import cell_tools\n"
-    "_state = get_ipython().magics_manager.registry['AgentMagics'].state\n"
-    "for _tool in cell_tools(get_ipython()):\n"
-    "    _state.agent().add_tool(_tool, replace=True)\n"
-)
-
 
 @pytest.fixture
 def kernel(tmp_path: Path, llm):
@@ -60,7 +52,7 @@ def test_fix_the_error_above_sees_the_cells_and_proposes_a_cell(kernel, llm):
         reply(tool_calls=[tool_call("propose_cell", {"code": fix})]),
         reply("b is 0 in ratio(1, 0); the new cell below guards against it."),
     )
-    for code in ("%load_ext ania_nb", REGISTER, "x = 6\nx * 7"):
+    for code in ("%load_ext ania_nb", "x = 6\nx * 7"):
         content, _ = execute(kernel, code)
         assert content["status"] == "ok", content
     failed, _ = execute(kernel, "def ratio(a, b):\n    return a / b\n\nratio(1, 0)")
@@ -94,7 +86,7 @@ def test_propose_cell_works_in_plan_mode_where_python_is_blocked(kernel, llm):
         ),
         reply("proposed"),
     )
-    for code in ("%load_ext ania_nb", REGISTER):
+    for code in ("%load_ext ania_nb",):
         assert execute(kernel, code)[0]["status"] == "ok"
     content, _ = execute(kernel, "%%agent -q --plan\nsay hello")
     _, result = execute(kernel, "import json\nprint(json.dumps([c.error for c in _.tool_calls]))")

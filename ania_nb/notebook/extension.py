@@ -37,11 +37,13 @@ class NotebookState:
         """The kernel's Agent, created on first use from ania.toml, ANIA_ env and overrides."""
         if self._agent is None:
             from ..agent import Agent
-            from .tools import NotebookVarsTool, PythonTool
+            from .tools import NotebookVarsTool, PythonTool, cell_tools
 
             agent = Agent(overrides=self.overrides)
             namespace = self.shell.user_ns
             agent.add_tool(NotebookVarsTool(namespace), replace=True)
+            for cell_tool in cell_tools(self.shell):  # notebook_cells, propose_cell
+                agent.add_tool(cell_tool, replace=True)
             if agent.config.notebook.python_tool:
                 ask = agent.config.notebook.python_approval
                 agent.add_tool(PythonTool(namespace, ask=ask), replace=True)

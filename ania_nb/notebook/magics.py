@@ -17,6 +17,7 @@ from IPython.core.error import UsageError
 from IPython.core.magic import Magics, cell_magic, line_magic, magics_class
 from IPython.core.magic_arguments import argument, magic_arguments, parse_argstring
 
+from ..errors import RunError
 from ..errors import UsageError as AniaUsageError
 from .extension import NotebookState
 from .interpolate import interpolate
@@ -90,7 +91,7 @@ class AgentMagics(Magics):
         %ania mcp [list|add NAME CMD…|remove NAME|reconnect NAME]
         %ania skills [list|reload]
         %ania plan on|off|status
-        %ania todo | stop | log
+        %ania todo | stop | log [RUN_ID]
         %ania history [list|show [SESSION]|clear [SESSION]]  this notebook's conversations
         %ania tools                      the tools the model sees (sizes), and the ones off
         %ania clock [--session]          the live clock panel (scheduled tasks and results)
@@ -115,7 +116,7 @@ class AgentMagics(Magics):
         return None
 
 
-class RunInterrupted(Exception):
+class RunInterrupted(RunError):
     """The kernel was interrupted during a run; IPython shows one line, no traceback.
 
     Raised (not swallowed) so the cell counts as failed and Run All stops there.

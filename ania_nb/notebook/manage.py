@@ -18,7 +18,7 @@ from .extension import NotebookState
 USAGE = (
     "usage: %ania (status) | config [set] [key=value …] | "
     "mcp [list|add NAME CMD [ARGS…]|remove NAME|reconnect NAME] | skills [list|reload] | "
-    "plan on|off|status | todo | stop | history [list|show [S]|clear [S]] | tools | log | "
+    "plan on|off|status | todo | stop | history [list|show [S]|clear [S]] | tools | log [ID] | "
     "team [list|create|delete] | clock [list|log|…] | "
     "kb [SCOPE|add|add-df|search|delete] | memory [SCOPE|forget] | "
     "usage [--days N] [--session S] | quota [reset [SESSION|all]]"
@@ -161,10 +161,16 @@ async def _todo(state: NotebookState, args: list[str]) -> Any:
 
 
 async def _log(state: NotebookState, args: list[str]) -> Any:
+    """``%ania log``: the run log table; ``%ania log ID``: one stored run in full."""
     from IPython.display import display
 
-    from .widgets import LogView
+    from .widgets import LogView, record_view
 
+    if args:
+        if len(args) > 1 or not args[0].isdigit():
+            raise UsageError("usage: %ania log [RUN_ID]  (a run id from the log table)")
+        display(await record_view(state.agent(), int(args[0])))
+        return
     view = LogView(state.agent())
     await view.refresh()
     display(view)
