@@ -135,7 +135,7 @@ async def test_a_scheduled_run_fires_and_its_full_delivered_text_enters_the_feed
     assert agent.clock.active
     panel = await ClockPanel(agent).refresh()
     assert agent.clock.status_text() in panel.header.value
-    long_reply = "# Report\n\n" + "word " * 400  # over the log's 1000-character cut
+    long_reply = "# Report\n\n" + " ".join(f"w{i}" for i in range(400))  # over 1000 characters
     llm.script(reply(long_reply))
     statuses: list[str] = []
     panel.header.observe(lambda change: statuses.append(change["new"]), names="value")
@@ -274,8 +274,8 @@ async def test_a_timed_out_run_shows_the_notice_it_delivered(llm, make_agent):
     (item,) = panel.feed
     assert entry.status == item.status == "timeout" and item.delivered
     assert item.text.startswith("⏰ clock task「slow」timed out")
-    assert "⏱ timeout · slow (#1)" in panel.text()
-    assert "last ⏱ timeout" in panel.text()
+    assert "◷ timeout · slow (#1)" in panel.text()
+    assert "last ◷ timeout" in panel.text()
     panel.close()
 
 

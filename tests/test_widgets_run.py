@@ -428,3 +428,37 @@ async def test_a_priced_run_shows_its_cost_and_a_denied_one_its_reason(llm, make
     denied.finish(await start(agent, denied))
     assert denied.status == "denied" and "⊘ denied" in denied.text()
     assert "quota of this session is used up (1,200 of 1,000" in denied.text()
+
+
+# ------------------------------------------------------------------ MCP tool rows
+
+
+async def test_an_mcp_tools_progress_bar_and_images_show_on_its_row(llm, make_agent, tmp_path):
+    from mcp_servers.demo_server import PNG as MCP_PNG
+    from mcp_servers.support import stdio_entry
+
+    config = tmp_path / "mcp.json"
+    config.write_text(json.dumps({"servers": [stdio_entry("media", media=True)]}))
+    agent = make_agent(overrides={"mcp.config_file": str(config), "mcp.lazy_load": False})
+    await agent.start()
+    llm.script(
+        reply(tool_calls=[tool_call("steps", {"count": 3})]),
+        reply(tool_calls=[tool_call("picture")]),
+        reply("done"),
+    )
+    view = RunView(agent, session="nb:mcp")
+    task = start(agent, view)
+    await until(lambda: view.tool_rows, "the steps row")
+    [row] = view.tool_rows.values()
+    await until(lambda: row.progress is not None, "a progress event")
+    assert row.state == "running"
+    assert '<progress value="1" max="3"></progress>' in row.widget.value  # live in the widget
+    assert "running 1/3 step 1 of 3…" in row.title()
+    view.finish(await task)
+    assert "<progress" not in row.html()  # a finished row shows its result instead
+    picture = list(view.tool_rows.values())[1]
+    uri = f"data:image/png;base64,{MCP_PNG}"
+    assert picture.images == [uri]
+    assert f'<img src="{uri}"' in picture.widget.value
+    assert "[1 image(s)]" in picture.title()
+    assert f'<img src="{uri}"' in view.html()  # the saved notebook's static HTML keeps it

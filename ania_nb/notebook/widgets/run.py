@@ -163,6 +163,13 @@ class RunView(Displayable):
             self._add(row)
         elif kind == "tool_end":
             self._tool_end(data)
+        elif kind in ("tool_progress", "tool_images"):  # an MCP tool's progress or pictures
+            target = self.tool_rows.get(str(data.get("id", "")))
+            if target is not None and kind == "tool_progress":
+                done, total = float(data["progress"]), data.get("total")
+                target.set_progress(done, total, data.get("message"))
+            elif target is not None:
+                target.add_images([str(u) for u in data.get("images", [])])
         elif kind == "child":
             self._child(data)
         elif kind == "retry":

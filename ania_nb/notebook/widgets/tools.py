@@ -3,7 +3,9 @@
 The row is a ``<details>`` block in an HTML widget, so the same HTML is the static fallback of a
 saved notebook: the summary line carries an SVG status icon, the call and a result preview; the
 expanded row shows the arguments (code as highlighted code blocks) and the full result. Time spent
-waiting for a person's approval is shown apart from the tool's own duration.
+waiting for a person's approval is shown apart from the tool's own duration. A tool that reports
+progress (MCP progress notifications) gets a progress bar while it runs; images a tool returned
+(MCP image content) are shown under the row.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ ICONS = {  # plain-text glyphs (DejaVu Sans has them; no emoji font needed)
 }
 RESULT_CHARS = 2000  # shown when the row is expanded; the title carries a one-line preview
 SUMMARY = "cursor:pointer;padding:1px 0"  # display stays list-item: the ▸ marker shows
+THUMB = "max-width:100%;max-height:240px;margin:2px 4px 2px 1.4em;border:1px solid #ddd"
 
 
 class ToolRow:
@@ -45,6 +48,8 @@ class ToolRow:
         self.duration_ms: int | None = None
         self.awaiting_approval = False
         self.waited: float | None = None
+        self.progress: tuple[float, float | None, str] | None = None  # done, total, message
+        self.images: list[str] = []  # data URIs the tool returned
         self.widget: Any = None  # widget=False: HTML only (a stored run's record view)
         if widget:
             import ipywidgets as w
@@ -57,6 +62,16 @@ class ToolRow:
         self.duration_ms = duration_ms
         self.state = outcome if outcome in ICONS else ("error" if error else "ok")
         self.awaiting_approval = False
+        self._refresh()
+
+    def set_progress(self, done: float, total: float | None, message: str | None) -> None:
+        """The tool reported progress (``total`` None: unknown)."""
+        self.progress = (done, total, message or "")
+        self._refresh()
+
+    def add_images(self, uris: list[str]) -> None:
+        """Images the tool returned (data URIs), shown under the row."""
+        self.images += [u for u in uris if u.startswith("data:image/")]
         self._refresh()
 
     def approval_asked(self) -> None:
@@ -74,9 +89,18 @@ class ToolRow:
         """The row's one-line heading as plain text."""
         head = f"{ICONS[self.state]} {self.name}({brief_arguments(self.arguments)})"
         if self.state == "running":
-            return f"{head} · {'waiting for approval' if self.awaiting_approval else 'running'}…"
+            doing = "waiting for approval" if self.awaiting_approval else "running"
+            return f"{head} · {doing}{self._progress_text()}…"
         label = "" if self.state == "ok" else f"{self.state}: "
-        return f"{head} → {label}{one_line(self.result, 80)}{self._times()}"
+        pictures = f" [{len(self.images)} image(s)]" if self.images else ""
+        return f"{head} → {label}{one_line(self.result, 80)}{pictures}{self._times()}"
+
+    def _progress_text(self) -> str:
+        if self.progress is None:
+            return ""
+        done, total, message = self.progress
+        amount = f"{done:g}/{total:g}" if total else f"{done:g}"
+        return f" {amount}" + (f" {one_line(message, 60)}" if message else "")
 
     def _times(self) -> str:
         """`` · 12 ms · approval wait 3.4 s``: the tool's own time, then the wait apart."""
@@ -98,7 +122,12 @@ class ToolRow:
         """The row as a ``<details>`` block (the widget's value and the static fallback)."""
         title = html.escape(self.title().split(" ", 1)[1])  # the glyph becomes an SVG icon
         state = "waiting" if self.awaiting_approval else self.state
-        summary = f'<summary style="{SUMMARY}">{icon(state)} <span>{title}</span></summary>'
+        bar = ""
+        if self.state == "running" and self.progress is not None:
+            done, total, _ = self.progress
+            if total:
+                bar = f' <progress value="{min(done, total):g}" max="{total:g}"></progress>'
+        summary = f'<summary style="{SUMMARY}">{icon(state)} <span>{title}</span>{bar}</summary>'
         parts = [
             "<b>arguments</b>",
             arguments_html(self.name, self.arguments),
@@ -112,7 +141,11 @@ class ToolRow:
             result = pre(truncate(self.result, RESULT_CHARS))
             parts.append(f"<b>result</b> <small>({html.escape(label)})</small>{result}")
         body = '<div style="padding:2px 0 4px 1.4em">' + "".join(parts) + "</div>"
-        return f'<details class="ania-tool" data-state="{self.state}">{summary}{body}</details>'
+        row = f'<details class="ania-tool" data-state="{self.state}">{summary}{body}</details>'
+        if not self.images:
+            return row
+        thumbs = "".join(f'<img src="{html.escape(u)}" style="{THUMB}">' for u in self.images)
+        return f"<div>{row}<div>{thumbs}</div></div>"
 
     def _refresh(self) -> None:
         if self.widget is not None:
