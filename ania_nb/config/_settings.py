@@ -25,6 +25,7 @@ from pydantic_settings import (
 )
 
 from ..errors import ConfigError
+from ._knowledge_sections import EmbeddingSettings, KbSettings, MemorySettings
 from ._quota_sections import PricingSettings, QuotaSettings
 from ._runner_sections import RunnerSettings
 from ._sections import (
@@ -35,15 +36,12 @@ from ._sections import (
     ClockSettings,
     CommandsSettings,
     ConfigToolSettings,
-    EmbeddingSettings,
     EndpointSettings,
     FileSettings,
     HooksSettings,
-    KbSettings,
     LLMSettings,
     MCPSettings,
     MemeSettings,
-    MemorySettings,
     NotebookSettings,
     RetrySettings,
     SecuritySettings,

@@ -1,6 +1,6 @@
-"""Streamed answers: server-sent event framing and the chunk accumulator.
+"""Streamed answers: server-sent event framing, the chunk accumulator and the reading loop.
 
-Both run once per chunk of every streamed answer, so they stay flat: `SSEParser` has a fast
+They run once per chunk of every streamed answer, so they stay flat: `SSEParser` has a fast
 path for the usual one-event-per-network-chunk case, and `StreamState.feed` reads each parsed
 chunk with a handful of dict lookups. Shape rules and the final `Completion` come from
 `_llm_wire`.
@@ -8,10 +8,17 @@ chunk with a handful of dict lookups. Shape rules and the final `Completion` com
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import importlib
+import logging
+from collections.abc import Awaitable, Callable
 from typing import Any
 
-from ._llm_repeat import REPETITION, RepetitionGuard
-from ._llm_wire import Completion, Malformed, _kind, build, content_text, provider_error
+from ._llm_repeat import REPETITION, RepetitionGuard, notice
+from ._llm_wire import Completion, Malformed, _kind, build, content_text, loads, provider_error
+
+_log = logging.getLogger("ania_nb.engine.llm")  # the client's logger: one place to look
 
 
 class _Slot:
@@ -226,3 +233,88 @@ class SSEParser:
 def _is_json_object(value: bytes) -> bool:
     # Cheap completeness test: a single-line event is a JSON object from { to }.
     return value.startswith(b"{") and value.rstrip().endswith(b"}")
+
+
+async def read_events(
+    response: Any,
+    *,
+    model: str,
+    turn: int,
+    cut_repeats: int,
+    on_piece: Callable[[str], Awaitable[None]] | None,
+) -> Completion:
+    """Read a streamed answer's events into a `Completion`; text pieces go to ``on_piece``.
+
+    A reply that keeps repeating itself (``cut_repeats`` copies in a row; 0: never) is cut: reading
+    stops, and closing the response lets the server stop generating.
+    """
+    acc = StreamState()
+    parser = SSEParser()
+    guard = RepetitionGuard(cut_repeats) if cut_repeats else None
+    done = False
+    chunks = response.aiter_bytes()
+    httpx2 = importlib.import_module("httpx2")
+    try:
+        # One flat loop: this runs for every chunk of every streamed answer.
+        async for data in chunks:
+            for payload in parser.feed(data):
+                if payload == DONE:
+                    done = True
+                    break
+                piece = acc.feed(_parse_event(payload, acc))
+                if piece is None:
+                    continue
+                if on_piece is not None:
+                    await on_piece(piece)
+                if guard is not None and guard.feed(piece):
+                    acc.cut(guard)
+                    _log.warning("%s: cut a reply that kept repeating itself", model)
+                    if on_piece is not None:
+                        await on_piece(notice(guard.repeats))
+                    return acc.finish_completion(done=False, default_model=model, turn=turn)
+            if done:
+                break
+        else:
+            for payload in parser.close():
+                if payload == DONE:
+                    done = True
+                else:
+                    acc.feed(_parse_event(payload, acc))
+    except httpx2.RequestError:
+        if not acc.finish:
+            raise
+        # The answer was complete (finish_reason came); only the usage chunk or [DONE] was lost
+        # with the connection: keep the answer rather than ask again.
+        return acc.finish_completion(done=False, default_model=model, turn=turn)
+    if done:
+        # Read what follows [DONE] (normally only the end of the body) so the connection can be
+        # reused, but never wait for a server that keeps it open.
+        with contextlib.suppress(Exception):
+            async with asyncio.timeout(0.1):
+                async for _ in chunks:
+                    pass
+    return acc.finish_completion(done=done, default_model=model, turn=turn)
+
+
+async def read_body(response: Any, work: Awaitable[Any]) -> Any:
+    """Await reading the body; httpx errors become the SDK's, as for the request itself."""
+    httpx2 = importlib.import_module("httpx2")
+    openai = importlib.import_module("openai")
+    try:
+        return await work
+    except httpx2.TimeoutException as exc:
+        raise openai.APITimeoutError(request=response.request) from exc
+    except httpx2.RequestError as exc:
+        raise openai.APIConnectionError(
+            message=f"the connection broke while reading the answer: {exc}",
+            request=response.request,
+        ) from exc
+
+
+def _parse_event(payload: bytes, acc: StreamState) -> Any:
+    try:
+        return loads(payload)
+    except ValueError as exc:
+        if not acc.chunks:
+            raise  # the first event is garbage: a wrong URL, not a glitch
+        raise Malformed(f"a stream event is not valid JSON ({exc})", retryable=True) from exc

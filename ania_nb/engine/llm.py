@@ -37,8 +37,8 @@ misconfigured URL or proxy, not a transient fault.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import copy
+import functools
 import importlib
 import logging
 from collections.abc import Awaitable, Callable
@@ -47,7 +47,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..errors import LLMError, LLMStreamError
 from . import _llm_wire as wire
-from ._llm_repeat import RepetitionGuard, notice, trim_runaway
+from ._llm_repeat import trim_runaway
 from ._llm_retry import (
     SAME_FAILURE,
     RetryHandler,
@@ -62,7 +62,7 @@ from ._llm_retry import (
     server_failure,
     timeout_note,
 )
-from ._llm_stream import DONE, SSEParser, StreamState
+from ._llm_stream import read_body, read_events
 from ._llm_wire import INVALID_TOOL_NAME, Completion, clean_text, safe_arguments
 from .messages import Message
 
@@ -390,83 +390,25 @@ class LLMClient:
             content_type = response.headers.get("content-type", "")
             if "json" in content_type and "event-stream" not in content_type:
                 # The server ignored stream=true and sent one body: take it as the answer.
-                raw = await self._read(response, response.aread())
+                raw = await read_body(response, response.aread())
                 completion = self._trimmed(wire.from_body(wire.loads(raw), self.model, turn))
                 text = completion.message.get("content")
                 if text and on_delta is not None:
                     await _deliver(on_delta, text, state)
                 return completion
-            return await self._read(response, self._events(response, on_delta, state, turn))
+            deliver = (
+                None if on_delta is None else functools.partial(_deliver, on_delta, state=state)
+            )
+            events = read_events(
+                response,
+                model=self.model,
+                turn=turn,
+                cut_repeats=self.cut_repeats,
+                on_piece=deliver,
+            )
+            return await read_body(response, events)
         finally:
             await response.aclose()
-
-    async def _events(
-        self, response: Any, on_delta: DeltaHandler | None, state: _CallState, turn: int
-    ) -> Completion:
-        acc = StreamState()
-        parser = SSEParser()
-        guard = RepetitionGuard(self.cut_repeats) if self.cut_repeats else None
-        done = False
-        chunks = response.aiter_bytes()
-        httpx2 = importlib.import_module("httpx2")
-        try:
-            # One flat loop: this runs for every chunk of every streamed answer.
-            async for data in chunks:
-                for payload in parser.feed(data):
-                    if payload == DONE:
-                        done = True
-                        break
-                    piece = acc.feed(_parse_event(payload, acc))
-                    if piece is None:
-                        continue
-                    if on_delta is not None:
-                        await _deliver(on_delta, piece, state)
-                    if guard is not None and guard.feed(piece):
-                        # A runaway: stop reading; closing the response lets the server stop.
-                        acc.cut(guard)
-                        _log.warning("%s: cut a reply that kept repeating itself", self.model)
-                        if on_delta is not None:
-                            await _deliver(on_delta, notice(guard.repeats), state)
-                        return acc.finish_completion(
-                            done=False, default_model=self.model, turn=turn
-                        )
-                if done:
-                    break
-            else:
-                for payload in parser.close():
-                    if payload == DONE:
-                        done = True
-                    else:
-                        acc.feed(_parse_event(payload, acc))
-        except httpx2.RequestError:
-            if not acc.finish:
-                raise
-            # The answer was complete (finish_reason came); only the usage chunk or [DONE]
-            # was lost with the connection: keep the answer rather than ask again.
-            return acc.finish_completion(done=False, default_model=self.model, turn=turn)
-        if done:
-            # Read what follows [DONE] (normally only the end of the body) so the connection
-            # can be reused, but never wait for a server that keeps it open.
-            with contextlib.suppress(Exception):
-                async with asyncio.timeout(0.1):
-                    async for _ in chunks:
-                        pass
-        return acc.finish_completion(done=done, default_model=self.model, turn=turn)
-
-    @staticmethod
-    async def _read(response: Any, work: Awaitable[Any]) -> Any:
-        """Await reading the body; httpx errors become the SDK's, as for the request itself."""
-        httpx2 = importlib.import_module("httpx2")
-        openai = importlib.import_module("openai")
-        try:
-            return await work
-        except httpx2.TimeoutException as exc:
-            raise openai.APITimeoutError(request=response.request) from exc
-        except httpx2.RequestError as exc:
-            raise openai.APIConnectionError(
-                message=f"the connection broke while reading the answer: {exc}",
-                request=response.request,
-            ) from exc
 
     def _backoff(self, exc: Exception, attempt: int) -> float | None:
         """Seconds to wait before retrying after ``exc``, or None: do not retry."""
@@ -521,15 +463,6 @@ class _HandlerFailed(Exception):
     def __init__(self, error: Exception) -> None:
         super().__init__(str(error))
         self.error = error
-
-
-def _parse_event(payload: bytes, acc: StreamState) -> Any:
-    try:
-        return wire.loads(payload)
-    except ValueError as exc:
-        if not acc.chunks:
-            raise  # the first event is garbage: a wrong URL, not a glitch
-        raise wire.Malformed(f"a stream event is not valid JSON ({exc})", retryable=True) from exc
 
 
 async def _deliver(on_delta: DeltaHandler, piece: str, state: _CallState) -> None:

@@ -1,0 +1,76 @@
+"""Config sections of the knowledge base, long-term memory and the embedder they share."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field, SecretStr
+
+from ._sections import Section, _secret
+
+
+class EmbeddingSettings(Section):
+    """The embedder shared by the knowledge base and long-term memory."""
+
+    provider: Literal["offline", "endpoint", "none"] = Field(
+        "offline",
+        description=(
+            "offline = multilingual USE v3 in numpy (no download, no key); endpoint = an "
+            "OpenAI-compatible /embeddings; none = full-text search only."
+        ),
+    )
+    base_url: str = Field("", description="Endpoint of /embeddings; empty = the main model's.")
+    api_key: SecretStr | None = _secret("API key of the endpoint; empty = the main model's.")
+    model: str = Field("jina-embeddings-v3", description="Embedding model of the endpoint.")
+    timeout: float = Field(30.0, gt=0, description="Seconds one embeddings request may take.")
+    inject_timeout: float = Field(
+        10.0, gt=0, description="Seconds for the query vector of an auto-inject (then full-text)."
+    )
+    batch_size: int = Field(64, ge=1, le=2048, description="Texts per embeddings request.")
+
+
+class KbSettings(Section):
+    """The knowledge base: documents cut into chunks, searched by keywords and meaning."""
+
+    enable: bool = Field(True, description="Give sessions kb_search/kb_add/kb_list/kb_delete.")
+    max_docs: int = Field(500, ge=1, description="Documents per scope (kb_add refuses beyond).")
+    max_content_chars: int = Field(
+        8000, ge=100, description="Characters of one kb_add document (longer is cut with …)."
+    )
+    chunk_size: int = Field(600, ge=50, le=20000, description="Characters per chunk.")
+    chunk_overlap: int = Field(60, ge=0, description="Characters repeated from the last chunk.")
+    vector_weight: float = Field(
+        0.8,
+        ge=0,
+        le=1,
+        description="Weight of meaning vs keyword share in the hybrid score (bench: 0.8 best).",
+    )
+    auto_inject: bool = Field(True, description="Put matching chunks into each main turn.")
+    inject_top_k: int = Field(3, ge=1, le=10, description="Chunks an auto-inject may add.")
+    inject_min_similarity: float = Field(
+        0.35, ge=0, le=1, description="Vector similarity that qualifies a chunk for auto-inject."
+    )
+    inject_min_match: float = Field(
+        0.6, ge=0, le=1, description="Share of the query's keywords a chunk must contain instead."
+    )
+    inject_chars: int = Field(
+        400, ge=50, description="Characters of each auto-injected chunk (rest cut with …)."
+    )
+    ann_threshold: int = Field(
+        20000, ge=1000, description="Rows with vectors past which an ANN index is built."
+    )
+
+
+class MemorySettings(Section):
+    """Long-term memory: short notes the AI keeps per session."""
+
+    enable: bool = Field(True, description="Give sessions memory_save/memory_search/memory_forget.")
+    max_entries: int = Field(200, ge=1, description="Memories per scope (memory_save refuses).")
+    max_chars: int = Field(2000, ge=10, description="Characters of one memory (rest cut with …).")
+    auto_inject: bool = Field(False, description="Put matching memories into each main turn.")
+    inject_max: int = Field(
+        3, ge=0, description="Memories an auto-inject may add; 0 = as many as the budget allows."
+    )
+    inject_chars: int = Field(
+        1500, ge=50, description="Character budget of the injected memory block."
+    )
