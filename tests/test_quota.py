@@ -152,6 +152,27 @@ async def test_costs_use_the_configured_prices(llm, make_agent) -> None:
     assert "$5.4000" in report.to_text()
 
 
+@pytest.mark.parametrize("stream", [False, True])
+async def test_calls_without_reported_usage_count_an_estimate(llm, make_agent, stream) -> None:
+    # A provider that reports no usage, or a runaway reply the client cut before the usage
+    # chunk: quotas must still see the tokens, or a looping model spends them unseen.
+    prices = {"scripted": {"input": 2.0, "output": 8.0}}
+    agent = make_agent(overrides={"pricing.models": prices, "llm.stream": stream})
+    llm.script(reply("x" * 400, usage=None))
+    quiet = await agent.chat("hello", session=SESSION)
+    assert quiet.usage.estimated_calls == 1
+    assert quiet.usage.completion_tokens == 200  # 400 characters / 2, as the context window
+    assert quiet.usage.prompt_tokens > 0
+    assert quiet.usage.cost is None  # a cost is never a guess
+    runaway = "Error executing tool: the call failed, I will try again.\n" * 300
+    llm.script(reply(runaway, usage=usage(1000, 9000)))
+    looped = await agent.chat("again", session=SESSION)
+    assert looped.usage.estimated_calls == (1 if stream else 0)  # streamed: cut before usage
+    assert looped.usage.total_tokens > 0
+    counted, used, daily = await counters(agent, agent.quota.today())
+    assert counted == used == daily == quiet.usage.total_tokens + looped.usage.total_tokens
+
+
 def test_cost_is_none_for_unknown_models_and_for_nothing_used() -> None:
     from ania_nb.config import ModelPrice
 

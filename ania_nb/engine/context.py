@@ -152,14 +152,12 @@ class ContextWindow:
                 [{"role": "user", "content": SUMMARY_PREFIX + EMPTY_SUMMARY}], "summary", usage
             )
         try:
-            completion = await self.compressor.complete(
-                [
-                    {"role": "system", "content": SUMMARISER_PROMPT},
-                    {"role": "user", "content": transcript},
-                ]
-            )
-            model = completion.asked or completion.model
-            usage.add_call(completion.usage, model=model, count_iteration=False)
+            sent: list[Message] = [
+                {"role": "system", "content": SUMMARISER_PROMPT},
+                {"role": "user", "content": transcript},
+            ]
+            completion = await self.compressor.complete(sent)
+            usage.add_completion(completion, sent, count_iteration=False)
             summary = (completion.message.get("content") or "").strip()
             if not summary:
                 raise LLMError("the compressor returned an empty summary")

@@ -283,7 +283,7 @@ class ToolLoop:
             on_delta=on_delta,
             on_retry=on_retry,
         )
-        self.usage.add_call(completion.usage, model=completion.asked or completion.model)
+        self.usage.add_completion(completion, messages, definitions)
         if self.callbacks.on_event is not None:
             await self._emit("usage", **self.usage.to_dict())
         return completion

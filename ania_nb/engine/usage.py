@@ -2,9 +2,15 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import json
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+from .messages import Message, estimate_tokens
+
+if TYPE_CHECKING:
+    from ._llm_wire import Completion
 
 
 @dataclass
@@ -36,6 +42,10 @@ class Usage:
     its own run record (subagents, team members, clock children, background work), added to the
     sums for the user but counted by quotas under that record. ``cost`` is set at the end of a
     run when ``pricing`` covers every model used (else None: never a guess).
+
+    ``estimated_calls`` counts calls whose provider reported no usage (or a runaway reply the
+    client cut): their tokens are estimated from the text, so quotas still see them, and no cost
+    is given for a run that has any.
     """
 
     prompt_tokens: int = 0
@@ -47,6 +57,7 @@ class Usage:
     models: dict[str, Tokens] = field(default_factory=dict)
     included: dict[str, Tokens] = field(default_factory=dict)
     cost: float | None = None
+    estimated_calls: int = 0
 
     def add_call(self, raw: Any, *, model: str = "", count_iteration: bool = True) -> None:
         """Add the ``usage`` block of one chat completion (object or dict) asked of ``model``.
@@ -66,17 +77,42 @@ class Usage:
         self.models.setdefault(model, Tokens()).add(tokens)
         self.last_prompt_tokens = prompt
 
+    def add_completion(
+        self,
+        completion: Completion,
+        sent: Sequence[Message],
+        definitions: Sequence[dict[str, Any]] | None = None,
+        *,
+        count_iteration: bool = True,
+    ) -> None:
+        """Add one answered call: its reported usage, or an estimate when it reported none."""
+        model = completion.asked or completion.model
+        self.add_call(completion.usage, model=model, count_iteration=count_iteration)
+        if completion.usage is None:  # none reported (or a runaway cut): quotas count an estimate
+            self.add_estimate(estimate_call(sent, definitions, completion.message), model=model)
+
+    def add_estimate(self, tokens: Tokens, *, model: str = "") -> None:
+        """Add the estimated tokens of a call that came without usage (see `estimated_calls`).
+
+        The context window keeps its own estimate: ``last_prompt_tokens`` is left as it was.
+        """
+        self.estimated_calls += 1
+        self._add_sums(tokens)
+        self.models.setdefault(model, Tokens()).add(tokens)
+
     def merge(self, other: Usage) -> None:
         """Add work that belongs to this run's record (a compaction, say); not its iterations."""
         self._add_sums(other.tokens())
         _add_models(self.models, other.models)
         _add_models(self.included, other.included)
+        self.estimated_calls += other.estimated_calls
 
     def include(self, other: Usage) -> None:
         """Add work recorded under its own run record (a subagent): shown here, counted there."""
         self._add_sums(other.tokens())
         _add_models(self.included, other.models)
         _add_models(self.included, other.included)
+        self.estimated_calls += other.estimated_calls
 
     def tokens(self) -> Tokens:
         """The sums as `Tokens`."""
@@ -109,6 +145,16 @@ class Usage:
             "last_prompt_tokens": self.last_prompt_tokens,
             "iterations": self.iterations,
         }
+
+
+def estimate_call(
+    messages: Sequence[Message], definitions: Sequence[dict[str, Any]] | None, reply: Message
+) -> Tokens:
+    """Tokens of a call whose provider reported none, estimated like the context window does."""
+    tools = json.dumps(list(definitions or ()), ensure_ascii=False)
+    prompt = estimate_tokens([*messages, {"role": "system", "content": tools}])
+    completion = estimate_tokens([reply])
+    return Tokens(prompt, completion, 0, prompt + completion)
 
 
 def _add_models(into: dict[str, Tokens], more: Mapping[str, Tokens]) -> None:

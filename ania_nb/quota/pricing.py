@@ -27,7 +27,12 @@ def cost(by_model: Mapping[str, Tokens], prices: Mapping[str, ModelPrice]) -> fl
 
 
 def usage_cost(usage: Usage, prices: Mapping[str, ModelPrice]) -> float | None:
-    """The cost of a run's tokens, its own and those of work it includes (subagents)."""
+    """The cost of a run's tokens, its own and those of work it includes (subagents).
+
+    None when any call's tokens were estimated (no usage reported): a cost is never a guess.
+    """
+    if usage.estimated_calls:
+        return None
     merged: dict[str, Tokens] = {}
     for part in (usage.models, usage.included):
         for model, tokens in part.items():
