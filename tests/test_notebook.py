@@ -572,6 +572,18 @@ def test_a_notebook_adopts_its_pre_id_conversation_but_never_an_untitled_one(
     assert roles(llm.requests[3]) == ["system", "user"]
 
 
+def test_the_status_panel_of_a_real_notebook_creates_no_store(shell, llm, tmp_path, monkeypatch):
+    monkeypatch.setenv("JPY_SESSION_NAME", str(_save(tmp_path / "fresh.ipynb", "c1")))
+    data = Path(state_of(shell).overrides["store.data_dir"])
+    _, captured = run(shell, "%ania")
+    assert "  session   a new conversation, chosen by the first %%agent" in captured.stdout
+    assert not data.exists()  # looking does not create the store
+    llm.script(reply("hi"))
+    value, _ = run(shell, "%%agent -q\nhello")
+    _, captured = run(shell, "%ania")
+    assert f"  session   {value.session}\n" in captured.stdout and data.is_dir()
+
+
 @pytest.mark.parametrize(
     ("cell", "message"),
     [

@@ -60,6 +60,12 @@ class NotebookState:
         configured = self._agent.config.notebook.session if self._agent is not None else ""
         return configured or self._session or notebook_session()
 
+    @property
+    def identified(self) -> bool:
+        """Whether `default_session` is known (configured, or found by `identify`)."""
+        configured = self._agent is not None and bool(self._agent.config.notebook.session)
+        return configured or self._session is not None
+
     async def identify(self) -> str:
         """Find this notebook's session (following renames) and note the running cell in it.
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import shlex
 from collections.abc import Awaitable
+from pathlib import Path
 from typing import Any, TypeVar
 
 from IPython.core.error import UsageError
@@ -227,8 +228,13 @@ def _interrupted_line(result: Any) -> str:
 async def manage(state: NotebookState, line: str) -> Any:
     """Run one ``%ania`` command (see `manage.run_ania`) for this notebook's session."""
     words = line.split()
-    # config must work even when the current settings are broken; stop needs no Agent made.
-    if words[:1] != ["config"] and (words[:1] != ["stop"] or state.agent_created):
+    # config must work even when the current settings are broken; stop needs no Agent made;
+    # the status panel (no words) only looks: it never creates the store to find the session.
+    if not words:
+        data_dir = Path(state.agent().config.store.data_dir)
+        if await asyncio.to_thread(data_dir.is_dir):
+            await state.identify()
+    elif words[0] != "config" and (words[0] != "stop" or state.agent_created):
         await state.identify()  # the notebook may have been renamed since the last cell
     from .manage import run_ania
 

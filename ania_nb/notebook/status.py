@@ -134,6 +134,9 @@ def _skills_line(agent: Agent, files: _Files) -> str:
     return f"none ({folder} does not exist; %ania skills says how to add one)"
 
 
+_NEW_SESSION = "a new conversation, chosen by the first %%agent (no data directory yet)"
+
+
 async def status(state: NotebookState, usage: str = "") -> None:
     """Print the status panel of the kernel's agent, then ``usage`` (the sub-commands)."""
     agent = state.agent()
@@ -147,7 +150,7 @@ async def status(state: NotebookState, usage: str = "") -> None:
         ("endpoint", f"{llm.base_url}  ({await _endpoint(config)})"),
         ("model", llm.model),
         ("API key", "set" if key_set else "not set"),
-        ("session", state.default_session),
+        ("session", state.default_session if state.identified else _NEW_SESSION),
         ("data dir", f"{files.data_dir}" + ("" if files.data_dir_exists else "  (not yet)")),
         ("config", f"{files.toml} ({'found' if files.toml_exists else 'not found'}), ANIA_*"),
         ("MCP", _mcp_line(agent, files)),
