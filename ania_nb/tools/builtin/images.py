@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Annotated, ClassVar
 from pydantic import BaseModel, Field
 
 from ...engine.callbacks import CallbackName
-from ...engine.messages import image_hash, image_marker
+from ...engine.messages import Message, image_hash, image_marker
 from ...errors import AniaError, ToolError
 from ..base import BaseTool, ToolContext
 from ._paths import FileGuard
@@ -82,14 +82,14 @@ class ImageViewer:
             {"type": "text", "text": self.prompt},
             {"type": "image_url", "image_url": {"url": url}},
         ]
+        sent: list[Message] = [{"role": "user", "content": parts}]
         try:
-            completion = await self.describer.complete([{"role": "user", "content": parts}])
+            completion = await self.describer.complete(sent)
         except AniaError as exc:
             return f"\n<{tag}>description failed: {exc}</{tag}>"
         usage = ctx.run_state.get("usage")  # the run's tally: vision tokens count as the run's
         if usage is not None:
-            model = completion.asked or completion.model
-            usage.add_call(completion.usage, model=model, count_iteration=False)
+            usage.add_completion(completion, sent, count_iteration=False)
         text = (completion.message.get("content") or "").strip() or "(no description)"
         return f"\n<{tag}>\n{text}\n</{tag}>"
 
