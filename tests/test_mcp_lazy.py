@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import dataclasses
 import os
 import shutil
@@ -12,6 +11,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from _waits import until
 from mcp_servers.support import (
     DEMO,
     DEMO_TOOLS,
@@ -263,15 +263,6 @@ async def test_servers_connect_concurrently_at_start(tmp_path: Path):
     assert sorted(os.listdir(barrier)) == ["one", "three", "two"]
 
 
-async def until(predicate, what: str, limit: float = 15.0) -> None:
-    """Yield to the loop until ``predicate()`` holds (bounded, so a hang fails the test)."""
-    for _ in range(int(limit / 0.02)):
-        if predicate():
-            return
-        await asyncio.sleep(0.02)
-    raise AssertionError(f"timed out waiting for {what}")
-
-
 async def test_runtime_add_remove_a_dead_server_seen_at_once_and_rebound_tools(tmp_path: Path):
     shared = ToolExecutor()
     no_auto = settings(tmp_path / "absent.json", auto_reconnect=False)
@@ -292,7 +283,7 @@ async def test_runtime_add_remove_a_dead_server_seen_at_once_and_rebound_tools(t
         # Seen without any call: the process's end is watched.
         demo = registry.get("demo")
         assert demo is not None
-        await until(lambda: demo.state == "disconnected", "the state to change")
+        await until(lambda: demo.state == "disconnected", "the state to change", limit=15.0)
         assert (demo.error or "").startswith("the server process exited")
         assert "disconnected" in registry.servers()[0].state
         crashed = await text_of(session, "pid")
@@ -326,7 +317,7 @@ async def test_a_lost_server_reconnects_on_its_next_use(tmp_path: Path):
         os.kill(int(first), signal.SIGKILL)
         demo = registry.get("demo")
         assert demo is not None
-        await until(lambda: demo.state == "disconnected", "the state to change")
+        await until(lambda: demo.state == "disconnected", "the state to change", limit=15.0)
         again = await text_of(session, "pid")  # reconnects, then calls the re-bound tool
         assert again.isdigit() and again != first and demo.state == "connected"
 

@@ -7,6 +7,8 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
+from _waits import until
+
 from ania_nb import Callbacks, RunEvent, tool
 from ania_nb.engine.usage import Usage
 from ania_nb.notebook.widgets import RunView
@@ -15,15 +17,6 @@ from ania_nb.testing import reply, tool_call, usage
 
 SESSION = "nb:kids"
 TEAM_CALL = "call_team"
-
-
-async def until(predicate: Any, what: str) -> None:
-    """Yield to the loop until ``predicate()`` holds (bounded, so a hang fails the test)."""
-    for _ in range(1000):
-        if predicate():
-            return
-        await asyncio.sleep(0.01)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 def event(kind: str, **data: Any) -> RunEvent:

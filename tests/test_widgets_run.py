@@ -8,6 +8,7 @@ import base64
 import json
 
 import pytest
+from _waits import until
 
 from ania_nb import RunEvent, ToolContext, tool
 from ania_nb.notebook.widgets import RunView
@@ -43,15 +44,6 @@ async def show_chart(ctx: ToolContext) -> str:
 @pytest.fixture(autouse=True)
 def _fresh():
     ran.clear()
-
-
-async def until(predicate, what: str) -> None:
-    """Yield to the loop until ``predicate()`` holds (bounded, so a hang fails the test)."""
-    for _ in range(1000):
-        if predicate():
-            return
-        await asyncio.sleep(0.01)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 def start(agent, view: RunView, prompt: str = "go") -> asyncio.Task:

@@ -14,6 +14,7 @@ import sys
 from pathlib import Path
 
 import nbformat
+from _waits import until
 from nbclient import NotebookClient
 
 from ania_nb import tool
@@ -48,15 +49,6 @@ bash_tool.shell_arguments = ("command",)  # as the built-in bash: approvals spli
 def write_file(path: str, content: str) -> str:
     """Write a file."""
     return f"wrote {len(content)} characters"
-
-
-async def until(predicate, what: str) -> None:
-    """Yield to the loop until ``predicate()`` holds (bounded, so a hang fails the test)."""
-    for _ in range(1000):
-        if predicate():
-            return
-        await asyncio.sleep(0.01)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 def start(agent, view: RunView, prompt: str = "go") -> asyncio.Task:

@@ -45,11 +45,16 @@ def is_local(host: str) -> bool:
     return address.is_loopback or address.is_private or address.is_link_local
 
 
+def api_key_set(config: Config) -> bool:
+    """Whether ``llm.api_key`` holds more than blanks."""
+    key = config.llm.api_key
+    return bool(key and key.get_secret_value().strip())
+
+
 def missing_key(config: Config) -> str | None:
     """The message for an empty ``llm.api_key`` on an endpoint that needs one, else None."""
-    key = config.llm.api_key.get_secret_value().strip() if config.llm.api_key else ""
     host = urlsplit(config.llm.base_url).hostname or ""
-    if key or is_local(host):
+    if api_key_set(config) or is_local(host):
         return None
     return (
         f"llm.api_key is empty, and the endpoint {config.llm.base_url} needs one.\n"
@@ -115,8 +120,7 @@ class FirstRun:
 
         Its ``key`` is llm.api_key or llm.base_url; the message says what to set and where.
         """
-        has_key = bool(config.llm.api_key and config.llm.api_key.get_secret_value().strip())
-        seen = (config.llm.base_url, has_key)
+        seen = (config.llm.base_url, api_key_set(config))
         if seen in self._passed:
             return
         message = await self.problem(config)

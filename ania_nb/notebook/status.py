@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from .firstrun import missing_key, unreachable
+from .firstrun import api_key_set, missing_key, unreachable
 
 if TYPE_CHECKING:  # pragma: no cover
     from ..agent import Agent
@@ -142,14 +142,13 @@ async def status(state: NotebookState, usage: str = "") -> None:
     agent = state.agent()
     config = agent.config
     llm = config.llm
-    key_set = bool(llm.api_key and llm.api_key.get_secret_value().strip())
     files = await asyncio.to_thread(_Files.read, config)
     off = tools_off(agent, agent.tools)
     offered = [n for n in agent.tools.names() if n not in off]
     rows = [
         ("endpoint", f"{llm.base_url}  ({await _endpoint(config)})"),
         ("model", llm.model),
-        ("API key", "set" if key_set else "not set"),
+        ("API key", "set" if api_key_set(config) else "not set"),
         ("session", state.default_session if state.identified else _NEW_SESSION),
         ("data dir", f"{files.data_dir}" + ("" if files.data_dir_exists else "  (not yet)")),
         ("config", f"{files.toml} ({'found' if files.toml_exists else 'not found'}), ANIA_*"),
