@@ -96,7 +96,7 @@ def message_text(uid: int, k: int) -> str:
 
 
 def sender_prefix(uid: int) -> str:
-    """What the router puts before a message (reference §13.2), for the engine baseline."""
+    """What the router puts before a message [orig §13.2], for the engine baseline."""
     return f"[nickname:user{uid} id:{uid}]: "
 
 

@@ -30,7 +30,7 @@ def read_note() -> str:
 
 @tool(name="kb_add")
 def kb_add_tool(text: str) -> str:
-    """Not marked side-effecting, but on the reference's plan-mode list."""
+    """Not marked side-effecting, but on the original's plan-mode list [orig §9.1]."""
     written.append(f"kb:{text}")
     return "added"
 

@@ -22,7 +22,7 @@ from ania_nb.testing import reply, tool_call, usage
 
 PACKAGE = Path(ania_nb.__file__).parent
 
-# Which top-level parts of the package each layer may import (SPEC "Layers"; top imports below).
+# Which top-level parts of the package each layer may import ([arch §1]; top imports below).
 LOWER_LAYERS = {
     "store": set(),
     "config": set(),

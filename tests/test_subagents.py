@@ -1,5 +1,5 @@
 """Subagents: parallel synchronous children, time budget, stop, background injection, no recursion,
-truncation, usage, SubagentStop, and the clock-run variant (reference §4.4, §5.1, §5.2).
+truncation, usage, SubagentStop, and the clock-run variant [orig §4.4, §5.1, §5.2].
 
 The parent and its children share one scripted server: children are routed by the subagent
 prompt (`llm.route(CHILD, ...)`), the parent by its absence (`PARENT`).

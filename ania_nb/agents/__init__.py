@@ -1,4 +1,4 @@
-"""Subagents and agent teams: one-shot workers a main session starts (reference §5).
+"""Subagents and agent teams: one-shot workers a main session starts [orig §5].
 
 ``Agents(host)`` is what the Agent wires in: ``agent.add_session_tools(agents.session_tools)``
 gives every main session the subagent tools (``subagent.enable``) and the team tools

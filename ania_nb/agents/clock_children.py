@@ -1,4 +1,4 @@
-"""Subagents inside a clock run (reference §4.4): started in the background, gathered at the end.
+"""Subagents inside a clock run [orig §4.4]: started in the background, gathered at the end.
 
 A clock run has nobody to inject a late result into, so its subagents report back to the run
 itself. The clock runner builds one `ClockChildren` per task run and gives the run its

@@ -1,4 +1,4 @@
-"""Built-in team roles and the system prompts of team members (reference §5.3).
+"""Built-in team roles and the system prompts of team members [orig §5.3].
 
 A member's prompt comes from, in order: the role text given in the ``team_run`` call, a built-in
 role of the member's name (``规划师`` or ``planner`` …), the role saved for a member of that name

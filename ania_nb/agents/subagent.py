@@ -1,4 +1,4 @@
-"""The subagent runtime: one-shot workers of the main agent (reference §5.2).
+"""The subagent runtime: one-shot workers of the main agent [orig §5.2].
 
 A subagent is a `OneShotJob` of kind ``subagent``: no history, the subagent prompt plus the
 target session's prompt (its scene), the session's tools minus subagent, team and todo tools

@@ -1,4 +1,4 @@
-"""``team_run``: several role-described members work on one task in parallel (reference §5.3).
+"""``team_run``: several role-described members work on one task in parallel [orig §5.3].
 
 Each member is a one-shot run of kind ``team_member`` with the team's time, round and result
 limits. Its system prompt comes from the first of: the role given in the call, a built-in role

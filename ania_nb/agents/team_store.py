@@ -2,7 +2,7 @@
 
 Teams live in the KV namespace ``team`` under ``<scope>:<name>``. The AI's scope is its session
 key (``g:<id>``, ``f:<id>``, ``nb:<name>`` …); the ``global`` scope is written only through this
-API or ``%ania team``. Rules (reference §5.3): a team name is 1–20 letters, digits, ``_`` or
+API or ``%ania team``. Rules [orig §5.3]: a team name is 1–20 letters, digits, ``_`` or
 ``-`` (any script) after trimming; at most 20 teams per scope; 1–10 members with trimmed,
 non-empty, unique names; roles trimmed and cut to 500 characters. Creating a team that exists
 is an error (delete it first) — nothing stored is ever replaced.

@@ -241,7 +241,7 @@ class Clock(ClockEngine):
     def session_tools(self, session: str) -> builtins.list[Tool]:
         """The clock_* tools bound to ``session`` (none when the clock is disabled).
 
-        Delegates to ``ania_nb.clock.tools.clock_tools(clock, session)`` (H-clock-face).
+        Delegates to ``ania_nb.clock.tools.clock_tools(clock, session)``.
         """
         if not self.host.config.clock.enable:
             return []
@@ -252,8 +252,7 @@ class Clock(ClockEngine):
     async def command(self, session: str, args: str, sender: str | None) -> str:
         """Answer ``/clock <args>`` sent by ``sender`` in ``session`` (plain text).
 
-        Delegates to ``ania_nb.clock.command.clock_command(clock, session, args, sender)``
-        (H-clock-face).
+        Delegates to ``ania_nb.clock.command.clock_command(clock, session, args, sender)``.
         """
         from .command import clock_command  # type: ignore[import-not-found,unused-ignore]
 

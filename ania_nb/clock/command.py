@@ -1,4 +1,4 @@
-"""``/clock``: the users' command for scheduled tasks (reference §4.6), answered in plain text.
+"""``/clock``: the users' command for scheduled tasks [orig §4.6], answered in plain text.
 
 Anyone may list and add the tasks of their own chat and change, inspect or delete them; an
 admin (``host.is_admin(sender)``; ``None`` is the trusted local notebook user) may also touch

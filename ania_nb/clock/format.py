@@ -2,7 +2,7 @@
 
 Deterministic for a given task or log entry: times are local (``YYYY-MM-DD HH:MM`` in details,
 ``MM-DD HH:MM`` in short messages, ``MM-DD HH:MM:SS`` in log lines); the structure follows the
-original (reference §4.5): list line, detail, log line, created/updated messages.
+original [orig §4.5]: list line, detail, log line, created/updated messages.
 """
 
 from __future__ import annotations

@@ -21,7 +21,7 @@ from ..store import ToolCallRecord
 
 log = logging.getLogger(__name__)
 
-# Task-log statuses (reference §7.4 plus ``skipped`` for an overlapping trigger).
+# Task-log statuses [orig §7.4], plus ``skipped`` (an overlapping trigger) and ``denied`` (quota).
 RUNNING = "running"
 LOG_STATUSES = ("running", "success", "timeout", "error", "interrupted", "skipped", "denied")
 FINAL_LOG_STATUSES = frozenset(LOG_STATUSES) - {RUNNING}
@@ -31,7 +31,7 @@ UPDATABLE_FIELDS = frozenset(
     {"cron", "title", "content", "target", "enabled", "run_once", "timeout", "created_by", "note"}
 )
 
-MAX_TIMEOUT = 1800.0  # seconds; no clock run may take longer (reference §4.1)
+MAX_TIMEOUT = 1800.0  # seconds; no clock run may take longer [orig §4.1]
 
 EventKind = Literal["task_created", "task_updated", "task_deleted", "run_started", "run_finished"]
 
@@ -42,7 +42,7 @@ class ClockError(UsageError):
 
 @dataclass
 class ClockTask:
-    """One scheduled task (reference §4.2).
+    """One scheduled task [orig §4.2].
 
     ``id`` is the base-36 form of a persisted counter. ``timeout`` is seconds, 0 = the clock's
     default (``clock.default_timeout``); runs are clamped to 1800 s. ``created_by`` is who a
@@ -82,7 +82,7 @@ class ClockTask:
 
 @dataclass
 class TaskLogEntry:
-    """One run of a task, as kept in the task log (reference §7.4).
+    """One run of a task, as kept in the task log [orig §7.4].
 
     ``status`` is one of `LOG_STATUSES`; ``trigger`` the text the model got (≤500 chars);
     ``manual`` tells a `Clock.run_now` run from a scheduled one, whose planned fire time is

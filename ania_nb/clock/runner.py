@@ -3,7 +3,7 @@
 The model gets ``【定时任务】<title>``, a new line and ``<content>`` (plus the note); the target's
 system prompt plus the clock scene; the target's session tools (todo excepted) and, with
 subagents enabled, the clock variant of the subagent tools, whose results are drained into the
-same conversation before the final reply (reference §4.4). Intermediate text is dropped; only
+same conversation before the final reply [orig §4.4]. Intermediate text is dropped; only
 the final non-blank reply — or a timeout notice — is published on the host's outbox.
 """
 
@@ -215,7 +215,7 @@ def _outcome(task: ClockTask, result: RunResult, usage: Usage, budget: float) ->
 
 
 def _children(host: AgentHost, task: ClockTask, deadline: float, usage: Usage) -> Any:
-    """H-sub's async subagents of clock runs (reference §4.4), when that module exists."""
+    """The async subagents of clock runs [orig §4.4], when that module exists."""
     try:
         from ..agents.clock_children import ClockChildren
     except ImportError:  # not there yet: clock runs without subagents

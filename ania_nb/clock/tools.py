@@ -1,6 +1,6 @@
 """The model's clock tools: clock_create/list/get/update/delete/log, bound to one session.
 
-Ownership (reference §4.5): the tools only see and touch tasks whose target is the session they
+Ownership [orig §4.5]: the tools only see and touch tasks whose target is the session they
 were made for — there is no admin exemption, because the model acts for whoever is chatting. A
 ``target`` argument may only name that session (empty = it). Messages are the shared texts of
 `ania_nb.clock.format`, so the same task always reads the same.

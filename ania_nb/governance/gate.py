@@ -164,7 +164,7 @@ def _details(call: ToolCall, tool: Tool | None) -> str:
 
 
 def _needs_admin(call: ToolCall, tool: Tool | None) -> bool:
-    """``tool.needs_admin_approval(arguments)``: this call waits for an admin (H-selfmgmt)."""
+    """``tool.needs_admin_approval(arguments)``: this call waits for an admin."""
     asks = getattr(tool, "needs_admin_approval", None)
     arguments = _arguments(call.arguments)
     return asks is not None and arguments is not None and bool(asks(arguments))

@@ -1,7 +1,7 @@
 """Plan mode: per session, the model may analyse and plan but not act.
 
 While on, each user turn starts with `PLAN_NOTE` and the tool gate blocks every side-effect tool:
-the reference's list below plus any tool marked ``side_effects=True``. ``todo_write`` and
+the original's list below [orig §9.1] plus any tool marked ``side_effects=True``. ``todo_write`` and
 read-only tools stay available. Plan mode lives in memory (a restart turns it off).
 """
 

@@ -1,6 +1,6 @@
 """Pure text helpers of the knowledge base: chunking, dedupe keys, truncation, keyword match.
 
-``chunk_text`` follows the reference (§6.3): content that fits is one chunk; longer content is
+``chunk_text`` follows the original [orig §6.3]: content that fits is one chunk; longer content is
 split on lines, lines are accumulated until the next one would not fit, and each new chunk
 starts with the last ``overlap`` characters of the previous one; a line longer than a chunk is
 cut hard. Every chunk is a contiguous piece of the (newline-normalised) content with its
@@ -138,9 +138,9 @@ def truncate(text: str, limit: int) -> str:
 
 
 def query_terms(text: str) -> list[str]:
-    """The keywords of a query, lower-cased, deduplicated, in order (§6.4, see below).
+    """The keywords of a query, lower-cased, deduplicated, in order ([orig §6.4], see below).
 
-    Like the reference's queryTerms: each field is a term, CJK runs also give their character
+    Like the original's query terms: each field is a term, CJK runs also give their character
     bigrams. Unlike it, punctuation separates fields (so "数据库？" does not yield "库？"),
     words of other scripts are not cut into bigrams ("api" does not become "ap", "pi", "a", …,
     which match nearly any English text), and English function words are dropped when the

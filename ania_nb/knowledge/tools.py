@@ -1,10 +1,10 @@
 """The model's knowledge tools: kb_search/add/list/delete and memory_save/search/forget.
 
-Every tool is bound to one session: its scope is the session name (reference §6.2/§6.3).
+Every tool is bound to one session: its scope is the session name [orig §6.2, §6.3].
 kb_search also reads the ``global`` library, which is read-only to the model (managed through
 ``agent.knowledge`` and ``%ania kb``); no tool takes a scope argument, and ids naming another
 scope's documents or memories are answered as unknown (another session's ids are not
-revealed; a global document is named as read-only). Texts keep the reference's markers.
+revealed; a global document is named as read-only). Texts keep the original's markers.
 """
 
 from __future__ import annotations

@@ -32,7 +32,7 @@ Send = Callable[[Outgoing], Awaitable["str | None"]]
 
 
 def sender_prefix(name: str, user_id: str) -> str:
-    """The stable prefix the model sees before a user's text (reference §13.2)."""
+    """The stable prefix the model sees before a user's text [orig §13.2]."""
     return f"[nickname:{name or '用户'} id:{user_id}]: "
 
 

@@ -1,7 +1,7 @@
 """The `Router`: what reaches the Agent from a chat platform, and what goes back.
 
 Platform-neutral: it sees `Incoming`/`Outgoing` and an `Adapter`, never a wire format. For each
-message, in order (reference §9.3, §13.6):
+message, in order [orig §9.3, §13.6]:
 
 1. A reply to the session's pending tool approval is answered first — a verdict word (允许/同意/
    批准/allow/approve/yes/y, 拒绝/deny/reject/no/n, optionally followed by the request id) from

@@ -304,7 +304,7 @@ def has_description(annotation: Any, default: Any) -> bool:
 
 
 def normalize_input_schema(schema: Mapping[str, Any] | None) -> dict[str, Any]:
-    """Turn an MCP tool's ``inputSchema`` into an OpenAI ``parameters`` object (reference §2.2).
+    """Turn an MCP tool's ``inputSchema`` into an OpenAI ``parameters`` object [orig §2.2].
 
     The input is never mutated.
     """
