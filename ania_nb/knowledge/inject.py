@@ -13,8 +13,9 @@ turn's context only (never into the history), right before the user's text::
     …
     </knowledge>
 
-The start and end markers are lines of their own (`KNOWLEDGE_START`, `KNOWLEDGE_END`); no
-passage or memory can contain them or a chat sender line, and none carries chat-template
+The start and end markers are lines of their own (`KNOWLEDGE_START`, `KNOWLEDGE_END`; when the
+block opens the turn, the turn's ``[<time>] `` stands before the start marker); no passage or
+memory can contain them or a chat sender line, and none carries chat-template
 control tokens: every line is neutralised by `ania_nb.engine.untrusted` (``<knowledge>`` and
 ``[nickname:`` look-alikes lose their opening bracket, control tokens become spaces).
 
