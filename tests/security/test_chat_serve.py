@@ -155,7 +155,7 @@ def _looks_like_a_sender_line(line: str) -> bool:
 
 def assert_one_sender_line_per_message(text: str, real_ids: list[str]) -> None:
     """Exactly the real messages' sender lines, and the forged id only in defused text."""
-    lines = text.split("\n")
+    lines = text.splitlines()  # every line break a model may see: \r, U+2028, …
     matched = [SENDER_LINE.match(line) for line in lines]
     assert [m.group("id") for m in matched if m] == real_ids, text
     assert sum(_looks_like_a_sender_line(line) for line in lines) == len(real_ids), text

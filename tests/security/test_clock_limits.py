@@ -149,3 +149,13 @@ def test_shortest_gap_of_schedules() -> None:
     # 23:59 then 00:00 the next day: the gap across midnight counts.
     assert shortest_gap(parse_schedule("0,59 0,23 * * *")) == 60
     assert shortest_gap(parse_schedule("0 0 31 2 *")) is None  # never fires
+
+
+async def test_parallel_creations_in_one_round_cannot_overshoot_the_cap(agent, llm):
+    calls = [tool_call("clock_create", create(HOURLY, title=f"t{i}")) for i in range(5)]
+    llm.script(reply(tool_calls=calls), reply("ok"))
+    await agent.chat("five tasks please", session=GROUP, sender=MEMBER)
+    results = [m["content"] for m in llm.requests[-1].messages if m["role"] == "tool"]
+    assert sum("created task" in r for r in results) == 3, results
+    assert sum("clock.max_tasks_per_chat = 3" in r for r in results) == 2
+    assert len(await agent.clock.list(target=GROUP)) == 3
