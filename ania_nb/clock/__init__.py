@@ -134,8 +134,8 @@ class Clock(ClockEngine):
 
         Raises `ClockError` for an invalid schedule (the message shows a valid example), blank
         content, an empty target or a negative timeout. ``limited``: the creator is no admin,
-        so the chat limits apply (`check_interval`, and the target may hold at most
-        ``clock.max_tasks_per_chat`` tasks).
+        so the chat limits apply: ``clock.min_interval`` between runs (unless run-once), and
+        at most ``clock.max_tasks_per_chat`` tasks in the target.
         """
         fields = check_fields(
             {
@@ -152,7 +152,7 @@ class Clock(ClockEngine):
         fields["creator"] = check_text("creator", creator)
         schedule = parse_schedule(fields["cron"])
         if limited and not run_once:
-            await self.check_interval(schedule)
+            await self._check_interval(schedule)
         fields["next_run_at"] = schedule.next_fire()
         store = await self._open()
         async with self._edits:  # counted and added in one edit: parallel adds cannot overshoot
@@ -180,8 +180,8 @@ class Clock(ClockEngine):
         Fields: cron, title, content, target, enabled, run_once, timeout, created_by, note.
         Raises `ClockError` for an unknown id or field, or an invalid value (nothing is saved).
         ``limited`` (the updater is no admin): a repeating task whose schedule changes, that
-        stops being run-once or is enabled again must pass `check_interval`; a task moved to
-        another target must fit under that target's ``clock.max_tasks_per_chat``.
+        stops being run-once or is enabled again must respect ``clock.min_interval``; a task
+        moved to another target must fit under that target's ``clock.max_tasks_per_chat``.
         """
         unknown = set(fields) - UPDATABLE_FIELDS
         if unknown:
@@ -215,7 +215,7 @@ class Clock(ClockEngine):
 
     # ------------------------------------------------------------------ limits
 
-    async def check_interval(self, schedule: Schedule) -> None:
+    async def _check_interval(self, schedule: Schedule) -> None:
         """`ClockError` if a non-admin's repeating ``schedule`` runs more often than allowed.
 
         The limit is ``clock.min_interval`` seconds between two runs (0 = none), measured by
@@ -227,8 +227,8 @@ class Clock(ClockEngine):
         gap = await asyncio.to_thread(shortest_gap, schedule)
         if gap is not None and gap < least:
             raise ClockError(
-                f"schedule {schedule.text!r} runs every {describe_period(gap)} at its most "
-                f"frequent; a task a non-admin repeats may run at most once every "
+                f"schedule {schedule.text!r} runs as often as every {describe_period(gap)}; "
+                "a task a non-admin repeats may run at most once every "
                 f"{describe_period(least)} (clock.min_interval = {least:g}); choose a longer "
                 "period or a run-once task, or ask an admin"
             )
@@ -243,7 +243,7 @@ class Clock(ClockEngine):
             or (enabled and not old.enabled)
         )
         if enabled and not run_once and rescheduled:
-            await self.check_interval(parse_schedule(changes.get("cron", old.cron)))
+            await self._check_interval(parse_schedule(changes.get("cron", old.cron)))
 
     async def _check_room(self, store: ClockStore, target: str) -> None:
         """`ClockError` if ``target`` holds ``clock.max_tasks_per_chat`` tasks already."""

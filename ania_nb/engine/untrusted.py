@@ -99,6 +99,8 @@ def strip_control_tokens(text: str) -> str:
 
 def _fold(ch: str) -> str:
     """One character as the marker search compares it (invisible ones vanish)."""
+    if ch.isascii():
+        return ch.lower()
     if unicodedata.category(ch) == "Cf":
         return ""
     return unicodedata.normalize("NFKC", ch.translate(_LOOKALIKES)).casefold()
