@@ -162,7 +162,11 @@ async def test_tasks_of_another_session_are_out_of_reach(agent, llm):
         ({"cron": "61 * * * *", "title": "t", "content": "c"}, "invalid cron schedule"),
         ({"cron": DAILY, "title": "t", "content": "  \n"}, "content must not be blank"),
         ({"cron": DAILY, "title": "t", "content": "c", "timeout_sec": -1}, "timeout must be"),
-        ({"cron": DAILY, "title": "t", "content": "c", "created_by": " 0 "}, "'0' is not a user"),
+        # Whom a task mentions is the real sender's, never the model's to say.
+        (
+            {"cron": DAILY, "title": "t", "content": "c", "created_by": "qq:all"},
+            "unknown argument 'created_by'",
+        ),
         ({"cron": DAILY, "title": "t"}, "field 'content' is required"),
     ],
 )
@@ -197,14 +201,14 @@ async def test_updates_change_only_the_fields_given(agent, llm):
         "ai",
     )
 
-    args = {"id": task.id, "enabled": False, "created_by": "", "timeout_sec": 0, "run_once": True}
+    args = {"id": task.id, "enabled": False, "timeout_sec": 0, "run_once": True}
     text = await call(agent, llm, "nb:a", "clock_update", args)
     assert text == f"updated ID={task.id}, state=disabled, mode=once, cron={DAILY}"
     now = await agent.clock.get(task.id)
     assert (now.enabled, now.next_run_at, now.created_by, now.timeout, now.title) == (
         False,
         None,
-        "",
+        "qq:5",
         0,
         "new",
     )
@@ -222,7 +226,7 @@ async def test_updates_change_only_the_fields_given(agent, llm):
     [
         ({"cron": "every day"}, "has 2 field(s)"),
         ({"content": " "}, "content must not be blank"),
-        ({"created_by": "0"}, "'0' is not a user"),
+        ({"created_by": "qq:all"}, "unknown argument 'created_by'"),
         ({"timeout_sec": -5}, "timeout must be"),
         ({}, "nothing to change"),
         ({"enabled": "maybe"}, "field 'enabled'"),

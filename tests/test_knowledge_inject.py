@@ -54,6 +54,15 @@ def day(ts: float) -> str:
     return time.strftime("%Y-%m-%d", time.localtime(ts))
 
 
+def inside(found: Injection | None) -> str:
+    """The injected block between its start and end marker lines (which it must have)."""
+    assert found is not None
+    start, _, rest = found.block.partition("\n")
+    body, _, end = rest.rpartition("\n")
+    assert (start, end) == ("<knowledge>", "</knowledge>")
+    return body
+
+
 @pytest.fixture
 async def knowledge(tmp_path: Path) -> Any:
     k = Knowledge(make_config(), tmp_path)
@@ -81,7 +90,7 @@ async def test_matching_chunks_of_the_session_and_global_are_injected(
 
     found = await auto_inject(knowledge, "nb:a", "deploy", config)
     assert isinstance(found, Injection)
-    lines = found.block.split("\n")
+    lines = inside(found).split("\n")
     assert lines[0] == KB_HEADER
     assert sorted(lines[1:]) == [
         "《Deploy policy》：Deploy only on weekdays.",
@@ -119,7 +128,7 @@ async def test_top_k_and_the_cut_of_each_chunk(knowledge: Knowledge) -> None:
     config = make_config(**{"kb.inject_top_k": 2, "kb.inject_chars": 60})
     found = await auto_inject(knowledge, "nb:a", "release checklist", config)
     assert found is not None and len(found.hits) == 2
-    lines = found.block.split("\n")
+    lines = inside(found).split("\n")
     assert lines[0] == KB_HEADER and len(lines) == 3
     for line, h in zip(lines[1:], found.hits, strict=True):
         passage = line.split("）：", 1)[1]
@@ -177,7 +186,7 @@ async def test_memories_join_when_enabled(knowledge: Knowledge) -> None:
     on = {"memory.auto_inject": True}
     found = await auto_inject(knowledge, "nb:a", "green tea", make_config(**on))
     assert found is not None and len(found.memories) == 3  # inject_max 3
-    kb_part, memory_part = found.block.split("\n\n")
+    kb_part, memory_part = inside(found).split("\n\n")
     assert kb_part.startswith(KB_HEADER)
     lines = memory_part.split("\n")
     assert lines[0] == MEMORY_HEADER
@@ -192,7 +201,7 @@ async def test_memories_join_when_enabled(knowledge: Knowledge) -> None:
     unlimited = make_config(**on, **{"memory.inject_max": 0, "kb.enable": False})
     everything = await auto_inject(knowledge, "nb:a", "tea", unlimited)
     assert everything is not None and len(everything.memories) == 4  # 0 = all that fit
-    assert everything.block.startswith(MEMORY_HEADER)
+    assert inside(everything).startswith(MEMORY_HEADER)
 
     off_kb = make_config(**on, **{"kb.auto_inject": False})
     only_memory = await auto_inject(knowledge, "nb:a", "green tea", off_kb)

@@ -27,11 +27,12 @@ from .model import (
     check_fields,
     check_text,
 )
-from .schedule import parse_schedule
+from .schedule import CRON_RESOLUTION, Schedule, describe_period, parse_schedule, shortest_gap
 
 if TYPE_CHECKING:  # pragma: no cover
     from ..store import Store
     from ..tools import Tool
+    from .store import ClockStore
 
 __all__ = ["POLL_SECONDS", "Clock", "ClockError", "ClockEvent", "ClockTask", "TaskLogEntry"]
 
@@ -127,11 +128,14 @@ class Clock(ClockEngine):
         created_by: str = "",
         creator: str = "api",
         note: str = "",
+        limited: bool = False,
     ) -> ClockTask:
         """Create an enabled task and schedule it; returns it with ``next_run_at`` set.
 
         Raises `ClockError` for an invalid schedule (the message shows a valid example), blank
-        content, an empty target or a negative timeout.
+        content, an empty target or a negative timeout. ``limited``: the creator is no admin,
+        so the chat limits apply: ``clock.min_interval`` between runs (unless run-once), and
+        at most ``clock.max_tasks_per_chat`` tasks in the target.
         """
         fields = check_fields(
             {
@@ -146,9 +150,14 @@ class Clock(ClockEngine):
             }
         )
         fields["creator"] = check_text("creator", creator)
-        fields["next_run_at"] = parse_schedule(fields["cron"]).next_fire()
+        schedule = parse_schedule(fields["cron"])
+        if limited and not run_once:
+            await self._check_interval(schedule)
+        fields["next_run_at"] = schedule.next_fire()
         store = await self._open()
-        async with self._edits:
+        async with self._edits:  # counted and added in one edit: parallel adds cannot overshoot
+            if limited:
+                await self._check_room(store, fields["target"])
             task, rev = await store.create(fields)
             self._revs[task.id] = rev
             await self._apply(task)
@@ -163,11 +172,16 @@ class Clock(ClockEngine):
         """Every task (or those of ``target``), in creation order."""
         return await (await self._open()).list(target)
 
-    async def update(self, id: str, updater: str = "api", **fields: Any) -> ClockTask:
+    async def update(
+        self, id: str, updater: str = "api", *, limited: bool = False, **fields: Any
+    ) -> ClockTask:
         """Change the given fields and reschedule; returns the task as it is now.
 
         Fields: cron, title, content, target, enabled, run_once, timeout, created_by, note.
         Raises `ClockError` for an unknown id or field, or an invalid value (nothing is saved).
+        ``limited`` (the updater is no admin): a repeating task whose schedule changes, that
+        stops being run-once or is enabled again must respect ``clock.min_interval``; a task
+        moved to another target must fit under that target's ``clock.max_tasks_per_chat``.
         """
         unknown = set(fields) - UPDATABLE_FIELDS
         if unknown:
@@ -182,11 +196,15 @@ class Clock(ClockEngine):
         if old is None:
             raise ClockError(f"no clock task with id {id!r}")
         enabled = changes.get("enabled", old.enabled)
+        if limited:
+            await self._check_changes(old, changes)
         if not enabled:
             changes["next_run_at"] = None
         elif "cron" in changes or not old.enabled:
             changes["next_run_at"] = parse_schedule(changes.get("cron", old.cron)).next_fire()
         async with self._edits:
+            if limited and changes.get("target", old.target) != old.target:
+                await self._check_room(store, changes["target"])
             done = await store.update(id, changes)
             if done is None:
                 raise ClockError(f"no clock task with id {id!r} (it was deleted meanwhile)")
@@ -194,6 +212,50 @@ class Clock(ClockEngine):
             await self._apply(task)
         await self._emit("task_updated", task.id, task=task)
         return task
+
+    # ------------------------------------------------------------------ limits
+
+    async def _check_interval(self, schedule: Schedule) -> None:
+        """`ClockError` if a non-admin's repeating ``schedule`` runs more often than allowed.
+
+        The limit is ``clock.min_interval`` seconds between two runs (0 = none), measured by
+        `shortest_gap` (off the loop: a cron schedule's fire times take a moment to list).
+        """
+        least = self.host.config.clock.min_interval
+        if least <= 0 or (schedule.every is None and least <= CRON_RESOLUTION):
+            return  # no limit, or one no cron schedule can break (it fires once a minute at most)
+        gap = await asyncio.to_thread(shortest_gap, schedule)
+        if gap is not None and gap < least:
+            raise ClockError(
+                f"schedule {schedule.text!r} runs as often as every {describe_period(gap)}; "
+                "a task a non-admin repeats may run at most once every "
+                f"{describe_period(least)} (clock.min_interval = {least:g}); choose a longer "
+                "period or a run-once task, or ask an admin"
+            )
+
+    async def _check_changes(self, old: ClockTask, changes: dict[str, Any]) -> None:
+        """The interval check of a limited update (see `update`)."""
+        run_once = bool(changes.get("run_once", old.run_once))
+        enabled = bool(changes.get("enabled", old.enabled))
+        rescheduled = (
+            changes.get("cron", old.cron) != old.cron
+            or run_once != old.run_once
+            or (enabled and not old.enabled)
+        )
+        if enabled and not run_once and rescheduled:
+            await self._check_interval(parse_schedule(changes.get("cron", old.cron)))
+
+    async def _check_room(self, store: ClockStore, target: str) -> None:
+        """`ClockError` if ``target`` holds ``clock.max_tasks_per_chat`` tasks already."""
+        cap = self.host.config.clock.max_tasks_per_chat
+        if cap <= 0:
+            return
+        count = len(await store.list(target))
+        if count >= cap:
+            raise ClockError(
+                f"{target} has {count} clock tasks, the most a non-admin may add to "
+                f"(clock.max_tasks_per_chat = {cap}); delete one first, or ask an admin"
+            )
 
     async def delete(self, id: str) -> ClockTask:
         """Delete a task (its log stays); returns it as it was. `ClockError` if unknown.

@@ -2,7 +2,9 @@
 
 Anyone may list and add the tasks of their own chat and change, inspect or delete them; an
 admin (``host.is_admin(sender)``; ``None`` is the trusted local notebook user) may also touch
-other chats' tasks, list every task, see the global log and run a task at once.
+other chats' tasks, list every task, see the global log and run a task at once. A non-admin's
+``add`` and ``on`` are held to the chat limits (``clock.max_tasks_per_chat``,
+``clock.min_interval``; see `Clock.create`).
 """
 
 from __future__ import annotations
@@ -158,6 +160,7 @@ class _Command:
                 run_once=once,
                 created_by=self.sender or "",
                 creator=self.who,
+                limited=not self.admin,
             )
         except ClockError as exc:
             return f"Not created: {exc}"
@@ -174,7 +177,10 @@ class _Command:
         task = await self._task(task_id)
         if isinstance(task, str):
             return task
-        return fmt.updated_text(await self.clock.update(task.id, updater=self.who, enabled=enabled))
+        updated = await self.clock.update(
+            task.id, updater=self.who, limited=not self.admin, enabled=enabled
+        )
+        return fmt.updated_text(updated)
 
     async def on(self, task_id: str) -> str:
         """Enable a task (it is scheduled again)."""

@@ -16,6 +16,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from ..engine.untrusted import untrusted
 from ..engine.usage import Usage
 from ..orchestration import Conversation, OneShotJob
 from ..orchestration.records import call_records
@@ -46,11 +47,15 @@ STOPPED_ERROR = "stopped: its target session was stopped while the task ran"
 
 
 def trigger_text(task: ClockTask) -> str:
-    """What the model gets: ``【定时任务】<title>``, a new line, the content and the note."""
+    """What the model gets: ``【定时任务】<title>``, a new line, the content and the note.
+
+    A chat member may have written them: they are neutralised like chat text (no control
+    tokens, no working sender-line or knowledge markers).
+    """
     text = f"【定时任务】{task.title}\n{task.content}"
     if task.note.strip():
         text += f"\n（备注：{task.note.strip()}）"
-    return text
+    return untrusted(text)
 
 
 def task_timeout(task: ClockTask, default: float) -> float:

@@ -4,6 +4,11 @@ Ownership [orig §4.5]: the tools only see and touch tasks whose target is the s
 were made for — there is no admin exemption, because the model acts for whoever is chatting. A
 ``target`` argument may only name that session (empty = it). Messages are the shared texts of
 `ania_nb.clock.format`, so the same task always reads the same.
+
+Who a task's deliveries mention (``created_by``) is never the model's to say: it is the real
+sender of the run that creates the task (``ToolContext.sender``; nobody in a notebook or a
+one-shot run). The chat limits (``clock.max_tasks_per_chat``, ``clock.min_interval``) apply
+unless every person the run answers is an admin (see `limited`).
 """
 
 from __future__ import annotations
@@ -23,7 +28,7 @@ from .model import ClockError, ClockTask
 if TYPE_CHECKING:  # pragma: no cover
     from . import Clock
 
-__all__ = ["OWNERSHIP_ERROR", "clock_tools"]
+__all__ = ["OWNERSHIP_ERROR", "clock_tools", "creator_of", "limited"]
 
 OWNERSHIP_ERROR = "can only operate tasks of the current session"
 CREATOR = "ai"
@@ -36,7 +41,6 @@ _CRON_HELP = (
     "optionally prefixed by 'CRON_TZ=<zone> '."
 )
 _TARGET = "Session key of the task's target; only the current session is allowed (empty = it)."
-_CREATED_BY = "User id the task's messages mention on a chat platform (empty = nobody)."
 
 
 @contextlib.contextmanager
@@ -84,11 +88,21 @@ class _SessionTool:
         return task
 
 
-def _created_by(value: str) -> str:
-    who = value.strip()
-    if who == "0":
-        raise ToolError("created_by '0' is not a user id; leave it empty to mention nobody")
-    return who
+def limited(clock: Clock, ctx: ToolContext) -> bool:
+    """Whether the chat limits apply to this call: unless every requester is an admin.
+
+    A one-shot run (a clock run, a subagent) has nobody standing behind it, so it is limited
+    even though its sender is None (which elsewhere means the trusted notebook user).
+    """
+    if ctx.admin_only_approval:
+        return True
+    askers = ctx.requesters or (ctx.sender,)
+    return not all(clock.host.is_admin(who) for who in askers)
+
+
+def creator_of(ctx: ToolContext) -> str:
+    """Whom the task's deliveries mention: the run's real sender, never a model argument."""
+    return "" if ctx.admin_only_approval else ctx.sender or ""
 
 
 # ------------------------------------------------------------------ clock_create
@@ -103,7 +117,6 @@ class ClockCreateParams(BaseModel):
         description="What the agent should do when the task fires (must not be blank)."
     )
     target: str = Field("", description=_TARGET)
-    created_by: str = Field("", description=_CREATED_BY)
     run_once: bool = Field(False, description="Run once, then delete the task (after its run).")
     timeout_sec: float = Field(
         0, description="Seconds a run may take (0 = the default; at most 1800)."
@@ -123,7 +136,7 @@ class ClockCreateTool(_SessionTool, BaseTool[ClockCreateParams]):
     side_effects = True
 
     async def execute(self, params: ClockCreateParams, ctx: ToolContext) -> str:
-        """Create the task (enabled, creator ai) and report it."""
+        """Create the task (enabled, creator ai, mentioning the run's sender) and report it."""
         target = self._target(params.target)
         with _refusals():
             task = await self.clock.create(
@@ -133,9 +146,10 @@ class ClockCreateTool(_SessionTool, BaseTool[ClockCreateParams]):
                 target=target,
                 run_once=params.run_once,
                 timeout=params.timeout_sec,
-                created_by=_created_by(params.created_by),
+                created_by=creator_of(ctx),
                 creator=CREATOR,
                 note=params.note,
+                limited=limited(self.clock, ctx),
             )
         return fmt.created_text(task)
 
@@ -210,7 +224,6 @@ class ClockUpdateParams(BaseModel):
     content: str | None = Field(None, description="New content (must not be blank).")
     target: str | None = Field(None, description=_TARGET)
     note: str | None = Field(None, description="New note (empty clears it).")
-    created_by: str | None = Field(None, description=_CREATED_BY + " Empty clears it.")
     enabled: bool | None = Field(None, description="Enable (true) or pause (false) the task.")
     run_once: bool | None = Field(None, description="Run once, then delete the task.")
     timeout_sec: Annotated[
@@ -230,17 +243,17 @@ class ClockUpdateTool(_SessionTool, BaseTool[ClockUpdateParams]):
         given = params.model_dump(exclude_none=True, exclude={"id", "timeout_sec"})
         if "target" in given:
             given["target"] = self._target(given["target"])
-        if "created_by" in given:
-            given["created_by"] = _created_by(given["created_by"])
         if params.timeout_sec is not None:
             given["timeout"] = params.timeout_sec
         if not given:
             raise ToolError(
                 "nothing to change: give at least one of cron, title, content, note, "
-                "created_by, enabled, run_once, timeout_sec"
+                "enabled, run_once, timeout_sec"
             )
         with _refusals():
-            updated = await self.clock.update(task.id, updater=CREATOR, **given)
+            updated = await self.clock.update(
+                task.id, updater=CREATOR, limited=limited(self.clock, ctx), **given
+            )
         return fmt.updated_text(updated)
 
 

@@ -430,6 +430,19 @@ class ClockSettings(Section):
         description="Seconds a task run may take unless the task says otherwise (≤1800).",
     )
     max_log_entries: int = Field(500, ge=1, description="Task-log entries kept (oldest evicted).")
+    max_tasks_per_chat: int = Field(
+        10,
+        ge=0,
+        description="Tasks a chat may have when a non-admin adds one (/clock add, clock_create; "
+        "run-once tasks count too); admins are exempt; 0 = no limit.",
+    )
+    min_interval: float = Field(
+        60.0,
+        ge=0,
+        description="Shortest time in seconds between two runs of a repeating task a non-admin "
+        "creates or reschedules (an @every period, a cron schedule's closest fire times); "
+        "run-once tasks and admins are exempt; 0 = no limit.",
+    )
 
 
 class SubagentSettings(Section):

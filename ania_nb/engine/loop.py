@@ -10,6 +10,8 @@ is answered from the earlier result (`RepeatGuard`); tool calls written as text 
 an empty final answer after tool rounds is asked for once more (after the iteration-limit notice,
 which already asked, it is not), then reported as ``LoopResult.empty``. An empty answer with no
 tool round before it is left alone: nothing was done that the user is owed an answer about.
+Tool results lose chat-template control tokens before they become messages
+(`strip_control_tokens`): web pages, documents and MCP servers are untrusted.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from .messages import EMPTY_REPLY_MESSAGE, LIMIT_MESSAGE, Message, strip_think, 
 from .repair import clean_text
 from .repeats import REPEAT_ERROR, Claim, RepeatGuard, repeat_text
 from .text_calls import find_text_calls
+from .untrusted import strip_control_tokens
 from .usage import Usage
 
 LOADED_IMAGES_TEXT = "These are the images you asked to load, each labelled by its marker:"
@@ -379,7 +382,10 @@ class ToolLoop:
                 result = ToolCallResult(call.id, call.name, call.arguments, text, text, 0, "error")
             else:
                 out = await self.tools.execute(call.name, call.arguments, ctx)
-                text = cap_result(clean_text(out.text), self.max_result_chars)
+                # Web pages, documents, MCP servers: what a tool returns may carry template
+                # tokens that would open a new turn on the server (see `untrusted`).
+                text = strip_control_tokens(clean_text(out.text))
+                text = cap_result(text, self.max_result_chars)
                 result = ToolCallResult(
                     call.id,
                     call.name,

@@ -4,7 +4,9 @@ Every tool is bound to one session: its scope is the session name [orig §6.2, �
 kb_search also reads the ``global`` library, which is read-only to the model (managed through
 ``agent.knowledge`` and ``%ania kb``); no tool takes a scope argument, and ids naming another
 scope's documents or memories are answered as unknown (another session's ids are not
-revealed; a global document is named as read-only). Texts keep the original's markers.
+revealed; a global document is named as read-only). Texts keep the original's markers;
+what documents and memories say reaches the model neutralised (`ania_nb.engine.untrusted`:
+no chat-template control tokens, no working prompt markers).
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from typing import TYPE_CHECKING, Annotated
 
 from pydantic import BaseModel, Field, StringConstraints
 
+from ania_nb.engine.untrusted import untrusted
 from ania_nb.errors import ToolError
 from ania_nb.tools.base import BaseTool, Tool, ToolContext
 
@@ -78,7 +81,7 @@ def chunk_line(hit: Hit, limit: int | None = None) -> str:
     text = hit.text if limit is None else truncate(hit.text, limit)
     title = f"《{hit.title}》" if hit.title else ""
     scope = f"（{hit.scope}）" if hit.scope != GLOBAL_SCOPE else ""
-    return f"{title}{scope}：{text}"
+    return untrusted(f"{title}{scope}：{text}")
 
 
 def hits_text(hits: Sequence[Hit], query: str) -> str:
@@ -99,7 +102,7 @@ def document_line(doc: Document) -> str:
     if doc.source:
         facts.append(f"from {doc.source}")
     facts.append(f"added {_date(doc.created_at)}")
-    return " ".join(parts) + " " + ", ".join(facts)
+    return untrusted(" ".join(parts) + " " + ", ".join(facts))
 
 
 def memory_line(entry: MemoryEntry) -> str:
@@ -110,7 +113,7 @@ def memory_line(entry: MemoryEntry) -> str:
     if entry.tags:
         parts.append(f"<{','.join(entry.tags)}>")
     parts.append(f"{entry.content}（记于 {_date(entry.created_at)}）")
-    return " ".join(parts)
+    return untrusted(" ".join(parts))
 
 
 def memories_text(found: Sequence[MemoryEntry], total: int, query: str) -> str:

@@ -6,18 +6,37 @@ messages not addressed to the bot) and builds the `Callbacks` of the runs that a
 images and files go to the chat, ``get_msg_history`` and ``get_private_file_url`` ask the
 platform, ``load_images`` collects the images of the messages a run answers and of the messages
 they reply to, and ``request_approval`` posts the request as a chat message.
+
+**What the model reads of a chat message** (`model_text`)::
+
+    [nickname:<name> id:<id>]: <first line of the text>
+    | <second line>
+    | <third line>
+
+Only the first line of a message carries a sender line; every further line starts with
+`CONTINUATION`, so no text a user controls can begin a line that looks like a real sender
+line. ``<name>`` (the group card, else the nickname) is one line of at most `NAME_LIMIT`
+characters without control, invisible or bidi characters and without ``[ ] :`` (brackets
+become parentheses, colons spaces, look-alikes too), so the ``id:`` and the ``]: `` of the
+line are always the real ones; ``<id>`` is the platform's user id (letters, digits, ``_ . @
+-`` only). In the text, chat-template control tokens are removed and the markers of the
+prompt format (``[nickname:``, ``[message_seq:``, ``<knowledge>``) are defused
+(`ania_nb.engine.untrusted`). A queued batch numbers its messages (``1. [nickname:…``);
+get_msg_history's answer puts ``[message_seq:<n>]`` on a line of its own before each message.
 """
 
 from __future__ import annotations
 
 import logging
+import re
 import weakref
 from collections import OrderedDict
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterable
 from typing import TYPE_CHECKING
 
 from ..engine.callbacks import ApprovalRequest, Callbacks, RunEvent
-from .model import Adapter, ChatRef, HistoryItem, Incoming, Outgoing
+from ..engine.untrusted import defuse_markers, one_line, untrusted
+from .model import Adapter, ChatRef, HistoryItem, Incoming, Outgoing, mentionable
 
 if TYPE_CHECKING:  # pragma: no cover
     from ..agent import Agent
@@ -28,25 +47,68 @@ log = logging.getLogger("ania_nb.runner")
 REPLY_DEPTH = 3  # how far load_images follows a chain of replies
 BATCHES_KEPT = 16  # run batches remembered per chat until their reply is sent
 
+NAME_LIMIT = 32  # characters of a sender's name the model sees
+ID_LIMIT = 32
+CONTINUATION = "| "  # starts every line of a message after its first
+
 Send = Callable[[Outgoing], Awaitable["str | None"]]
+
+# A name may not contain the sender line's own brackets and colon, nor look-alikes of them.
+_NAME_PUNCTUATION = str.maketrans(
+    {
+        **dict.fromkeys("[⟦〚【〔〖⁅❲", "("),
+        **dict.fromkeys("]⟧〛】〕〗⁆❳", ")"),
+        **dict.fromkeys(":∶꞉ː˸։׃⁚", " "),
+    }
+)
+_NOT_ID = re.compile(r"[^0-9A-Za-z_.@-]")
+_CONTROL_CHARS = re.compile(r"[\x00-\x08\x0e-\x1f\x7f-\x9f]")  # tabs stay
+
+
+def sender_name(name: str) -> str:
+    """A user's name as the sender line shows it (see the module): one safe, short line."""
+    cleaned = one_line(name, NAME_LIMIT * 2).translate(_NAME_PUNCTUATION)
+    return one_line(defuse_markers(cleaned), NAME_LIMIT) or "用户"
 
 
 def sender_prefix(name: str, user_id: str) -> str:
-    """The stable prefix the model sees before a user's text [orig §13.2]."""
-    return f"[nickname:{name or '用户'} id:{user_id}]: "
+    """The sender line's prefix before a user's text [orig §13.2], names made safe."""
+    safe_id = _NOT_ID.sub("", user_id)[:ID_LIMIT] or "?"
+    return f"[nickname:{sender_name(name)} id:{safe_id}]: "
+
+
+def message_body(text: str) -> str:
+    """A message's text as the model reads it: neutralised, each further line marked."""
+    lines = [_CONTROL_CHARS.sub("", line) for line in untrusted(text).splitlines()]
+    if not lines:
+        return ""
+    return "\n".join([lines[0], *(f"{CONTINUATION}{line}".rstrip() for line in lines[1:])])
 
 
 def model_text(message: Incoming) -> str:
-    """A message as the model sees it: the sender prefix, then the text."""
-    return sender_prefix(message.sender_name, message.sender_id) + message.text.strip()
+    """A message as the model sees it: the sender prefix, then the text (see the module)."""
+    return sender_prefix(message.sender_name, message.sender_id) + message_body(
+        message.text.strip()
+    )
 
 
 def history_text(items: list[HistoryItem]) -> str:
     """``get_msg_history``'s answer: each message with its seq for paging back."""
     return "".join(
-        f"[message_seq:{item.seq}]\n{sender_prefix(item.sender_name, item.sender_id)}{item.text}\n"
+        f"[message_seq:{item.seq}]\n"
+        f"{sender_prefix(item.sender_name, item.sender_id)}{message_body(item.text)}\n"
         for item in items
     )
+
+
+def mentions_in(chat: ChatRef, users: Iterable[str], own: str | None) -> tuple[str, ...]:
+    """Who a message to ``chat`` may @: ``users`` that are real ids, not the bot, each once.
+
+    Real ids are `mentionable` ones (never ``all``); a private chat mentions nobody.
+    """
+    if chat.kind != "group":
+        return ()
+    return tuple(dict.fromkeys(u for u in users if mentionable(u) and u != own))
 
 
 def approval_text(request: ApprovalRequest, limit: int, timeout: float, prefix: str) -> str:
@@ -88,9 +150,9 @@ class ChatLink:
         """Nothing to remember: the link can be dropped."""
         return not self.waiting and not self.unaddressed
 
-    def mention_of(self, sender: str) -> tuple[str, ...]:
-        """``sender`` as the @-mentions of a group message (none in private chats)."""
-        return (sender,) if self.chat.kind == "group" and sender else ()
+    def mention_of(self, *users: str) -> tuple[str, ...]:
+        """``users`` as the @-mentions of a message to this chat (see `mentions_in`)."""
+        return mentions_in(self.chat, users, self.adapter.self_id)
 
     # ------------------------------------------------------------------ callbacks
 

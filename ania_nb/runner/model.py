@@ -9,6 +9,7 @@ the platform prefix (``qq:``) for senders and builds session keys (``g:<group>``
 
 from __future__ import annotations
 
+import re
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Literal, Protocol
@@ -16,6 +17,17 @@ from typing import Literal, Protocol
 from ..errors import ResourceError
 
 ChatKind = Literal["group", "private"]
+
+_USER_ID = re.compile(r"[1-9][0-9]{0,31}")
+
+
+def mentionable(user_id: str) -> bool:
+    """Whether ``user_id`` may be @-mentioned: a real numeric user id (never ``all``).
+
+    The router mentions only such ids, and the OneBot adapter builds ``at`` segments only for
+    them (and never for the bot itself), whoever asks.
+    """
+    return _USER_ID.fullmatch(user_id) is not None
 
 
 class AdapterError(ResourceError):
@@ -71,6 +83,9 @@ class Incoming:
 @dataclass(frozen=True)
 class Outgoing:
     """A message to send: optional @-mentions first, then text, images and files.
+
+    ``mentions`` are user ids; an adapter drops every one that is not `mentionable`, and all of
+    them in private chats.
 
     ``images`` are base64 strings, data: URLs or http(s) URLs; ``files`` are ``(name, base64)``.
     ``reply_to`` quotes a message when the platform supports it.

@@ -12,16 +12,19 @@ message, in order [orig §9.3, §13.6]:
    after ``runner.group_clear_after`` of them the group's history and the tools its session
    loaded at run time (``mcp_load_*``) are cleared. Private messages are always answered.
 3. The message goes to `Agent.chat` (commands are routed there) with the sender ``qq:<id>``;
-   the model sees ``[nickname:<name> id:<id>]: <text>``. A message for a busy session gets the
+   the model sees ``[nickname:<name> id:<id>]: <text>``, names and text neutralised and every
+   further line of the text marked (`ania_nb.runner.chat`); a command's text is neutralised
+   too (a custom command's arguments reach the model). A message for a busy session gets the
    queued notice (once per busy period), a full queue the overflow notice. The reply is sent
    when the run ends — in groups @ every sender of the batch it answers — or a status text for
    stopped/timeout/error runs, the quota's reason for denied ones; a blank reply sends nothing.
 
 Clock results and the replies to background subagents arrive through `deliver` (subscribe it to
-``agent.outbox``); clock results in groups @ the task's creator. Creating a Router makes it the
-outbox's ``callbacks_for``, so clock runs of chat sessions can send media and ask approvals in
-their chat. `close` stops accepting messages, lets running replies finish within a grace period
-and stops the rest.
+``agent.outbox``); clock results in groups @ the task's creator. Only real numeric user ids are
+ever mentioned (`mentionable`; never ``all`` nor the bot), and nobody in private chats.
+Creating a Router makes it the outbox's ``callbacks_for``, so clock runs of chat sessions can
+send media and ask approvals in their chat. `close` stops accepting messages, lets running
+replies finish within a grace period and stops the rest.
 """
 
 from __future__ import annotations
@@ -33,10 +36,11 @@ from collections.abc import Coroutine
 from typing import TYPE_CHECKING, Any
 
 from ..engine.callbacks import Callbacks
+from ..engine.untrusted import untrusted
 from ..errors import AniaError, SessionBusyError, UsageError
 from ..governance.approval import parse_verdict_word
 from ..governance.commands import parse_slash
-from .chat import ChatLink, model_text
+from .chat import ChatLink, mentions_in, model_text
 from .model import Adapter, AdapterError, ChatRef, Incoming, Outgoing
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -140,7 +144,7 @@ class Router:
                     return
             else:
                 link.unaddressed = 0
-        prompt = text if command is not None else model_text(message)
+        prompt = untrusted(text) if command is not None else model_text(message)
         callbacks = link.callbacks(message)
         if command is None:
             self._queued_notice(link, message)
@@ -262,9 +266,8 @@ class Router:
             return
         batch = link.batch_of(result, message)
         mentions: tuple[str, ...] = ()
-        if link.chat.kind == "group" and result.run_id is not None:  # command answers: no @
-            own = self.adapter.self_id
-            mentions = tuple(dict.fromkeys(m.sender_id for m in batch if m.sender_id != own))
+        if result.run_id is not None:  # command answers: no @
+            mentions = link.mention_of(*(m.sender_id for m in batch))
         if result.status == "success":
             text = result.text.strip()
         elif result.status == "denied":
@@ -294,10 +297,12 @@ class Router:
         text = delivery.text.strip()
         mentions: tuple[str, ...] = ()
         if delivery.source == "clock":
+            # The task's creator, as stored: "qq:<id>" from a chat, else nobody. A stored id
+            # that is no real user id (an old task's "qq:all") mentions nobody.
             creator = str(delivery.meta.get("created_by") or "")
             mark = f"{self.adapter.id_prefix}:"
-            if chat.kind == "group" and creator.startswith(mark):
-                mentions = (creator.removeprefix(mark),)
+            if creator.startswith(mark):
+                mentions = mentions_in(chat, [creator.removeprefix(mark)], self.adapter.self_id)
         elif delivery.status != "success" and "child_id" not in delivery.meta:
             # The Agent's reply to a background result failed: a status text, like a reply's.
             if delivery.status in ("stopped", "interrupted"):

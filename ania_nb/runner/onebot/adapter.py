@@ -18,7 +18,16 @@ from typing import TYPE_CHECKING, Any
 from pydantic import ValidationError
 
 from ...config import RunnerSettings
-from ..model import Adapter, AdapterError, ChatRef, HistoryItem, Incoming, MessageHandler, Outgoing
+from ..model import (
+    Adapter,
+    AdapterError,
+    ChatRef,
+    HistoryItem,
+    Incoming,
+    MessageHandler,
+    Outgoing,
+    mentionable,
+)
 from .models import MessageEvent, Segment, Sender, parse_event, parse_message
 from .transport import ActionFailed, ForwardTransport, ReverseTransport, Transport
 
@@ -295,16 +304,31 @@ class OneBotAdapter:
 
     # ------------------------------------------------------------------ actions
 
+    def _mentions(self, message: Outgoing) -> list[str]:
+        """The ids ``message`` may @: real QQ numbers in a group, never ``all`` nor the bot."""
+        if message.chat.kind != "group":
+            return []
+        own = self.self_id
+        allowed = [qq for qq in dict.fromkeys(message.mentions) if mentionable(qq) and qq != own]
+        dropped = [qq for qq in message.mentions if qq not in allowed]
+        if dropped:  # the router never asks for these: whoever did, nobody is @-ed for it
+            log.warning("not mentioning %s in %s", ", ".join(map(repr, dropped)), message.chat)
+        return allowed
+
     async def send(self, message: Outgoing) -> str | None:
-        """Send text and images as one message, each file as its own; the first message's id."""
+        """Send text and images as one message, each file as its own; the first message's id.
+
+        Only real user ids are @-mentioned (`_mentions`), whoever built the message.
+        """
+        mentions = self._mentions(message)
         head: list[Segment] = []
         if message.reply_to:
             head.append(Segment.reply(message.reply_to))
-        head.extend(Segment.at(qq) for qq in message.mentions)
+        head.extend(Segment.at(qq) for qq in mentions)
         body: list[Segment] = []
         text = message.text
         if text:
-            if message.mentions and not text[0].isspace():
+            if mentions and not text[0].isspace():
                 text = " " + text  # "@name text", as QQ clients show it
             body.append(Segment.text(text))
         body.extend(Segment.image(_image_file(image)) for image in message.images)

@@ -59,7 +59,7 @@ class Segment(BaseModel):
 
     @classmethod
     def at(cls, qq: str) -> Segment:
-        """An @-mention of user ``qq`` (``"all"`` for everyone)."""
+        """An @-mention of user ``qq`` (the adapter never builds one for ``all``)."""
         return cls(type="at", data={"qq": qq})
 
     @classmethod
