@@ -168,6 +168,8 @@ async def run_task(host: AgentHost, store: ClockStore, task: ClockTask, entry_id
     children = _children(host, task, deadline, usage) if config.subagent.enable else None
     extra = list(children.tools()) if children is not None else []
 
+    # The run acts for the task's creator: their role in the target chat decides its tools.
+    role = host.role_of(target, task.created_by or None)
     journal = (await host.open_store()).journal
     recorder = TaskLogRecorder(store, entry_id, journal, target)
 
@@ -184,6 +186,7 @@ async def run_task(host: AgentHost, store: ClockStore, task: ClockTask, entry_id
             sender=f"clock:{task.id}",
             conversation=conversation,
             extra_tools=extra,
+            role=role,
         )
 
     async def continue_with(text: str) -> RunResult:
