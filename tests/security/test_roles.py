@@ -172,8 +172,8 @@ async def test_trusted_users_get_trusted_tools_and_admins_get_everything(llm, ma
         offered = set(llm.requests[-1].tool_names)
         assert ADMIN_TOOLS | SKILL_TOOLS | MCP_TOOLS | {"write_note"} <= offered, sender
 
-    # A batch answers the highest role among its senders: queued behind a member, the admin's
-    # message lifts the run.
+    # A batch answers the highest role among its senders: queued between a member's
+    # messages, the admin's lifts the run that answers them together.
     held = asyncio.Event()
 
     @tool
@@ -186,12 +186,18 @@ async def test_trusted_users_get_trusted_tools_and_admins_get_everything(llm, ma
     llm.script(reply(tool_calls=[tool_call("hold")]), reply("first"), reply("batch"))
     first = asyncio.create_task(agent.chat("one", session="g:3", sender="mallory"))
     await asyncio.to_thread(llm.wait_for_requests, len(llm.requests) + 1, 10)
-    before = len(llm.requests)
-    second = asyncio.create_task(agent.chat("two", session="g:3", sender="root"))
+    own = llm.requests[-1]
+    queued = [
+        asyncio.create_task(agent.chat(text, session="g:3", sender=who))
+        for text, who in (("two", "mallory"), ("three", "root"), ("four", "mallory"))
+    ]
+    await until(lambda: len(agent.sessions.get("g:3").queue) == 3, "three queued messages")
     held.set()
-    await first, await second
-    assert "config_set" not in llm.requests[before - 1].tool_names  # mallory's own run
-    assert "config_set" in llm.requests[-1].tool_names  # the batch with root's message
+    await asyncio.gather(first, *queued)
+    batch = llm.requests[-1]
+    assert "four" in str(batch.messages[-1]["content"])
+    assert "config_set" not in own.tool_names  # mallory's own run
+    assert "config_set" in batch.tool_names  # the batch with root's message
 
 
 async def test_mcp_tools_a_member_loads_stay_filtered(llm, make_agent, tmp_path):
@@ -233,7 +239,7 @@ def is_report(request: Any) -> bool:
 
 
 async def test_a_members_subagents_act_with_the_members_role(llm, make_agent, tmp_path):
-    agent = roles_agent(make_agent, tmp_path, **{"agent.builtin_tools": True})
+    agent = roles_agent(make_agent, tmp_path, **{"agent.builtin_tools": True, "team.enable": True})
     llm.route(is_child, reply(tool_calls=[tool_call("config_get", {})]), reply("could not"))
     llm.script(
         reply(tool_calls=[tool_call("subagent_run", {"task": "read the config"})]),
@@ -243,6 +249,16 @@ async def test_a_members_subagents_act_with_the_members_role(llm, make_agent, tm
     first, second = [r for r in llm.requests if is_child(r)]
     assert "config_get" not in first.tool_names and "time" in first.tool_names
     assert "config_get needs the admin role" in second.messages[-1]["content"]
+
+    # Team members too; an admin's members get the admin's tools.
+    for sender, admin in (("mallory", False), ("root", True)):
+        llm.route(is_child, reply("member says hi"))
+        team = {"task": "look", "members": [{"name": "reader", "role": "reads things"}]}
+        llm.script(reply(tool_calls=[tool_call("team_run", team)]), reply("done"))
+        seen = len(llm.requests)
+        await agent.chat("team up", session="g:1", sender=sender)
+        member = next(r for r in llm.requests[seen:] if is_child(r))
+        assert ("config_set" in member.tool_names) is admin, sender
 
     # A background child, and the run that answers its result, act for who started it.
     for session, sender, admin in (("g:1", "mallory", False), ("nb:x", None, True)):
@@ -465,3 +481,15 @@ async def test_serve_offers_a_group_member_no_admin_tools_and_plan_needs_trust(t
         finally:
             await impl.aclose()
             await proc.kill()
+
+
+async def test_without_the_governance_gate_a_hidden_tool_still_does_not_run(
+    llm, make_agent, tmp_path
+):
+    agent = roles_agent(make_agent, tmp_path)
+    agent.tool_gate = None  # an embedder's own gate (here: none) must not reopen the role's tools
+    llm.script(reply(tool_calls=[tool_call("write_note", {"text": "x"})]), reply("done"))
+    result = await agent.chat("note", session="g:1", sender="mallory")
+    hidden = "Error executing tool: tool 'write_note' not found"
+    assert result.tool_calls[0].result.startswith(hidden)
+    assert notes == []

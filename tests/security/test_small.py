@@ -93,6 +93,7 @@ async def test_installing_a_bomb_is_refused_and_audited(llm, make_agent, tmp_pat
         reply(tool_calls=[tool_call("skill_install", {"content": bomb_skill("nested-lists")})]),
         reply("could not install"),
     )
+
     async def allow(request):  # the notebook user clicks Allow on the admin card
         agent.answer_approval(request.id, allow=True)
 
