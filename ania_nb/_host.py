@@ -26,7 +26,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from .governance import Governance
     from .orchestration import Outbox, RunServices, Runtime, SessionQueues
     from .quota import Quota
-    from .tools import SessionToolExecutor
+    from .tools import Role, SessionToolExecutor
 
 log = logging.getLogger("ania_nb.agent")
 
@@ -59,6 +59,10 @@ class AgentHostMethods:
         """Whether ``who`` is an admin (None is the trusted local user of a notebook)."""
         return self.governance.is_admin(who)
 
+    def role_of(self, session: str, who: str | None) -> Role:
+        """The role of sender ``who`` in ``session`` (None: the local user, an admin)."""
+        return self.governance.roles.role_of(session, who)
+
     def system_prompt_for(self, session: str) -> str:
         """The system prompt of a session's runs (the same for every session today)."""
         return self.system_prompt
@@ -66,13 +70,14 @@ class AgentHostMethods:
     async def run_one_shot(self, job: OneShotJob) -> RunResult:
         """Run a clock run, subagent or team member (see `OneShotJob`) and return its outcome.
 
-        The run uses a fresh table of the target session's tools, the subagent model if one is
-        configured, and only admins may approve its tool calls. A failure is in the result's
-        status; cancelling the caller cancels the run.
+        The run uses a fresh table of the target session's tools (those ``job.role`` may use),
+        the subagent model if one is configured, and only admins may approve its tool calls. A
+        failure is in the result's status; cancelling the caller cancels the run.
         """
         rt = await self._ensure_open()
         assert self._services is not None
-        spec = one_shot_spec(job, self._session_executor(job.session), rt.store)
+        allowed = self.governance.roles.tool_filter(job.role)
+        spec = one_shot_spec(job, self._session_executor(job.session), rt.store, allowed)
         services = one_shot_services(job, self._services, self.config, rt.one_shot_llm)
         return await execute_run(spec, services)
 
@@ -83,17 +88,21 @@ class AgentHostMethods:
         *,
         sender: str = "subagent",
         callbacks: Callbacks | None = None,
+        role: Role = "member",
     ) -> bool:
         """Queue a synthetic message (a background subagent's result) for ``session``.
 
         It is answered at once if the session is idle, else after the current reply, like any
-        queued message; nobody awaits it, so the reply is published on `outbox`. Returns False
-        (and drops the message) when the session's queue is full.
+        queued message; nobody awaits it, so the reply is published on `outbox`. ``role`` is
+        the role of whoever started the work (the reply's run gets it). Returns False (and drops
+        the message) when the session's queue is full.
         """
         if self._closed:
             return False
         future = asyncio.get_running_loop().create_future()
-        pending = Pending(text, sender, (), callbacks or NO_CALLBACKS, future, synthetic=True)
+        pending = Pending(
+            text, sender, (), callbacks or NO_CALLBACKS, future, synthetic=True, role=role
+        )
         if self._queues.offer(self.session(session), pending):
             return True
         log.warning("queue of %s is full: a %s message was dropped", session, sender)

@@ -144,7 +144,8 @@ async def test_config_files_are_checked_written_and_hooks_apply_at_once(llm, mak
 async def test_changes_wait_for_an_admin_and_a_refusal_changes_nothing(
     llm, make_agent, tmp_path, inbox
 ):
-    agent = config_agent(make_agent, tmp_path)
+    # The operator lets members ask for the config tools (roles): an admin still approves.
+    agent = config_agent(make_agent, tmp_path, **{"roles.admin_tools": []})
     content = json.dumps({"commands": {"evil": "do evil"}})
     llm.script(
         reply(tool_calls=[tool_call("config_file_set", {"name": "commands", "content": content})]),

@@ -184,6 +184,7 @@ def approval_agent(make_agent, **overrides):
             "approval.tools": ["write_note"],
             "admin.ids": ["root"],
             "config_tool.enable": True,
+            "roles.admin_tools": [],  # members may ask for config_set: an admin still approves
             **overrides,
         },
     )

@@ -24,6 +24,7 @@ from .subagent import SubagentOutcome, child_event, failure_text, format_result,
 
 if TYPE_CHECKING:  # pragma: no cover
     from ..orchestration.host import AgentHost
+    from ..tools import Role
 
 __all__ = ["Child", "SubagentRegistry", "completion_text", "preview"]
 
@@ -50,6 +51,7 @@ class Child:
     background: bool
     call_id: str = ""  # the parent's tool call that started it
     callbacks: Callbacks = NO_CALLBACKS  # the launching run's (child events go there)
+    role: Role = "member"  # the launching run's: the child and the reply to its result get it
     started: float = field(default_factory=time.monotonic)
     outcome: SubagentOutcome = field(init=False)
     handle: asyncio.Task[Any] | None = None
@@ -175,6 +177,7 @@ class SubagentRegistry:
             on_event=None if child.background else child.forward,
             max_iterations=max_iterations,
             outcome=child.outcome,
+            role=child.role,
         )
 
     async def _background(self, child: Child, max_iterations: int | None) -> None:
@@ -190,7 +193,10 @@ class SubagentRegistry:
             return
         text = completion_text(child, self.host.config.subagent.max_result_len)
         callbacks = self.host.outbox.callbacks_for(child.session)
-        if not self.host.inject(child.session, text, sender="subagent", callbacks=callbacks):
+        injected = self.host.inject(
+            child.session, text, sender="subagent", callbacks=callbacks, role=child.role
+        )
+        if not injected:
             # The session's queue is full: the model never sees the result, the front end does.
             log.warning(
                 "queue of %s is full: subagent %s's result not injected", child.session, child.id

@@ -35,7 +35,7 @@ from pydantic import BaseModel, Field
 from ..engine.callbacks import Callbacks
 from ..engine.usage import Usage
 from ..errors import ToolError
-from ..tools import BaseTool, Tool, ToolContext
+from ..tools import BaseTool, Role, Tool, ToolContext
 from .background import Child, preview
 from .subagent import (
     MAX_TIMEOUT,
@@ -93,15 +93,20 @@ class ClockChildren:
         """The children still running, oldest first."""
         return [c for c in self._children if c.active]
 
-    def launch(self, task: str, timeout_sec: float | None) -> Child:
-        """Start a child on ``task``; `ToolError` when the run has too little time left."""
+    def launch(self, task: str, timeout_sec: float | None, role: Role = "member") -> Child:
+        """Start a child on ``task`` with the clock run's ``role``.
+
+        `ToolError` when the run has too little time left.
+        """
         task = task.strip()
         if not task:
             raise ToolError("task is empty; describe the complete task for the subagent")
         timeout = child_budget(
             timeout_sec, self.host.config.subagent.timeout, self.deadline, what="subagent"
         )
-        child = Child(str(len(self._children) + 1), self.session, task, timeout, background=True)
+        child = Child(
+            str(len(self._children) + 1), self.session, task, timeout, background=True, role=role
+        )
         child.handle = asyncio.create_task(self._run(child))
         self._children.append(child)
         self._unreported.append(child)
@@ -116,6 +121,7 @@ class ClockChildren:
                 child.timeout,
                 callbacks=self.callbacks,
                 outcome=child.outcome,
+                role=child.role,
             )
         finally:
             self.usage.include(child.outcome.usage)
@@ -210,7 +216,7 @@ class _RunTool(BaseTool[_RunParams]):
     async def execute(self, params: _RunParams, ctx: ToolContext) -> str:
         """Launch the child (unless a daily token quota is used up)."""
         await check_quota(self.children.host, self.children.session)
-        child = self.children.launch(params.task, params.timeout_sec)
+        child = self.children.launch(params.task, params.timeout_sec, ctx.role)
         return (
             f"✅ subagent started (ID: {child.id}), up to {child.timeout:.0f} s; results will be "
             "gathered when you finish"

@@ -28,6 +28,7 @@ from ..orchestration.oneshot import OneShotJob
 if TYPE_CHECKING:  # pragma: no cover
     from ..orchestration.host import AgentHost
     from ..result import RunResult
+    from ..tools import Role
 
 __all__ = [
     "MAX_TIMEOUT",
@@ -200,6 +201,7 @@ async def run_subagent(
     usage: Usage | None = None,
     max_iterations: int | None = None,
     outcome: SubagentOutcome | None = None,
+    role: Role = "member",
 ) -> SubagentOutcome:
     """Run one subagent on ``task`` for ``session`` within ``budget`` seconds (see `child_budget`).
 
@@ -208,7 +210,8 @@ async def run_subagent(
     ``on_event`` gets the child's live events. The child's tokens land in the outcome's usage
     (and in ``usage`` when given, even when the run is cancelled). Pass ``outcome`` to fill one
     the caller holds (it stays complete when cancellation propagates). A failed run is in the
-    outcome, never raised.
+    outcome, never raised. ``role`` is the role of the run that started the child (it may use
+    the tools that role may use).
     """
     if system_prompt is None:
         system_prompt = compose_prompt(SUBAGENT_PROMPT, host.system_prompt_for(session))
@@ -223,6 +226,7 @@ async def run_subagent(
         on_event=on_event,
         usage=outcome.usage,
         max_iterations=max_iterations,
+        role=role,
     )
     started = time.monotonic()
     try:

@@ -87,6 +87,7 @@ class SubagentRunTool(BaseTool[SubagentRunParams]):
             background=params.background,
             call_id=ctx.call_id,
             callbacks=ctx.callbacks,
+            role=ctx.role,  # the child acts for whoever this run acts for
         )
         await child.emit("child_start", {"task": task, "timeout": timeout})
         if params.background:

@@ -179,6 +179,7 @@ async def _run_member(
             usage=parent if isinstance(parent, Usage) else None,
             max_iterations=host.config.team.max_iterations,
             outcome=outcome.run,
+            role=ctx.role,  # members act for whoever the team's caller acts for
         )
     finally:
         await _emit_child(ctx, index, outcome.name, "child_end", outcome.run.end_data())

@@ -1,10 +1,12 @@
 """One run of a clock task: a fresh one-shot ``clock`` run against the task's target session.
 
 The model gets ``【定时任务】<title>``, a new line and ``<content>`` (plus the note); the target's
-system prompt plus the clock scene; the target's session tools (todo excepted) and, with
-subagents enabled, the clock variant of the subagent tools, whose results are drained into the
-same conversation before the final reply [orig §4.4]. Intermediate text is dropped; only
-the final non-blank reply — or a timeout notice — is published on the host's outbox.
+system prompt plus the clock scene; the target's session tools (todo excepted, and only those
+the role of the task's creator in the target chat may use: ``created_by``, empty = the local
+user) and, with subagents enabled, the clock variant of the subagent tools, whose results are
+drained into the same conversation before the final reply [orig §4.4]. Intermediate text
+is dropped; only the final non-blank reply — or a timeout notice — is published on the host's
+outbox.
 """
 
 from __future__ import annotations
@@ -173,6 +175,8 @@ async def run_task(host: AgentHost, store: ClockStore, task: ClockTask, entry_id
     children = _children(host, task, deadline, usage) if config.subagent.enable else None
     extra = list(children.tools()) if children is not None else []
 
+    # The run acts for the task's creator: their role in the target chat decides its tools.
+    role = host.role_of(target, task.created_by or None)
     journal = (await host.open_store()).journal
     recorder = TaskLogRecorder(store, entry_id, journal, target)
 
@@ -189,6 +193,7 @@ async def run_task(host: AgentHost, store: ClockStore, task: ClockTask, entry_id
             sender=f"clock:{task.id}",
             conversation=conversation,
             extra_tools=extra,
+            role=role,
         )
 
     async def continue_with(text: str) -> RunResult:

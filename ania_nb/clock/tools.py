@@ -2,7 +2,9 @@
 
 Ownership [orig §4.5]: the tools only see and touch tasks whose target is the session they
 were made for — there is no admin exemption, because the model acts for whoever is chatting. A
-``target`` argument may only name that session (empty = it). Messages are the shared texts of
+``target`` argument may only name that session (empty = it). A task's runs get the role of its
+creator (``created_by``; empty: the local user, an admin), so a run may neither create a task
+for, nor change a task of, someone whose role outranks its own. Messages are the shared texts of
 `ania_nb.clock.format`, so the same task always reads the same.
 
 Who a task's deliveries mention (``created_by``) is never the model's to say: it is the real
@@ -20,6 +22,7 @@ from typing import TYPE_CHECKING, Annotated
 from pydantic import BaseModel, Field
 
 from ania_nb.errors import ToolError
+from ania_nb.governance.roles import rank
 from ania_nb.tools.base import BaseTool, Tool, ToolContext
 
 from . import format as fmt
@@ -73,6 +76,18 @@ class _SessionTool:
                 f"{OWNERSHIP_ERROR} ({self.session}); target {wanted!r} is another session"
             )
         return self.session
+
+    def _authority(self, created_by: str, ctx: ToolContext) -> None:
+        """Refuse a creator whose role outranks this run: the task's runs get that role."""
+        role = self.clock.host.role_of(self.session, created_by or None)
+        if rank(role) <= rank(ctx.role):
+            return
+        who = repr(created_by) if created_by else "nobody (its runs act as the local user)"
+        raise ToolError(
+            f"a task's runs get the role of its creator, and its creator {who} has the {role} "
+            f"role in this chat, more than this request's {ctx.role} role; ask an admin to "
+            "create or change this task"
+        )
 
     async def _task(self, task_id: str) -> ClockTask:
         with _refusals():
@@ -138,6 +153,8 @@ class ClockCreateTool(_SessionTool, BaseTool[ClockCreateParams]):
     async def execute(self, params: ClockCreateParams, ctx: ToolContext) -> str:
         """Create the task (enabled, creator ai, mentioning the run's sender) and report it."""
         target = self._target(params.target)
+        created_by = creator_of(ctx)
+        self._authority(created_by, ctx)
         with _refusals():
             task = await self.clock.create(
                 cron=params.cron,
@@ -146,7 +163,7 @@ class ClockCreateTool(_SessionTool, BaseTool[ClockCreateParams]):
                 target=target,
                 run_once=params.run_once,
                 timeout=params.timeout_sec,
-                created_by=creator_of(ctx),
+                created_by=created_by,
                 creator=CREATOR,
                 note=params.note,
                 limited=limited(self.clock, ctx),
@@ -240,6 +257,7 @@ class ClockUpdateTool(_SessionTool, BaseTool[ClockUpdateParams]):
     async def execute(self, params: ClockUpdateParams, ctx: ToolContext) -> str:
         """Apply the given fields (updater ai) and report the task's state."""
         task = await self._task(params.id)
+        self._authority(task.created_by, ctx)  # its runs act with its creator's role
         given = params.model_dump(exclude_none=True, exclude={"id", "timeout_sec"})
         if "target" in given:
             given["target"] = self._target(given["target"])

@@ -370,6 +370,62 @@ class AdminSettings(Section):
     )
 
 
+# Self-management, config and skill-management tools: runs of admins only (roles.admin_tools).
+DEFAULT_ADMIN_TOOLS = (
+    "config_*",
+    "mcp_add",
+    "mcp_list",
+    "mcp_reconnect",
+    "mcp_remove",
+    "skill_install",
+    "skill_list",
+    "skill_reload",
+    "skill_remove",
+)
+
+
+class RolesSettings(Section):
+    """Roles per chat (member < trusted < admin) and the tools each role may make the model run."""
+
+    trusted: dict[str, list[str]] = Field(
+        default_factory=dict,
+        description="Trusted users per chat: a session key (g:<group>, f:<user>, or * for every "
+        "chat) → sender ids in the form of admin.ids (e.g. qq:10001). Admins are admin.ids; "
+        "everyone else is a member.",
+    )
+    admin_tools: list[str] = Field(
+        default_factory=lambda: list(DEFAULT_ADMIN_TOOLS),
+        description="Tools (names or fnmatch globs such as config_*) only an admin's runs are "
+        "offered and may call.",
+    )
+    trusted_tools: list[str] = Field(
+        default_factory=list,
+        description="Tools (names or globs) trusted users' and admins' runs may call, members' "
+        "may not. Tools in neither list are open to everyone.",
+    )
+
+    @field_validator("admin_tools", "trusted_tools")
+    @classmethod
+    def _patterns(cls, value: list[str]) -> list[str]:
+        patterns = [item.strip() for item in value]
+        if any(not item for item in patterns):
+            raise ValueError("a tool pattern is empty; give a tool name or a glob such as kb_*")
+        return patterns
+
+    @field_validator("trusted")
+    @classmethod
+    def _chats(cls, value: dict[str, list[str]]) -> dict[str, list[str]]:
+        out: dict[str, list[str]] = {}
+        for chat, users in value.items():
+            if not chat.strip():
+                raise ValueError("a chat key is empty; use a session key such as g:123456 or *")
+            ids = [user.strip() for user in users]
+            if any(not user for user in ids):
+                raise ValueError(f"an empty user id in the trusted users of {chat.strip()!r}")
+            out[chat.strip()] = ids
+        return out
+
+
 class HooksSettings(Section):
     """Shell hooks run at engine events (SessionStart, PreToolUse, Stop, …)."""
 

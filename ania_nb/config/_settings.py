@@ -44,6 +44,7 @@ from ._sections import (
     MemeSettings,
     NotebookSettings,
     RetrySettings,
+    RolesSettings,
     SecuritySettings,
     SkillSettings,
     StoreSettings,
@@ -96,6 +97,9 @@ class Config(BaseSettings):
         default_factory=NotebookSettings, description="The notebook face."
     )
     admin: AdminSettings = Field(default_factory=AdminSettings, description="Administrators.")
+    roles: RolesSettings = Field(
+        default_factory=RolesSettings, description="Roles per chat and the tools each may use."
+    )
     hooks: HooksSettings = Field(default_factory=HooksSettings, description="Shell hooks.")
     todo: TodoSettings = Field(default_factory=TodoSettings, description="The todo_write tool.")
     commands: CommandsSettings = Field(

@@ -78,7 +78,7 @@ class RunEvent:
     kinds: ``run_start``, ``text_delta`` (data: text), ``assistant_text`` (data: text),
     ``tool_start`` / ``tool_end`` (data: call id, name, arguments, result, error, duration; on
     ``tool_end`` also ``outcome`` — ok, error, denied, blocked, timeout, stopped — and ``stage``,
-    the gate stage that stopped the call: plan, hook, admin, human or None),
+    the gate stage that stopped the call: role, plan, hook, admin, human or None),
     ``usage`` (data: Usage dict), ``run_end`` (data: status, error, and from a run that went
     through the loop ``warnings``: repeated calls not run, an answer that is only a text call).
     """

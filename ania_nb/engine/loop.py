@@ -81,9 +81,9 @@ class ToolCall:
 
 ToolOutcomeKind = Literal["ok", "error", "denied", "blocked", "timeout", "stopped"]
 """How a call ended: ran fine, failed, or was stopped by the gate (denied by a person, blocked
-by plan mode or a hook, or an approval that timed out or was stopped)."""
+by the run's role, plan mode or a hook, or an approval that timed out or was stopped)."""
 
-GateStage = Literal["plan", "hook", "admin", "human"]
+GateStage = Literal["role", "plan", "hook", "admin", "human"]
 """Which gate stage decided a call that did not run."""
 
 

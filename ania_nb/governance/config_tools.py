@@ -194,6 +194,10 @@ class ConfigSetTool(BaseTool[SetParams]):
         except ConfigError as exc:
             raise ToolError(str(exc)) from None
 
+    def needs_admin_approval(self, arguments: Mapping[str, Any]) -> bool:
+        """Every change waits for an admin (the tool gate asks)."""
+        return True
+
     def approval_summary(self, arguments: Mapping[str, Any]) -> str:
         """What the admin sees: the change, and for file keys what the target holds now."""
         key = str(arguments.get("key", "")).strip().lower()
@@ -348,6 +352,10 @@ class FileSetTool(BaseTool[FileSetParams]):
 
     def __init__(self, center: ConfigCenter) -> None:
         self.center = center
+
+    def needs_admin_approval(self, arguments: Mapping[str, Any]) -> bool:
+        """Every change waits for an admin (the tool gate asks)."""
+        return True
 
     async def execute(self, params: FileSetParams, ctx: ToolContext) -> str:
         """Check the JSON, write atomically, audit."""

@@ -33,6 +33,7 @@ from .gate import ToolGate
 from .hook_config import parse_hooks
 from .hooks import PRE_TOOL_OUTCOME, HookOutcome, HookRunner, cut, payload_for, stop_run
 from .plan import PLAN_NOTE, PlanMode
+from .roles import Roles
 from .slash import SlashCommands
 from .todo import TodoBook, TodoWriteTool
 
@@ -91,12 +92,19 @@ class Governance:
                 for tool in previous.center.tools():
                     tools.remove(tool.name)
         self.approvals = approvals
+        self.roles = Roles(config.roles, config.admin.ids)
         self.gate = ToolGate(
-            plan=self.plan, hooks=self.hooks, approvals=approvals, approval=config.approval
+            plan=self.plan,
+            hooks=self.hooks,
+            approvals=approvals,
+            approval=config.approval,
+            roles=self.roles,
         )
         book = CommandBook(config.commands.file) if config.commands.enable else None
         self.commands = book
-        self.slash = SlashCommands(plan=self.plan, book=book, is_admin=self.is_admin, stop=stop)
+        self.slash = SlashCommands(
+            plan=self.plan, book=book, is_admin=self.is_admin, stop=stop, roles=self.roles
+        )
         self.center: ConfigCenter | None = None
         if config.config_tool.enable:
             self.center = ConfigCenter(config, self._config_files(book))

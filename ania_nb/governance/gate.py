@@ -1,14 +1,16 @@
 """The tool gate: what every tool call passes, inside its own task, before it runs.
 
-In order: plan mode → PreToolUse hooks → an admin's approval for ``config_set`` and
-``config_file_set`` (always; being the requester is not enough) → a person's approval for the
-tools in ``approval.tools`` (when ``approval.enable``) and for tools that say a call needs one
-(``tool.needs_approval(arguments)``: ``bash`` outside its lists, ``python``). A call is asked
-about at most once, and when nobody stands behind the run (clock, subagent, team member:
-``ctx.admin_only_approval``) only an admin may answer, whatever the tool. The first stage that
-stops a call returns a `GateDecision` whose text becomes the call's result; the loop goes on with
-the other calls. Because the gate runs inside each call's task, a call waiting for a person never
-delays its siblings.
+In order: the run's role (a tool its role may not use is refused: `Roles.refusal`) → plan mode
+→ PreToolUse hooks → an admin's approval when the tool says the call needs one
+(``tool.needs_admin_approval(arguments)``: the config tools, adding, replacing or removing a
+skill or an MCP server, starting an MCP server from a changed file entry; always asked, being
+the requester is not enough) → a person's approval for the tools in ``approval.tools`` (when
+``approval.enable``) and for tools that say a call needs one (``tool.needs_approval(arguments)``:
+``bash`` outside its lists, ``python``). A call is asked about at most once, and when nobody
+stands behind the run (clock, subagent, team member: ``ctx.admin_only_approval``) only an admin
+may answer, whatever the tool. The first stage that stops a call returns a `GateDecision` whose
+text becomes the call's result; the loop goes on with the other calls. Because the gate runs
+inside each call's task, a call waiting for a person never delays its siblings.
 
 A PreToolUse hook's permission decision (Claude Code's JSON output): ``deny`` blocks; ``ask``
 makes a person approve the call even if nothing else would ask; ``allow`` skips the person's
@@ -37,8 +39,8 @@ if TYPE_CHECKING:  # pragma: no cover
     from .approval import ApprovalManager
     from .hooks import HookRunner
     from .plan import PlanMode
+    from .roles import Roles
 
-ADMIN_APPROVAL_TOOLS = frozenset({"config_set", "config_file_set", "mcp_add"})
 SUMMARY_CHARS = 300
 LONG_SUMMARY_CHARS = 4000  # config_file_set: the admin should see the whole file if possible
 
@@ -60,11 +62,13 @@ class ToolGate:
         hooks: HookRunner,
         approvals: ApprovalManager,
         approval: ApprovalSettings,
+        roles: Roles | None = None,
     ) -> None:
         self.plan = plan
         self.hooks = hooks
         self.approvals = approvals
         self.approval = approval
+        self.roles = roles
 
     async def __call__(self, call: ToolCall, ctx: ToolContext) -> GateDecision | None:
         """The decision that stops this call, or None to let it run."""
@@ -72,6 +76,9 @@ class ToolGate:
         stopped = enter_call(ctx)  # a hook's continue: false already ended this run
         if stopped is not None:
             return GateDecision(HOOK_BLOCKED + stopped, "blocked", "hook")
+        refused = self.roles.refusal(ctx.role, call.name) if self.roles is not None else None
+        if refused is not None:  # not offered to this run, called anyway
+            return GateDecision(refused, "blocked", "role")
         blocked = self.plan.blocks(ctx.session, call.name, tool, this_run=ctx.plan_mode)
         if blocked is not None:
             return GateDecision(blocked, "blocked", "plan")
@@ -87,7 +94,7 @@ class ToolGate:
         if outcome.blocked or outcome.stopped:
             reason = outcome.reason if outcome.blocked else outcome.stop_reason
             return GateDecision(HOOK_BLOCKED + reason, "blocked", "hook")
-        if call.name in ADMIN_APPROVAL_TOOLS or _needs_admin(call, tool):
+        if _needs_admin(call, tool):
             # A hook's "allow" never stands in for an admin.
             return await self._ask(call, tool, ctx, admin_only=True)
         if outcome.ask or (not outcome.allow and self._needs_approval(call, tool)):
@@ -164,7 +171,12 @@ def _details(call: ToolCall, tool: Tool | None) -> str:
 
 
 def _needs_admin(call: ToolCall, tool: Tool | None) -> bool:
-    """``tool.needs_admin_approval(arguments)``: this call waits for an admin."""
+    """``tool.needs_admin_approval(arguments)``: this call waits for an admin.
+
+    The one mechanism for admin approvals: the config tools, ``mcp_add``, ``mcp_remove``,
+    ``skill_install`` and ``skill_remove`` say yes to every call, ``mcp_reconnect`` when it
+    would start a server that is not running.
+    """
     asks = getattr(tool, "needs_admin_approval", None)
     arguments = _arguments(call.arguments)
     return asks is not None and arguments is not None and bool(asks(arguments))

@@ -1,7 +1,8 @@
 """Slash commands typed by users: the built-ins and the custom ones from the commands file.
 
 Built-ins (``/stop``, ``/plan``, ``/cmd``, ``/help``; ``/clock`` once registered) are answered at
-once, without the model.
+once, without the model. In a group, ``/plan on|off`` (plan mode is the whole group's) is for
+admins and trusted users; ``/plan status`` for everyone.
 A custom command is expanded into a prompt that then goes through the normal chat path. An
 unknown ``/name`` gets a list of the commands; text whose first word is no command name (a path
 such as ``/usr/bin``) is an ordinary message.
@@ -16,11 +17,13 @@ from ..errors import UsageError
 from ..tools.builtin.bash import summarize
 from .commands import BUILTIN_COMMANDS, CommandBook, expand
 from .plan import PlanMode
+from .roles import Roles, is_group, rank
 
+PLAN_SWITCHES = frozenset({"on", "enable", "off", "disable"})
 CMD_USAGE = "usage: /cmd list | /cmd add <name> <template…> | /cmd del <name>"
 HELP = {
     "stop": "stop the current reply and drop waiting messages",
-    "plan": "/plan on|off|status: plan only, no side effects",
+    "plan": "/plan on|off|status: plan only, no side effects (on/off in groups: admins, trusted)",
     "cmd": "/cmd list|add|del: custom commands (add/del: admins only)",
     "help": "this list",
 }
@@ -44,11 +47,13 @@ class SlashCommands:
         book: CommandBook | None,
         is_admin: Callable[[str | None], bool],
         stop: Callable[[str], bool],
+        roles: Roles | None = None,
     ) -> None:
         self.plan = plan
         self.book = book
         self.is_admin = is_admin
         self.stop = stop
+        self.roles = roles
         self._builtins: dict[str, Callable[[str, str, str | None], Awaitable[str]]] = {
             "stop": self._stop,
             "plan": self._plan,
@@ -83,6 +88,11 @@ class SlashCommands:
         return "Stopped the reply." if self.stop(session) else "Nothing is running."
 
     async def _plan(self, session: str, args: str, sender: str | None) -> str:
+        action = args.strip().lower()
+        if action in PLAN_SWITCHES and is_group(session) and self.roles is not None:
+            role = self.roles.role_of(session, sender)
+            if rank(role) < rank("trusted"):
+                return f"/plan {action} is for admins and trusted users in a group."
         return self.plan.command(session, args)
 
     async def _help(self, session: str, args: str, sender: str | None) -> str:

@@ -6,10 +6,12 @@ connects first and saves second, and undoes the connection if saving fails, so t
 the file never disagree; ``mcp_remove`` edits the file first and always succeeds there, even for a
 server that is not running. File I/O runs in worker threads.
 
-``mcp_add`` always waits for an admin's approval (the tool gate's ``ADMIN_APPROVAL_TOOLS``), and
-so does ``mcp_reconnect`` of a server that is not running (it would start the config file's
-entry, which may have been written after the agent started): the admin is shown the command, every
-argument, the environment's names (never its values), the URL and the header names. A reconnect
+The servers are shared by every chat, so changing them is an admin's act: ``mcp_add`` and
+``mcp_remove`` always wait for an admin's approval (``needs_admin_approval``, which the tool
+gate asks; the requester cannot approve), and so does ``mcp_reconnect`` of a server that is not
+running (it would start the config file's entry, which may have been written after the agent
+started): the admin is shown the command, every argument, the environment's names (never its
+values), the URL and the header names; ``mcp_remove`` shows the entry it deletes. A reconnect
 starts the entry only if it is still exactly the one the admin was shown. Reconnecting a running
 server reuses the configuration it was started with, never a changed file entry.
 """
@@ -133,7 +135,7 @@ class _AdminTool(FunctionTool):
         func: Callable[..., Any],
         *,
         summary: Callable[[Mapping[str, Any]], str],
-        needs_admin: Callable[[Mapping[str, Any]], bool] | None = None,
+        needs_admin: Callable[[Mapping[str, Any]], bool] = lambda arguments: True,
     ) -> None:
         super().__init__(func, side_effects=True)
         self._describe = summary
@@ -145,7 +147,7 @@ class _AdminTool(FunctionTool):
 
     def needs_admin_approval(self, arguments: Mapping[str, Any]) -> bool:
         """Whether this call must wait for an admin (the tool gate asks)."""
-        return self._needs_admin is not None and self._needs_admin(arguments)
+        return self._needs_admin(arguments)
 
 
 async def _read(registry: MCPRegistry) -> MCPConfigFile:
@@ -320,6 +322,15 @@ def admin_tools(registry: MCPRegistry) -> list[FunctionTool]:
             return f"{head}\n(arguments not usable, nothing will run: {exc})"
         return "\n".join([head, *describe_server(entry)])
 
+    def remove_summary(arguments: Mapping[str, Any]) -> str:
+        name = str(arguments.get("name", "")).strip()
+        head = f"mcp_remove: stop MCP server {visible(name)} and delete it from {str(path)!r}"
+        found = _entry_in_file(Path(path), name)
+        if isinstance(found, str):
+            running = " (it is running)" if registry.get(name) is not None else ""
+            return f"{head}{running}: {found}"
+        return "\n".join([f"{head}. Its entry:", *describe_server(found)])
+
     def reconnect_needs_admin(arguments: Mapping[str, Any]) -> bool:
         name = str(arguments.get("name", "")).strip()
         return registry.get(name) is None  # starts the file's entry, not the approved config
@@ -340,6 +351,6 @@ def admin_tools(registry: MCPRegistry) -> list[FunctionTool]:
     return [
         FunctionTool(mcp_list),
         _AdminTool(mcp_add, summary=add_summary),
-        FunctionTool(mcp_remove, side_effects=True),
+        _AdminTool(mcp_remove, summary=remove_summary),
         _AdminTool(mcp_reconnect, summary=reconnect_summary, needs_admin=reconnect_needs_admin),
     ]

@@ -15,6 +15,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from ..engine.usage import Usage
     from ..result import RunResult
     from ..store import Store
+    from ..tools import Role
     from .oneshot import OneShotJob
     from .outbox import Outbox
 
@@ -51,8 +52,12 @@ class AgentHost(Protocol):
         *,
         sender: str = "subagent",
         callbacks: Callbacks | None = None,
+        role: Role = "member",
     ) -> bool:
-        """Queue a synthetic message for the session; False when its queue is full."""
+        """Queue a synthetic message for the session; False when its queue is full.
+
+        ``role`` is the reply run's role: that of whoever started the work that reports.
+        """
         ...
 
     def add_derived_usage(self, session: str, usage: Usage) -> None:
@@ -69,4 +74,8 @@ class AgentHost(Protocol):
 
     def is_admin(self, who: str | None) -> bool:
         """Whether ``who`` is an admin (None is the trusted local user)."""
+        ...
+
+    def role_of(self, session: str, who: str | None) -> Role:
+        """The role of sender ``who`` in ``session`` (None is the local user, an admin)."""
         ...

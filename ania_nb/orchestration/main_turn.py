@@ -1,7 +1,9 @@
 """Main chat turns: a batch of a session's waiting messages becomes one `RunSpec`.
 
 Governance prepares the prompt first (SessionStart, UserPromptSubmit, plan note, todo reminder);
-a UserPromptSubmit block is recorded as a refused run and the history is left as it was.
+a UserPromptSubmit block is recorded as a refused run and the history is left as it was. The
+run's role is the highest among its messages' (a sender's role in the chat, or the role an
+injected message carries), and its tool view offers only what that role may use.
 """
 
 from __future__ import annotations
@@ -11,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from ..engine.callbacks import RunEvent
+from ..governance.roles import highest
 from ..result import RunResult
 from .queues import resolve
 from .records import StoreRecord
@@ -21,7 +24,9 @@ from .tool_view import front_end_view
 
 if TYPE_CHECKING:  # pragma: no cover
     from ..governance import Governance
+    from ..governance.roles import Roles
     from ..store import Store
+    from ..tools import Role
 
 
 @dataclass(frozen=True)
@@ -66,6 +71,8 @@ async def answer_batch(
     prepared = await governance.before_turn(state.name, text, plan=plan, context=block)
     if prepared.blocked is not None:
         return await _refused(store, state.name, text, batch, prepared.blocked)
+    roles = governance.roles
+    role = batch_role(roles, state.name, batch)
     spec = RunSpec(
         kind="main",
         session=state.name,
@@ -74,12 +81,14 @@ async def answer_batch(
         injected=extra.event if extra is not None and block else None,
         images=images,
         system_prompt=system_prompt,
-        tools=front_end_view(state.executor, callbacks),  # what this front end can serve
+        # what this front end can serve and this role may use
+        tools=front_end_view(state.executor, callbacks, allowed=roles.tool_filter(role)),
         record=StoreRecord(store, state.name),
         conversation=state.conversation,
         sender=senders_of(batch),
         requester=batch[-1].sender,
         requesters=tuple(dict.fromkeys(p.sender for p in batch if p.sender)),
+        role=role,
         callbacks=callbacks,
         timeout=run_timeout,
         model=batch[-1].model,
@@ -87,6 +96,11 @@ async def answer_batch(
         usage=state.take_derived(),  # tokens of background work since the last run count here
     )
     return await execute_run(spec, services)
+
+
+def batch_role(roles: Roles, session: str, batch: list[Pending]) -> Role:
+    """The highest role among the batch's messages (an injected one carries its own)."""
+    return highest(roles.role_of(session, p.sender) if p.role is None else p.role for p in batch)
 
 
 async def _denied(

@@ -1,8 +1,9 @@
 """One-shot runs: clock runs, subagents and team members, described by a `OneShotJob`.
 
 A one-shot run has no history of its own (unless a caller continues one in ``conversation``),
-uses the target session's tools minus what its kind may not use, lets only admins approve
-tool calls (nobody stands behind it), reaches the front end only for images, files and
+uses the target session's tools minus what its kind may not use and what its role may not use
+(the role of whoever started it: the clock task's creator, the parent run), lets only admins
+approve tool calls (nobody stands behind it), reaches the front end only for images, files and
 approvals, and reports to whoever started it. The Agent turns a job into a `RunSpec`
 (`Agent.run_one_shot`); the clock and the agents packages build the jobs.
 """
@@ -25,7 +26,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from ..config import Config
     from ..engine.llm import LLMClient
     from ..store import Store
-    from ..tools import SessionToolExecutor, Tool
+    from ..tools import Role, SessionToolExecutor, Tool
     from .records import RunRecorder
     from .spec import Conversation
 
@@ -55,7 +56,9 @@ class OneShotJob:
     that ``on_event`` receives the run's events (for nested transcripts). ``usage`` is the tally
     the run adds its tokens to. ``record`` defaults to a run-log record of ``session`` without
     history. ``extra_tools`` exist for this run only and win over the session's tools of the
-    same name; ``hidden`` adds to the kind's hidden tools (`HIDDEN_BY_KIND`).
+    same name; ``hidden`` adds to the kind's hidden tools (`HIDDEN_BY_KIND`). ``role`` is the
+    role of whoever the run acts for — the clock task's creator, the parent run's role — and
+    decides which tools it may use; a builder that forgets it gets the least (``member``).
     """
 
     kind: OneShotKind
@@ -72,17 +75,23 @@ class OneShotJob:
     extra_tools: Sequence[Tool] = ()
     hidden: frozenset[str] = frozenset()
     sender: str | None = None  # who the record names as the sender (e.g. ``clock:<task id>``)
+    role: Role = "member"
 
     def hidden_tools(self) -> frozenset[str]:
         """Every tool name this run may not see."""
         return HIDDEN_BY_KIND[self.kind] | self.hidden
 
 
-def one_shot_spec(job: OneShotJob, executor: SessionToolExecutor, store: Store) -> RunSpec:
+def one_shot_spec(
+    job: OneShotJob,
+    executor: SessionToolExecutor,
+    store: Store,
+    allowed: Callable[[str], bool] | None = None,
+) -> RunSpec:
     """The `RunSpec` of ``job`` over ``executor`` (a fresh table of the target's tools).
 
     ``job.extra_tools`` are added to that table; the kind's hidden tools are hidden unless an
-    extra tool of the same name replaces them.
+    extra tool of the same name replaces them; ``allowed`` is the role's filter by tool name.
     """
     for extra in job.extra_tools:
         executor.add(extra, replace=True)
@@ -95,11 +104,12 @@ def one_shot_spec(job: OneShotJob, executor: SessionToolExecutor, store: Store) 
         session=job.session,
         text=job.text,
         system_prompt=job.system_prompt,
-        tools=front_end_view(executor, callbacks, hidden),
+        tools=front_end_view(executor, callbacks, hidden, allowed),
         record=job.record or StoreRecord(store, job.session, history=False),
         conversation=job.conversation,
         sender=job.sender,
         admin_only_approval=True,  # nobody stands behind the run: only an admin may approve
+        role=job.role,
         callbacks=callbacks,
         timeout=job.timeout,
         usage=job.usage,

@@ -307,6 +307,7 @@ class _Run:
                 admin_only_approval=spec.admin_only_approval,
                 plan_mode=spec.plan_mode,
                 requesters=spec.requesters,
+                role=spec.role,
             )
 
         async def on_round(messages: list[Message], results: list[ToolCallResult]) -> None:

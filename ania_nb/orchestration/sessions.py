@@ -22,7 +22,7 @@ from .spec import Conversation
 
 if TYPE_CHECKING:  # pragma: no cover
     from ..result import RunResult
-    from ..tools import SessionToolExecutor
+    from ..tools import Role, SessionToolExecutor
 
 
 @dataclass(eq=False)  # compared by identity: each is one caller's message
@@ -37,6 +37,7 @@ class Pending:
     model: str | None = None  # a per-run model override
     plan: bool = False  # plan mode for this message's run only
     synthetic: bool = False  # injected by the agent (a background result): nobody awaits it
+    role: Role | None = None  # an injected message's: whoever started the work; None: the sender's
 
 
 @dataclass

@@ -17,7 +17,7 @@ from ..engine.usage import Usage
 
 if TYPE_CHECKING:  # pragma: no cover
     from ..engine.messages import Message
-    from ..tools import SessionToolExecutor
+    from ..tools import Role, SessionToolExecutor
     from .records import RunRecorder
     from .tool_view import ToolView
 
@@ -40,9 +40,10 @@ class RunSpec:
 
     ``conversation`` is the session's history for main turns and None for one-shot runs (they
     start from the prompt alone). ``requester`` may answer approvals unless
-    ``admin_only_approval`` (no person stands behind the run); ``callbacks`` are what reaches the
-    front end (see `callbacks_for`); ``usage`` is the tally the run adds to (pass a shared one to
-    account derived work); ``record`` writes the run's history and/or record.
+    ``admin_only_approval`` (no person stands behind the run); ``role`` decides which tools the
+    run may use (the highest of its requesters', or its creator's); ``callbacks`` are what
+    reaches the front end (see `callbacks_for`); ``usage`` is the tally the run adds to (pass a
+    shared one to account derived work); ``record`` writes the run's history and/or record.
     """
 
     kind: AgentKind
@@ -58,6 +59,7 @@ class RunSpec:
     requester: str | None = None  # who may answer approvals besides admins
     requesters: tuple[str, ...] = ()  # a batch's senders: any of them may answer
     admin_only_approval: bool = False
+    role: Role = "member"  # builders say whose run it is; a forgotten one may do least
     callbacks: Callbacks = field(default_factory=Callbacks)
     timeout: float = 600.0
     model: str | None = None  # a per-run model override

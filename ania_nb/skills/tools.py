@@ -1,7 +1,11 @@
 """The model's skill tools: reading and reloading always; listing, installing, removing opt-in.
 
 ``skill_read``/``skill_reload`` are always given; ``skill_list``/``skill_install``/
-``skill_remove`` only when the AI may manage skills itself (``skills.self_manage``).
+``skill_remove`` only when the AI may manage skills itself (``skills.self_manage``). Skills are
+shared — a skill's name and description reach every chat's system prompt — so every install,
+replacement and removal waits for an admin's approval (``needs_admin_approval``, which the tool
+gate asks; the requester cannot approve). Installing a name that was removed before is an
+install like any other: it asks too.
 """
 
 from __future__ import annotations
@@ -226,7 +230,8 @@ class SkillInstallParams(BaseModel):
 class SkillInstallTool(BaseTool[SkillInstallParams]):
     """Install a skill from a URL or from SKILL.md text; it is active at once.
 
-    Replacing an installed skill needs an admin's approval: pass its folder as name.
+    Every install waits for an admin's approval. To replace an installed skill, pass its folder
+    as name.
     """
 
     name = "skill_install"
@@ -259,10 +264,14 @@ class SkillInstallTool(BaseTool[SkillInstallParams]):
             return True
         return (manager.dir / folder / SKILL_FILE).exists()  # one stat: a skill not loaded yet
 
-    def needs_admin_approval(self, arguments: Mapping[str, Any]) -> bool:
-        """A call that would overwrite an installed skill waits for an admin (the gate asks)."""
+    def _replaces(self, arguments: Mapping[str, Any]) -> bool:
+        """Whether the call would overwrite an installed skill (known before downloading)."""
         target = self._target(arguments)
         return target is not None and self._installed(target)
+
+    def needs_admin_approval(self, arguments: Mapping[str, Any]) -> bool:
+        """Every install waits for an admin (the gate asks): skills are shared by every chat."""
+        return True
 
     def approval_summary(self, arguments: Mapping[str, Any]) -> str:
         """What the approver sees: which skill is replaced, and the source in full."""
@@ -283,7 +292,7 @@ class SkillInstallTool(BaseTool[SkillInstallParams]):
     async def execute(self, params: SkillInstallParams, ctx: ToolContext) -> str:
         """Install, then describe the active skill."""
         # Overwriting is allowed only when the gate asked an admin about this very replacement.
-        replace = ctx.approved and self.needs_admin_approval(params.model_dump())
+        replace = ctx.approved and self._replaces(params.model_dump())
         try:
             done = await self.installer.install(
                 url=params.url,
@@ -319,6 +328,19 @@ class SkillRemoveTool(BaseTool[SkillRemoveParams]):
     def __init__(self, installer: SkillInstaller) -> None:
         """Remove through ``installer``."""
         self.installer = installer
+
+    def needs_admin_approval(self, arguments: Mapping[str, Any]) -> bool:
+        """Every removal waits for an admin (the gate asks): skills are shared by every chat."""
+        return True
+
+    def approval_summary(self, arguments: Mapping[str, Any]) -> str:
+        """What the admin sees: the skill that is deleted, where, and what it is for."""
+        name = str(arguments.get("name") or "").strip()
+        head = f"skill_remove DELETES the skill {visible(name)} and its files"
+        skill = self.installer.manager.get(name)
+        if skill is None:
+            return f"{head} (no loaded skill has that name: a folder that failed to load, or none)"
+        return f"{head}: {visible(skill.description)} ({_counts(skill)})"
 
     async def execute(self, params: SkillRemoveParams, ctx: ToolContext) -> str:
         """Remove, then say what is left."""

@@ -19,6 +19,7 @@ Example::
 from ania_nb.tools.base import (
     BaseTool,
     FunctionTool,
+    Role,
     Tool,
     ToolArgumentsError,
     ToolContext,
@@ -31,6 +32,7 @@ from ania_nb.tools.schema import dumps_canonical, model_schema, normalize_input_
 __all__ = [
     "BaseTool",
     "FunctionTool",
+    "Role",
     "SessionToolExecutor",
     "Tool",
     "ToolArgumentsError",

@@ -19,6 +19,7 @@ from typing import (
     Any,
     ClassVar,
     Generic,
+    Literal,
     Protocol,
     TypeVar,
     runtime_checkable,
@@ -40,6 +41,7 @@ if TYPE_CHECKING:
 __all__ = [
     "BaseTool",
     "FunctionTool",
+    "Role",
     "Tool",
     "ToolArgumentsError",
     "ToolContext",
@@ -53,6 +55,9 @@ P = TypeVar("P", bound=BaseModel)
 
 _NAME_RE = re.compile(r"^[a-zA-Z0-9_-]{1,64}$")
 _GOT_LIMIT = 200
+
+Role = Literal["member", "trusted", "admin"]
+"""Who stands behind a run in its chat, lowest first (`ania_nb.governance.roles`)."""
 
 
 @dataclass
@@ -71,6 +76,9 @@ class ToolContext:
     approved: bool = False  # set by the gate once a person allowed this very call
     plan_mode: bool = False  # plan mode for this run only (the session may be in it too)
     requesters: tuple[str, ...] = ()  # every sender the run answers (any may approve)
+    # The run's role (the highest of its requesters'); a context made outside a run is the
+    # local caller's, like ``sender=None``.
+    role: Role = "admin"
 
     def queue_image(self, url: str) -> None:
         """Queue an image (URL or data URI) for the model to see after this tool round."""

@@ -162,7 +162,7 @@ async def test_allow_never_replaces_an_admins_approval(hooked, answering, llm, i
     entry = answering("allow", pre_tool_answer("allow", "hooks approve everything"))
     agent = hooked(
         {"PreToolUse": [entry]},
-        **{"config_tool.enable": True, "admin.ids": ["root"]},
+        **{"config_tool.enable": True, "admin.ids": ["root"], "roles.admin_tools": []},
     )
     arguments = {"key": "agent.max_iterations", "value": "3"}
     llm.script(reply(tool_calls=[tool_call("config_set", arguments)]), reply("ok"))

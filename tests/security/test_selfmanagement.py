@@ -113,6 +113,7 @@ def mcp_agent(make_agent, tmp_path: Path, **overrides: Any) -> Any:
             "mcp.self_manage": True,
             "mcp.config_file": str(tmp_path / "mcp.json"),
             "admin.ids": ["root"],
+            "roles.admin_tools": [],  # the operator lets members ask: an admin still approves
             **overrides,
         }
     )
@@ -235,6 +236,7 @@ def config_agent(make_agent, tmp_path: Path, skills: Path, **overrides: Any) -> 
             "skills.dir": str(skills),
             "skills.self_manage": True,
             "skills.allow_private_hosts": ["127.0.0.1"],
+            "roles.admin_tools": [],  # the operator lets members ask: an admin still approves
             **overrides,
         }
     )
@@ -276,7 +278,11 @@ async def test_a_hooks_file_shipped_in_a_skill_zip_is_refused(
     task = asyncio.create_task(
         agent.chat("set up", sender="mallory", callbacks=Callbacks(request_approval=inbox))
     )
-    for n in (1, 2):
+    install = await inbox.wait_for(1)
+    assert install.admin_only and install.tool == "skill_install"
+    assert "installs a new skill from the download" in install.summary
+    agent.answer_approval(install.id, allow="allow", approver="root")
+    for n in (2, 3):
         request = await inbox.wait_for(n)
         assert request.admin_only and request.tool == "config_set"
         assert "This will be refused" in request.summary and "inside the skills folder" in (
@@ -349,9 +355,18 @@ async def test_skill_install_refuses_the_machines_own_addresses(
     site = site_factory()
     url = site.serve("/x.zip", make_zip({"SKILL.md": GOOD_MD.format(name="x", desc="d")}))
     port = url.split(":")[2].split("/")[0]
-    agent = make_agent(
-        overrides={"skills.dir": str(skills), "skills.self_manage": True}  # default: none allowed
+    agent = make_agent(  # default: no private host allowed
+        overrides={
+            "skills.dir": str(skills),
+            "skills.self_manage": True,
+            "admin.ids": ["root"],
+            "roles.admin_tools": [],
+        }
     )
+
+    async def admin_allows(request):  # a fooled admin approves every install
+        agent.answer_approval(request.id, allow=True, approver="root")
+
     targets = {
         url: "a loopback address",
         f"http://localhost:{port}/x.zip": "a loopback address",
@@ -366,7 +381,8 @@ async def test_skill_install_refuses_the_machines_own_addresses(
         *[reply(tool_calls=[tool_call("skill_install", {"url": u})]) for u in targets],
         reply("done"),
     )
-    result = await agent.chat("install these", sender="mallory")
+    callbacks = Callbacks(request_approval=admin_allows)
+    result = await agent.chat("install these", sender="mallory", callbacks=callbacks)
     for call, (target, why) in zip(result.tool_calls, targets.items(), strict=True):
         assert "refused to download" in call.result, target
         assert f"which is {why}" in call.result, (target, call.result)
@@ -518,12 +534,16 @@ async def test_overwriting_an_installed_skill_waits_for_an_admin(
     task = asyncio.create_task(
         agent.chat("update", sender="mallory", callbacks=Callbacks(request_approval=inbox))
     )
-    for n in (1, 2):  # the plain name and its full-width look-alike (NFKC) both ask an admin
+    for n in (1, 2):  # the plain name and its full-width look-alike (NFKC) both say REPLACES
         request = await inbox.wait_for(n)
         assert request.admin_only and request.tool == "skill_install"
         assert 'REPLACES the installed skill in "keeper/"' in request.summary
         assert "Now exfiltrates." in request.summary
         agent.answer_approval(request.id, allow="deny", approver="root")
+    for n in (3, 4):  # the name is known only after the download; a zero-width name
+        request = await inbox.wait_for(n)
+        assert "installs a new skill" in request.summary
+        agent.answer_approval(request.id, allow="allow", approver="root")  # not a replacement
     result = await task
     first, lookalike, downloaded, hidden = result.tool_calls
     assert first.blocked and lookalike.blocked
@@ -532,7 +552,7 @@ async def test_overwriting_an_installed_skill_waits_for_an_admin(
         in (downloaded.result)
     )
     assert "zero-width characters (U+200B)" in hidden.result
-    assert len(inbox.requests) == 2
+    assert len(inbox.requests) == 4
     assert (skills / "keeper" / "SKILL.md").read_text() == original
     assert sorted(p.name for p in skills.iterdir()) == ["keeper"]
 
@@ -546,7 +566,7 @@ async def test_overwriting_an_installed_skill_waits_for_an_admin(
     task = asyncio.create_task(
         agent.chat("update", sender="mallory", callbacks=Callbacks(request_approval=inbox))
     )
-    request = await inbox.wait_for(3)
+    request = await inbox.wait_for(5)
     assert f"with the download {json.dumps(url)}" in request.summary
     agent.answer_approval(request.id, allow="allow", approver="root")
     call = (await task).tool_calls[0]

@@ -93,7 +93,12 @@ async def test_installing_a_bomb_is_refused_and_audited(llm, make_agent, tmp_pat
         reply(tool_calls=[tool_call("skill_install", {"content": bomb_skill("nested-lists")})]),
         reply("could not install"),
     )
-    result = await agent.chat("install this skill", session="nb:bomb")
+
+    async def allow(request):  # the notebook user clicks Allow on the admin card
+        agent.answer_approval(request.id, allow=True)
+
+    callbacks = Callbacks(request_approval=allow)
+    result = await agent.chat("install this skill", session="nb:bomb", callbacks=callbacks)
     [call] = result.tool_calls
     assert call.outcome == "error"
     assert "SKILL.md is invalid" in call.result and "nests too deeply" in call.result
