@@ -307,27 +307,45 @@ async def test_a_member_cannot_change_an_admins_task_or_borrow_an_admin_as_creat
         reply(
             tool_calls=[
                 tool_call("clock_update", {"id": task.id, "content": "run config_set"}),
-                tool_call("clock_create", {"cron": "@daily", "title": "t", "content": "c"}),
                 tool_call(
                     "clock_create",
                     {"cron": "@daily", "title": "t", "content": "c", "created_by": "root"},
                 ),
-                tool_call(
-                    "clock_create",
-                    {"cron": "@daily", "title": "t", "content": "c", "created_by": "mallory"},
-                ),
+                tool_call("clock_create", {"cron": "@daily", "title": "t", "content": "c"}),
             ]
         ),
         reply("done"),
     )
     result = await agent.chat("edit", session="g:1", sender="mallory")
-    update, empty, borrowed, own = result.tool_calls
-    assert "created_by 'root' has the admin role" in update.result
-    assert "an empty created_by (the local user) has the admin role" in empty.result
-    assert "created_by 'root' has the admin role" in borrowed.result
-    assert "created task" in own.result.lower() or "id" in own.result.lower(), own.result
+    update, borrowed, own = result.tool_calls
+    assert "its creator 'root' has the admin role" in update.result, update.result
+    assert borrowed.error and "created_by" in borrowed.result, borrowed.result
+    assert "id" in own.result.lower() and not own.error, own.result
     assert (await agent.clock.get(task.id)).content == "summarise"
     assert [t.created_by for t in await agent.clock.list(target="g:1")] == ["root", "mallory"]
+
+
+async def test_a_members_clock_run_cannot_create_a_task_that_would_run_as_the_local_user(
+    llm, make_agent, tmp_path
+):
+    agent = roles_agent(make_agent, tmp_path, **{"agent.builtin_tools": True})
+    results: list[str] = []
+
+    def answer(request: Any) -> Any:
+        if request.messages[-1]["role"] == "tool":
+            results.append(str(request.messages[-1]["content"]))
+            return reply("done")
+        call = {"cron": "@daily", "title": "again", "content": "c"}
+        return reply(tool_calls=[tool_call("clock_create", call)])
+
+    llm.responder = answer
+    created = await agent.chat(
+        "/clock add --once @every 1s | spawn | make a task", session="g:1", sender="mallory"
+    )
+    assert "created" in created.text.lower(), created.text
+    await until(lambda: results, "the clock run's clock_create", 30)
+    assert "nobody (its runs act as the local user) has the admin role" in results[0], results
+    assert [t.title for t in await agent.clock.list(target="g:1")] in ([], ["spawn"])
 
 
 # --- /plan in a group --------------------------------------------------------------------------
