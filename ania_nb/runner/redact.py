@@ -33,6 +33,7 @@ from ..governance._secrets import secret_key
 
 if TYPE_CHECKING:
     from ..agent import Agent
+    from ..mcp.config import MCPServerConfig
 
 MIN_SECRET = 6
 MASK = "***"
@@ -107,44 +108,67 @@ def header_secrets(values: Iterable[str]) -> Iterator[str]:
             yield credential.strip()
 
 
-def agent_secrets(agent: Agent) -> Iterator[str]:
-    """What the running Agent knows that is secret: its config and its MCP servers'."""
-    yield from config_secrets(agent.config)
-    registry = agent.mcp
-    if registry is None:
-        return
+class MCPSecrets:
+    """The header, env and URL secrets of an Agent's MCP servers, as they are now.
+
+    Called for every log record: the servers' configs are re-read only when one was added,
+    removed or replaced since the last call.
+    """
+
+    def __init__(self, agent: Agent) -> None:
+        self.agent = agent
+        self._seen: tuple[int, ...] = ()
+        self._values: list[str] = []
+
+    def __call__(self) -> list[str]:
+        """The secrets of the servers the Agent knows now."""
+        registry = self.agent.mcp
+        if registry is None:
+            return []
+        managers = [registry.get(status.name) for status in registry.servers()]
+        configs = [m.config for m in managers if m is not None]
+        seen = tuple(id(config) for config in configs)
+        if seen != self._seen:
+            self._values = [value for config in configs for value in server_secrets(config)]
+            self._seen = seen
+        return self._values
+
+
+def server_secrets(server: MCPServerConfig) -> Iterator[str]:
+    """One MCP server's header and env values and URL secrets, written and expanded."""
     from ..errors import ConfigError
     from ..mcp.config import expand_env
 
-    for status in registry.servers():
-        manager = registry.get(status.name)
-        if manager is None:
-            continue
-        written = manager.config
-        try:
-            forms = [written, expand_env(written)]
-        except ConfigError:  # an unset ${VAR}: only the written values exist
-            forms = [written]
-        for server in forms:
-            yield from header_secrets([*server.headers.values(), *server.env.values()])
-            yield from url_secrets(server.endpoint or "")
+    try:
+        forms = [server, expand_env(server)]
+    except ConfigError:  # an unset ${VAR}: only the written values exist
+        forms = [server]
+    for form in forms:
+        yield from header_secrets([*form.headers.values(), *form.env.values()])
+        yield from url_secrets(form.endpoint or "")
 
 
 class SecretRedactor(logging.Formatter):
     """A formatter that blanks every secret its sources name (see the module docstring).
 
-    Sources are asked on every record, so a secret that appears later (an MCP server added at
-    run time) is blanked from then on; the spellings are rebuilt only when the set changes.
+    Fixed secrets (the config's) are given once with `add_secrets`; sources (the MCP servers')
+    are asked on every record, so a secret that appears later (a server added at run time) is
+    blanked from then on. The spellings are rebuilt only when the set of secrets changes.
     """
 
     def __init__(self, fmt: str | None = None, datefmt: str | None = None) -> None:
         super().__init__(fmt, datefmt)
+        self._fixed: set[str] = set()
         self._sources: list[SecretSource] = []
         self._known: frozenset[str] = frozenset()
         self._forms: list[str] = []
 
+    def add_secrets(self, values: Iterable[str]) -> None:
+        """Blank these values from now on."""
+        self._fixed.update(values)
+
     def add_source(self, source: SecretSource) -> None:
-        """Blank the values ``source()`` returns from now on."""
+        """Blank the values ``source()`` returns (asked again for every record) from now on."""
         self._sources.append(source)
 
     def format(self, record: logging.LogRecord) -> str:
@@ -159,7 +183,7 @@ class SecretRedactor(logging.Formatter):
         return text
 
     def _current_forms(self) -> list[str]:
-        values: set[str] = set()
+        values = set(self._fixed)
         for source in self._sources:
             try:
                 values.update(v for v in source() if isinstance(v, str))

@@ -29,7 +29,7 @@ from urllib.parse import urlsplit
 
 from ..errors import UsageError
 from .model import AdapterError
-from .redact import SecretRedactor, agent_secrets, config_secrets
+from .redact import MCPSecrets, SecretRedactor, config_secrets
 
 if TYPE_CHECKING:
     from ..config import Config, RunnerSettings
@@ -132,11 +132,13 @@ async def serve(
     check_settings(config.runner)
     agent = Agent(config)
     if redactor is not None:
-        redactor.add_source(lambda: agent_secrets(agent))
+        redactor.add_source(MCPSecrets(agent))
     adapter: OneBotAdapter | None = None
     try:
         await agent.start()
         settings = agent.config.runner  # values saved by config_set apply from here
+        if redactor is not None:  # their secrets too
+            redactor.add_secrets(config_secrets(agent.config))
         check_settings(settings)
         adapter = _make_adapter(settings)
         router = Router(agent, adapter)
@@ -225,7 +227,7 @@ def main(config_path: Path | None = None, log_level: str = "INFO") -> int:
         from ..config import Config
 
         config = Config.load(config_path)
-        redactor.add_source(lambda: config_secrets(config))
+        redactor.add_secrets(config_secrets(config))
         check_settings(config.runner)
         return asyncio.run(_serve_with_signals(config, redactor))
     except (UsageError, StartError) as exc:  # bad config, refused or impossible listener
