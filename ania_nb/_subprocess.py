@@ -4,7 +4,8 @@ Shared by `bash` and shell hooks. The timeout bounds the shell *and* its output 
 that left the group (``setsid``, a daemon) and still holds a pipe cannot keep the caller
 waiting — the group is killed, the shell gets `KILL_GRACE` seconds to be reaped, and the pipes
 are closed by us instead of read on. Each pipe keeps only its first ``keep`` bytes, so a flood
-cannot fill memory. Cancellation kills the group too.
+cannot fill memory (``stdout_cut``/``stderr_cut`` say whether more came). Cancellation kills the
+group too.
 """
 
 from __future__ import annotations
@@ -27,6 +28,8 @@ class Finished:
     stderr: bytes
     returncode: int | None
     timed_out: bool
+    stdout_cut: bool = False  # more than ``keep`` bytes came: ``stdout`` is only the start
+    stderr_cut: bool = False
 
 
 async def run_capped(
@@ -66,7 +69,14 @@ async def run_capped(
         raise
     finally:
         transport.close()  # closes the pipes now, not at garbage collection
-    return Finished(bytes(proc.out), bytes(proc.err), transport.get_returncode(), timed_out)
+    return Finished(
+        bytes(proc.out),
+        bytes(proc.err),
+        transport.get_returncode(),
+        timed_out,
+        stdout_cut=1 in proc.cut,
+        stderr_cut=2 in proc.cut,
+    )
 
 
 def kill_group(pid: int | None) -> None:
@@ -87,6 +97,7 @@ class _CappedOutput(asyncio.SubprocessProtocol):
         loop = asyncio.get_running_loop()
         self.keep = keep
         self.out, self.err = bytearray(), bytearray()
+        self.cut: set[int] = set()  # the pipes (1, 2) that sent more than ``keep`` bytes
         self.exited: asyncio.Future[None] = loop.create_future()
         self.finished: asyncio.Future[None] = loop.create_future()
         self._open = {1, 2}
@@ -94,7 +105,10 @@ class _CappedOutput(asyncio.SubprocessProtocol):
     def pipe_data_received(self, fd: int, data: bytes) -> None:
         """Keep the first ``keep`` bytes of each pipe."""
         buffer = self.out if fd == 1 else self.err
-        buffer += data[: max(0, self.keep - len(buffer))]
+        room = max(0, self.keep - len(buffer))
+        if len(data) > room:
+            self.cut.add(fd)
+        buffer += data[:room]
 
     def pipe_connection_lost(self, fd: int, exc: Exception | None) -> None:
         """Note that stdout or stderr reached its end."""

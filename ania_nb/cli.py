@@ -70,10 +70,11 @@ implementation's WebSocket server at runner.url.
 
 On a signal: stop taking messages, let running replies finish for runner.grace_seconds, stop
 the rest (run records end 'stopped'), close the connection, MCP sessions and the store. A second
-signal skips the grace period. Logs go to stderr, one line each.
+signal skips the grace period. Logs go to stderr, one line each; no log level prints a
+configured secret (tokens, API keys, MCP header and env values are blanked as ***).
 
-exit codes: 0 stopped by a signal; 1 crashed (see the log); 2 cannot start (bad config, a
-listener that may not or cannot be opened)."""
+exit codes: 0 stopped by a signal; 1 crashed, or the connection loop stopped (see the log);
+2 cannot start (bad config, a listener that may not or cannot be opened)."""
 
 
 def _add_serve(sub: Any) -> None:
@@ -95,7 +96,8 @@ def _add_serve(sub: Any) -> None:
         "--log-level",
         choices=["DEBUG", "INFO", "WARNING", "ERROR"],
         default="INFO",
-        help="least severe log records shown (default INFO)",
+        help="least severe log records shown (default INFO; DEBUG is ania-nb's own, the HTTP, "
+        "WebSocket and MCP libraries stay at INFO)",
     )
 
 

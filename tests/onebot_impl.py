@@ -28,7 +28,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from http import HTTPStatus
 from typing import Any, Literal
-from urllib.parse import parse_qs, urlsplit
+from urllib.parse import parse_qs, quote, urlsplit
 
 from websockets.asyncio.client import ClientConnection, connect
 from websockets.asyncio.server import Server, ServerConnection, serve
@@ -388,18 +388,23 @@ class OneBotImpl:
         role: Literal["Universal", "API", "Event"] = "Universal",
         deadline: float = 10.0,
         retry_interval: float = 0.1,
+        auth: Literal["Bearer", "Token", "query"] = "Bearer",
     ) -> None:
         """Reverse mode: dial the bot until connected (or ``deadline`` s pass); keep reconnecting.
 
         A refused handshake (HTTP 401/403/…) raises `HandshakeRejected` at once; after the first
-        success every drop is retried every ``retry_interval`` s until `aclose`.
+        success every drop is retried every ``retry_interval`` s until `aclose`. The token goes
+        as ``Authorization: <auth> <token>``, or with ``auth="query"`` as the URL-quoted
+        ``access_token`` query parameter (authorization.md allows both; go-cqhttp says Token).
         """
         if self._reverse is not None and not self._reverse.done():
             raise RuntimeError("already connected or connecting; drop(reconnect=False) first")
         headers = {"X-Self-ID": self.self_id, "X-Client-Role": role}
         token = self.access_token if token is _UNSET else token
-        if token is not None:
-            headers["Authorization"] = f"Bearer {token}"
+        if token is not None and auth == "query":
+            url += ("&" if urlsplit(url).query else "?") + "access_token=" + quote(token, safe="")
+        elif token is not None:
+            headers["Authorization"] = f"{auth} {token}"
         first: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self._reconnect = True
         self._reverse = asyncio.create_task(
@@ -571,6 +576,25 @@ class OneBotImpl:
                 delivered += 1
         if not delivered:
             raise ConnectionError("the bot connection closed before the event was sent")
+
+    async def send_raw(
+        self, frame: str | bytes, *, text: bool | None = None, wait: float = 10
+    ) -> int:
+        """Send ``frame`` exactly as given to every event-receiving connection (hostile input).
+
+        ``str`` goes as a text frame, ``bytes`` as a binary one; ``text=True`` sends bytes as a
+        text frame without checking that they are UTF-8. Returns how many connections got it
+        (0 when they closed while it was sent).
+        """
+        await self.wait_until(lambda: self.connected, wait, "a bot connection to send a frame to")
+        delivered = 0
+        for ws, role in list(self._live.values()):
+            if role == "api":
+                continue
+            with contextlib.suppress(ConnectionClosed):
+                await ws.send(frame, text=text)
+                delivered += 1
+        return delivered
 
     async def _send(self, ws: ClientConnection | ServerConnection, payload: dict[str, Any]) -> bool:
         try:
@@ -885,7 +909,8 @@ class OneBotImpl:
 # ---------------------------------------------------------------- standalone script
 
 _COMMANDS = (
-    *("private_message", "group_message", "push", "heartbeat", "drop", "wait_connected"),
+    *("private_message", "group_message", "push", "send_raw", "heartbeat", "drop"),
+    "wait_connected",
     *("fail_next", "delay_next", "hold_next", "release", "wait_for_action", "actions", "sent"),
     "quit",
 )

@@ -115,6 +115,11 @@ class MemoryAdapter:
         self.file_requests.append((chat, file_id))
         return f"http://127.0.0.1:9/files/{chat.kind}/{chat.id}/{file_id}"
 
+    async def wait_broken(self) -> str:
+        """Never returns: nothing in memory can break for good."""
+        await asyncio.Event().wait()
+        raise AssertionError("unreachable")
+
     async def aclose(self) -> None:
         """Disconnect."""
         self._connected = False

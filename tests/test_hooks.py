@@ -545,7 +545,7 @@ def test_tool_input_is_the_arguments_object_or_the_raw_text():
 @pytest.mark.parametrize(
     ("event", "stdout", "expected"),
     [
-        ("UserPromptSubmit", "{not json, just braces", {"context": "{not json, just braces"}),
+        ("UserPromptSubmit", "not json, {just braces}", {"context": "not json, {just braces}"}),
         ("PreToolUse", '{"decision": "approve"}', {"allow": True}),
         ("PreToolUse", '{"suppressOutput": true, "systemMessage": "hi"}', {"messages": ["hi"]}),
         ("Stop", '{"decision": "block", "reason": "keep going"}', {"blocked": True}),
@@ -566,21 +566,40 @@ async def test_json_answers_fold_into_the_outcome(tmp_path, hook_script, event, 
         assert getattr(outcome, name) == value, name
 
 
-@pytest.mark.parametrize(
-    "stdout",
-    [
+UNREADABLE = [
+    (
         '{"hookSpecificOutput": {"hookEventName": "PostToolUse", "additionalContext": "x"}}',
-        '{"continue": "no"}',
-        '{"decision": "maybe"}',
-    ],
-)
-async def test_unreadable_json_answers_are_non_blocking_errors(tmp_path, hook_script, stdout):
+        "hookEventName is 'PostToolUse'",
+    ),
+    ('{"continue": "no"}', "continue must be a bool"),
+    ('{"decision": "maybe"}', "decision must be 'block'"),
+    ("{not json, just braces", "not valid JSON"),
+]
+
+
+@pytest.mark.parametrize(("stdout", "problem"), UNREADABLE)
+async def test_unreadable_json_answers_block_where_hooks_can_block(
+    tmp_path, hook_script, stdout, problem
+):
     script = hook_script("answer.sh", f"cat <<'OUT'\n{stdout}\nOUT\n")
     hooks = {"UserPromptSubmit": [{"command": str(script)}]}
     runner = runner_for(write_hooks(tmp_path / "h.json", hooks))
     outcome = await runner.run("UserPromptSubmit", payload_for("UserPromptSubmit", "s"))
-    assert not outcome.blocked and not outcome.stopped and outcome.context == ""
+    assert outcome.blocked and problem in outcome.reason and outcome.context == ""
+    assert outcome.reason.startswith("the hook's answer cannot be read")
     assert len(outcome.errors) == 1 and "unreadable JSON output" in outcome.errors[0]
+
+
+@pytest.mark.parametrize(("stdout", "problem"), UNREADABLE)
+async def test_unreadable_json_answers_are_non_blocking_errors_elsewhere(
+    tmp_path, hook_script, stdout, problem
+):
+    script = hook_script("answer.sh", f"cat <<'OUT'\n{stdout}\nOUT\n")
+    hooks = {"SessionStart": [{"command": str(script)}]}
+    runner = runner_for(write_hooks(tmp_path / "h.json", hooks))
+    outcome = await runner.run("SessionStart", payload_for("SessionStart", "s"))
+    assert not outcome.blocked and not outcome.stopped and outcome.context == ""
+    assert len(outcome.errors) == 1 and problem in outcome.errors[0]
 
 
 async def test_a_python_hook_can_ask_allow_and_stop(tmp_path):

@@ -181,6 +181,51 @@ async def test_calls_without_reported_usage_count_an_estimate(llm, make_agent, s
     assert counted == used == daily == quiet.usage.total_tokens + looped.usage.total_tokens
 
 
+UNTRUSTED_USAGE = {
+    "negative": {"prompt_tokens": -5, "completion_tokens": 10, "total_tokens": 5},
+    "not a number": {"prompt_tokens": "abc", "completion_tokens": 10, "total_tokens": 10},
+    "all null": {"prompt_tokens": None, "completion_tokens": None, "total_tokens": None},
+    "a fraction": {"prompt_tokens": 12.5, "completion_tokens": 3, "total_tokens": 15.5},
+    "huge": {"prompt_tokens": 10**12, "completion_tokens": 3, "total_tokens": 10**12 + 3},
+    "a boolean": {"prompt_tokens": True, "completion_tokens": 3, "total_tokens": 4},
+    "an object": {"prompt_tokens": {"n": 1}, "completion_tokens": 3, "total_tokens": 4},
+    "prompt missing": {"completion_tokens": 7},
+    "empty": {},
+}
+
+
+@pytest.mark.parametrize("stream", [False, True])
+@pytest.mark.parametrize("raw", UNTRUSTED_USAGE.values(), ids=UNTRUSTED_USAGE.keys())
+async def test_untrusted_usage_counts_an_estimate_not_zero(llm, make_agent, stream, raw) -> None:
+    # A provider (or a proxy) reporting nonsense must not make a run free for the quota.
+    prices = {"scripted": {"input": 2.0, "output": 8.0}}
+    agent = make_agent(overrides={"pricing.models": prices, "llm.stream": stream})
+    llm.script(reply("x" * 400, usage=raw))
+    result = await agent.chat("hello", session=SESSION)
+    assert result.ok and result.usage.estimated_calls == 1
+    assert result.usage.completion_tokens == 200  # 400 characters / 2, the estimate
+    assert 0 < result.usage.prompt_tokens < 10**6
+    assert result.usage.cost is None  # a cost is never a guess
+    counted, used, daily = await counters(agent, agent.quota.today())
+    assert counted == used == daily == result.usage.total_tokens
+
+
+@pytest.mark.parametrize("stream", [False, True])
+async def test_counts_that_are_numbers_are_taken_and_the_total_is_at_least_the_sum(
+    llm, make_agent, stream
+) -> None:
+    agent = make_agent(overrides={"llm.stream": stream})
+    exact = {"prompt_tokens": "100", "completion_tokens": 20.0, "total_tokens": 1}
+    llm.script(reply("fine", usage=exact), reply("fine", usage={"total_tokens": 50}))
+    first = await agent.chat("hello", session=SESSION)
+    second = await agent.chat("again", session=SESSION)
+    assert first.usage.estimated_calls == second.usage.estimated_calls == 0
+    assert (first.usage.prompt_tokens, first.usage.total_tokens) == (100, 120)
+    assert second.usage.total_tokens == 50
+    counted, _, _ = await counters(agent, agent.quota.today())
+    assert counted == 170
+
+
 def test_cost_is_none_for_unknown_models_and_for_nothing_used() -> None:
     from ania_nb.config import ModelPrice
 

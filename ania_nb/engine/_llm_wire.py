@@ -16,8 +16,13 @@ on a malformed answer:
   not a JSON object (invalid JSON, NaN, an array...) is stored wrapped as ``{"_raw": text}``
   (`safe_arguments`) while the original goes to ``Completion.raw_arguments`` so the tool
   executor can still tell the model exactly what was wrong.
-* **Usage** is bookkeeping and never fails a call: counts become ints; a value that is not a
-  number (``"12"`` is) counts as 0 and adds a note.
+* **Usage** is bookkeeping and never fails a call, but quotas rest on it, so a count that cannot
+  be trusted is not taken as zero: when ``prompt_tokens``, ``completion_tokens`` or
+  ``total_tokens`` is there but is not a token count (negative, fractional, not a number —
+  ``"12"`` and ``12.0`` are counts —, or above `MAX_CALL_TOKENS`), or the block has neither
+  ``total_tokens`` nor both of the others, the call is treated as one without usage (None):
+  its tokens are estimated (`Usage.estimated_calls`), with a note. A bad cached-token count is
+  dropped with a note (it only lowers a price).
 * **No choices** is retryable (a provider glitch); other shape errors are not (the same server
   answers the same way), but the fallback model still gets its call.
 """
@@ -35,14 +40,12 @@ from .messages import Message
 INVALID_TOOL_NAME = "invalid_tool_call"
 """Stands for a missing or empty function name: no tool has it, so the model is told."""
 
+MAX_CALL_TOKENS = 100_000_000
+"""More tokens than any context window holds: a larger count in one call is not a count."""
+
 _SURROGATE = re.compile("[\ud800-\udfff]")
-_USAGE_COUNTS = (
-    "prompt_tokens",
-    "completion_tokens",
-    "total_tokens",
-    "prompt_cache_hit_tokens",
-    "prompt_cache_miss_tokens",
-)
+_MAIN_COUNTS = ("prompt_tokens", "completion_tokens", "total_tokens")  # what quotas count
+_CACHE_COUNTS = ("prompt_cache_hit_tokens", "prompt_cache_miss_tokens")  # DeepSeek's
 
 
 class Malformed(Exception):
@@ -247,40 +250,61 @@ def normalise_calls(
 # -- usage ------------------------------------------------------------------------------
 
 
-def _count(value: Any, key: str, notes: list[str]) -> int:
-    if type(value) is int and value >= 0:
-        return value
-    number: float | None = None
-    if isinstance(value, float):
+def _count(value: Any) -> int | None:
+    """A token count (see the module docstring), or None when ``value`` is not one."""
+    number: float
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int | float):
         number = value
     elif isinstance(value, str):
         try:
             number = float(value.strip())
         except ValueError:
-            number = None
-    if value is None:
-        return 0  # null is a provider's way of saying "not counted"
-    if number is not None and math.isfinite(number) and number >= 0:
-        return int(number)
-    notes.append(f"usage.{key} is not a token count ({value!r:.40}); counted as 0")
-    return 0
+            return None
+    else:
+        return None
+    if not math.isfinite(number) or number < 0 or number > MAX_CALL_TOKENS:
+        return None
+    if number != int(number):
+        return None  # a fraction of a token is not a count
+    return int(number)
 
 
 def normalise_usage(raw: Any, notes: list[str]) -> dict[str, Any] | None:
-    """The usage block with int counts only (see the module docstring), or None."""
+    """The usage block with int counts only, or None to estimate (see the module docstring)."""
     if raw is None:
         return None
     if not isinstance(raw, dict):
-        notes.append(f"usage is {_kind(raw)}, not an object; ignored")
+        notes.append(f"usage is {_kind(raw)}, not an object; the call's tokens are estimated")
         return None
     usage: dict[str, Any] = {}
-    for key in _USAGE_COUNTS:
-        if key in raw:
-            usage[key] = _count(raw[key], key, notes)
+    for key in _MAIN_COUNTS:
+        if raw.get(key) is None:  # null is a provider's way of saying "not counted"
+            continue
+        count = _count(raw[key])
+        if count is None:
+            notes.append(
+                f"usage.{key} is not a token count ({raw[key]!r:.40}); "
+                "the call's tokens are estimated"
+            )
+            return None
+        usage[key] = count
+    if "total_tokens" not in usage and not {"prompt_tokens", "completion_tokens"} <= set(usage):
+        notes.append("usage has no total_tokens nor prompt and completion tokens; estimated")
+        return None
+    cached_counts = [(key, raw[key]) for key in _CACHE_COUNTS if raw.get(key) is not None]
     details = raw.get("prompt_tokens_details")
-    if isinstance(details, dict) and "cached_tokens" in details:
-        cached = _count(details["cached_tokens"], "prompt_tokens_details.cached_tokens", notes)
-        usage["prompt_tokens_details"] = {"cached_tokens": cached}
+    if isinstance(details, dict) and details.get("cached_tokens") is not None:
+        cached_counts.append(("prompt_tokens_details.cached_tokens", details["cached_tokens"]))
+    for key, value in cached_counts:
+        count = _count(value)
+        if count is None:
+            notes.append(f"usage.{key} is not a token count ({value!r:.40}); ignored")
+        elif key.startswith("prompt_tokens_details"):
+            usage["prompt_tokens_details"] = {"cached_tokens": count}
+        else:
+            usage[key] = count
     return usage
 
 

@@ -14,6 +14,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, fields, replace
 from typing import Any, Literal
 
+from .._preview import reveal
+
 log = logging.getLogger(__name__)
 
 CallbackName = Literal[
@@ -37,7 +39,9 @@ class ApprovalRequest:
     ``summary`` is a one-line headline; ``details`` is the whole call (every argument in full,
     control characters visible, shell lines split into commands) and is what a person must be
     able to read before answering. ``requesters`` are the senders whose messages the run
-    answers (any of them may answer, besides admins).
+    answers (any of them may answer, besides admins). Front ends show `headline` and
+    `tool_label`, never ``summary`` and ``tool`` raw: a right-to-left override or a zero-width
+    character in them would reorder or hide what the person reads.
     """
 
     id: str
@@ -49,12 +53,22 @@ class ApprovalRequest:
     details: str = ""
     requesters: tuple[str, ...] = ()
 
+    @property
+    def headline(self) -> str:
+        """``summary`` with control and invisible characters escaped, as ``details`` are."""
+        return reveal(self.summary)
+
+    @property
+    def tool_label(self) -> str:
+        """The tool's name with control and invisible characters escaped."""
+        return reveal(self.tool)
+
     def text(self, limit: int | None = None) -> str:
-        """Summary and details for a chat message, cut at ``limit`` characters.
+        """Headline and details for a chat message, cut at ``limit`` characters.
 
         A cut text ends with how to see the rest (reply ``show <id>``).
         """
-        full = f"{self.summary}\n{self.details}" if self.details else self.summary
+        full = f"{self.headline}\n{self.details}" if self.details else self.headline
         if limit is None or len(full) <= limit:
             return full
         rest = len(full) - limit

@@ -7,8 +7,9 @@ wrong, every `Completion.message` is valid to store and to send back. The rules 
 `_llm_wire`): missing, empty or repeated call ids become ``call_<n>_<position>``; a call without
 a name is kept as ``invalid_tool_call`` (no tool has it, so the loop answers "not found" and the
 conversation stays valid); arguments are always JSON object text (`safe_arguments`; the model's
-original text of wrapped ones is in `Completion.raw_arguments`); usage counts that are not
-numbers count as 0; lone surrogates become U+FFFD.
+original text of wrapped ones is in `Completion.raw_arguments`); a usage block with a count
+that is not one (negative, not a number) is dropped, so the call is estimated, never free;
+lone surrogates become U+FFFD.
 
 Retries cover HTTP 429, 5xx, network errors (timeouts included), a body without choices, an
 error the provider reports inside a 200 body or a stream, and a stream cut short (no

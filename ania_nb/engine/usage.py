@@ -62,7 +62,8 @@ class Usage:
     def add_call(self, raw: Any, *, model: str = "", count_iteration: bool = True) -> None:
         """Add the ``usage`` block of one chat completion (object or dict) asked of ``model``.
 
-        None adds nothing; a missing or zero ``total_tokens`` is prompt + completion.
+        None adds nothing; ``total_tokens`` is at least prompt + completion (a provider that
+        reports less does not get to count less).
         """
         if count_iteration:
             self.iterations += 1
@@ -71,7 +72,7 @@ class Usage:
         get = raw.get if isinstance(raw, dict) else lambda k, d=None: getattr(raw, k, d)
         prompt = _count(get("prompt_tokens", 0))
         completion = _count(get("completion_tokens", 0))
-        total = _count(get("total_tokens", 0)) or prompt + completion
+        total = max(_count(get("total_tokens", 0)), prompt + completion)
         tokens = Tokens(prompt, completion, _cached_tokens(raw, get), total)
         self._add_sums(tokens)
         self.models.setdefault(model, Tokens()).add(tokens)

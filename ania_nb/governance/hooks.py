@@ -7,12 +7,15 @@ JSON object; a raw string only when they are not valid JSON):
 
 - exit 0: pass; Claude Code's JSON output is honoured (see `hook_output`); plain stdout is
   context for the model at SessionStart and UserPromptSubmit, transcript output elsewhere;
+  stdout starting with ``{`` must be a whole, well-formed JSON answer, else it is a block at
+  PreToolUse, UserPromptSubmit and PostToolUse (fail closed) and an error elsewhere;
 - exit 2: block; the reason is the trimmed stderr (else stdout);
 - any other exit, a timeout or a failure to start: a logged, non-blocking error.
 
 The timeout bounds the whole hook: at its end the hook's process group is killed and its
 pipes are closed, so even a child that left the group (``setsid``) cannot hold the run. Only
-the first 64 KiB of each pipe are kept, so a flooding hook cannot fill memory.
+the first 64 KiB of each pipe are kept, so a flooding hook cannot fill memory; a JSON answer
+longer than that is cut and so cannot be read, which blocks (see above).
 
 The first block (or ``continue: false``) ends the event's run of hooks. Contexts of all hooks
 are joined with newlines; ``ask`` wins over ``allow``. Whether a block, a stop or a context is
@@ -36,7 +39,7 @@ from .._subprocess import run_capped
 from ..errors import RunError, UsageError
 from ._files import WatchedJSON
 from .hook_config import HOOK_EVENTS, HookTable, ShellHook, parse_hooks
-from .hook_output import HookResult, _UnreadableOutput, cut, from_exit
+from .hook_output import HookResult, _UnreadableOutput, cut, decode_output, from_exit, unreadable
 
 if TYPE_CHECKING:  # pragma: no cover
     from ..config import HooksSettings, SecuritySettings
@@ -213,14 +216,16 @@ class HookRunner:
         if done.timed_out:
             _error(outcome, spec, f"timed out after {timeout:g} s and was killed")
             return None
-        out = done.stdout.decode("utf-8", "replace").strip()
-        err = done.stderr.decode("utf-8", "replace").strip()
+        out = decode_output(done.stdout).strip()
+        err = decode_output(done.stderr).strip()
         code = done.returncode
         try:
-            result = from_exit(spec.event, code if code is not None else -1, out, err)
+            result = from_exit(
+                spec.event, code if code is not None else -1, out, err, out_cut=done.stdout_cut
+            )
         except _UnreadableOutput as exc:
             _error(outcome, spec, f"unreadable JSON output: {exc}")
-            return None
+            return unreadable(spec.event, str(exc))  # a block where hooks can block
         if result is None:
             _error(outcome, spec, f"exit code {code}: {cut(err, 200)}")
         return result

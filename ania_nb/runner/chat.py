@@ -34,6 +34,7 @@ from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Iterable
 from typing import TYPE_CHECKING
 
+from .._preview import reveal
 from ..engine.callbacks import ApprovalRequest, Callbacks, RunEvent
 from ..engine.untrusted import defuse_markers, one_line, untrusted
 from .model import Adapter, ChatRef, HistoryItem, Incoming, Outgoing, mentionable
@@ -117,9 +118,10 @@ def approval_text(request: ApprovalRequest, limit: int, timeout: float, prefix: 
     askers = [r.removeprefix(mark) for r in request.requesters if r.startswith(mark)]
     if request.requester and request.requester.startswith(mark) and not askers:
         askers = [request.requester.removeprefix(mark)]
-    who = "管理员" if request.admin_only or not askers else f"发起人（{'、'.join(askers)}）或管理员"
+    shown = "、".join(reveal(asker) for asker in askers)
+    who = "管理员" if request.admin_only or not askers else f"发起人（{shown}）或管理员"
     return (
-        f"【工具审批】AI 请求执行工具：{request.tool}\n{request.text(limit)}\n"
+        f"【工具审批】AI 请求执行工具：{request.tool_label}\n{request.text(limit)}\n"
         f"请{who}在 {timeout:g} 秒内回复「允许」或「拒绝」（请求 {request.id}）"
     )
 

@@ -139,6 +139,14 @@ class Adapter(Protocol):
         """Connect or listen; messages go to ``on_message`` from then on."""
         ...
 
+    async def wait_broken(self) -> str:
+        """Return (why) only if the adapter stopped connecting for good by itself (a bug).
+
+        No frame and no network failure may do that; the runner exits non-zero when it
+        happens, so a supervisor restarts it.
+        """
+        ...
+
     async def send(self, message: Outgoing) -> str | None:
         """Send a message; returns its platform id when the platform tells it."""
         ...

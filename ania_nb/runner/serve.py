@@ -8,8 +8,12 @@ messages, let running replies finish for ``runner.grace_seconds``, stop the rest
 records end ``stopped``), close the adapter, then the Agent (clock, MCP sessions, store). A
 second signal skips the rest of the grace period.
 
+If the adapter's connection loop stops by itself (a bug: no frame and no network failure may
+end it), the runner logs why and shuts down the same way, exiting 1, so a supervisor
+(``Restart=on-failure``) starts it again instead of leaving a process that no longer connects.
+
 Exit codes: 0 after a signal-initiated shutdown; 2 when it cannot start (bad config, a
-listener that may not or cannot be opened); 1 on a crash.
+listener that may not or cannot be opened); 1 on a crash or a connection loop that stopped.
 """
 
 from __future__ import annotations
@@ -25,6 +29,7 @@ from urllib.parse import urlsplit
 
 from ..errors import UsageError
 from .model import AdapterError
+from .redact import MCPSecrets, SecretRedactor, config_secrets
 
 if TYPE_CHECKING:
     from ..config import Config, RunnerSettings
@@ -39,23 +44,34 @@ EXIT_CANNOT_START = 2
 LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 LOG_DATEFMT = "%Y-%m-%d %H:%M:%S"
 # Libraries that log every request or job at INFO: a served bot would drown in them.
-_CHATTY = ("httpx", "httpx2", "httpcore", "openai", "apscheduler", "websockets", "mcp")
+_CHATTY = ("apscheduler",)
+# Libraries whose DEBUG lines print request lines, headers (the OneBot token in websockets'
+# handshake, API keys) or whole frames: never below INFO, whatever --log-level says.
+_LEAKY = ("httpx", "httpx2", "httpcore", "httpcore2", "openai", "websockets", "mcp")
 
 
 class StartError(UsageError):
     """The runner cannot start; the message says why (exit code 2)."""
 
 
-def configure_logging(level: str = "INFO") -> None:
-    """One line per record on stderr: ``2026-12-01 03:00:00 INFO ania_nb.runner: …``."""
+def configure_logging(level: str = "INFO") -> SecretRedactor:
+    """One line per record on stderr: ``2026-12-01 03:00:00 INFO ania_nb.runner: …``.
+
+    Returns the handler's `SecretRedactor`; give it the config and the Agent to know their
+    secrets (`main` and `serve` do).
+    """
+    redactor = SecretRedactor(LOG_FORMAT, LOG_DATEFMT)
     handler = logging.StreamHandler(sys.stderr)
-    handler.setFormatter(logging.Formatter(LOG_FORMAT, LOG_DATEFMT))
+    handler.setFormatter(redactor)
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(level)
     quiet = max(logging.WARNING, logging.getLevelName(level))
     for name in _CHATTY:
         logging.getLogger(name).setLevel(logging.DEBUG if level == "DEBUG" else quiet)
+    for name in _LEAKY:
+        logging.getLogger(name).setLevel(logging.INFO if level == "DEBUG" else quiet)
+    return redactor
 
 
 def check_settings(settings: RunnerSettings) -> None:
@@ -100,17 +116,29 @@ def _make_adapter(settings: RunnerSettings) -> OneBotAdapter:
     return OneBotAdapter(settings)
 
 
-async def serve(config: Config, stop: asyncio.Event, hurry: asyncio.Event | None = None) -> int:
-    """Serve until ``stop`` is set, then shut down cleanly; ``hurry`` cuts the grace short."""
+async def serve(
+    config: Config,
+    stop: asyncio.Event,
+    hurry: asyncio.Event | None = None,
+    redactor: SecretRedactor | None = None,
+) -> int:
+    """Serve until ``stop`` is set, then shut down cleanly; ``hurry`` cuts the grace short.
+
+    ``redactor`` (the log's) learns the Agent's secrets: its config and its MCP servers'.
+    """
     from ..agent import Agent
     from .router import Router
 
     check_settings(config.runner)
     agent = Agent(config)
+    if redactor is not None:
+        redactor.add_source(MCPSecrets(agent))
     adapter: OneBotAdapter | None = None
     try:
         await agent.start()
         settings = agent.config.runner  # values saved by config_set apply from here
+        if redactor is not None:  # their secrets too
+            redactor.add_secrets(config_secrets(agent.config))
         check_settings(settings)
         adapter = _make_adapter(settings)
         router = Router(agent, adapter)
@@ -123,7 +151,14 @@ async def serve(config: Config, stop: asyncio.Event, hurry: asyncio.Event | None
             raise StartError(str(exc)) from exc
         log.info("serving %s", describe(settings, adapter.listen_url))
         log.info("ready (model %s, data in %s)", agent.config.llm.model, agent.data_dir)
-        await stop.wait()
+        broken = await _wait_stop_or_broken(stop, adapter)
+        if broken is not None:
+            log.error(
+                "%s: the runner cannot reach the chat platform any more and exits with code %d "
+                "so that its supervisor restarts it",
+                broken,
+                EXIT_CRASH,
+            )
         log.info("stopping: no new messages; running replies get %gs", settings.grace_seconds)
         await _close_router(router, settings.grace_seconds, hurry)
         unsubscribe()
@@ -132,7 +167,19 @@ async def serve(config: Config, stop: asyncio.Event, hurry: asyncio.Event | None
             await adapter.aclose()
         await agent.aclose()
     log.info("stopped")
-    return EXIT_OK
+    return EXIT_OK if broken is None else EXIT_CRASH
+
+
+async def _wait_stop_or_broken(stop: asyncio.Event, adapter: OneBotAdapter) -> str | None:
+    """Wait for a stop signal or a connection loop that died; why it died, or None."""
+    stopping = asyncio.ensure_future(stop.wait())
+    broken = asyncio.ensure_future(adapter.wait_broken())
+    try:
+        await asyncio.wait({stopping, broken}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        stopping.cancel()
+        broken.cancel()
+    return broken.result() if broken.done() and not broken.cancelled() else None
 
 
 async def _close_router(router: Router, grace: float, hurry: asyncio.Event | None) -> None:
@@ -152,7 +199,7 @@ async def _close_router(router: Router, grace: float, hurry: asyncio.Event | Non
         hurried.cancel()
 
 
-async def _serve_with_signals(config: Config) -> int:
+async def _serve_with_signals(config: Config, redactor: SecretRedactor | None = None) -> int:
     stop, hurry = asyncio.Event(), asyncio.Event()
     loop = asyncio.get_running_loop()
 
@@ -167,7 +214,7 @@ async def _serve_with_signals(config: Config) -> int:
     for signum in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(signum, on_signal, signum)
     try:
-        return await serve(config, stop, hurry)
+        return await serve(config, stop, hurry, redactor)
     finally:
         for signum in (signal.SIGINT, signal.SIGTERM):
             loop.remove_signal_handler(signum)
@@ -175,13 +222,14 @@ async def _serve_with_signals(config: Config) -> int:
 
 def main(config_path: Path | None = None, log_level: str = "INFO") -> int:
     """Run ``ania-nb serve``: configure logging, load the config, serve; returns the exit code."""
-    configure_logging(log_level)
+    redactor = configure_logging(log_level)
     try:
         from ..config import Config
 
         config = Config.load(config_path)
+        redactor.add_secrets(config_secrets(config))
         check_settings(config.runner)
-        return asyncio.run(_serve_with_signals(config))
+        return asyncio.run(_serve_with_signals(config, redactor))
     except (UsageError, StartError) as exc:  # bad config, refused or impossible listener
         log.error("cannot start: %s", exc)
         return EXIT_CANNOT_START

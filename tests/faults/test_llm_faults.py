@@ -242,40 +242,44 @@ def test_safe_arguments() -> None:
 
 
 @BOTH
-async def test_non_numeric_usage_counts_as_zero(
+async def test_untrusted_usage_is_dropped_and_bad_cache_counts_ignored(
     llm: ScriptedLLM, make_client: MakeClient, stream: bool
 ) -> None:
-    odd = {
+    odd = {  # one count that is not one: the whole block is untrusted (the call is estimated)
         "prompt_tokens": "lots",
         "completion_tokens": "12",
+        "total_tokens": None,
+    }
+    cache_junk = {
+        "prompt_tokens": "40",
+        "completion_tokens": 12.0,
         "total_tokens": None,
         "prompt_tokens_details": {"cached_tokens": {"n": 3}},
         "prompt_cache_hit_tokens": float("nan"),
     }
     llm.script(
-        reply("counted", usage=odd),
+        reply("untrusted", usage=odd),
+        reply("counted", usage=cache_junk),
         as_raw({"role": "assistant", "content": "no usage"}, usage="many"),
     )
     client = make_client()
-    completion = await client.complete(USER, stream=stream)
-
-    assert completion.message["content"] == "counted"
-    assert completion.usage == {
-        "prompt_tokens": 0,
-        "completion_tokens": 12,
-        "total_tokens": 0,
-        "prompt_cache_hit_tokens": 0,
-        "prompt_tokens_details": {"cached_tokens": 0},
-    }
-    assert "usage.prompt_tokens is not a token count ('lots'); counted as 0" in completion.notes
-    total = Usage()
-    total.add_call(completion.usage)
-    assert (total.prompt_tokens, total.completion_tokens, total.total_tokens) == (0, 12, 12)
+    first = await client.complete(USER, stream=stream)
+    assert first.message["content"] == "untrusted" and first.usage is None
+    assert first.notes == [
+        "usage.prompt_tokens is not a token count ('lots'); the call's tokens are estimated"
+    ]
 
     second = await client.complete(USER, stream=stream)
-    assert second.usage is None
-    assert second.notes == ["usage is a string, not an object; ignored"]
-    assert len(llm.requests) == 2
+    assert second.usage == {"prompt_tokens": 40, "completion_tokens": 12}
+    assert "usage.prompt_cache_hit_tokens is not a token count (nan); ignored" in second.notes
+    total = Usage()
+    total.add_call(second.usage)
+    assert (total.prompt_tokens, total.completion_tokens, total.total_tokens) == (40, 12, 52)
+
+    third = await client.complete(USER, stream=stream)
+    assert third.usage is None
+    assert third.notes == ["usage is a string, not an object; the call's tokens are estimated"]
+    assert len(llm.requests) == 3
 
 
 @BOTH

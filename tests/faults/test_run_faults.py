@@ -181,7 +181,7 @@ async def test_non_numeric_usage_never_fails_a_run(run_agent, strict_llm):
     strict_llm.script(reply("fine", usage={"prompt_tokens": "many", "completion_tokens": None}))
     result = await agent.chat("hi")
     assert result.status == "success"
-    assert result.usage.prompt_tokens == 0
+    assert result.usage.estimated_calls == 1 and result.usage.prompt_tokens > 0  # never free
 
 
 async def test_failures_end_with_a_record_and_a_run_end_event(run_agent, strict_llm):

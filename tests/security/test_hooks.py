@@ -10,6 +10,7 @@ import json
 import logging
 import os
 import signal
+import sys
 from pathlib import Path
 
 import pytest
@@ -295,13 +296,161 @@ async def test_additional_context_reaches_the_model_and_plain_pre_tool_stdout_do
     assert all("PROMPT-CONTEXT" not in s for s in stored)
 
 
-async def test_json_with_wrong_types_is_a_non_blocking_error(hooked, answering, llm, tmp_path):
+async def test_json_with_wrong_types_blocks_the_call(hooked, answering, llm, tmp_path):
     marker = tmp_path / "marker"
     entry = answering("bad", {"continue": "no", "hookSpecificOutput": {"additionalContext": 5}})
     agent = hooked({"PreToolUse": [entry]}, tools=[make_marker_tool(marker)])
     llm.script(reply(tool_calls=[tool_call("write_marker", {"text": "x"})]), reply("ok"))
     result = await agent.chat("go")
-    assert result.ok and marker.exists()
+    [call] = result.tool_calls
+    assert result.ok and not marker.exists()  # a guard we cannot read does not let it through
+    assert (call.outcome, call.stage) == ("blocked", "hook")
+    assert "continue must be a bool, got 'no'" in call.result
+
+
+# ------------------------------------------------------------------ deny decisions fail closed
+
+
+@pytest.fixture
+def printing(hook_script, tmp_path):
+    """A Claude-form hook entry whose script prints exactly ``output`` (bytes or text)."""
+
+    def make(name: str, output: bytes | str, matcher: str = "") -> dict:
+        answer = tmp_path / f"{name}.out"
+        answer.write_bytes(output if isinstance(output, bytes) else output.encode())
+        script = hook_script(f"{name}.sh", f"cat > /dev/null\ncat {answer}\n")
+        return {"matcher": matcher, "hooks": [{"type": "command", "command": str(script)}]}
+
+    return make
+
+
+def _deny(**specific) -> dict:
+    return {"hookSpecificOutput": {"hookEventName": "PreToolUse", **specific}}
+
+
+DENY = json.dumps(_deny(permissionDecision="deny", permissionDecisionReason="not this one"))
+MALFORMED_DENIES = [
+    ("a UTF-8 byte-order mark", "\ufeff" + DENY, "not this one"),
+    ("UTF-16 with its byte-order mark", DENY.encode("utf-16"), "not this one"),
+    ("whitespace before the brace", "\n\t  " + DENY, "not this one"),
+    (
+        "a wrongly cased hookEventName",
+        json.dumps(
+            {"hookSpecificOutput": {"hookEventName": "pretooluse", "permissionDecision": "deny"}}
+        ),
+        "hookEventName is 'pretooluse', not 'PreToolUse'",
+    ),
+    (
+        "hookEventName of the wrong type",
+        json.dumps({"hookSpecificOutput": {"hookEventName": 1, "permissionDecision": "deny"}}),
+        "hookEventName must be a str",
+    ),
+    (
+        "a decision that is a list",
+        json.dumps(_deny(permissionDecision=["deny"])),
+        "permissionDecision must be a str, got ['deny']",
+    ),
+    ("an upper-case decision", json.dumps(_deny(permissionDecision="DENY")), "'DENY'"),
+    ("a decision with spaces", json.dumps(_deny(permissionDecision=" deny")), "' deny'"),
+    (
+        "a reason of the wrong type",
+        json.dumps(_deny(permissionDecision="deny", permissionDecisionReason=5)),
+        "permissionDecisionReason must be a str",
+    ),
+    ("a truncated answer", DENY[:-2], "not valid JSON"),
+    ("trailing text", DENY + " and more", "not valid JSON: Extra data"),
+    ("a second object", DENY + DENY, "not valid JSON: Extra data"),
+    ("hookSpecificOutput as text", '{"hookSpecificOutput": "deny"}', "must be a dict"),
+    ("a legacy decision of the wrong type", '{"decision": ["block"]}', "decision must be a str"),
+    (
+        "a wrongly cased allow",
+        json.dumps(_deny(permissionDecision="Allow")),
+        "unknown permissionDecision 'Allow'",
+    ),
+    ("an unclosed nest", '{"a":' * 10_000, "not valid JSON: nested too deeply"),
+]
+
+
+@pytest.mark.parametrize(
+    ("output", "reason"),
+    [pytest.param(out, why, id=what) for what, out, why in MALFORMED_DENIES],
+)
+async def test_a_malformed_or_odd_deny_blocks_the_call(
+    hooked, printing, llm, tmp_path, output, reason
+):
+    marker = tmp_path / "marker"
+    agent = hooked({"PreToolUse": [printing("guard", output)]}, tools=[make_marker_tool(marker)])
+    llm.script(reply(tool_calls=[tool_call("write_marker", {"text": "x"})]), reply("ok"))
+    result = await agent.chat("go")
+    [call] = result.tool_calls
+    assert not marker.exists(), f"the call ran: {call.result}"
+    assert (call.outcome, call.stage) == ("blocked", "hook")
+    assert reason in call.result
+    assert tool_messages(llm.requests[1]) == [call.result]
+
+
+async def test_a_deny_cut_at_the_pipe_cap_blocks_the_call_and_says_why(
+    hooked, hook_script, llm, tmp_path
+):
+    """The attack: a deny whose reason echoes a 70,000-character input outgrows 64 KiB."""
+    marker = tmp_path / "marker"
+    echo = (
+        "import json, sys; call = json.load(sys.stdin); "
+        "print(json.dumps({'hookSpecificOutput': {'hookEventName': 'PreToolUse', "
+        "'permissionDecision': 'deny', "
+        "'permissionDecisionReason': 'refused: ' + call['tool_input']['text']}}))"
+    )
+    script = hook_script("echo-deny.sh", f'exec {sys.executable} -c "{echo}"\n')
+    entry = {"hooks": [{"type": "command", "command": str(script)}]}
+    agent = hooked({"PreToolUse": [entry]}, tools=[make_marker_tool(marker)])
+    llm.script(reply(tool_calls=[tool_call("write_marker", {"text": "y" * 70_000})]), reply("ok"))
+    result = await agent.chat("go")
+    [call] = result.tool_calls
+    assert not marker.exists()
+    assert (call.outcome, call.stage) == ("blocked", "hook")
+    assert "hook output was cut at 64 KiB" in call.result
+
+
+@pytest.mark.parametrize(
+    "output",
+    [
+        json.dumps(_deny(permissionDecision="allow")),
+        json.dumps({"hookSpecificOutput": {"permissionDecision": "allow"}}),  # event implied
+        "\ufeff" + json.dumps(_deny(permissionDecision="allow")),
+        '{"suppressOutput": false}',
+        "looks fine to me {really}",  # plain text: transcript output at PreToolUse, as today
+        "",
+    ],
+)
+async def test_well_formed_answers_and_plain_text_still_let_the_call_run(
+    hooked, printing, llm, tmp_path, output
+):
+    marker = tmp_path / "marker"
+    agent = hooked({"PreToolUse": [printing("guard", output)]}, tools=[make_marker_tool(marker)])
+    llm.script(reply(tool_calls=[tool_call("write_marker", {"text": "ran"})]), reply("ok"))
+    result = await agent.chat("go")
+    [call] = result.tool_calls
+    assert marker.read_text() == "ran" and call.result == "written"
+    assert "looks fine" not in json.dumps(llm.requests[1].messages)  # not context either
+
+
+async def test_unreadable_answers_fail_closed_at_user_prompt_submit_and_post_tool_use(
+    hooked, printing, llm, tmp_path
+):
+    marker = tmp_path / "marker"
+    broken = '{"decision": "block", "reason": "cut off'
+    prompt = hooked({"UserPromptSubmit": [printing("prompt", broken)]})
+    llm.script(reply("never asked"))
+    refused = await prompt.chat("hello", session="nb:prompt")
+    assert refused.status == "error" and not llm.requests  # the model never saw it
+    assert "not valid JSON" in (refused.error or "")
+    llm.reset()
+    post = hooked({"PostToolUse": [printing("post", broken)]}, tools=[make_marker_tool(marker)])
+    llm.script(reply(tool_calls=[tool_call("write_marker", {"text": "x"})]), reply("ok"))
+    await post.chat("go", session="nb:post")
+    [tool_text] = tool_messages(llm.requests[1])
+    assert tool_text.startswith("written") and "[PostToolUse hook feedback]" in tool_text
+    assert "the hook's answer cannot be read" in tool_text
 
 
 # ------------------------------------------------------------------ hooks that misbehave

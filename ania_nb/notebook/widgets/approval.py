@@ -17,6 +17,7 @@ import time
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
+from ..._preview import reveal
 from ...errors import UsageError
 from ...governance.approval import SESSION_ALLOWED
 from ._code import arguments_html, expected_details, parse_arguments
@@ -73,9 +74,10 @@ class ApprovalCard:
             self._loop = None
         askers = request.requesters or ((request.requester,) if request.requester else ())
         who = f" (asked by {', '.join(askers)})" if askers else ""
+        # Escaped twice over: hidden characters made visible (reveal), then HTML-escaped.
         self.heading = w.HTML(
             f"{icon('warning', label='approval')} <b>Approval needed</b>: "
-            f"<code>{html.escape(request.tool)}</code>{html.escape(who)}"
+            f"<code>{html.escape(request.tool_label)}</code>{html.escape(reveal(who))}"
         )
         self.summary = w.HTML(self._summary_html())
         # The whole call, never cut: a scrollable block (the model may pad arguments).
@@ -83,7 +85,7 @@ class ApprovalCard:
         self.allow_button = w.Button(description="Allow", button_style="success", icon="check")
         self.deny_button = w.Button(description="Deny", button_style="danger", icon="times")
         self.session_button = w.Button(
-            description=f"Allow {request.tool} for the rest of this session",
+            description=f"Allow {request.tool_label} for the rest of this session",
             layout=w.Layout(width="auto"),
         )
         self.allow_button.on_click(lambda _: self.answer(True))
@@ -108,7 +110,7 @@ class ApprovalCard:
                 start = " ".join(value.split())[:30]
                 if start and start in " ".join(summary.split()):
                     return ""  # the flattened code again: the block below says it better
-        return f"<div>{html.escape(summary)}</div>" if summary else ""
+        return f"<div>{html.escape(self.request.headline)}</div>" if summary else ""
 
     def call_html(self) -> str:
         """The complete call: every argument (code highlighted), or the gate's text as is."""
@@ -202,8 +204,8 @@ class ApprovalCard:
 
     def text(self) -> str:
         """Plain-text line for the run's text rendering."""
-        summary = one_line(self.request.summary, 80)
-        return f"  ? approval for {self.request.tool} ({summary}): {self.verdict_text()}"
+        summary = one_line(self.request.headline, 80)
+        return f"  ? approval for {self.request.tool_label} ({summary}): {self.verdict_text()}"
 
 
 def tool_layout(agent: Agent, name: str) -> tuple[list[str], tuple[str, ...]]:

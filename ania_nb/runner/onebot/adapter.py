@@ -28,7 +28,14 @@ from ..model import (
     Outgoing,
     mentionable,
 )
-from .models import MessageEvent, Segment, Sender, parse_event, parse_message
+from .models import (
+    MessageEvent,
+    Segment,
+    Sender,
+    parse_event,
+    parse_message,
+    validation_summary,
+)
 from .transport import ActionFailed, ForwardTransport, ReverseTransport, Transport
 
 log = logging.getLogger("ania_nb.runner.onebot")
@@ -135,6 +142,10 @@ class OneBotAdapter:
         """Return once the implementation is connected (wrap in ``asyncio.wait_for``)."""
         await self.transport.wait_connected()
 
+    async def wait_broken(self) -> str:
+        """Return (why) only when the connection loop stopped for good by itself (a bug)."""
+        return await self.transport.wait_broken()
+
     # ------------------------------------------------------------------ lifecycle
 
     async def start(self, on_message: MessageHandler) -> None:
@@ -174,7 +185,10 @@ class OneBotAdapter:
     def _on_event(self, payload: dict[str, Any]) -> None:
         try:
             event = parse_event(payload)
-        except (ValidationError, ValueError) as exc:
+        except ValidationError as exc:
+            log.warning("ignored a malformed OneBot event: %s", validation_summary(exc))
+            return
+        except ValueError as exc:
             log.warning("ignored a malformed OneBot event: %s", exc)
             return
         if event is None:
@@ -211,7 +225,11 @@ class OneBotAdapter:
     async def _deliver(
         self, event: MessageEvent, chat: ChatRef, previous: asyncio.Task[None] | None
     ) -> None:
-        incoming = await self._incoming(event, chat)
+        try:
+            incoming: Incoming | None = await self._incoming(event, chat)
+        except Exception:  # an event this adapter cannot read is dropped, the chat goes on
+            log.exception("ignored OneBot message %.40s: it cannot be read", event.message_id)
+            incoming = None
         if previous is not None:  # keep each chat's order; other chats do not wait
             await asyncio.gather(previous, return_exceptions=True)
         if incoming is None or self._on_message is None:
@@ -379,9 +397,8 @@ class OneBotAdapter:
         try:
             event = MessageEvent.model_validate(data)
         except ValidationError as exc:
-            log.warning(
-                "get_msg %s answered a message this adapter cannot read: %s", message_id, exc
-            )
+            why = validation_summary(exc)
+            log.warning("get_msg %s answered an unreadable message: %s", message_id, why)
             return None
         chat = self._chat_of(event) or ChatRef("private", str(event.user_id))
         return await self._incoming(event, chat)

@@ -14,12 +14,22 @@ from __future__ import annotations
 import re
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 _TEXT_ESCAPES = (("&", "&amp;"), ("[", "&#91;"), ("]", "&#93;"))
 _UNESCAPE = {"&amp;": "&", "&#91;": "[", "&#93;": "]", "&#44;": ","}
 _UNESCAPE_RE = re.compile("|".join(re.escape(k) for k in _UNESCAPE))
 _CQ_RE = re.compile(r"\[CQ:([^,\]]+)((?:,[^\]]*)?)\]")
+
+
+def validation_summary(exc: ValidationError, limit: int = 3) -> str:
+    """Which fields of a frame are wrong, without quoting the input (it may be huge or deep)."""
+    problems = [
+        f"{'.'.join(str(part) for part in error['loc']) or 'the frame'}: {error['msg']}"
+        for error in exc.errors(include_url=False, include_input=False, include_context=False)
+    ]
+    more = f" (+{len(problems) - limit} more)" if len(problems) > limit else ""
+    return "; ".join(problems[:limit]) + more
 
 
 def escape(text: str, *, comma: bool = False) -> str:
@@ -48,9 +58,12 @@ class Segment(BaseModel):
         return {} if value is None else value
 
     def get(self, key: str, default: str = "") -> str:
-        """A data value as a string ('' or ``default`` when absent or null)."""
+        """A data value as a string (``default`` when absent, null, or not a string or number)."""
         value = self.data.get(key)
-        return default if value is None else str(value)
+        if isinstance(value, str):
+            return value
+        # Numbers are common (ids); an object or a list here is junk, never text to show.
+        return str(value) if isinstance(value, int | float) else default
 
     @classmethod
     def text(cls, text: str) -> Segment:

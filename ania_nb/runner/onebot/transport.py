@@ -3,9 +3,18 @@
 `ForwardTransport` dials the implementation's WebSocket server (``communication/ws.md``) and
 redials with jittered exponential backoff; `ReverseTransport` listens for the implementation
 (``communication/ws-reverse.md``), one connection at a time (a newer one replaces the older).
-Both authenticate per ``communication/authorization.md``. Actions are ``{action, params, echo}``
-frames answered by a frame with the same ``echo``; a call waits for a connection and for its
-answer within ``action_timeout`` and fails with `AdapterError` when the socket drops first.
+Both authenticate per ``communication/authorization.md``: the secret as ``Authorization:
+Bearer <token>`` (``Token <token>``, what go-cqhttp sends, is accepted too) or as the
+``access_token`` query parameter, compared in constant time. Actions are ``{action, params,
+echo}`` frames answered by a frame with the same ``echo``; a call waits for a connection and for
+its answer within ``action_timeout`` and fails with `AdapterError` when the socket drops first.
+
+No frame ends a connection: whatever goes wrong while decoding or handling one (not JSON,
+nested too deeply, the wrong shape, a handler that raises) is logged and that frame ignored.
+Frames over ``_MAX_FRAME`` bytes and text frames that are not UTF-8 break the WebSocket protocol
+itself; websockets closes that connection and it is redialed (forward) or awaited (reverse).
+Only cancellation ends a connection loop; a loop that stops anyway (a bug) is reported through
+`Transport.wait_broken`, and ``ania-nb serve`` exits non-zero so a supervisor restarts it.
 """
 
 from __future__ import annotations
@@ -38,7 +47,8 @@ from websockets.uri import parse_uri
 
 from ...errors import ConfigError
 from ..model import AdapterError
-from .models import ActionRequest, ActionResponse
+from ..redact import shown_url, url_secrets
+from .models import ActionRequest, ActionResponse, validation_summary
 
 log = logging.getLogger("ania_nb.runner.onebot")
 
@@ -54,6 +64,14 @@ class ActionFailed(AdapterError):
 EventHandler = Callable[[dict[str, Any]], None]
 ConnectHandler = Callable[[], None]
 _MAX_FRAME = 64 * 1024 * 1024  # history answers and image-bearing events can be large
+_PREVIEW_CHARS = 200  # of a frame quoted in a log line
+
+
+def _preview(frame: str | bytes) -> str:
+    """The start of a frame for a log line (never the whole of a huge one)."""
+    head = frame[:_PREVIEW_CHARS]
+    more = f"… ({len(frame)} {'bytes' if isinstance(frame, bytes) else 'characters'})"
+    return repr(head) + (more if len(frame) > _PREVIEW_CHARS else "")
 
 
 class _Link:
@@ -68,40 +86,50 @@ class _Link:
         """Read until the socket closes; then fail the calls still waiting on it."""
         try:
             async for frame in self.ws:
-                self._dispatch(frame)
-        except ConnectionClosed:
-            pass
+                self.dispatch(frame)
+        except ConnectionClosed as exc:  # not a plain goodbye (the iterator ends on those)
+            log.warning("the OneBot connection broke: %s", exc)
         finally:
             self.fail_pending("the OneBot connection closed before it answered")
+
+    def dispatch(self, frame: str | bytes) -> None:
+        """Handle one frame; whatever goes wrong is logged and the frame ignored."""
+        try:
+            self._dispatch(frame)
+        except Exception:  # one frame must never end the connection
+            log.exception("ignored a OneBot frame whose handling failed: %s", _preview(frame))
 
     def _dispatch(self, frame: str | bytes) -> None:
         try:
             payload = json.loads(frame)
-        except ValueError:
-            log.warning("ignored a OneBot frame that is not JSON: %.200r", frame)
+        except RecursionError:
+            log.warning("ignored a OneBot frame nested too deeply: %s", _preview(frame))
+            return
+        except ValueError as exc:  # UnicodeDecodeError included (a binary frame)
+            log.warning("ignored a OneBot frame that is not JSON (%s): %s", exc, _preview(frame))
             return
         if not isinstance(payload, dict):
-            log.warning("ignored a OneBot frame that is not an object: %.200r", payload)
+            kind = type(payload).__name__
+            log.warning("ignored a OneBot frame that is a JSON %s: %s", kind, _preview(frame))
             return
         if "post_type" in payload:
-            try:
-                self.on_event(payload)
-            except Exception:  # one bad event must not end the connection
-                log.exception("a OneBot event handler failed")
+            self.on_event(payload)
             return
         echo = payload.get("echo")
         waiter = self.pending.pop(echo, None) if isinstance(echo, str) else None
         if waiter is None:
-            log.debug("ignored a OneBot answer nobody waits for: %.200r", payload)
+            log.debug("ignored a OneBot answer nobody waits for: %s", _preview(frame))
             return
         future, action = waiter
+        if future.done():  # the call timed out meanwhile
+            return
         try:
             response = ActionResponse.model_validate(payload)
         except ValidationError as exc:
-            future.set_exception(AdapterError(f"OneBot answered {action} with a bad frame: {exc}"))
+            why = validation_summary(exc)
+            future.set_exception(AdapterError(f"OneBot answered {action} with a bad frame: {why}"))
             return
-        if not future.done():
-            future.set_result(response)
+        future.set_result(response)
 
     def fail_pending(self, reason: str) -> None:
         """Fail every waiting call with `AdapterError` (the socket is gone)."""
@@ -125,6 +153,8 @@ class Transport:
         self._echoes = itertools.count(1)
         self._on_event: EventHandler = lambda payload: None
         self._on_connect: ConnectHandler = lambda: None
+        self._broken = asyncio.Event()
+        self.broken_reason: str | None = None  # why a connection loop stopped by itself
 
     @property
     def connected(self) -> bool:
@@ -143,6 +173,19 @@ class Transport:
     async def wait_connected(self) -> None:
         """Return once a connection is open or the transport closed (use ``asyncio.wait_for``)."""
         await self._linked.wait()
+
+    async def wait_broken(self) -> str:
+        """Return (why) only when a connection loop stopped by itself: it will not reconnect."""
+        await self._broken.wait()
+        return self.broken_reason or "the OneBot connection loop stopped"
+
+    def _break(self, reason: str) -> None:
+        """A connection loop died (a bug): say so, and wake `wait_broken`."""
+        if self._closed or self._broken.is_set():
+            return
+        self.broken_reason = reason
+        log.error("%s; no more connections will be made", reason)
+        self._broken.set()
 
     async def call(self, action: str, params: dict[str, Any] | None = None) -> Any:
         """Run an action and return its ``data``; `AdapterError` when it fails or times out."""
@@ -212,14 +255,14 @@ class Transport:
         self._link = link
         self._linked.set()
         self.last_error = None
-        if old is not None:
-            old.fail_pending("a newer OneBot connection replaced this one")
-            await old.ws.close(1000, "replaced by a newer connection")
         try:
-            self._on_connect()
-        except Exception:
-            log.exception("the OneBot connect handler failed")
-        try:
+            if old is not None:
+                old.fail_pending("a newer OneBot connection replaced this one")
+                await old.ws.close(1000, "replaced by a newer connection")
+            try:
+                self._on_connect()
+            except Exception:
+                log.exception("the OneBot connect handler failed")
             await link.run()
         finally:
             self._drop_link(link, "the OneBot connection closed before it answered")
@@ -250,6 +293,7 @@ class ForwardTransport(Transport):
                 key="runner.url",
             ) from None
         self._url = url
+        self._shown = shown_url(url)  # runner.url may carry the token: never in logs or errors
         self.reconnect_max = reconnect_max
         self._task: asyncio.Task[None] | None = None
         self._first_attempt = asyncio.Event()
@@ -270,55 +314,72 @@ class ForwardTransport(Transport):
         """Start dialing; returns after the first attempt, connected or not (it keeps trying)."""
         await super().start(on_event, on_connect)
         self._task = asyncio.create_task(self._run(), name="onebot-forward")
+        self._task.add_done_callback(self._loop_ended)
         first = asyncio.ensure_future(self._first_attempt.wait())
         try:
             await asyncio.wait({self._task, first}, return_when=asyncio.FIRST_COMPLETED)
         finally:
             first.cancel()
-        if self._task.done():  # the dial loop died: a bug, not a network state; say so now
+        if self._task.done() and not self._task.cancelled():  # a bug, not a network state
             exc = self._task.exception()
             raise AdapterError(f"the OneBot forward connection loop stopped: {exc!r}") from exc
 
+    def _loop_ended(self, task: asyncio.Task[None]) -> None:
+        if task.cancelled():  # only cancellation may end the loop
+            return
+        exc = task.exception()
+        self._break(f"the OneBot forward connection loop stopped: {exc!r}")
+
     async def _run(self) -> None:
-        headers = {"Authorization": f"Bearer {self.token}"} if self.token else {}
         backoff = 1.0
         while not self._closed:
             try:
-                ws = await connect(
-                    self._dial_url(),
-                    additional_headers=headers,
-                    proxy=None,
-                    max_size=_MAX_FRAME,
-                    open_timeout=self.action_timeout,
-                )
-            except InvalidStatus as exc:
-                status = exc.response.status_code
-                hint = " (check runner.access_token)" if status in (401, 403) else ""
-                self.last_error = f"{self.url} refused the connection: HTTP {status}{hint}"
-            except (OSError, TimeoutError, WebSocketException) as exc:
-                self.last_error = f"cannot connect to {self.url}: {self._redact(exc)}"
-            else:
-                log.info("connected to OneBot at %s", self.url)
-                self._first_attempt.set()
-                backoff = 1.0
-                try:
-                    await self._serve_link(ws)
-                finally:
-                    await ws.close()
-                if self._closed:
-                    return
-                self.last_error = f"the connection to {self.url} dropped"
+                if await self._dial_once():
+                    backoff = 1.0
+            except Exception as exc:  # a bug, not a network state: report it, keep dialing
+                log.exception("a OneBot connection attempt failed unexpectedly")
+                self.last_error = f"the connection to {self._shown} failed: {self._redact(exc)}"
+            if self._closed:
+                return
             self._first_attempt.set()
             delay = random.uniform(backoff / 2, backoff)  # jitter: many bots, one restart
             log.warning("%s; retrying in %.1f s", self.last_error, delay)
             await asyncio.sleep(delay)
             backoff = min(backoff * 2, self.reconnect_max)
 
+    async def _dial_once(self) -> bool:
+        """Connect and serve the link until it drops; whether a connection was made."""
+        headers = {"Authorization": f"Bearer {self.token}"} if self.token else {}
+        try:
+            ws = await connect(
+                self._dial_url(),
+                additional_headers=headers,
+                proxy=None,
+                max_size=_MAX_FRAME,
+                open_timeout=self.action_timeout,
+            )
+        except InvalidStatus as exc:
+            status = exc.response.status_code
+            hint = " (check runner.access_token)" if status in (401, 403) else ""
+            self.last_error = f"{self._shown} refused the connection: HTTP {status}{hint}"
+            return False
+        except (OSError, TimeoutError, WebSocketException) as exc:
+            self.last_error = f"cannot connect to {self._shown}: {self._redact(exc)}"
+            return False
+        log.info("connected to OneBot at %s", self._shown)
+        self._first_attempt.set()
+        try:
+            await self._serve_link(ws)
+        finally:
+            await ws.close()
+        self.last_error = f"the connection to {self._shown} dropped"
+        return True
+
     def _redact(self, exc: BaseException) -> str:
         """An error's text without the token (some name the URL, query and all)."""
         text = str(exc) or type(exc).__name__
-        if self.token:
-            text = text.replace(quote(self.token, safe=""), "***").replace(self.token, "***")
+        for secret in [*url_secrets(self._url), *([self.token] if self.token else [])]:
+            text = text.replace(quote(secret, safe=""), "***").replace(secret, "***")
         return text
 
     async def aclose(self) -> None:
@@ -326,8 +387,8 @@ class ForwardTransport(Transport):
         await super().aclose()
         if self._task is not None:
             self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
+            # A loop that died was reported by `_loop_ended`; closing must not raise it again.
+            await asyncio.gather(self._task, return_exceptions=True)
 
 
 def is_loopback(host: str) -> bool:
@@ -367,7 +428,7 @@ class ReverseTransport(Transport):
         await super().start(on_event, on_connect)
         try:
             self._server = await serve(
-                self._serve_link,
+                self._handle,
                 self.host,
                 self.port,
                 process_request=self._check_request,
@@ -378,6 +439,17 @@ class ReverseTransport(Transport):
             raise AdapterError(f"cannot listen on {self.host}:{self.port}: {exc}") from exc
         self.port = next(iter(self._server.sockets)).getsockname()[1]
         log.info("listening for OneBot on %s", self.url)
+
+    async def _handle(self, ws: ServerConnection) -> None:
+        """One implementation connection; its failure ends it, never the listener."""
+        try:
+            await self._serve_link(ws)
+        except Exception:  # this connection ends (the implementation reconnects); others go on
+            log.exception("a OneBot connection failed unexpectedly")
+        except BaseException as exc:
+            if not isinstance(exc, asyncio.CancelledError):
+                self._break(f"the OneBot reverse connection handler stopped: {exc!r}")
+            raise
 
     def _check_request(self, connection: ServerConnection, request: Request) -> Response | None:
         split = urlsplit(request.path)
