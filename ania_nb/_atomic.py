@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import os
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 
 
@@ -11,21 +14,44 @@ def write_text_atomic(path: str | os.PathLike[str], text: str) -> None:
     """Replace ``path`` with ``text`` in one step (temp file + fsync + rename); blocking.
 
     Readers see the old file or the new one, never half of one; the old file's permission bits
-    are kept (a new file gets 0644 instead of mkstemp's 0600).
+    are kept (a new file gets 0644 instead of mkstemp's 0600). Waits while a sandboxed command
+    covers the file (see `exclusive`).
     """
     file = Path(path)
     file.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{file.name}.", suffix=".tmp", dir=file.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as out:
-            out.write(text)
-            out.flush()
-            os.fsync(out.fileno())
+    with exclusive(file):
+        fd, tmp = tempfile.mkstemp(prefix=f".{file.name}.", suffix=".tmp", dir=file.parent)
         try:
-            os.chmod(tmp, file.stat().st_mode & 0o777)
-        except FileNotFoundError:
-            os.chmod(tmp, 0o644)
-        os.replace(tmp, file)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+            with os.fdopen(fd, "w", encoding="utf-8") as out:
+                out.write(text)
+                out.flush()
+                os.fsync(out.fileno())
+            try:
+                os.chmod(tmp, file.stat().st_mode & 0o777)
+            except FileNotFoundError:
+                os.chmod(tmp, 0o644)
+            os.replace(tmp, file)
+        except BaseException:
+            Path(tmp).unlink(missing_ok=True)
+            raise
+
+
+@contextlib.contextmanager
+def exclusive(file: Path) -> Iterator[None]:
+    """Hold an exclusive `flock` on ``file`` (when it exists) while it is replaced.
+
+    A sandboxed bash command holds a shared one on every file it covers: the kernel uncovers a
+    mount whose file is renamed over on the host, so the replacement waits until such commands
+    have ended, and a command starting meanwhile waits for the replacement (and then covers the
+    new file).
+    """
+    try:
+        fd = os.open(file, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError:  # missing (nothing covers it), a link (replaced, not its target), unreadable
+        yield
+        return
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)

@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
+from ..config import SecuritySettings
 from ..engine.callbacks import RunEvent
 from ..engine.context import ContextWindow
 from ..engine.llm import LLMClient
@@ -83,6 +84,7 @@ class RunServices:
     after_tool: Callable[[ToolCallResult, Any], Awaitable[None]] | None = None
     after_run: Callable[[RunSpec, RunResult], Awaitable[None]] | None = None
     price: Callable[[Usage], float | None] | None = None  # sets ``usage.cost`` at the end
+    security: SecuritySettings | None = None  # what tools' child processes inherit
 
 
 async def execute_run(spec: RunSpec, services: RunServices) -> RunResult:
@@ -307,6 +309,7 @@ class _Run:
                 admin_only_approval=spec.admin_only_approval,
                 plan_mode=spec.plan_mode,
                 requesters=spec.requesters,
+                security=services.security,
             )
 
         async def on_round(messages: list[Message], results: list[ToolCallResult]) -> None:

@@ -35,6 +35,7 @@ from ania_nb.tools.schema import (
 )
 
 if TYPE_CHECKING:
+    from ania_nb.config import SecuritySettings
     from ania_nb.tools.executor import SessionToolExecutor
 
 __all__ = [
@@ -71,6 +72,7 @@ class ToolContext:
     approved: bool = False  # set by the gate once a person allowed this very call
     plan_mode: bool = False  # plan mode for this run only (the session may be in it too)
     requesters: tuple[str, ...] = ()  # every sender the run answers (any may approve)
+    security: SecuritySettings | None = None  # what child processes inherit (process=True)
 
     def queue_image(self, url: str) -> None:
         """Queue an image (URL or data URI) for the model to see after this tool round."""
