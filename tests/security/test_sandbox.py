@@ -26,7 +26,7 @@ from ania_nb._atomic import write_text_atomic
 from ania_nb.config import Config
 from ania_nb.testing import reply, tool_call
 
-from .test_bash import needs_bwrap
+from .test_bash import SANDBOX_PYTHON, needs_bwrap
 
 pytest_plugins = ["_http_fixtures"]
 pytestmark = needs_bwrap
@@ -306,3 +306,41 @@ async def test_empty_stand_ins_mean_nothing_to_the_loaders(make_agent, layout, f
     llm.script(reply("hi"))
     result = await agent.chat("hello")
     assert result.ok, result.error
+
+
+# --------------------------------------------------------------------------- outside the files
+
+
+async def test_kernel_connection_files_and_session_sockets_are_out_of_reach(
+    make_agent, run_tool, layout, elsewhere, monkeypatch
+):
+    """A kernel's key runs code in it, and a Unix socket needs no network: both are hidden."""
+    import socket
+
+    runtime = elsewhere / "jupyter-runtime"
+    runtime.mkdir()
+    (runtime / "kernel-7.json").write_text('{"key": "hmac-key-0041"}')
+    monkeypatch.setenv("JUPYTER_RUNTIME_DIR", str(runtime))
+    session = elsewhere / "run-user"
+    session.mkdir()
+    monkeypatch.setenv("XDG_RUNTIME_DIR", str(session))
+    server = socket.socket(socket.AF_UNIX)
+    server.bind(str(session / "bus"))
+    server.listen()
+    probe = (
+        "import socket\n"
+        "try:\n"
+        f"    socket.socket(socket.AF_UNIX).connect({str(session / 'bus')!r})\n"
+        "    print('connected')\n"
+        "except OSError as exc:\n"
+        "    print('refused:', exc.strerror)\n"
+    )
+    (layout["data_dir"].parent / "probe.py").write_text(probe)
+    agent = agent_for(make_agent, layout)
+    command = f"cat {runtime}/kernel-7.json; {SANDBOX_PYTHON} probe.py"
+    try:
+        call = await run_tool(agent, "bash", {"command": command})
+    finally:
+        server.close()
+    assert "hmac-key-0041" not in call.result
+    assert "refused: No such file or directory" in call.result

@@ -10,8 +10,10 @@ later mounts cover earlier ones):
   `bash.sandbox_hidden`): the data directory, the skills folder, the hooks, MCP and commands
   files, ``./ania.toml`` and the config file actually loaded (``--config``), and
   ``security.secret_files``; hidden when they exist: the usual credentials in the home folder
-  (`HOME_SECRETS`), the files ``PGPASSFILE``-style variables name (`SECRET_FILE_ENV`) and the
-  Jupyter runtime folder (kernel connection files: their key runs code in the kernel);
+  (`HOME_SECRETS`), the files ``PGPASSFILE``-style variables name (`SECRET_FILE_ENV`), the
+  Jupyter runtime folder (kernel connection files: their key runs code in the kernel) and the
+  sockets of daemons that run commands for whoever connects (`DAEMON_SOCKETS`: Docker,
+  containerd, Podman, systemd, the system bus, ``/run/user`` and ``$XDG_RUNTIME_DIR``);
 - a fresh ``/proc`` and ``/dev``, its own PID, IPC and UTS namespaces, no network (its own empty
   network namespace) unless ``bash.sandbox_network``;
 - no capabilities (``--cap-drop ALL``: as root, a kept CAP_SYS_ADMIN could remount ``/``
@@ -94,6 +96,19 @@ HOME_SECRETS = (
     ".local/share/keyrings",
     ".ipython",
     ".jupyter",
+)
+# Sockets of daemons that run commands for whoever connects (container engines, systemd, the
+# system bus) and the users' runtime folders (session bus, agents): a Unix socket on the
+# read-only root can still be connected to, network namespace or not.
+DAEMON_SOCKETS = (
+    "/run/docker.sock",
+    "/var/run/docker.sock",
+    "/run/containerd/containerd.sock",
+    "/run/podman/podman.sock",
+    "/run/dbus/system_bus_socket",
+    "/var/run/dbus/system_bus_socket",
+    "/run/systemd/private",
+    "/run/user",
 )
 _MAX_LINKS = 40  # symbolic links followed in one path, like the kernel
 
@@ -333,12 +348,15 @@ def _same(fd: int, path: Path) -> bool:
 
 
 def _when_present(box: Sandbox) -> list[Protected]:
-    """Credentials hidden when they exist: home-folder secrets, files variables name, Jupyter."""
+    """Hidden when they exist: home-folder secrets, files variables name, Jupyter, sockets."""
     homes = {Path(os.path.expanduser("~")), Path(box.env.get("HOME") or "/")} - {Path("/")}
     found = [Protected(home / name, f"~/{name}", None) for home in homes for name in HOME_SECRETS]
     named = "a credential file an environment variable names"
     found += [Protected(p, named, None) for p in secret_file_paths()]
     found += [Protected(p, "a Jupyter or IPython folder", None) for p in jupyter_private_dirs()]
+    runtime = os.environ.get("XDG_RUNTIME_DIR")
+    sockets = [*DAEMON_SOCKETS, *([runtime] if runtime else [])]
+    found += [Protected(Path(p), "a daemon's socket or runtime folder", None) for p in sockets]
     return found
 
 
