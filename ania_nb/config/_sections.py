@@ -236,8 +236,9 @@ class BashSettings(Section):
     sandbox: Literal["none", "bwrap"] = Field(
         "none",
         description="'bwrap': run commands in a bubblewrap sandbox (read-only system, writable "
-        "workdir, private /tmp, no network, data directory and credentials hidden, cleared "
-        "environment, resource limits); 'none': run them directly as this user.",
+        "workdir, private /tmp, no network, resource limits; the data directory, skills "
+        "folder, hooks/MCP/commands files, config files, security.secret_files, credentials "
+        "and daemon sockets hidden and not creatable); 'none': run them directly as this user.",
     )
     sandbox_network: bool = Field(False, description="Let sandboxed commands use the network.")
     sandbox_cpu_seconds: int = Field(
