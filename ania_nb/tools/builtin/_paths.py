@@ -101,23 +101,19 @@ _STORE_TABLES = (b"chat_history", b"clock_tasks", b"usage_counters")
 
 
 def jupyter_private_dirs() -> list[Path]:
-    """Jupyter's runtime folders (kernel connection files) and IPython's profile folder."""
-    env = os.environ
-    found = []
-    try:  # jupyter-core comes with the notebook extra: its answer when it is there
-        from jupyter_core.paths import jupyter_runtime_dir
+    """Jupyter's runtime folders (kernel connection files) and IPython's profile folder.
 
-        found.append(Path(jupyter_runtime_dir()))
-    except Exception:  # not installed, or a broken environment: the defaults
-        pass
-    if env.get("JUPYTER_RUNTIME_DIR"):
-        found.append(Path(env["JUPYTER_RUNTIME_DIR"]))
+    jupyter-core's locations, recomputed (it comes only with the notebook extra): the variable,
+    the data folder's ``runtime`` (Linux, macOS) and the platform-dirs runtime folder.
+    """
+    env = os.environ
+    found = [Path(env["JUPYTER_RUNTIME_DIR"])] if env.get("JUPYTER_RUNTIME_DIR") else []
     data = env.get("JUPYTER_DATA_DIR") or os.path.join(
         env.get("XDG_DATA_HOME") or "~/.local/share", "jupyter"
     )
     found += [Path(data) / "runtime", Path("~/Library/Jupyter/runtime")]
-    if env.get("XDG_RUNTIME_DIR"):
-        found.append(Path(env["XDG_RUNTIME_DIR"]) / "jupyter")
+    runtime = env.get("XDG_RUNTIME_DIR") or f"/run/user/{os.getuid()}"
+    found.append(Path(runtime) / "jupyter")
     found.append(Path(env.get("IPYTHONDIR") or "~/.ipython"))
     return list(dict.fromkeys(p.expanduser() for p in found))
 
