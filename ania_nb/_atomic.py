@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import os
 import tempfile
 from collections.abc import Iterator
@@ -45,6 +44,8 @@ def exclusive(file: Path) -> Iterator[None]:
     have ended, and a command starting meanwhile waits for the replacement (and then covers the
     new file).
     """
+    import fcntl  # POSIX only; imported where used like the clock's lease
+
     try:
         fd = os.open(file, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
     except OSError:  # missing (nothing covers it), a link (replaced, not its target), unreadable

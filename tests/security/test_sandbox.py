@@ -295,6 +295,19 @@ async def test_a_stand_in_stays_while_another_command_still_covers_it(
     assert not (folder / "hooks.json").exists()  # removed by the one that ended last
 
 
+async def test_a_stopped_command_leaves_no_stand_in_behind(make_agent, call_tool, layout, folder):
+    agent = agent_for(make_agent, layout)
+    run = asyncio.ensure_future(
+        call_tool(agent, "bash", {"command": GATED.format(name="hooks.json")})
+    )
+    await until(lambda: (folder / "started").exists(), "the command to start")
+    assert (folder / "hooks.json").exists()  # its stand-in, while it runs
+    run.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await run
+    assert not (folder / "hooks.json").exists() and not (folder / "skills").exists()
+
+
 async def test_empty_stand_ins_mean_nothing_to_the_loaders(make_agent, layout, folder, llm):
     for name in ("hooks.json", "mcp.json", "commands.json", "ania.toml"):
         (folder / name).write_bytes(b"")

@@ -58,7 +58,6 @@ from __future__ import annotations
 
 import contextlib
 import errno
-import fcntl
 import os
 import shutil
 import stat
@@ -271,6 +270,8 @@ def _hold(mount: Mount) -> int | None:
     command removed just then). None when the path cannot be opened for locking (not ours to
     read: nobody here can replace it either).
     """
+    import fcntl  # POSIX only, like bubblewrap
+
     folder = mount.kind != "null"
     for _attempt in range(5):
         if mount.create is not None and not os.path.lexists(mount.path):
@@ -318,6 +319,8 @@ def _make_stand_in(mount: Mount, folder: bool) -> None:
 
 
 def _remove_stand_in(mount: Mount, fd: int) -> None:
+    import fcntl
+
     info = os.fstat(fd)
     key = (info.st_dev, info.st_ino)
     with _stand_ins_lock:

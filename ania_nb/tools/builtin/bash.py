@@ -22,7 +22,7 @@ from __future__ import annotations
 import asyncio
 import os
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
@@ -228,27 +228,28 @@ class BashTool(BaseTool[BashParams]):
         )
 
     async def _run(self, command: str) -> str:
-        covers: Covers | None = None
-        if self.settings.sandbox == "bwrap":
-            workdir = self.workdir()
-            box = self.sandbox(workdir, child_env(self.security, self.settings.env))
-            covers = Covers(await asyncio.to_thread(plan_mounts, box))
-            await asyncio.to_thread(covers.hold)
+        if self.settings.sandbox != "bwrap":
+            return await self._execute(command, None)
+        box = self.sandbox(self.workdir(), child_env(self.security, self.settings.env))
+        covers = Covers(await asyncio.to_thread(plan_mounts, box))
         try:
-            argv, env, workdir = self.argv(command, covers.mounts if covers else None)
-            try:
-                done = await run_capped(
-                    argv,
-                    time_limit=self.settings.timeout,
-                    keep=self.settings.max_output * 4 + 4,  # bytes enough for max_output chars
-                    env=env,
-                    cwd=workdir,
-                )
-            except OSError as exc:
-                raise ToolError(f"bash: cannot start {argv[0]!r}: {exc.strerror or exc}") from None
+            await _finished_off_loop(covers.hold)
+            return await self._execute(command, covers.mounts)
         finally:
-            if covers is not None:
-                await _released(covers)
+            await _finished_off_loop(covers.release)  # also after a stop: no stand-in is left
+
+    async def _execute(self, command: str, mounts: list[Mount] | None) -> str:
+        argv, env, workdir = self.argv(command, mounts)
+        try:
+            done = await run_capped(
+                argv,
+                time_limit=self.settings.timeout,
+                keep=self.settings.max_output * 4 + 4,  # bytes enough for max_output characters
+                env=env,
+                cwd=workdir,
+            )
+        except OSError as exc:
+            raise ToolError(f"bash: cannot start {argv[0]!r}: {exc.strerror or exc}") from None
         return self._format(done.stdout, done.stderr, done.returncode, done.timed_out)
 
     def _format(self, stdout: bytes, stderr: bytes, code: int | None, timed_out: bool) -> str:
@@ -273,11 +274,12 @@ class BashTool(BaseTool[BashParams]):
         return text
 
 
-async def _released(covers: Covers) -> None:
-    """Release the covers in a worker thread, even when the caller is cancelled meanwhile."""
-    job = asyncio.ensure_future(asyncio.to_thread(covers.release))
+async def _finished_off_loop(work: Callable[[], None]) -> None:
+    """Run ``work`` in a worker thread to its end, even when the caller is cancelled meanwhile."""
+    job = asyncio.ensure_future(asyncio.to_thread(work))
     try:
         await asyncio.shield(job)
     except asyncio.CancelledError:
         await asyncio.wait({job})
+        job.exception()  # retrieved: the cancellation is what goes on
         raise
