@@ -14,10 +14,9 @@ def write_text_atomic(path: str | os.PathLike[str], text: str) -> None:
 
     Readers see the old file or the new one, never half of one; the old file's permission bits
     are kept (a new file gets 0644 instead of mkstemp's 0600). Waits while a sandboxed command
-    covers the file (see `exclusive`).
+    covers something in its folder (see `exclusive`).
     """
     file = Path(path)
-    file.parent.mkdir(parents=True, exist_ok=True)
     with exclusive(file):
         fd, tmp = tempfile.mkstemp(prefix=f".{file.name}.", suffix=".tmp", dir=file.parent)
         try:
@@ -37,22 +36,34 @@ def write_text_atomic(path: str | os.PathLike[str], text: str) -> None:
 
 @contextlib.contextmanager
 def exclusive(file: Path) -> Iterator[None]:
-    """Hold an exclusive `flock` on ``file`` (when it exists) while it is replaced.
+    """Hold an exclusive `flock` on the folder of ``file`` while ``file`` is replaced there.
 
-    A sandboxed bash command holds a shared one on every file it covers: the kernel uncovers a
-    mount whose file is renamed over on the host, so the replacement waits until such commands
-    have ended, and a command starting meanwhile waits for the replacement (and then covers the
-    new file).
+    A sandboxed bash command holds a shared one on the folder of every path it covers: the
+    kernel uncovers a mount whose file is renamed over on the host, so the replacement waits
+    until such commands have ended, and a command starting meanwhile waits for it.
     """
     import fcntl  # POSIX only; imported where used like the clock's lease
 
+    for _attempt in range(5):
+        file.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            fd = os.open(file.parent, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+        except OSError:  # not ours to read: no command of ours covers anything there
+            break
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            if _same_folder(fd, file.parent):  # not an empty stand-in removed meanwhile
+                yield
+                return
+        finally:
+            os.close(fd)
+    yield
+
+
+def _same_folder(fd: int, folder: Path) -> bool:
     try:
-        fd = os.open(file, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
-    except OSError:  # missing (nothing covers it), a link (replaced, not its target), unreadable
-        yield
-        return
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX)
-        yield
-    finally:
-        os.close(fd)
+        now = os.stat(folder)
+    except OSError:
+        return False
+    held = os.fstat(fd)
+    return (now.st_dev, now.st_ino) == (held.st_dev, held.st_ino)

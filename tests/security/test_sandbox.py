@@ -267,7 +267,7 @@ async def test_a_config_write_waits_for_the_command_covering_the_file(
     await until(lambda: (folder / "started").exists(), "the command to start")
     new = json.dumps({"hooks": {}, "note": "sk-new-content-0031"})
     write = asyncio.ensure_future(asyncio.to_thread(write_text_atomic, hooks, new))
-    await until(lambda: write.done() or _waiting_lock(hooks), "the write to finish or wait")
+    await until(lambda: write.done() or _waiting_lock(folder), "the write to finish or wait")
     (folder / "go").touch()
     outcome = await run
     assert "sk-new-content-0031" not in outcome.text

@@ -43,8 +43,10 @@ setting and the fix.
 
 The kernel uncovers a mount when the file under it is replaced on the host (renamed over or
 deleted), so nothing may replace a covered file while a command runs: each command holds a shared
-`flock` on every path it covers, and ania-nb's own atomic writes (`ania_nb._atomic`) take an
-exclusive one first, i.e. they wait for running commands. Another program that replaces such a
+`flock` on the folder of every path it covers, and ania-nb's own atomic writes
+(`ania_nb._atomic`) take an exclusive one on the folder first, i.e. they wait for running
+commands (and a command starting meanwhile waits for the write). A stand-in is removed by the
+last command covering it (each holds a shared lock on it too). Another program that replaces such a
 file by renaming (some editors do) during a command uncovers it for that command; for a hard
 guarantee keep what ania-nb obeys out of the workdir (``bash.workdir`` a subfolder).
 
@@ -235,14 +237,23 @@ class Covers:
     def __init__(self, mounts: Iterable[Mount]) -> None:
         self.mounts = list(mounts)
         self._held: list[tuple[Mount, int]] = []
+        self._folders: dict[Path, int | None] = {}
 
     def hold(self) -> None:
-        """Create the stand-ins and take the locks (blocking: call it in a worker thread)."""
+        """Create the stand-ins and take the locks (blocking: call it in a worker thread).
+
+        Shared locks on each covered path (the stand-in's last user removes it) and on its
+        folder (where `ania_nb._atomic.exclusive` waits before replacing a file).
+        """
         try:
-            for mount in self.mounts:
-                fd = _hold(mount)
-                if fd is not None:
-                    self._held.append((mount, fd))
+            for mount in self.mounts:  # parents first: a folder exists before what is in it
+                folder = mount.path.parent
+                covered = {m.path for m, _fd in self._held}  # its lock serves the folder too
+                if folder not in self._folders and folder not in covered:
+                    self._folders[folder] = _shared_lock(folder)
+                held = _hold(mount)
+                if held is not None:
+                    self._held.append((mount, held))
         except BaseException:
             self.release()
             raise
@@ -250,11 +261,17 @@ class Covers:
     def release(self) -> None:
         """Remove the stand-ins no other command uses any more, drop the locks (blocking)."""
         held, self._held = self._held, []
-        for mount, fd in reversed(held):  # deepest first: a stand-in file before its folder
-            try:
-                _remove_stand_in(mount, fd)
-            finally:
-                os.close(fd)
+        folders, self._folders = self._folders, {}
+        try:
+            for mount, fd in reversed(held):  # deepest first: a stand-in file before its folder
+                try:
+                    _remove_stand_in(mount, fd)
+                finally:
+                    os.close(fd)
+        finally:
+            for locked in folders.values():
+                if locked is not None:
+                    os.close(locked)
 
 
 # Stand-ins this process created, by (device, inode): whichever of its commands ends last
@@ -299,6 +316,18 @@ def _hold(mount: Mount) -> int | None:
     raise ToolError(f"bash: {mount.path} ({mount.setting}) keeps changing; try again")
 
 
+def _shared_lock(folder: Path) -> int | None:
+    """A shared `flock` on ``folder`` (None when it cannot be opened: not ours to write)."""
+    import fcntl
+
+    try:
+        fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    except OSError:
+        return None
+    fcntl.flock(fd, fcntl.LOCK_SH)
+    return fd
+
+
 def _make_stand_in(mount: Mount, folder: bool) -> None:
     try:
         if folder:
@@ -330,15 +359,14 @@ def _remove_stand_in(mount: Mount, fd: int) -> None:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)  # no other command covers it now
         except BlockingIOError:
             return  # the one that ends last removes it
+        _stand_ins.discard(key)
         if not _same(fd, mount.path):
-            _stand_ins.discard(key)
             return
         with contextlib.suppress(OSError):  # not empty any more: it is somebody's file now
             if stat.S_ISDIR(info.st_mode):
                 os.rmdir(mount.path)
-            elif info.st_size == 0:
+            elif os.fstat(fd).st_size == 0:  # looked at now: it may have been written to
                 os.unlink(mount.path)
-        _stand_ins.discard(key)
 
 
 def _same(fd: int, path: Path) -> bool:
