@@ -254,12 +254,14 @@ GATED = (
 )
 
 
+@pytest.mark.parametrize("existing", [True, False], ids=["existing", "missing"])
 async def test_a_config_write_waits_for_the_command_covering_the_file(
-    make_agent, call_tool, layout, folder
+    make_agent, call_tool, layout, folder, existing
 ):
-    """Replacing a covered file uncovers it in the sandbox: ania-nb's writes wait."""
+    """Replacing a covered file (or its stand-in) uncovers it in the sandbox: writes wait."""
     hooks = folder / "hooks.json"
-    hooks.write_text('{"hooks": {}}')
+    if existing:
+        hooks.write_text('{"hooks": {}}')
     agent = agent_for(make_agent, layout, **{"hooks.enable": False})
     run = asyncio.ensure_future(
         call_tool(agent, "bash", {"command": GATED.format(name="hooks.json")})
