@@ -1,8 +1,12 @@
-"""The environment child processes (bash, shell hooks, stdio MCP servers) start with.
+"""The environment child processes start with.
 
-They inherit this process's environment minus ania-nb's own ``ANIA_*`` settings (they hold the
-model API keys) and every variable named by ``security.secret_env`` (names or glob patterns,
-matched case-insensitively). Entries configured for one child on purpose (``bash.env``, an MCP
+Child processes are bash (sandboxed or not), shell hooks, stdio MCP servers and
+``@tool(process=True)`` children. They get a cleared environment, not this process's: only
+`BASE_ENV` (PATH, HOME, the user and shell, terminal, time zone, temporary folder, locale) plus
+the variables ``security.pass_env`` names (names or glob patterns, case-insensitive; ``["*"]``
+passes everything). A pattern never passes a variable ``security.secret_env`` matches (API keys,
+tokens, passwords); a name written out exactly does. ania-nb's own ``ANIA_*`` settings never pass
+(they hold the model API keys). Entries configured for one child on purpose (``bash.env``, an MCP
 server's ``env``) are added afterwards, so they always reach it.
 """
 
@@ -11,11 +15,15 @@ from __future__ import annotations
 import os
 from collections.abc import Iterable, Mapping
 from fnmatch import fnmatchcase
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:  # pragma: no cover
     from .config import SecuritySettings
 
+DEFAULT_PATH = "/usr/local/bin:/usr/bin:/bin"
+# What every child gets when set here: enough to find programs, the home folder and the locale.
+BASE_ENV = ("PATH", "HOME", "USER", "LOGNAME", "SHELL", "TERM", "TZ", "TMPDIR", "LANG", "LC_*")
 ALWAYS_REMOVED = ("ANIA_*",)
 
 DEFAULT_SECRET_ENV: tuple[str, ...] = (
@@ -58,14 +66,27 @@ def child_env(
     *,
     base: Mapping[str, str] | None = None,
 ) -> dict[str, str]:
-    """The current environment (or ``base``) without secrets, plus ``extra`` entries.
+    """The cleared environment for a child (see the module docstring).
 
-    ``extra`` is a mapping or ``KEY=VALUE`` strings (entries without ``=`` are ignored);
-    ``settings`` None means the default secret patterns.
+    `BASE_ENV` and ``pass_env`` of the current environment (or ``base``), never ``ANIA_*`` or a
+    secret a pattern matched, plus ``extra``: a mapping or ``KEY=VALUE`` strings (entries
+    without ``=`` are ignored); ``settings`` None means nothing passed beyond `BASE_ENV`, and
+    the default secret patterns.
     """
-    patterns = DEFAULT_SECRET_ENV if settings is None else tuple(settings.secret_env)
+    passed = () if settings is None else tuple(settings.pass_env)
+    secrets = DEFAULT_SECRET_ENV if settings is None else tuple(settings.secret_env)
+    exact = {p.upper() for p in passed if not any(c in p for c in "*?[")}
     source = os.environ if base is None else base
-    env = {k: v for k, v in source.items() if not is_secret_name(k, patterns)}
+    env = {}
+    for key, value in source.items():
+        upper = key.upper()
+        if _matches(upper, ALWAYS_REMOVED):  # never, not even by name
+            continue
+        if upper in exact or (
+            _matches(upper, (*BASE_ENV, *passed)) and not _matches(upper, secrets)
+        ):
+            env[key] = value
+    env.setdefault("PATH", DEFAULT_PATH)
     if isinstance(extra, Mapping):
         env.update({str(k): str(v) for k, v in extra.items()})
     elif extra is not None:
@@ -74,3 +95,38 @@ def child_env(
             if sep and key:
                 env[key] = value
     return env
+
+
+def _matches(upper_name: str, patterns: Iterable[str]) -> bool:
+    return any(fnmatchcase(upper_name, p.upper()) for p in patterns)
+
+
+# Variables that name a credential file or folder (or the ssh agent's socket): what they point
+# to is hidden in the bash sandbox and refused by the file tools, wherever it is.
+SECRET_FILE_ENV = (
+    "PGPASSFILE",
+    "PGSERVICEFILE",
+    "GOOGLE_APPLICATION_CREDENTIALS",
+    "CLOUDSDK_CONFIG",
+    "AWS_SHARED_CREDENTIALS_FILE",
+    "AWS_CONFIG_FILE",
+    "AZURE_CONFIG_DIR",
+    "KUBECONFIG",
+    "DOCKER_CONFIG",
+    "NETRC",
+    "GNUPGHOME",
+    "PASSWORD_STORE_DIR",
+    "NPM_CONFIG_USERCONFIG",
+    "SSH_AUTH_SOCK",
+)
+
+
+def secret_file_paths(environ: Mapping[str, str] | None = None) -> list[Path]:
+    """The files and folders `SECRET_FILE_ENV` variables name (KUBECONFIG may list several)."""
+    source = os.environ if environ is None else environ
+    found = []
+    for name in SECRET_FILE_ENV:
+        for item in source.get(name, "").split(os.pathsep if name == "KUBECONFIG" else "\0"):
+            if item.strip():
+                found.append(Path(item.strip()).expanduser())
+    return found

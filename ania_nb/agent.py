@@ -267,6 +267,7 @@ class Agent(AgentHostMethods):
             after_tool=self.governance.after_tool,
             after_run=self._after_run,
             price=self.quota.cost,
+            security=self.config.security,
         )
 
     async def start(self) -> Agent:

@@ -107,14 +107,15 @@ async def test_results_use_the_configured_limit(tmp_path: Path):
         await manager.aclose()
 
 
-async def test_stdio_env_is_passed_and_ania_secrets_are_not(tmp_path: Path, monkeypatch):
+async def test_stdio_env_is_passed_and_the_rest_is_cleared(tmp_path: Path, monkeypatch):
     monkeypatch.setenv("ANIA_LLM__API_KEY", "sk-secret")
-    monkeypatch.setenv("INHERITED_OK", "yes")
+    monkeypatch.setenv("NOT_LISTED", "yes")
     manager = manager_for(stdio_entry(env={"GIVEN": "by config"}), tmp_path)
     await manager.connect()
     try:
         assert await call(manager, "get_env", key="GIVEN") == "by config"
-        assert await call(manager, "get_env", key="INHERITED_OK") == "yes"
+        assert await call(manager, "get_env", key="PATH") == os.environ["PATH"]
+        assert await call(manager, "get_env", key="NOT_LISTED") == "<unset>"  # security.pass_env
         assert await call(manager, "get_env", key="ANIA_LLM__API_KEY") == "<unset>"
     finally:
         await manager.aclose()

@@ -236,8 +236,9 @@ class BashSettings(Section):
     sandbox: Literal["none", "bwrap"] = Field(
         "none",
         description="'bwrap': run commands in a bubblewrap sandbox (read-only system, writable "
-        "workdir, private /tmp, no network, data directory and credentials hidden, cleared "
-        "environment, resource limits); 'none': run them directly as this user.",
+        "workdir, private /tmp, no network, resource limits; the data directory, skills "
+        "folder, hooks/MCP/commands files, config files, security.secret_files, credentials "
+        "and daemon sockets hidden and not creatable); 'none': run them directly as this user.",
     )
     sandbox_network: bool = Field(False, description="Let sandboxed commands use the network.")
     sandbox_cpu_seconds: int = Field(
@@ -279,13 +280,26 @@ class FileSettings(Section):
 
 
 class SecuritySettings(Section):
-    """What child processes (bash, shell hooks, stdio MCP servers) do not inherit."""
+    """What child processes see of this one's environment, and files kept from tools."""
 
+    pass_env: list[str] = Field(
+        default_factory=list,
+        description="Environment variables (names or glob patterns, case-insensitive) child "
+        "processes (bash, shell hooks, stdio MCP servers, process=True tools) inherit besides "
+        "PATH, HOME, USER, LOGNAME, SHELL, TERM, TZ, TMPDIR, LANG and LC_*; '*' passes all. A "
+        "pattern never passes a secret_env variable, an exact name does; ANIA_* never passes. "
+        "Entries set on purpose (bash.env, an MCP server's env) always reach their child.",
+    )
     secret_env: list[str] = Field(
         default_factory=lambda: list(DEFAULT_SECRET_ENV),
-        description="Environment variables (names or glob patterns, case-insensitive) removed "
-        "from what child processes inherit; ANIA_* is always removed. Entries set on purpose "
-        "(bash.env, an MCP server's env) still reach their child.",
+        description="Environment variables (names or glob patterns, case-insensitive) a "
+        "pass_env pattern never passes to a child process; ANIA_* never passes.",
+    )
+    secret_files: list[Path] = Field(
+        default_factory=list,
+        description="More files or folders holding secrets: hidden (and not creatable) in the "
+        "bash sandbox and never read by the file tools, like the config file and the data "
+        "directory.",
     )
 
 

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from pydantic import Field, SecretStr, ValidationError
+from pydantic import Field, PrivateAttr, SecretStr, ValidationError
 from pydantic_settings import (
     BaseSettings,
     PydanticBaseSettingsSource,
@@ -109,7 +109,7 @@ class Config(BaseSettings):
         default_factory=ConfigToolSettings, description="The AI's config-center tools."
     )
     security: SecuritySettings = Field(
-        default_factory=SecuritySettings, description="Secrets kept from child processes."
+        default_factory=SecuritySettings, description="Child environments and secret files."
     )
     clock: ClockSettings = Field(default_factory=ClockSettings, description="Scheduled tasks.")
     subagent: SubagentSettings = Field(
@@ -130,6 +130,12 @@ class Config(BaseSettings):
     runner: RunnerSettings = Field(
         default_factory=RunnerSettings, description="ania-nb serve: chat platform and flow."
     )
+    _source_file: Path | None = PrivateAttr(default=None)
+
+    @property
+    def source_file(self) -> Path | None:
+        """The TOML file this config was loaded from (absolute), or None when there was none."""
+        return self._source_file
 
     @classmethod
     def settings_customise_sources(
@@ -158,13 +164,16 @@ class Config(BaseSettings):
             raise ConfigError(f"config file {str(toml)!r} does not exist", key=None)
         if toml.is_file():
             _check_toml(toml)
-        token = _toml_path.set(toml if toml.is_file() else None)
+        source = toml.absolute() if toml.is_file() else None
+        token = _toml_path.set(source)
         try:
-            return cls(**overrides)
+            config = cls(**overrides)
         except ValidationError as exc:
-            raise _config_error(exc, source=str(toml) if toml.is_file() else None) from None
+            raise _config_error(exc, source=str(toml) if source else None) from None
         finally:
             _toml_path.reset(token)
+        config._source_file = source  # the sandbox and the file tool keep it unreadable
+        return config
 
     def with_overrides(self, overrides: Mapping[str, Any]) -> Config:
         """Return a copy with dotted keys replaced, e.g. ``{"llm.model": "gpt-4o"}``; validated."""
@@ -181,9 +190,11 @@ class Config(BaseSettings):
                 )
             data[section][key] = value
         try:
-            return type(self).model_validate(data)
+            changed = type(self).model_validate(data)
         except ValidationError as exc:
             raise _config_error(exc, source="overrides") from None
+        changed._source_file = self._source_file
+        return changed
 
     def get(self, dotted: str) -> Any:
         """Value of a dotted key (secrets stay `SecretStr`)."""

@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
+from ..config import SecuritySettings
 from ..engine.callbacks import RunEvent
 from ..engine.context import ContextWindow
 from ..engine.llm import LLMClient
@@ -83,6 +84,7 @@ class RunServices:
     after_tool: Callable[[ToolCallResult, Any], Awaitable[None]] | None = None
     after_run: Callable[[RunSpec, RunResult], Awaitable[None]] | None = None
     price: Callable[[Usage], float | None] | None = None  # sets ``usage.cost`` at the end
+    security: SecuritySettings | None = None  # what tools' child processes inherit
 
 
 async def execute_run(spec: RunSpec, services: RunServices) -> RunResult:
@@ -308,6 +310,7 @@ class _Run:
                 plan_mode=spec.plan_mode,
                 requesters=spec.requesters,
                 role=spec.role,
+                security=services.security,
             )
 
         async def on_round(messages: list[Message], results: list[ToolCallResult]) -> None:

@@ -135,8 +135,11 @@ async def _open_skills(config: Config, tools: ToolExecutor, store: Store) -> Ski
 
 
 async def _open_mcp(config: Config, tools: ToolExecutor, http: HttpClients) -> MCPRegistry | None:
-    """The MCP tier: only when the MCP servers file exists."""
-    exists = await asyncio.to_thread(Path(config.mcp.config_file).is_file)
+    """The MCP tier: only when the MCP servers file has content.
+
+    An empty file means none, like a missing one (the bash sandbox's stand-in for it is empty).
+    """
+    exists = await asyncio.to_thread(_has_content, Path(config.mcp.config_file))
     if not exists and not config.mcp.self_manage:
         return None
     from ..mcp import MCPRegistry
@@ -152,3 +155,10 @@ async def _open_mcp(config: Config, tools: ToolExecutor, http: HttpClients) -> M
     )
     await registry.start(wait=False)  # a slow server never delays the first reply
     return registry
+
+
+def _has_content(path: Path) -> bool:
+    try:
+        return path.is_file() and path.stat().st_size > 0
+    except OSError:
+        return False

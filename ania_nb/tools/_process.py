@@ -1,9 +1,12 @@
 """Run a sync function tool in a child process that is killed when the call is cancelled.
 
 A thread cannot be stopped from outside, so a sync tool that hangs keeps running after a run's
-``stop()`` or timeout. ``@tool(process=True)`` runs each call in a fresh ``spawn`` process
-instead (no fork: the parent may be a threaded Jupyter kernel); cancelling the call kills it.
-The child imports the function by module and qualified name, validates the model's arguments
+``stop()`` or timeout. ``@tool(process=True)`` runs each call in a fresh Python process instead
+(no fork: the parent may be a threaded Jupyter kernel); cancelling the call kills it. The child
+is started like multiprocessing's ``spawn`` (the parent's ``sys.path``, working directory and
+main module, through `multiprocessing.spawn.prepare`) but with the cleared environment of every
+child process (`ania_nb._env.child_env`: no API keys, only what ``security.pass_env`` lets
+through). It imports the function by module and qualified name, validates the model's arguments
 itself and sends back the result text or the exception. The child also watches its pipe to the
 parent and exits when the parent is gone, so a killed kernel leaves no orphan behind.
 """
@@ -17,18 +20,31 @@ import inspect
 import multiprocessing
 import os
 import pickle
+import subprocess
 import sys
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from multiprocessing import spawn
 from multiprocessing.connection import Connection
 from typing import Any
 
+from ania_nb._env import child_env
 from ania_nb.errors import ToolDefinitionError, ToolError, ToolSignal
 
 __all__ = ["ProcessTarget", "check_resolves", "process_target", "resolve", "run_in_process"]
 
-_SPAWN = multiprocessing.get_context("spawn")
+# The child's first lines use only the standard library: the parent's sys.path (where ania_nb
+# and the tool's module are found) is only there once `spawn.prepare` has run.
+_BOOTSTRAP = """\
+import sys
+from multiprocessing import spawn
+from multiprocessing.connection import Connection
+conn = Connection(int(sys.argv[1]))
+spawn.prepare(conn.recv())
+from ania_nb.tools._process import _child_main
+_child_main(conn, *conn.recv())
+"""
 _EXIT_GRACE = 2.0  # seconds a child may take to exit after sending its result
 _REAP_TIMEOUT = 10.0  # seconds a cancelled call waits for the killed child to be reaped
 
@@ -105,9 +121,14 @@ def check_resolves(target: ProcessTarget, func: Callable[..., Any]) -> None:
         )
 
 
-async def run_in_process(target: ProcessTarget, arguments: dict[str, Any]) -> str:
-    """Run one call in a child process; cancellation kills and reaps the child, then re-raises."""
-    child = _Child(target, arguments)
+async def run_in_process(
+    target: ProcessTarget, arguments: dict[str, Any], env: Mapping[str, str] | None = None
+) -> str:
+    """Run one call in a child process; cancellation kills and reaps the child, then re-raises.
+
+    ``env``: the child's environment (default: `child_env` with the default policy).
+    """
+    child = _Child(target, arguments, child_env() if env is None else dict(env))
     job = asyncio.ensure_future(asyncio.to_thread(child.run))
     try:
         message, exitcode = await asyncio.shield(job)
@@ -122,38 +143,44 @@ async def run_in_process(target: ProcessTarget, arguments: dict[str, Any]) -> st
 class _Child:
     """One child process, started and awaited in a worker thread, killable from the loop."""
 
-    def __init__(self, target: ProcessTarget, arguments: dict[str, Any]) -> None:
+    def __init__(self, target: ProcessTarget, arguments: dict[str, Any], env: dict[str, str]):
         self.target = target
         self.arguments = arguments
+        self.env = env
         self._killed = threading.Event()
-        self._proc: Any = None
+        self._proc: subprocess.Popen[bytes] | None = None
 
     def run(self) -> tuple[Any, int | None]:
         """Start the child, wait for its one message and its exit (blocking: worker thread)."""
         if self._killed.is_set():
             return None, None
-        ours, theirs = _SPAWN.Pipe(duplex=True)
-        proc = _SPAWN.Process(
-            target=_child_main,
-            args=(theirs, self.target, self.arguments),
-            name=f"ania-nb tool {self.target.tool}",
-            daemon=True,
-        )
+        ours, theirs = multiprocessing.Pipe(duplex=True)
         try:
-            proc.start()
+            preparation = spawn.get_preparation_data(f"ania-nb tool {self.target.tool}")
+            preparation.pop("authkey", None)  # a secret of this process; the child needs none
+            argv = [spawn.get_executable(), *_interpreter_flags(), "-c", _BOOTSTRAP]
+            proc = subprocess.Popen(
+                [*argv, str(theirs.fileno())],
+                env=self.env,
+                stdin=subprocess.DEVNULL,
+                pass_fds=(theirs.fileno(),),
+            )
             self._proc = proc
             theirs.close()  # only the child holds its end now: its death means EOF here
             if self._killed.is_set():  # kill() ran before _proc was set
                 proc.kill()
             try:
+                ours.send(preparation)
+                ours.send((self.target, self.arguments))
                 message = ours.recv()
             except (EOFError, OSError):
                 message = None
-            proc.join(_EXIT_GRACE)
-            if proc.exitcode is None:  # lingering non-daemon threads in the child
+            try:
+                proc.wait(_EXIT_GRACE)
+            except subprocess.TimeoutExpired:  # lingering non-daemon threads in the child
                 proc.kill()
-                proc.join()
-            return message, proc.exitcode
+                proc.wait()
+            return message, proc.returncode
         finally:
             ours.close()
             theirs.close()
@@ -163,7 +190,13 @@ class _Child:
         self._killed.set()
         proc = self._proc
         if proc is not None:
-            proc.kill()
+            with contextlib.suppress(OSError):
+                proc.kill()
+
+
+def _interpreter_flags() -> list[str]:
+    """The flags this interpreter runs with (-X, -W, -O ...), as spawn passes them on."""
+    return list(subprocess._args_from_interpreter_flags())  # type: ignore[attr-defined]
 
 
 def _unwrap(target: ProcessTarget, message: Any, exitcode: int | None) -> str:

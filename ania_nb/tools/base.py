@@ -36,6 +36,7 @@ from ania_nb.tools.schema import (
 )
 
 if TYPE_CHECKING:
+    from ania_nb.config import SecuritySettings
     from ania_nb.tools.executor import SessionToolExecutor
 
 __all__ = [
@@ -79,6 +80,7 @@ class ToolContext:
     # The run's role (the highest of its requesters'); a context made outside a run is the
     # local caller's, like ``sender=None``.
     role: Role = "admin"
+    security: SecuritySettings | None = None  # what child processes inherit (process=True)
 
     def queue_image(self, url: str) -> None:
         """Queue an image (URL or data URI) for the model to see after this tool round."""

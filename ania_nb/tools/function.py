@@ -16,6 +16,7 @@ from typing import Annotated, Any, Union, get_origin, get_type_hints, overload
 
 from pydantic import BaseModel, Field, create_model
 
+from ania_nb._env import child_env
 from ania_nb.errors import ToolDefinitionError
 from ania_nb.tools._process import ProcessTarget, check_resolves, process_target, run_in_process
 from ania_nb.tools.base import (
@@ -151,7 +152,8 @@ class FunctionTool(_ModelTool):
         if self._target is not None:
             check_resolves(self._target, self.func)
             # The child validates the model's own arguments again: they always pickle.
-            return await run_in_process(self._target, dict(arguments))
+            env = child_env(ctx.security)  # cleared: no API keys in the child
+            return await run_in_process(self._target, dict(arguments), env)
         return result_to_text(await invoke_callable(self.func, **self._kwargs(params, ctx)))
 
     def call_here(self, arguments: dict[str, Any]) -> str:

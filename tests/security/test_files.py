@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 from pathlib import Path
 from typing import Any
 
@@ -16,6 +17,7 @@ import pytest
 from _media import PNG, Outbox
 
 from ania_nb import Callbacks, ToolError
+from ania_nb.config import Config
 from ania_nb.testing import reply, tool_call
 from ania_nb.tools.builtin import FileGuard
 
@@ -237,3 +239,105 @@ def test_a_fifo_is_refused_without_blocking(tmp_path):
     guard = FileGuard(data_dir=tmp_path / "data", max_bytes=10, roots=(tmp_path,))
     with pytest.raises(ToolError, match="is not a regular file"):
         guard.read_sync(str(fifo))
+
+
+# --------------------------------------------------------------------------- issue 27 item 11
+
+
+@pytest.mark.parametrize(
+    "relative",
+    [
+        "mcp.json.bak",
+        "mcp.json~",
+        ".mcp.json.swp",
+        "hooks.json.orig",
+        "commands.json.old",
+        "backup/mcp.json",  # a copy by the same name in another folder
+        "backup/hooks.json.2024-05-01",
+    ],
+)
+async def test_copies_of_the_files_ania_nb_obeys_are_refused(attack, llm, work, relative):
+    target = work / relative
+    target.parent.mkdir(exist_ok=True)
+    target.write_text(json.dumps({"headers": {"Authorization": f"Bearer {SECRET}"}}))
+    overrides = {"mcp.config_file": str(work / "mcp.json"), "hooks.file": str(work / "hooks.json")}
+    seen, outbox = await attack("file", str(target), **overrides)
+    assert seen == refused(f"refused: {target.name} may hold secrets")
+    assert_nothing_leaked(llm, outbox)
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        "ania.db",
+        "ania.db-wal",
+        "ania.db-shm",
+        "ania.db.bak",
+        "old-ania.db",
+        "kernel-4f2c.json",
+        "jpserver-4242.json",
+        "jpserver-4242-open.html",
+        "nbserver-17.json",
+        "history.sqlite",
+        "history.sqlite-journal",
+    ],
+)
+async def test_store_copies_jupyter_and_ipython_files_are_refused(attack, llm, work, name):
+    (work / name).write_text(f'{{"key": "{SECRET}", "signature_scheme": "hmac-sha256"}}')
+    seen, outbox = await attack("file", str(work / name))
+    assert seen == refused(f"refused: {name} may hold secrets")
+    assert_nothing_leaked(llm, outbox)
+
+
+async def test_a_renamed_copy_of_the_store_is_refused(attack, llm, make_agent, work):
+    llm.script(reply("hi"))
+    first = make_agent()
+    await first.chat("hello")
+    await first.aclose()  # checkpointed: the copy holds the whole store
+    copy = work / "notes.sqlite"
+    shutil.copyfile(first.data_dir / "ania.db", copy)
+    seen, outbox = await attack("file", str(copy))
+    assert seen == refused(f"refused: {copy} is a copy of the agent's store (ania.db)")
+    assert_nothing_leaked(llm, outbox, "SQLite format 3")
+
+
+@pytest.mark.parametrize(
+    ("variable", "relative"),
+    [("JUPYTER_RUNTIME_DIR", "connection.json"), ("IPYTHONDIR", "profile_default/db.py")],
+)
+async def test_the_jupyter_runtime_and_ipython_folders_are_refused(
+    attack, llm, work, monkeypatch, variable, relative
+):
+    folder = work / "private"
+    monkeypatch.setenv(variable, str(folder))
+    target = folder / relative
+    target.parent.mkdir(parents=True)
+    target.write_text(f'{{"key": "{SECRET}"}}')
+    seen, outbox = await attack("file", str(target))
+    assert seen == refused(f"refused: {target.name} may hold secrets")
+    assert_nothing_leaked(llm, outbox)
+
+
+async def test_the_loaded_config_and_named_secret_files_are_refused(
+    llm, make_agent, work, monkeypatch
+):
+    loaded = work / "settings.toml"  # a name no pattern knows
+    loaded.write_text(f'[llm]\napi_key = "{SECRET}"\n')
+    (work / "db.conf").write_text(SECRET)
+    (work / "db.conf.bak").write_text(SECRET)
+    (work / "pg.service").write_text(SECRET)
+    monkeypatch.setenv("PGSERVICEFILE", str(work / "pg.service"))
+    overrides = {
+        "agent.builtin_tools": True,
+        "file.enable": True,
+        "file.roots": [str(work)],
+        "security.secret_files": [str(work / "db.conf")],
+    }
+    names = ["settings.toml", "db.conf", "db.conf.bak", "pg.service"]
+    calls = [tool_call("file", {"path": str(work / n), "name": "x.txt"}) for n in names]
+    llm.script(reply(tool_calls=calls), reply("done"))
+    agent = make_agent(config=Config.load(loaded), overrides=overrides)
+    outbox = Outbox()
+    result = await agent.chat("fetch them", callbacks=Callbacks(send_file=outbox))
+    assert [c.error for c in result.tool_calls] == [f"refused: {n} may hold secrets" for n in names]
+    assert_nothing_leaked(llm, outbox)

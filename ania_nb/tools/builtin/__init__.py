@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
 
+from ..._env import secret_file_paths
 from ..base import Tool
 from ._http import HttpSource
 from ._paths import FileGuard
@@ -121,11 +122,14 @@ def unavailable_tools(tools: Iterable[Tool], callbacks: Callbacks) -> frozenset[
 
 def gated_tools(config: Config, viewer: ImageViewer) -> list[Tool]:
     """The config-gated tier: bash, file and local_image, each only when enabled."""
+    obeyed = (Path(config.mcp.config_file), Path(config.hooks.file), Path(config.commands.file))
+    loaded = (config.source_file,) if config.source_file is not None else ()
     guard = FileGuard(
         data_dir=Path(config.store.data_dir),
         max_bytes=config.file.max_bytes,
-        extra_protected=(Path(config.mcp.config_file), Path(config.hooks.file)),
+        extra_protected=(*obeyed, *loaded, *config.security.secret_files, *secret_file_paths()),
         roots=tuple(Path(r) for r in config.file.roots),
+        protected_names=tuple(p.name for p in obeyed),
     )
     tools: list[Tool] = []
     if config.bash.enable:

@@ -11,16 +11,18 @@
    runs. Without a front end that can ask (no ``request_approval`` callback) it is refused.
 
 The command runs in ``bash.workdir`` (default: the current directory) in its own process group,
-so a timeout or a stop kills everything it started. With ``bash.sandbox = "bwrap"`` it runs inside
-bubblewrap (see `_sandbox`): read-only system, writable workdir, no network, hidden data
-directory, cleared environment, resource limits.
+so a timeout or a stop kills everything it started, with a cleared environment (`child_env`).
+With ``bash.sandbox = "bwrap"`` it runs inside bubblewrap (see `_sandbox`): read-only system,
+writable workdir, no network, the files ania-nb obeys or reads keys from hidden (`sandbox_hidden`)
+whether or not they exist yet, resource limits.
 """
 
 from __future__ import annotations
 
+import asyncio
 import os
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
@@ -31,7 +33,16 @@ from ..._subprocess import run_capped
 from ...config import BashSettings, SecuritySettings
 from ...errors import ConfigError, ToolError
 from ..base import BaseTool, ToolContext
-from ._sandbox import MISSING_BWRAP, Sandbox, bwrap_argv, find_program, sandbox_env
+from ._sandbox import (
+    MISSING_BWRAP,
+    Covers,
+    Mount,
+    Protected,
+    Sandbox,
+    bwrap_argv,
+    find_program,
+    plan_mounts,
+)
 from ._shellwords import is_simple_command
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -41,17 +52,30 @@ TRUNCATED = "\n...(output truncated)"
 SUMMARY_LIMIT = 300
 
 
-def sandbox_hidden(config: Config) -> tuple[Path, ...]:
-    """What the sandbox hides: the data directory and the files ania-nb obeys or reads keys from."""
+def sandbox_hidden(config: Config) -> tuple[Protected, ...]:
+    """What the sandbox hides whether or not it exists yet.
+
+    The data directory, the skills folder, the files ania-nb obeys or reads keys from, and
+    ``security.secret_files``.
+    """
     from ...config import DEFAULT_CONFIG_FILE
 
-    return (
-        Path(config.store.data_dir),
-        Path(DEFAULT_CONFIG_FILE),
-        Path(config.mcp.config_file),
-        Path(config.hooks.file),
-        Path(config.commands.file),
-    )
+    found = [
+        Protected(Path(config.store.data_dir), "store.data_dir", "folder"),
+        Protected(Path(config.skills.dir), "skills.dir", "folder"),
+        Protected(Path(config.hooks.file), "hooks.file"),
+        Protected(Path(config.mcp.config_file), "mcp.config_file"),
+        Protected(Path(config.commands.file), "commands.file"),
+        Protected(Path(DEFAULT_CONFIG_FILE), f"the default config file {DEFAULT_CONFIG_FILE}"),
+    ]
+    if config.source_file is not None:
+        found.append(Protected(config.source_file, "the config file loaded"))
+    found += [Protected(p, "security.secret_files") for p in config.security.secret_files]
+    # The store expands ~, the other loaders open a path as written: hide both.
+    found += [
+        Protected(p.path.expanduser(), p.setting, p.create) for p in found if "~" in str(p.path)
+    ]
+    return tuple(found)
 
 
 class BashParams(BaseModel):
@@ -90,10 +114,10 @@ class BashTool(BaseTool[BashParams]):
         *,
         approval_enabled: bool,
         security: SecuritySettings | None = None,
-        hidden: tuple[Path, ...] = (),
+        hidden: tuple[Protected, ...] = (),
     ) -> None:
         self.settings = settings
-        self.security = security  # inherited variables the command must not see
+        self.security = security  # which inherited variables the command sees
         self.hidden = hidden  # data directory and config files: invisible in the sandbox
         # Approval when either switch is on: bash runs arbitrary code, so it asks by default.
         self.approval_enabled = approval_enabled or settings.require_approval
@@ -157,38 +181,65 @@ class BashTool(BaseTool[BashParams]):
         """What the approval request shows."""
         return "run command: " + summarize(str(arguments.get("command", "")))
 
-    def argv(self, command: str) -> tuple[list[str], dict[str, str], Path]:
-        """The program line, environment and working directory ``command`` runs with."""
-        workdir = Path(self.settings.workdir or os.getcwd()).expanduser().resolve()
-        if not workdir.is_dir():
-            raise ToolError(f"bash: the working directory {str(workdir)!r} does not exist")
+    def argv(
+        self, command: str, mounts: list[Mount] | None = None
+    ) -> tuple[list[str], dict[str, str], Path]:
+        """The program line, environment and working directory ``command`` runs with.
+
+        ``mounts``: the sandbox's hiding plan (`plan_mounts` of `sandbox`) when already made.
+        """
+        workdir = self.workdir()
+        env = child_env(self.security, self.settings.env)  # cleared; bash.env kept
         if self.settings.sandbox != "bwrap":
-            env = child_env(self.security, self.settings.env)  # no ANIA_*/secrets; bash.env kept
             return [self.shell, "-c", command], env, workdir
-        if workdir == Path("/"):
-            raise ToolError("bash: bash.workdir must not be / with bash.sandbox (it is writable)")
+        box = self.sandbox(workdir, env)
         bwrap = find_program("bwrap", MISSING_BWRAP)
-        limits = (
-            self.settings.sandbox_cpu_seconds,
-            self.settings.sandbox_memory_mb,
-            self.settings.sandbox_max_processes,
-        )
+        limited = any((box.cpu_seconds, box.memory_mb, box.max_processes))
         prlimit = find_program("prlimit", "bash.sandbox limits need prlimit (util-linux)")
-        box = Sandbox(
-            workdir=workdir,
-            hidden=self.hidden,
-            network=self.settings.sandbox_network,
-            cpu_seconds=limits[0],
-            memory_mb=limits[1],
-            max_processes=limits[2],
-            env=sandbox_env(self.settings.env, os.path.expanduser("~")),
+        if mounts is None:
+            mounts = plan_mounts(box)
+        argv = bwrap_argv(
+            bwrap, prlimit if limited else None, [self.shell, "-c", command], box, mounts
         )
-        argv = bwrap_argv(bwrap, prlimit if any(limits) else None, [self.shell, "-c", command], box)
         # bwrap needs a minimal environment of its own; the command's is set inside.
         return argv, {"PATH": box.env["PATH"]}, workdir
 
+    def workdir(self) -> Path:
+        """The folder commands run in (links resolved); a `ToolError` when it cannot be used."""
+        workdir = Path(self.settings.workdir or os.getcwd()).expanduser().resolve()
+        if not workdir.is_dir():
+            raise ToolError(f"bash: the working directory {str(workdir)!r} does not exist")
+        if self.settings.sandbox == "bwrap" and workdir == Path("/"):
+            raise ToolError("bash: bash.workdir must not be / with bash.sandbox (it is writable)")
+        return workdir
+
+    def sandbox(self, workdir: Path, env: dict[str, str]) -> Sandbox:
+        """The sandbox settings of a command running in ``workdir`` with ``env``."""
+        env.setdefault("HOME", os.path.expanduser("~"))
+        env.setdefault("LANG", "C.UTF-8")
+        return Sandbox(
+            workdir=workdir,
+            protected=self.hidden,
+            network=self.settings.sandbox_network,
+            cpu_seconds=self.settings.sandbox_cpu_seconds,
+            memory_mb=self.settings.sandbox_memory_mb,
+            max_processes=self.settings.sandbox_max_processes,
+            env=env,
+        )
+
     async def _run(self, command: str) -> str:
-        argv, env, workdir = self.argv(command)
+        if self.settings.sandbox != "bwrap":
+            return await self._execute(command, None)
+        box = self.sandbox(self.workdir(), child_env(self.security, self.settings.env))
+        covers = Covers(await asyncio.to_thread(plan_mounts, box))
+        try:
+            await _finished_off_loop(covers.hold)
+            return await self._execute(command, covers.mounts)
+        finally:
+            await _finished_off_loop(covers.release)  # also after a stop: no stand-in is left
+
+    async def _execute(self, command: str, mounts: list[Mount] | None) -> str:
+        argv, env, workdir = self.argv(command, mounts)
         try:
             done = await run_capped(
                 argv,
@@ -221,3 +272,14 @@ class BashTool(BaseTool[BashParams]):
         if code:
             return text + f"\n(exit code {code})"
         return text
+
+
+async def _finished_off_loop(work: Callable[[], None]) -> None:
+    """Run ``work`` in a worker thread to its end, even when the caller is cancelled meanwhile."""
+    job = asyncio.ensure_future(asyncio.to_thread(work))
+    try:
+        await asyncio.shield(job)
+    except asyncio.CancelledError:
+        await asyncio.wait({job})
+        job.exception()  # retrieved: the cancellation is what goes on
+        raise
