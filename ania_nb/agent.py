@@ -12,7 +12,6 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ._host import AgentHostMethods
 from ._http import HttpClients
 from .agents import Agents
 from .config import Config
@@ -25,6 +24,7 @@ from .governance import ApprovalManager, Governance, PythonHook
 from .governance.commands import parse_slash
 from .knowledge import Knowledge
 from .orchestration import (
+    AgentHost,
     Conversation,
     Outbox,
     Pending,
@@ -39,9 +39,11 @@ from .orchestration import (
     answer_batch,
     resolve_config,
 )
+from .orchestration.outbox import reply_delivery
 from .prompts import DEFAULT_SYSTEM_PROMPT
 from .quota import Quota
 from .quota.command import HELP as QUOTA_HELP
+from .quota.command import quota_command
 from .result import RunResult
 from .store import RunRecord
 from .tools import SessionToolExecutor, Tool, ToolExecutor
@@ -55,7 +57,7 @@ log = logging.getLogger(__name__)
 CLOCK_HELP = "/clock list|add|del|on|off|info|timeout|run|log|help: scheduled tasks"
 
 
-class Agent(AgentHostMethods):
+class Agent:
     """An LLM agent with tools, persistent per-session history and run records.
 
     >>> agent = Agent(base_url="http://127.0.0.1:8000/v1", api_key="sk-…", model="gpt-4o")
@@ -94,7 +96,6 @@ class Agent(AgentHostMethods):
         self._web = HttpSource(self.http.web)
         self._builtins: set[str] = set()
         self._viewers: list[ImageViewer] = []
-        self._assemble(self.config)
         self.sessions = SessionTable(
             self._new_session,
             max_sessions=self.config.agent.max_sessions,
@@ -102,14 +103,6 @@ class Agent(AgentHostMethods):
             in_use=lambda name: bool(self.approvals.pending(name)),
         )
         self.outbox = Outbox()  # final results of clock runs and background subagents
-        from .clock import Clock  # APScheduler: imported with the first Agent, not the package
-
-        self.clock = Clock(self)  # scheduled tasks; starts when the Agent opens
-        self._stop_listeners: list[Callable[[str], object]] = []
-        self.agents = Agents(self)  # subagents and teams of main sessions
-        self.knowledge = Knowledge(lambda: self.config, self.data_dir)  # kb and memory
-        self.quota = Quota(lambda: self.config, self.open_store)  # daily limits and usage
-        self._session_tools.append(self._builtin_session_tools)
         self._queues = SessionQueues(
             self.sessions,
             self._answer,
@@ -118,6 +111,26 @@ class Agent(AgentHostMethods):
             unawaited=self._publish_reply,
             max_running=lambda: self.config.runner.max_concurrent_runs,
         )
+        # What the clock, subagents and teams may ask of this Agent (they never hold it).
+        self.host = AgentHost(
+            config=lambda: self.config,
+            governance=lambda: self.governance,
+            open=self._opened,
+            tools=self._session_executor,
+            system_prompt=lambda: self.system_prompt,
+            sessions=self.sessions,
+            queues=self._queues,
+            outbox=self.outbox,
+            admit=self._quota_denial,
+        )
+        from .clock import Clock  # APScheduler: imported with the first Agent, not the package
+
+        self.clock = Clock(self.host)  # scheduled tasks; starts when the Agent opens
+        self.agents = Agents(self.host)  # subagents and teams of main sessions
+        self.knowledge = Knowledge(lambda: self.config, self.data_dir)  # kb and memory
+        self.quota = Quota(lambda: self.config, self.host.open_store)  # daily limits and usage
+        self._assemble(self.config)
+        self._session_tools.append(self._builtin_session_tools)
         self._rt: Runtime | None = None
         self._services: RunServices | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -139,8 +152,7 @@ class Agent(AgentHostMethods):
         )
         if old is None or self.tool_gate is old.gate:
             self.tool_gate = self.governance.gate
-        self.governance.slash.register("clock", self._clock_command, CLOCK_HELP)
-        self.governance.slash.register("quota", self._quota_command, QUOTA_HELP)
+        self._register_commands(self.governance)
         if old is None or self.before_compact == old.pre_compact:
             self.before_compact = self.governance.pre_compact
         viewer = image_viewer(config, self.http.vision_client)
@@ -158,6 +170,15 @@ class Agent(AgentHostMethods):
             if builtin.name not in self._user_tools:  # your tools win over built-ins
                 self.tools.add(builtin, replace=True)
         self._builtins = names
+
+    def _register_commands(self, governance: Governance) -> None:
+        """The slash commands of the Agent's own parts: ``/clock`` and ``/quota``."""
+        governance.slash.register("clock", self.clock.command, CLOCK_HELP)
+
+        async def quota(session: str, args: str, sender: str | None) -> str:
+            return await quota_command(self.quota, governance.is_admin, session, args, sender)
+
+        governance.slash.register("quota", quota, QUOTA_HELP)
 
     # ----------------------------------------------------------------- set-up
 
@@ -239,6 +260,12 @@ class Agent(AgentHostMethods):
                     await self.quota.prune_at_start()
                     await self._start_clock(rt)
         return self._rt
+
+    async def _opened(self) -> tuple[Runtime, RunServices]:
+        """The runtime and run services, opening the Agent first if needed."""
+        rt = await self._ensure_open()
+        assert self._services is not None
+        return rt, self._services
 
     async def _start_clock(self, rt: Runtime) -> None:
         """Start the scheduler; a clock that cannot start leaves the agent usable and says why."""
@@ -392,13 +419,8 @@ class Agent(AgentHostMethods):
 
         Returns False when nothing was running.
         """
-        stopped_children = False
-        for listener in list(self._stop_listeners):
-            try:
-                stopped_children = bool(listener(session)) or stopped_children
-            except Exception:
-                log.exception("a stop listener failed for %s", session)
-        return self._queues.stop(session) or stopped_children
+        stopped_background = self.host.stop(session)  # clock runs, background subagents
+        return self._queues.stop(session) or stopped_background
 
     def answer_approval(
         self,
@@ -419,19 +441,27 @@ class Agent(AgentHostMethods):
         )
 
     async def _answer(self, state: Session, batch: list[Pending]) -> RunResult:
-        rt = await self._ensure_open()
-        assert self._services is not None
+        rt, services = await self._opened()
         return await answer_batch(
             state,
             batch,
             governance=self.governance,
-            services=self._services,
+            services=services,
             store=rt.store,
             system_prompt=self.system_prompt,
             run_timeout=self.config.agent.run_timeout,
             context=self._turn_context,
-            admit=self.quota_denial,
+            admit=self._quota_denial,
         )
+
+    async def _quota_denial(self, session: str) -> str | None:
+        """Why new work for ``session`` is refused today (a daily token quota), or None."""
+        denial = await self.quota.check(session)
+        return denial.message if denial is not None else None
+
+    def _publish_reply(self, state: Session, batch: list[Pending], result: RunResult) -> None:
+        """Publish the reply to injected messages (nobody awaits it) on the outbox."""
+        self.outbox.publish_soon(reply_delivery(state.name, batch[0].sender or "synthetic", result))
 
     # ------------------------------------------------------------------ records
 
@@ -471,6 +501,7 @@ class Agent(AgentHostMethods):
         if self._closed:
             return
         self._closed = True
+        self.host.close()  # background work reports into a closing agent no more
         await self.clock.aclose()  # no task fires into a closing agent
         for state in self.sessions:
             self.stop(state.name)  # background work too

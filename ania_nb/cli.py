@@ -127,7 +127,7 @@ def _show_config(path: Path | None) -> int:
 async def _show_runs(args: argparse.Namespace) -> int:
     from .config import Config
     from .store import Store
-    from .store._db import DB_FILENAME
+    from .store.db import DB_FILENAME
 
     config = Config.load(args.file)
     data_dir = Path(config.store.data_dir)
@@ -154,7 +154,7 @@ async def _show_usage(args: argparse.Namespace) -> int:
     from .config import Config
     from .quota import Quota
     from .store import Store
-    from .store._db import DB_FILENAME
+    from .store.db import DB_FILENAME
 
     config = Config.load(args.file)
     data_dir = Path(config.store.data_dir)

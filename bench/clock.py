@@ -18,7 +18,7 @@ its internal fire callback), loop-thread / process / server CPU, the loop thread
 wait (``/proc/thread-self/schedstat``: CPU taken by other processes) and GC pauses.
 
 (b) **Start-up.** ``--stored`` tasks (default 10,000; a mix of crontab lines, descriptors and
-long ``@every`` periods) are stored, then a fresh ``Clock(agent).start()`` loads and schedules
+long ``@every`` periods) are stored, then a fresh ``Clock(agent.host).start()`` loads and schedules
 them (lease, orphan check, read, one APScheduler job each, next fire times written back). Ratio
 to reading the same rows from SQLite alone (a fresh ``sqlite3`` connection, ``SELECT * FROM
 clock_tasks ORDER BY seq``, ``fetchall``), and to ``clock.list()`` (the rows read into
@@ -102,7 +102,7 @@ async def open_clock(agent: Any) -> Any:
     await agent.start()
     clock = getattr(agent, "clock", None)
     if clock is None:
-        clock = Clock(agent)
+        clock = Clock(agent.host)
     await clock.start()
     return clock
 
@@ -387,7 +387,7 @@ async def store_tasks(base_url: str, data_dir: Path, count: int) -> float:
 
     agent = make_agent(base_url, data_dir, clock=False)
     await agent.start()
-    clock = getattr(agent, "clock", None) or Clock(agent)
+    clock = getattr(agent, "clock", None) or Clock(agent.host)
     rng = random.Random(10)
     t0 = time.perf_counter()
     try:
@@ -432,7 +432,7 @@ async def measure_startup(args: argparse.Namespace, base_url: str, root: Path) -
     own = getattr(agent, "clock", None)
     if own is not None:
         await own.aclose()  # free the lease: the fresh clocks below each take it
-    path = (await agent.open_store()).db.path
+    path = (await agent.host.open_store()).db.path
     times: dict[str, list[float]] = {"sqlite": [], "list": [], "start": []}
     cpu: list[float] = []
     stalls: list[float] = []
@@ -445,7 +445,7 @@ async def measure_startup(args: argparse.Namespace, base_url: str, root: Path) -
             t_sql = time.perf_counter() - t0
             assert rows == args.stored, f"read {rows} rows, expected {args.stored}"
 
-            probe = Clock(agent)  # not started: list() only reads
+            probe = Clock(agent.host)  # not started: list() only reads
             t0 = time.perf_counter()
             listed = await probe.list()
             t_list = time.perf_counter() - t0
@@ -489,13 +489,13 @@ async def measure_startup(args: argparse.Namespace, base_url: str, root: Path) -
 async def start_clock(
     agent: Any, expected: int, profile: cProfile.Profile | None = None
 ) -> tuple[float, float, float]:
-    """Start and close a fresh ``Clock(agent)``: (wall, CPU, longest loop stall) of ``start()``.
+    """Start and close a fresh ``Clock(agent.host)``: (wall, CPU, longest loop stall) of ``start()``.
 
     The stall is the longest gap seen by a 1 ms ticker running on the loop meanwhile.
     """
     from ania_nb.clock import Clock
 
-    clock = Clock(agent)
+    clock = Clock(agent.host)
     loop = asyncio.get_running_loop()
     done = False
     stall = 0.0

@@ -411,7 +411,7 @@ async def test_a_one_shot_run_offers_only_what_its_front_end_can_serve(llm, make
     agent = make_agent(overrides={**BUILTINS, **KEYS})
     llm.script(reply("done"), reply("done"))
     for callbacks in (Callbacks(), Callbacks(send_image=lambda b64: None)):
-        await agent.run_one_shot(
+        await agent.host.run_one_shot(
             OneShotJob(
                 kind="clock",
                 session="nb:clock",

@@ -113,7 +113,7 @@ async def open_clock(make_agent: Callable[..., Any]):
         await agent.start()
         clock = getattr(agent, "clock", None)
         if clock is None:  # until the Agent constructs and starts its own
-            clock = Clock(agent)
+            clock = Clock(agent.host)
             made.append(clock)
         await clock.start()
         return agent, clock, Watch(agent, clock)
@@ -170,7 +170,7 @@ async def test_a_task_fires_on_the_loop_with_its_targets_tools_and_delivers_only
     trigger = "【定时任务】Report\nsummarise the data\n（备注：be brief）"
     assert first.messages[-1]["content"].endswith(trigger)
     system = first.messages[0]["content"]
-    assert system.startswith(agent.system_prompt_for("nb:reports"))
+    assert system.startswith(agent.host.system_prompt_for("nb:reports"))
     assert "scheduled task" in system and "nb:reports" in system
     names = {t["function"]["name"] for t in first.tools}
     assert "lookup" in names and "todo_write" not in names

@@ -52,7 +52,7 @@ CHILD = textwrap.dedent(
             },
         )
         await agent.start()
-        clock = getattr(agent, "clock", None) or Clock(agent)
+        clock = getattr(agent, "clock", None) or Clock(agent.host)
         clock.poll_interval = 0.2
         await clock.start()
         agent.outbox.subscribe(
@@ -145,7 +145,7 @@ async def _started(make_agent: Callable[..., Any]) -> tuple[Any, Clock, list[Clo
     clock = getattr(agent, "clock", None)
     own: list[Clock] = []
     if clock is None:  # until the Agent constructs and starts its own
-        clock = Clock(agent)
+        clock = Clock(agent.host)
         own.append(clock)
     clock.poll_interval = 0.2
     await clock.start()

@@ -1,5 +1,5 @@
 """One-shot runs and the host API the clock, subagents and teams use (orchestration/oneshot,
-outbox, Agent.run_one_shot / inject / add_derived_usage / on_stop)."""
+outbox, AgentHost.run_one_shot / inject / add_derived_usage / on_stop)."""
 
 from __future__ import annotations
 
@@ -47,7 +47,7 @@ async def test_a_subagent_job_sees_the_targets_tools_minus_recursion_and_todo(ll
         reply("child answer", usage=usage(7, 3)),
     )
     tally = Usage(total_tokens=100)
-    result = await agent.run_one_shot(
+    result = await agent.host.run_one_shot(
         OneShotJob(
             kind="subagent",
             session="nb:parent",
@@ -81,7 +81,7 @@ async def test_extra_tools_replace_hidden_ones_for_clock_runs(llm, make_agent):
     agent.add_session_tools(lambda session: session_tools)
     extra, extra_calls = _named("subagent_run")
     llm.script(reply(tool_calls=[tool_call("subagent_run")]), reply("done"))
-    result = await agent.run_one_shot(
+    result = await agent.host.run_one_shot(
         OneShotJob(
             kind="clock",
             session="nb:x",
@@ -100,7 +100,7 @@ async def test_one_shot_runs_use_the_subagent_model_and_round_limit(llm, make_ag
     tools, _ = _named("lookup")
     agent.add_tool(tools[0])
     llm.script(reply(tool_calls=[tool_call("lookup")]), reply("forced final"))
-    result = await agent.run_one_shot(
+    result = await agent.host.run_one_shot(
         OneShotJob(kind="subagent", session="s", text="t", system_prompt="p", timeout=30)
     )
     assert result.text == "forced final"
@@ -122,7 +122,7 @@ async def test_inject_into_an_idle_session_runs_at_once_and_publishes_the_reply(
     agent.outbox.subscribe(take)
     await agent.start()
     llm.script(reply("thanks, noted"))
-    assert agent.inject("nb:s", "【子代理执行完成】\nresult", sender="subagent")
+    assert agent.host.inject("nb:s", "【子代理执行完成】\nresult", sender="subagent")
     await asyncio.wait_for(arrived.wait(), 10)
     assert [(d.session, d.text, d.source, d.status) for d in got] == [
         ("nb:s", "thanks, noted", "subagent", "success")
@@ -140,7 +140,7 @@ async def test_inject_into_a_busy_session_waits_for_the_current_reply(llm, make_
     llm.script(delay(0.3, reply("first")), reply("second"))
     chat = asyncio.create_task(agent.chat("hello", session="nb:b"))
     await asyncio.to_thread(llm.wait_for_requests, 1)
-    assert agent.inject("nb:b", "background result")
+    assert agent.host.inject("nb:b", "background result")
     assert (await chat).text == "first"  # the caller's reply is not published
     await asyncio.wait_for(arrived.wait(), 10)
     assert [d.text for d in got] == ["second"]
@@ -153,15 +153,17 @@ async def test_inject_refuses_when_the_queue_is_full(llm, make_agent):
     llm.script(delay(0.3, reply("a")), reply("b"))
     chat = asyncio.create_task(agent.chat("hello", session="nb:q"))
     await asyncio.to_thread(llm.wait_for_requests, 1)
-    assert agent.inject("nb:q", "one")
-    assert not agent.inject("nb:q", "two")  # dropped, not silently queued beyond the limit
+    assert agent.host.inject("nb:q", "one")
+    assert not agent.host.inject("nb:q", "two")  # dropped, not silently queued beyond the limit
     await chat
 
 
 async def test_derived_usage_is_merged_into_the_next_run_record(llm, make_agent):
     agent = make_agent()
     await agent.start()
-    agent.add_derived_usage("nb:u", Usage(prompt_tokens=30, completion_tokens=12, total_tokens=42))
+    agent.host.add_derived_usage(
+        "nb:u", Usage(prompt_tokens=30, completion_tokens=12, total_tokens=42)
+    )
     llm.script(reply("ok", usage=usage(5, 5)))
     result = await agent.chat("hi", session="nb:u")
     assert result.usage.total_tokens == 52
@@ -174,7 +176,7 @@ async def test_derived_usage_is_merged_into_the_next_run_record(llm, make_agent)
 async def test_stop_listeners_hear_every_stop(make_agent):
     agent = make_agent()
     heard: list[str] = []
-    agent.on_stop(lambda session: heard.append(session) or True)
+    agent.host.on_stop(lambda session: heard.append(session) or True)
     assert agent.stop("nb:idle") is True  # a listener stopped background work
     assert heard == ["nb:idle"]
 

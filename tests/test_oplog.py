@@ -11,7 +11,7 @@ import pytest
 import ania_nb.store as store_pkg
 from ania_nb.errors import UsageError
 from ania_nb.store import OpLog, OpRecord, Store
-from ania_nb.store._db import DB_FILENAME, MIGRATIONS
+from ania_nb.store.db import DB_FILENAME, MIGRATIONS
 
 
 @pytest.fixture

@@ -41,7 +41,7 @@ def at(text: str) -> float:
 
 async def counters(agent: Any, day: str) -> tuple[int, int, int]:
     """(sum of the run records' counted tokens, sum of the session counters, daily total)."""
-    store = await agent.open_store()
+    store = await agent.host.open_store()
     daily = sum(r.total for r in await store.usage.daily(day, day))
     return await store.usage.counted(day), await store.usage.used(day), daily
 
@@ -101,7 +101,7 @@ async def test_clock_runs_and_their_children_count_for_the_target(llm, make_agen
     entry = await agent.clock.run_now(task.id)
     assert entry.status == "success" and entry.total_tokens == 33 + 105
     day = agent.quota.today()
-    store = await agent.open_store()
+    store = await agent.host.open_store()
     assert await store.usage.used(day, "nb:t") == 33 + 105
     assert await counters(agent, day) == (138, 138, 138)
 
@@ -141,7 +141,7 @@ async def test_vision_and_compression_count_under_their_own_models(
     assert result.ok and result.usage.total_tokens == 220 + described
     assert result.usage.cost is None  # the describer has no price: no cost, never a guess
     day = agent.quota.today()
-    store = await agent.open_store()
+    store = await agent.host.open_store()
     by_model = {r.key: r.total for r in await store.usage.daily(day, day)}
     assert by_model == {"scripted": 220, "describer": described}
     total = 220 + described
@@ -330,7 +330,7 @@ async def test_the_day_rolls_over_at_midnight_in_the_quota_zone(llm, make_agent)
     agent.quota.now = lambda: at("2026-12-02 00:00")
     assert agent.quota.today() == "2026-12-02"
     assert (await agent.chat("c", session=SESSION)).ok
-    store = await agent.open_store()
+    store = await agent.host.open_store()
     assert await store.usage.used("2026-12-01", SESSION) == 200
     assert await store.usage.used("2026-12-02", SESSION) == 10
 
@@ -388,7 +388,7 @@ async def test_reset_lifts_a_denial_keeps_history_and_is_audited(llm, make_agent
     assert (await agent.chat("z", session=SESSION)).ok
     assert await agent.quota.reset(actor="admin") == 151  # everyone: 1 + the other's 150
     day = agent.quota.today()
-    store = await agent.open_store()
+    store = await agent.host.open_store()
     assert await store.usage.used(day) == 0
     assert sum(r.total for r in await store.usage.daily(day, day)) == 301  # history stays
     log = await store.oplog.list(category="quota")
@@ -406,7 +406,7 @@ async def test_old_counters_are_pruned_at_start_and_daily_totals_survive(
     first = make_agent(data_dir=data, overrides={"quota.retention_days": 3})
     await first.start()
     today = datetime.fromisoformat(first.quota.today())
-    store = await first.open_store()
+    store = await first.host.open_store()
     for back in (0, 2, 3, 10):
         day = (today - timedelta(days=back)).date().isoformat()
         await store.usage.add(day, SESSION, {"m": Tokens(10, 5, 0, 15 + back)})
@@ -414,7 +414,7 @@ async def test_old_counters_are_pruned_at_start_and_daily_totals_survive(
 
     second = make_agent(data_dir=data, overrides={"quota.retention_days": 3})
     await second.start()
-    store = await second.open_store()
+    store = await second.host.open_store()
     since = (today - timedelta(days=30)).date().isoformat()
     kept = [c.day for c in await store.usage.sessions(since)]
     assert kept == [(today - timedelta(days=b)).date().isoformat() for b in (2, 0)]
@@ -486,6 +486,6 @@ async def test_the_quota_command_shows_usage_and_lets_only_admins_reset(llm, mak
     assert await quota("reset all", None) == (
         "reset today's token counter of every session (0 tokens cleared)"
     )
-    log = await (await agent.open_store()).oplog.list(category="quota")
+    log = await (await agent.host.open_store()).oplog.list(category="quota")
     assert [(e.actor, e.session) for e in log] == [("local", None), ("boss", "g:1")]
     assert len(llm.requests) == 1  # commands never reach the model

@@ -18,7 +18,7 @@ import ania_nb.store as store_pkg
 from ania_nb.errors import StoreError, UsageError
 from ania_nb.store import Database, RunLog, Store, ToolCallRecord
 from ania_nb.store import history as history_mod
-from ania_nb.store._db import BUSY_TIMEOUT_S, MIGRATIONS
+from ania_nb.store.db import BUSY_TIMEOUT_S, MIGRATIONS
 from ania_nb.store.runlog import INTERRUPTED_ERROR
 
 

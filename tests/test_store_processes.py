@@ -13,7 +13,7 @@ from typing import Any
 import ania_nb
 from ania_nb import Agent
 from ania_nb.store import Store
-from ania_nb.store._db import MIGRATIONS
+from ania_nb.store.db import MIGRATIONS
 from ania_nb.testing import RecordedRequest, ScriptedLLM, reply, tool_call
 
 # Only the store is imported: the package's __init__ (agent, openai, ...) is skipped so that

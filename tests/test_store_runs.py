@@ -16,7 +16,7 @@ import pytest
 
 from ania_nb.errors import UsageError
 from ania_nb.store import RunJournal, Store, ToolCallRecord
-from ania_nb.store._owner import Owner, current_owner, is_alive, start_token
+from ania_nb.store.owner import Owner, current_owner, is_alive, start_token
 
 USER = {"role": "user", "content": "hi"}
 
@@ -326,7 +326,7 @@ def test_is_alive_sees_exit_zombies_and_pid_reuse() -> None:
 async def test_an_old_schema_is_upgraded_and_its_running_rows_count_as_orphaned(
     tmp_path: Path,
 ) -> None:
-    from ania_nb.store._db import MIGRATIONS
+    from ania_nb.store.db import MIGRATIONS
 
     path = tmp_path / "ania.db"
 

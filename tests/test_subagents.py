@@ -44,7 +44,7 @@ def sub_agent(make_agent: Callable[..., Any], **overrides: Any) -> Any:
         overrides={"subagent.enable": True, "agent.builtin_tools": True, **overrides}
     )
     if getattr(agent, "agents", None) is None:
-        agents = Agents(agent)
+        agents = Agents(agent.host)
         agent.add_session_tools(agents.session_tools)
         agent._test_agents = agents
     return agent
@@ -455,7 +455,7 @@ async def test_clock_children_are_drained_into_the_same_run(
 ) -> None:
     agent = sub_agent(make_agent)
     tally = Usage()
-    children = ClockChildren(agent, SESSION, time.monotonic() + 120, tally)
+    children = ClockChildren(agent.host, SESSION, time.monotonic() + 120, tally)
     conversation = Conversation(history=[])
     llm.route(CHILD, reply("fact A", usage=usage(7, 3)), reply("fact B", usage=usage(7, 3)))
     llm.route(
@@ -466,9 +466,9 @@ async def test_clock_children_are_drained_into_the_same_run(
     )
 
     async def continue_with(text: str) -> Any:
-        return await agent.run_one_shot(clock_job(agent, children, tally, conversation, text))
+        return await agent.host.run_one_shot(clock_job(agent, children, tally, conversation, text))
 
-    first = await agent.run_one_shot(clock_job(agent, children, tally, conversation, "tick"))
+    first = await agent.host.run_one_shot(clock_job(agent, children, tally, conversation, "tick"))
     assert first.text == "waiting for my helpers"
     started = tool_results([r for r in llm.requests if PARENT(r)][1])
     assert any("(ID: 1)" in t for t in started) and any("(ID: 2)" in t for t in started)
@@ -486,7 +486,7 @@ async def test_clock_drain_stops_after_five_rounds_and_cancels_the_rest(
 ) -> None:
     agent = sub_agent(make_agent)
     tally = Usage()
-    children = ClockChildren(agent, SESSION, time.monotonic() + 120, tally)
+    children = ClockChildren(agent.host, SESSION, time.monotonic() + 120, tally)
     conversation = Conversation(history=[])
     hold_last = threading.Event()
     asked = {"n": 0}
@@ -503,10 +503,12 @@ async def test_clock_drain_stops_after_five_rounds_and_cancels_the_rest(
         llm.route(PARENT, reply(tool_calls=[run(f"job {i + 1}")]), reply(f"reply {i}"))
 
     async def continue_with(text: str) -> Any:
-        return await agent.run_one_shot(clock_job(agent, children, tally, conversation, text))
+        return await agent.host.run_one_shot(clock_job(agent, children, tally, conversation, text))
 
     try:
-        first = await agent.run_one_shot(clock_job(agent, children, tally, conversation, "tick"))
+        first = await agent.host.run_one_shot(
+            clock_job(agent, children, tally, conversation, "tick")
+        )
         final = await children.drain(first, continue_with)
     finally:
         hold_last.set()
@@ -519,7 +521,7 @@ async def test_clock_drain_stops_after_five_rounds_and_cancels_the_rest(
 
 async def test_clock_children_refuse_to_start_with_30_s_or_less_left(make_agent: Any) -> None:
     agent = sub_agent(make_agent)
-    children = ClockChildren(agent, SESSION, time.monotonic() + 20, Usage())
+    children = ClockChildren(agent.host, SESSION, time.monotonic() + 20, Usage())
     with pytest.raises(BudgetError, match="cannot start subagent: not enough remaining time"):
         children.launch("anything", None)
     assert children.running == []
@@ -530,7 +532,7 @@ async def test_clock_drain_keeps_the_last_reply_when_nothing_finishes_before_the
 ) -> None:
     agent = sub_agent(make_agent)
     tally = Usage()
-    children = ClockChildren(agent, SESSION, time.monotonic() + 120, tally)
+    children = ClockChildren(agent.host, SESSION, time.monotonic() + 120, tally)
     conversation = Conversation(history=[])
     hold = threading.Event()
 
@@ -545,7 +547,9 @@ async def test_clock_drain_keeps_the_last_reply_when_nothing_finishes_before_the
         raise AssertionError("nothing finished: there is nothing to report")
 
     try:
-        first = await agent.run_one_shot(clock_job(agent, children, tally, conversation, "tick"))
+        first = await agent.host.run_one_shot(
+            clock_job(agent, children, tally, conversation, "tick")
+        )
         await asyncio.to_thread(llm.wait_for_requests, 3, 10)  # the child is asking
         children.deadline = time.monotonic() + PARENT_RESERVE  # only the reserve is left
         final = await children.drain(first, continue_with)

@@ -97,7 +97,7 @@ def test_team_names_refuse_everything_else(name):
 
 async def test_saved_teams_are_checked_trimmed_and_never_replaced(make_agent):
     agent = make_agent()
-    teams = TeamStore(await agent.open_store())
+    teams = TeamStore(await agent.host.open_store())
     team = await teams.create(
         SESSION, " 写作组 ", [{"name": " 作者 ", "role": " writes " + "x" * 600}], description="d"
     )
@@ -120,7 +120,7 @@ async def test_saved_teams_are_checked_trimmed_and_never_replaced(make_agent):
 
 async def test_each_scope_holds_at_most_twenty_teams(make_agent):
     agent = make_agent()
-    teams = TeamStore(await agent.open_store())
+    teams = TeamStore(await agent.host.open_store())
     for i in range(MAX_TEAMS_PER_SCOPE):
         await teams.create(SESSION, f"t{i}", [{"name": "m", "role": "r"}])
     with pytest.raises(TeamError, match="20 teams"):
@@ -136,7 +136,7 @@ async def test_concurrent_creations_cannot_pass_the_limit_or_overwrite(make_agen
     import asyncio
 
     agent = make_agent()
-    teams = TeamStore(await agent.open_store())
+    teams = TeamStore(await agent.host.open_store())
     attempts = [
         teams.create(SESSION, f"t{i % 25}", [{"name": f"m{i}", "role": "r"}]) for i in range(30)
     ]
@@ -168,7 +168,7 @@ async def test_the_ai_saves_lists_and_deletes_teams_of_its_own_session(llm, make
         ),
         reply("deleted"),
     )
-    await TeamStore(await agent.open_store()).create(
+    await TeamStore(await agent.host.open_store()).create(
         GLOBAL_SCOPE, "shared", [{"name": "G", "role": "g"}]
     )
     await agent.chat("save", session=SESSION)
@@ -187,7 +187,7 @@ async def test_the_ai_saves_lists_and_deletes_teams_of_its_own_session(llm, make
     results = [m["content"] for m in llm.requests[7].messages[-2:]]
     assert results[0] == "deleted team crew"
     assert "no team named 'nope'" in results[1] and not results[1].startswith("Error")
-    teams = TeamStore(await agent.open_store())
+    teams = TeamStore(await agent.host.open_store())
     assert await teams.list(SESSION) == []
     assert [t.name for t in await teams.list(GLOBAL_SCOPE)] == ["shared"]  # not the AI's to touch
 
@@ -293,7 +293,7 @@ async def test_members_run_in_parallel_with_their_roles_and_the_usage_adds_up(ll
         assert task.endswith(f"] {TASK_PREFIX}Compare A and B.{own}")
     # Usage: every LLM call of parent and members is in the parent's tally and record.
     assert result.usage.total_tokens == 55 + 110 + 3 * 15
-    record = await (await agent.open_store()).runs.get(result.run_id)
+    record = await (await agent.host.open_store()).runs.get(result.run_id)
     assert record.total_tokens == 55 + 110 + 3 * 15
 
 
@@ -311,7 +311,7 @@ async def test_members_never_see_subagent_team_or_todo_tools(llm, make_agent):
 
 async def test_roles_come_from_saved_teams_of_the_session_then_global(llm, make_agent):
     agent = team_agent(make_agent)
-    teams = TeamStore(await agent.open_store())
+    teams = TeamStore(await agent.host.open_store())
     await teams.create(SESSION, "mine", [{"name": "Ann", "role": "session Ann"}])
     await teams.create(
         GLOBAL_SCOPE,
@@ -437,7 +437,7 @@ async def test_ania_team_manages_global_and_session_teams(llm, tmp_path, capsys,
         assert "global teams (1):\n1. 评审组 (2 members)\n   description: two steps\n" in out
         assert "   members: 规划师 / Rita" in out
         assert "teams of nb:default (1):\n1. mine (1 members)\n   members: Sam" in out
-        teams = TeamStore(await state.agent().open_store())
+        teams = TeamStore(await state.agent().host.open_store())
         (saved,) = await teams.list(GLOBAL_SCOPE)
         assert [(m.name, m.role) for m in saved.members] == [
             ("规划师", ""),
@@ -484,7 +484,7 @@ async def test_stopping_the_session_stops_every_member_and_keeps_their_tokens(ll
     assert result.status == "stopped"
     ends = [e.data["data"] for e in events if e.kind == "child" and e.data["kind"] == "child_end"]
     assert [(e["status"], e["error"]) for e in ends] == [("stopped", "cancelled")] * 2
-    runs = await (await agent.open_store()).runs.list(session=SESSION)
+    runs = await (await agent.host.open_store()).runs.list(session=SESSION)
     assert sorted(r.status for r in runs) == ["stopped", "stopped", "stopped"]
 
 
@@ -510,7 +510,7 @@ async def test_a_member_gets_only_the_time_the_parent_has_left_minus_30_seconds(
         run_state={"deadline": time.monotonic() + 31.5, "usage": tally},
     )
     try:
-        report = await team_run(agent, ctx, "t", [MemberRequest("a", "r")], timeout_sec=600)
+        report = await team_run(agent.host, ctx, "t", [MemberRequest("a", "r")], timeout_sec=600)
     finally:
         release.set()
     assert "(0 succeeded · 1 failed)" in report

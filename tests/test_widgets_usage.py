@@ -52,7 +52,7 @@ async def test_panel_shows_sessions_against_the_limits_and_the_daily_plot(llm, m
     )
     for session in ("nb:a", "nb:b", "nb:c"):
         assert (await agent.chat("hi", session=session)).ok
-    store = await agent.open_store()
+    store = await agent.host.open_store()
     await store.usage.add(day_before(2), "nb:a", {"scripted": Tokens(300, 100, 50, 400)})
 
     panel = await UsagePanel(agent.quota, days=5).refresh()
@@ -119,7 +119,7 @@ async def test_costs_per_day_when_every_model_is_priced(llm, make_agent):
     agent = await agent_at_noon(make_agent, **{"pricing.models": prices})
     llm.script(reply("hi", usage=usage(500_000, 250_000)))  # 1.0 + 2.0
     await agent.chat("x", session="nb:a")
-    store = await agent.open_store()
+    store = await agent.host.open_store()
     await store.usage.add(day_before(1), "nb:a", {"scripted": Tokens(1_000_000, 0, 0, 1_000_000)})
 
     panel = await UsagePanel(agent.quota, days=3).refresh()
@@ -297,7 +297,7 @@ def test_ania_quota_prints_today_and_resets_with_an_audit_entry(shell, llm):
     _, out = run(shell, "%ania quota reset nb:nobody")
     assert out.stdout.strip().endswith("quota of nb:nobody: 0 tokens cleared")
 
-    store = state.run_sync(agent.open_store())
+    store = state.run_sync(agent.host.open_store())
     log = state.run_sync(store.oplog.list(category="quota"))
     assert [(e.action, e.actor, e.session) for e in log] == [
         ("reset", "notebook", "nb:nobody"),

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from ..errors import UsageError
-from ..store._db import to_json, transaction
+from ..store.db import to_json, transaction
 from .roles import MAX_ROLE_CHARS
 
 if TYPE_CHECKING:  # pragma: no cover

@@ -28,7 +28,7 @@ from ..config import SAVED_CONFIG_NAMESPACE, UNSAVABLE_KEYS, Config
 from ..errors import ConfigError, ToolError
 from ..tools import BaseTool, Tool, ToolContext
 from ._files import read_text, write_atomic
-from ._secrets import mask_json_text, restore_masked
+from .secrets import mask_json_text, restore_masked
 
 if TYPE_CHECKING:  # pragma: no cover
     from ..store import Store

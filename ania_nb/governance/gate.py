@@ -28,9 +28,9 @@ from typing import TYPE_CHECKING, Any
 from ..engine.loop import GateDecision, ToolOutcomeKind
 from ..tools import ToolContext
 from ..tools.builtin.bash import summarize
-from ._secrets import SECRET_CONTAINERS, mask_json
 from .approval_text import approval_text
 from .hooks import PRE_TOOL_OUTCOME, enter_call, payload_for
+from .secrets import SECRET_CONTAINERS, mask_json
 
 if TYPE_CHECKING:  # pragma: no cover
     from ..config import ApprovalSettings

@@ -82,7 +82,7 @@ class NotebookState:
         if not facts.path:
             self._session = notebook_session()
             return self._session
-        kv = (await agent.open_store()).kv(ident.NAMESPACE)
+        kv = (await agent.host.open_store()).kv(ident.NAMESPACE)
         session = self._session
         record = await kv.get(session, None) if session is not None else None
         if session is None or not isinstance(record, dict):
@@ -105,7 +105,7 @@ class NotebookState:
         legacy = f"nb:{Path(path).stem}"
         if legacy in records or Path(path).stem.startswith("Untitled"):
             return new_session()
-        store = await self.agent().open_store()
+        store = await self.agent().host.open_store()
         return legacy if await store.history.count(legacy) else new_session()
 
     async def reconfigure(self, overrides: dict[str, Any]) -> None:

@@ -52,7 +52,7 @@ async def history_command(state: NotebookState, args: list[str]) -> None:
 
 
 async def _list(agent: Agent, current: str) -> None:
-    store = await agent.open_store()
+    store = await agent.host.open_store()
     sessions = await store.history.sessions()
     if current not in sessions:
         sessions.append(current)
@@ -75,7 +75,7 @@ async def archive_history(agent: Agent, session: str) -> str | None:
     messages = await agent.history(session)
     if not messages:
         return None
-    store = await agent.open_store()
+    store = await agent.host.open_store()
     base = f"{session}~{time.strftime('%Y%m%d-%H%M%S')}"
     archive, n = base, 1
     while await store.history.count(archive):  # two --new in one second: never overwrite

@@ -29,7 +29,7 @@ async def team_command(state: NotebookState, args: list[str]) -> None:
     if "--session" in rest:
         rest = [a for a in rest if a != "--session"]
         scope = state.default_session
-    teams = TeamStore(await state.agent().open_store())
+    teams = TeamStore(await state.agent().host.open_store())
     try:
         if sub == "list" and not rest:
             session = state.default_session

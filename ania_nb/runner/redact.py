@@ -29,7 +29,7 @@ from urllib.parse import parse_qsl, quote, quote_plus, urlsplit
 
 from pydantic import BaseModel, SecretStr
 
-from ..governance._secrets import secret_key
+from ..governance.secrets import secret_key
 
 if TYPE_CHECKING:
     from ..agent import Agent

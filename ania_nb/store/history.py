@@ -10,10 +10,10 @@ from typing import TYPE_CHECKING, Any
 
 from ania_nb.errors import UsageError
 
-from ._db import clean_text, to_json, transaction
+from .db import clean_text, to_json, transaction
 
 if TYPE_CHECKING:
-    from ._db import Database
+    from .db import Database
 
 ROLES = frozenset({"system", "user", "assistant", "tool"})
 

@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any
 
 from ania_nb.errors import UsageError
 
-from ._db import transaction
+from .db import transaction
 from .history import check_session, encode_messages, insert_rows, load_rows
 from .runlog import (
     FINAL_STATUSES,
@@ -43,7 +43,7 @@ from .runlog import (
 from .usage import UsageLedger, add_counts
 
 if TYPE_CHECKING:
-    from ._db import Database
+    from .db import Database
     from .usage import Tokens
 
 Message = dict[str, Any]

@@ -10,10 +10,10 @@ from typing import TYPE_CHECKING, Any
 
 from ania_nb.errors import UsageError
 
-from ._db import to_json
+from .db import to_json
 
 if TYPE_CHECKING:
-    from ._db import Database
+    from .db import Database
 
 _NAMESPACE_RE = re.compile(r"[a-z][a-z0-9_.-]{0,63}")
 

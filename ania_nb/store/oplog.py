@@ -10,11 +10,11 @@ from typing import TYPE_CHECKING, Any
 
 from ania_nb.errors import UsageError
 
-from ._db import clean_text, transaction
+from .db import clean_text, transaction
 from .runlog import truncate
 
 if TYPE_CHECKING:
-    from ._db import Database
+    from .db import Database
 
 MAX_DETAIL_CHARS = 500
 MAX_LABEL_CHARS = 64

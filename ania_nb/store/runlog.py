@@ -12,12 +12,12 @@ from typing import TYPE_CHECKING, Any
 
 from ania_nb.errors import UsageError
 
-from ._db import clean_text, transaction
-from ._owner import Owner, current_owner, is_alive
+from .db import clean_text, transaction
 from .history import check_session
+from .owner import Owner, current_owner, is_alive
 
 if TYPE_CHECKING:
-    from ._db import Database
+    from .db import Database
 
 MAX_INPUT_CHARS = 500
 MAX_TOOL_CALLS = 20

@@ -17,11 +17,11 @@ from typing import TYPE_CHECKING, Protocol
 
 from ania_nb.errors import UsageError
 
-from ._db import transaction
+from .db import transaction
 from .history import check_session
 
 if TYPE_CHECKING:
-    from ._db import Database
+    from .db import Database
 
 COUNTS = "prompt_tokens, completion_tokens, cached_tokens, total_tokens"
 

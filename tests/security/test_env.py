@@ -271,7 +271,7 @@ async def test_config_file_get_masks_secrets_and_set_keeps_them(llm, make_agent,
 
     # Written back as read (with one real change), the stored secrets survive.
     masked["mcpServers"]["github"]["args"][-1] = "--quiet"
-    from ania_nb.governance._secrets import restore_masked
+    from ania_nb.governance.secrets import restore_masked
 
     restored = json.loads(restore_masked(json.dumps(masked), mcp.read_text()))
     expected: dict[str, Any] = json.loads(json.dumps(MCP_FILE))

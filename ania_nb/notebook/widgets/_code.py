@@ -17,8 +17,8 @@ from functools import cache
 from typing import Any
 
 from ..._preview import reveal
-from ...governance._secrets import SECRET_CONTAINERS, mask_json
 from ...governance.approval_text import approval_text, ordered_arguments, split_commands
+from ...governance.secrets import SECRET_CONTAINERS, mask_json
 
 # (tool, argument) -> Pygments lexer name of arguments that are always code.
 CODE_ARGUMENTS = {

@@ -1,8 +1,10 @@
-"""One SQLite connection on one dedicated thread: the store's only way to touch the database.
+"""The SQLite database: one connection on one dedicated thread, the schema, statement helpers.
 
-Every statement runs on the ``ania-store`` thread, so SQLite never blocks the event loop and
-statements are serialised without locks. The schema lives in one migration list keyed on
-``PRAGMA user_version``.
+Every statement runs on the ``ania-store`` thread (`Database.run`), so SQLite never blocks the
+event loop and statements are serialised without locks. The schema lives in one migration list
+(`MIGRATIONS`) keyed on ``PRAGMA user_version``. Code that keeps its own tables in the store
+(the clock, saved teams) writes them with `Database.run`, `transaction`, `clean_text` and
+`to_json`, like the store's own modules do.
 """
 
 from __future__ import annotations
@@ -17,16 +19,19 @@ from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from os import PathLike
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Concatenate, ParamSpec, TypeVar
+from typing import Any, Concatenate, ParamSpec, TypeVar
 
 from ania_nb.errors import StoreError
 
-if TYPE_CHECKING:
-    from .history import ChatHistory
-    from .journal import RunJournal
-    from .kv import KVNamespace
-    from .oplog import OpLog
-    from .runlog import RunLog
+__all__ = [
+    "BUSY_TIMEOUT_S",
+    "DB_FILENAME",
+    "MIGRATIONS",
+    "Database",
+    "clean_text",
+    "to_json",
+    "transaction",
+]
 
 P = ParamSpec("P")
 T = TypeVar("T")
@@ -85,7 +90,7 @@ MIGRATIONS: tuple[tuple[str, ...], ...] = (
             detail TEXT NOT NULL DEFAULT ''
         )""",
     ),
-    # Who started each run (see ``_owner``), so that opening a store marks only orphaned runs.
+    # Who started each run (see `store.owner`), so that opening a store marks only orphaned runs.
     (
         "ALTER TABLE runs ADD COLUMN owner_host TEXT",
         "ALTER TABLE runs ADD COLUMN owner_pid INTEGER",
@@ -294,46 +299,6 @@ class Database:
         """Show the file and whether it is open."""
         state = "closed" if self._closed else "open"
         return f"<Database {str(self._path)!r} {state}>"
-
-
-class Store:
-    """The embedded store: one database file with its KV namespaces, chat history and run log."""
-
-    def __init__(self, db: Database, *, run_log_max_entries: int = 200) -> None:
-        """Build the façade over an open database; use :meth:`open` instead."""
-        # Imported here because these modules import ``transaction`` from this one.
-        from .history import ChatHistory
-        from .journal import RunJournal
-        from .oplog import OpLog
-        from .runlog import RunLog
-        from .usage import UsageLedger
-
-        self.db = db
-        self.history: ChatHistory = ChatHistory(db)
-        self.runs: RunLog = RunLog(db, max_entries=run_log_max_entries)
-        self.journal: RunJournal = RunJournal(db, max_entries=self.runs.max_entries)
-        self.oplog: OpLog = OpLog(db)
-        self.usage: UsageLedger = UsageLedger(db)
-
-    @classmethod
-    async def open(cls, data_dir: str | PathLike[str], *, run_log_max_entries: int = 200) -> Store:
-        """Open ``<data_dir>/ania.db``, creating the directory and file if needed."""
-        db = await Database.open(Path(data_dir) / DB_FILENAME)
-        try:
-            return cls(db, run_log_max_entries=run_log_max_entries)
-        except BaseException:
-            await db.close()  # e.g. a bad run_log_max_entries must not leak the connection
-            raise
-
-    def kv(self, namespace: str) -> KVNamespace:
-        """Return the key-value namespace ``namespace`` (``[a-z][a-z0-9_.-]{0,63}``)."""
-        from .kv import KVNamespace
-
-        return KVNamespace(self.db, namespace)
-
-    async def close(self) -> None:
-        """Close the database; calling again is a no-op."""
-        await self.db.close()
 
 
 def _op_name(fn: Callable[..., Any]) -> str:
