@@ -337,7 +337,7 @@ async def test_abort_ends_a_view_whose_run_raised(llm, make_agent):
 
 
 def test_the_knowledge_line_in_the_run_view_uses_svg_icons():
-    from ania_nb.notebook.widgets._kb_parts import injected_html, injected_text
+    from ania_nb.notebook.widgets.run import injected_html, injected_text
 
     data = {
         "chunks": [{"doc_id": "d", "title": "Guide", "score": 0.8}],

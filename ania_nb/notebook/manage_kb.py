@@ -113,8 +113,7 @@ async def _knowledge(state: NotebookState) -> Knowledge:
 
 
 async def _search(knowledge: Knowledge, scope: str, query: str) -> None:
-    from .widgets._kb_parts import hit_line
-    from .widgets.knowledge import GLOBAL
+    from .widgets.knowledge import GLOBAL, hit_line
 
     scopes = [scope] if scope == GLOBAL else [scope, GLOBAL]
     hits = await knowledge.kb.search(query, scopes)
@@ -127,7 +126,7 @@ async def _search(knowledge: Knowledge, scope: str, query: str) -> None:
 async def _add(knowledge: Knowledge, scope: str, paths: list[str]) -> None:
     from IPython.display import display
 
-    from .widgets._kb_parts import IngestBar, ingest_with_bar
+    from .widgets.ingest import IngestBar, ingest_with_bar
 
     bar = IngestBar()
     display(bar)  # ends with the summary: "added 3 document(s) (12 chunks), 1 already there"
@@ -140,7 +139,7 @@ async def _add_dataframe(
 ) -> None:
     from IPython.display import display
 
-    from .widgets._kb_parts import IngestBar, dataframe_with_bar
+    from .widgets.ingest import IngestBar, dataframe_with_bar
 
     title_column = None
     if "--title" in words:
@@ -163,7 +162,7 @@ async def _add_dataframe(
 
 
 def _print_added(results: list[AddResult]) -> None:
-    from .widgets._kb_parts import skipped_files
+    from .widgets.ingest import skipped_files
 
     for result in results:
         doc = result.document

@@ -12,6 +12,7 @@ import json
 import mimetypes
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping
+from datetime import datetime
 from functools import cache
 from typing import Any
 
@@ -201,3 +202,13 @@ def download_link(name: str, data_b64: str, size: int) -> str:
 
     label = icon("download", label="download") + html.escape(f" {name} ({size_text(size)})")
     return f'<a download="{html.escape(name)}" href="{href}">{label}</a>'
+
+
+def clock_time(when: float | None) -> str:
+    """Local time of day (today) or date and time (other days); empty for None."""
+    if when is None:
+        return ""
+    moment = datetime.fromtimestamp(when)
+    if moment.date() == datetime.now().date():
+        return moment.strftime("%H:%M:%S")
+    return moment.strftime("%Y-%m-%d %H:%M")

