@@ -11,13 +11,13 @@ from typing import Any
 
 
 def _parser() -> argparse.ArgumentParser:
-    from . import __version__
+    from ._version import VERSION
 
     parser = argparse.ArgumentParser(
         prog="ania-nb",
         description="ania-nb: a Jupyter-native LLM agent. In a notebook: %load_ext ania_nb.",
     )
-    parser.add_argument("--version", action="version", version=f"ania-nb {__version__}")
+    parser.add_argument("--version", action="version", version=f"ania-nb {VERSION}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     demo = sub.add_parser(
         "demo", help="run an offline agent conversation against the built-in scripted model"

@@ -4,24 +4,141 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import types
 
 import ania_nb
 
+# The public surface, pinned: adding or removing a name here is an API decision ([arch §13]).
+PUBLIC_API = [
+    "AddResult",
+    "Agent",
+    "AniaError",
+    "ApprovalRequest",
+    "BaseTool",
+    "Callbacks",
+    "Clock",
+    "ClockError",
+    "ClockEvent",
+    "ClockTask",
+    "Config",
+    "ConfigError",
+    "Delivery",
+    "Document",
+    "FrontmatterError",
+    "Hit",
+    "HookResult",
+    "HttpClients",
+    "Knowledge",
+    "KnowledgeError",
+    "KnowledgeStatus",
+    "LLMError",
+    "LLMStreamError",
+    "MCPServerError",
+    "MemoryEntry",
+    "Message",
+    "MissingExtraError",
+    "Outbox",
+    "Quota",
+    "ResourceError",
+    "RunError",
+    "RunEvent",
+    "RunRecord",
+    "RunResult",
+    "Session",
+    "SessionBusyError",
+    "SkillError",
+    "SkillInstallError",
+    "StoreError",
+    "TaskLogEntry",
+    "Tool",
+    "ToolCallRecord",
+    "ToolCallResult",
+    "ToolContext",
+    "ToolDefinitionError",
+    "ToolError",
+    "ToolSignal",
+    "Usage",
+    "UsageError",
+    "UsageReport",
+    "__version__",
+    "tool",
+]
+# Public module attributes that are not API: IPython's extension hooks.
+NOT_EXPORTED = {"load_ipython_extension", "unload_ipython_extension"}
 
-def test_all_is_sorted_and_matches_the_public_names():
-    public = sorted(
-        n for n in vars(ania_nb) if (not n.startswith("_") and n[0].isupper()) or n == "tool"
-    )
-    exported = [n for n in ania_nb.__all__]
-    assert exported == sorted(exported)
-    assert set(public) <= set(exported) | {"annotations"}
-    assert all(hasattr(ania_nb, name) for name in exported)
+
+def _public_attributes(module: types.ModuleType) -> set[str]:
+    """The module's public names, submodules (``ania_nb.agent`` …) left out."""
+    return {
+        name
+        for name, value in vars(module).items()
+        if not name.startswith("_") and not isinstance(value, types.ModuleType)
+    }
+
+
+def test_the_public_api_is_pinned():
+    assert ania_nb.__all__ == PUBLIC_API  # sorted, and nothing added or lost by accident
+    assert all(hasattr(ania_nb, name) for name in PUBLIC_API)
+    # a name imported into the package but not exported is an accident too
+    stray = _public_attributes(ania_nb) - set(PUBLIC_API) - NOT_EXPORTED
+    assert stray == set(), "export these in __all__ (and pin them here) or import them privately"
+
+
+def test_the_pin_catches_an_accidental_export(monkeypatch):
+    # Guard the guard: a public name that appears in the package is reported.
+    monkeypatch.setattr(ania_nb, "SessionTable", object, raising=False)
+    assert "SessionTable" in _public_attributes(ania_nb) - set(PUBLIC_API) - NOT_EXPORTED
+
+
+def test_every_export_is_documented_and_the_version_comes_from_the_metadata():
+    from importlib import metadata
+
+    for name in PUBLIC_API:
+        value = getattr(ania_nb, name)
+        if isinstance(value, type):
+            assert vars(value).get("__doc__"), f"{name} needs a docstring of its own"
+        elif callable(value):
+            assert getattr(value, "__doc__", None), f"{name} needs a docstring"
+    assert ania_nb.__version__ == metadata.version("ania-nb")
+
+
+def test_the_types_users_touch_through_an_agent_are_the_exported_ones():
+    import typing
+
+    from ania_nb import agent as agent_module
+
+    hints = typing.get_type_hints(ania_nb.Agent.runs)
+    assert hints["return"] == list[ania_nb.RunRecord]
+    assert typing.get_type_hints(ania_nb.Agent.history)["return"] == list[ania_nb.Message]
+    assert typing.get_type_hints(ania_nb.Agent.session)["return"] is ania_nb.Session
+    assert ania_nb.Clock.__module__ == "ania_nb.clock"
+    assert ania_nb.ClockTask.__module__ == "ania_nb.clock.model"
+    assert agent_module.Outbox is ania_nb.Outbox and agent_module.Quota is ania_nb.Quota
+
+
+def test_agent_shows_only_what_users_call():
+    plumbing = {
+        "inject",
+        "run_one_shot",
+        "add_derived_usage",
+        "on_stop",
+        "open_store",
+        "quota_denial",
+        "system_prompt_for",
+        "is_admin",
+        "role_of",
+    }
+    public = {n for n in dir(ania_nb.Agent) if not n.startswith("_")}
+    assert public & plumbing == set()  # behind agent.host
+    host = ania_nb.orchestration.AgentHost
+    assert plumbing <= {n for n in dir(host) if not n.startswith("_")}
 
 
 def test_import_does_not_load_heavy_dependencies():
     code = (
         "import sys, ania_nb, ania_nb.testing; "
-        "heavy = [m for m in ('openai', 'mcp', 'lancedb', 'httpx2') if m in sys.modules]; "
+        "heavy = [m for m in ('openai', 'mcp', 'lancedb', 'httpx2', 'apscheduler') "
+        "if m in sys.modules]; "
         "print(heavy)"
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)

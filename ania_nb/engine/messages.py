@@ -9,7 +9,7 @@ from collections.abc import Iterable, Sequence
 from datetime import datetime
 from typing import Any
 
-Message = dict[str, Any]
+Message = dict[str, Any]  # one chat message in OpenAI form: role, content, tool_calls, …
 
 _THINK = re.compile(r"<think>.*?</think>", re.DOTALL)
 

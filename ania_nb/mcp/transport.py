@@ -174,7 +174,7 @@ async def open_session(
     from mcp.client.streamable_http import streamable_http_client
     from mcp.shared._httpx_utils import create_mcp_http_client
 
-    from ania_nb import __version__
+    from ania_nb._version import VERSION
 
     if config.transport == "stdio":
         params = StdioServerParameters(
@@ -214,7 +214,7 @@ async def open_session(
             )
         )
     read_stream, write_stream = streams
-    info = mcp_types.Implementation(name="ania-nb", version=__version__)
+    info = mcp_types.Implementation(name="ania-nb", version=VERSION)
     session = await stack.enter_async_context(
         ClientSession(read_stream, write_stream, client_info=info)
     )
