@@ -1,10 +1,8 @@
-"""The orchestration layer: one run path for every kind of run, session bookkeeping, layering."""
+"""The orchestration layer: one run path for every kind of run, session bookkeeping."""
 
 from __future__ import annotations
 
-import ast
 import asyncio
-from pathlib import Path
 
 import pytest
 
@@ -20,89 +18,7 @@ from ania_nb.orchestration import (
 )
 from ania_nb.testing import reply, tool_call, usage
 
-PACKAGE = Path(ania_nb.__file__).parent
-
-# Which top-level parts of the package each layer may import ([arch §1]; top imports below).
-LOWER_LAYERS = {
-    "store": set(),
-    "config": set(),
-    "engine": {"config", "store"},
-    "tools": {"engine", "config", "store"},
-    "mcp": {"tools", "engine", "config", "store"},
-    "skills": {"tools", "engine", "config", "store"},
-    "governance": {"tools", "engine", "config", "store", "result"},
-    "knowledge": {"tools", "engine", "config", "store", "result"},
-    "quota": {"engine", "config", "store"},
-    "orchestration": {
-        "governance",
-        "tools",
-        "mcp",
-        "skills",
-        "engine",
-        "config",
-        "store",
-        "result",
-        "prompts",
-    },
-}
-# Orchestration-level packages built on the one run path: agents (subagents, teams) and the
-# clock, whose runs may start subagents.
-LOWER_LAYERS["agents"] = LOWER_LAYERS["orchestration"] | {"orchestration"}
-LOWER_LAYERS["clock"] = LOWER_LAYERS["agents"] | {"agents"}
-# Leaf modules anyone may use.
-SHARED = {"errors", "_atomic", "_extras", "_http", "_env", "_preview", "_subprocess", "py"}
-FORBIDDEN_EVERYWHERE_BELOW_FRONT_ENDS = {"notebook", "runner", "agent", "cli", "demo"}
-
-
-def _imported_parts(path: Path) -> set[str]:
-    """Top-level ``ania_nb`` parts a module imports (absolute or relative)."""
-    tree = ast.parse(path.read_text(encoding="utf-8"))
-    depth = len(path.relative_to(PACKAGE).parts) - 1  # folders below ania_nb/
-    parts: set[str] = set()
-    for node in ast.walk(tree):
-        if isinstance(node, ast.ImportFrom):
-            if node.level == 0:
-                names = [node.module or ""]
-            else:
-                up = node.level - 1
-                if up > depth:
-                    continue
-                base = list(path.relative_to(PACKAGE).parts[:depth][: depth - up])
-                names = [".".join(["ania_nb", *base, node.module or ""]).rstrip(".")]
-                if not node.module:
-                    names = [".".join(["ania_nb", *base, a.name]) for a in node.names]
-        elif isinstance(node, ast.Import):
-            names = [a.name for a in node.names]
-        else:
-            continue
-        for name in names:
-            bits = name.split(".")
-            if bits[0] == "ania_nb" and len(bits) > 1:
-                parts.add(bits[1])
-    return parts
-
-
-@pytest.mark.parametrize("layer", sorted(LOWER_LAYERS))
-def test_layers_import_only_downwards(layer):
-    allowed = LOWER_LAYERS[layer] | SHARED | {layer}
-    offenders = {}
-    for path in sorted((PACKAGE / layer).rglob("*.py")):
-        bad = _imported_parts(path) - allowed
-        if bad:
-            offenders[str(path.relative_to(PACKAGE))] = sorted(bad)
-    assert offenders == {}, f"{layer} imports a layer above it: {offenders}"
-    for path in (PACKAGE / layer).rglob("*.py"):
-        assert not _imported_parts(path) & FORBIDDEN_EVERYWHERE_BELOW_FRONT_ENDS
-
-
-def test_the_import_scanner_sees_relative_and_absolute_imports(tmp_path):
-    # Guard the guard: a module importing upwards is caught.
-    fake = PACKAGE / "engine" / "_probe_for_test.py"
-    fake.write_text("from ..orchestration import RunSpec\nimport ania_nb.notebook\n")
-    try:
-        assert _imported_parts(fake) == {"orchestration", "notebook"}
-    finally:
-        fake.unlink()
+# The layer rule and the private-module rule are checked by tests/test_layers.py.
 
 
 # ------------------------------------------------------------------ one-shot runs
