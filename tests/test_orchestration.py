@@ -400,3 +400,51 @@ async def test_plan_mode_for_one_run_does_not_touch_the_session(llm, make_agent)
     llm.script(reply(tool_calls=[tool_call("write")]), reply("done"))
     await agent.chat("now do it")
     assert ran == ["write"]
+
+
+# ------------------------------------------------------------------ record-only turns
+
+
+async def test_a_quota_denied_turn_shows_run_start_then_run_end(llm, make_agent):
+    """[design §1] The record-only path: nothing runs, the front end still sees a whole run."""
+    agent = make_agent(overrides={"quota.daily_tokens": 10})
+    llm.script(reply("long answer", usage=usage(20, 5)))
+    assert (await agent.chat("first", session="nb:quota")).ok  # 25 of 10 tokens: used up
+    events: list[RunEvent] = []
+    denied = await agent.chat(
+        "second", session="nb:quota", callbacks=Callbacks(on_event=events.append)
+    )
+    assert denied.status == "denied" and len(llm.requests) == 1  # the model was not asked
+    assert [e.kind for e in events] == ["run_start", "run_end"]
+    start, end = events
+    assert start.data == {"run_id": denied.run_id, "text": "second"}
+    assert start.session == end.session == "nb:quota"
+    assert end.data == {"status": "denied", "error": denied.error}
+    [record] = await agent.runs(session="nb:quota", status="denied")
+    assert record.id == denied.run_id
+
+
+async def test_a_hook_refused_turn_shows_run_start_then_run_end(llm, make_agent):
+    from ania_nb import HookResult
+
+    agent = make_agent()
+    agent.add_hook(
+        "UserPromptSubmit",
+        lambda event, payload: (
+            HookResult(block=True, reason="not today") if "secret" in payload["prompt"] else None
+        ),
+    )
+    events: list[RunEvent] = []
+    refused = await agent.chat(
+        "the secret plan", session="nb:hook", callbacks=Callbacks(on_event=events.append)
+    )
+    assert refused.status == "error" and llm.requests == []
+    assert [e.kind for e in events] == ["run_start", "run_end"]
+    assert events[0].data == {"run_id": refused.run_id, "text": "the secret plan"}
+    assert events[1].data == {
+        "status": "error",
+        "error": "blocked by a UserPromptSubmit hook: not today",
+    }
+    assert await agent.history("nb:hook") == []  # the history is left as it was
+    [record] = await agent.runs(session="nb:hook")
+    assert (record.id, record.status) == (refused.run_id, "error")

@@ -1,7 +1,8 @@
 """Main chat turns: a batch of a session's waiting messages becomes one `RunSpec`.
 
 Governance prepares the prompt first (SessionStart, UserPromptSubmit, plan note, todo reminder);
-a UserPromptSubmit block is recorded as a refused run and the history is left as it was. The
+a turn refused before it starts (a used-up quota, a UserPromptSubmit block) is only recorded —
+the one path that does not enter `execute_run` — and the history is left as it was. The
 run's role is the highest among its messages' (a sender's role in the chat, or the role an
 injected message carries), and its tool view offers only what that role may use.
 """
@@ -14,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..engine.callbacks import RunEvent
 from ..governance.roles import highest
-from ..result import RunResult
+from ..result import RunResult, RunStatus
 from .queues import resolve
 from .records import StoreRecord
 from .run import RunServices, execute_run
@@ -107,14 +108,10 @@ async def _denied(
     store: Store, state: Session, text: str, batch: list[Pending], reason: str
 ) -> RunResult:
     """A quota refused the turn: record it, drop the queue (its callers get the same answer)."""
-    run_id = await store.runs.start(state.name, text, senders_of(batch))
-    await store.runs.finish(run_id, "denied", error=reason)
-    result = RunResult("", "denied", state.name, run_id=run_id, error=reason)
+    result = await _record_only(store, state.name, text, batch, "denied", reason)
     dropped, state.queue = state.queue, []
     for pending in dropped:
         resolve(pending, result)
-    event = RunEvent("run_end", state.name, {"status": "denied", "error": reason})
-    await batch[-1].callbacks.emit(event)
     return result
 
 
@@ -122,9 +119,22 @@ async def _refused(
     store: Store, session: str, text: str, batch: list[Pending], reason: str
 ) -> RunResult:
     """A UserPromptSubmit hook blocked the turn: record it; the history is left as it was."""
-    run_id = await store.runs.start(session, text, senders_of(batch))
     error = f"blocked by a UserPromptSubmit hook: {reason}"
-    await store.runs.finish(run_id, "error", error=error)
-    event = RunEvent("run_end", session, {"status": "error", "error": error})
-    await batch[-1].callbacks.emit(event)
-    return RunResult("", "error", session, run_id=run_id, error=error)
+    return await _record_only(store, session, text, batch, "error", error)
+
+
+async def _record_only(
+    store: Store, session: str, text: str, batch: list[Pending], status: RunStatus, error: str
+) -> RunResult:
+    """The one record-only path [design §1]: a turn refused before it starts.
+
+    Nothing runs, so it does not enter `execute_run`: the run record is opened and closed with
+    the refusal, and the front end sees what every run shows it — ``run_start`` (with the
+    record's id), then ``run_end`` with the status and the reason.
+    """
+    run_id = await store.runs.start(session, text, senders_of(batch))
+    await store.runs.finish(run_id, status, error=error)
+    callbacks = batch[-1].callbacks
+    await callbacks.emit(RunEvent("run_start", session, {"run_id": run_id, "text": text}))
+    await callbacks.emit(RunEvent("run_end", session, {"status": status, "error": error}))
+    return RunResult("", status, session, run_id=run_id, error=error)
