@@ -489,7 +489,7 @@ async def measure_startup(args: argparse.Namespace, base_url: str, root: Path) -
 async def start_clock(
     agent: Any, expected: int, profile: cProfile.Profile | None = None
 ) -> tuple[float, float, float]:
-    """Start and close a fresh ``Clock(agent.host)``: (wall, CPU, longest loop stall) of ``start()``.
+    """Start and close a fresh ``Clock(agent.host)``: wall, CPU and longest loop stall of start().
 
     The stall is the longest gap seen by a 1 ms ticker running on the loop meanwhile.
     """

@@ -4,8 +4,8 @@ A one-shot run has no history of its own (unless a caller continues one in ``con
 uses the target session's tools minus what its kind may not use and what its role may not use
 (the role of whoever started it: the clock task's creator, the parent run), lets only admins
 approve tool calls (nobody stands behind it), reaches the front end only for images, files and
-approvals, and reports to whoever started it. The Agent turns a job into a `RunSpec`
-(`Agent.run_one_shot`); the clock and the agents packages build the jobs.
+approvals, and reports to whoever started it. The Agent's host turns a job into a `RunSpec`
+(`AgentHost.run_one_shot`); the clock and the agents packages build the jobs.
 """
 
 from __future__ import annotations

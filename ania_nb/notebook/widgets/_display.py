@@ -12,7 +12,7 @@ from typing import Any
 
 
 class Displayable:
-    """Mixin for views with a ``widget`` and a ``text()`` rendering."""
+    """Base of the views: a ``widget``, a ``text()`` rendering and the static fallbacks."""
 
     widget: Any
     _display_handle: Any = None
