@@ -67,7 +67,8 @@ class Agent:
     Keyword overrides: ``base_url``, ``api_key``, ``model``, ``data_dir`` or any dotted config key
     passed in ``overrides={"agent.max_iterations": 5}``. Your own HTTP clients (proxies, TLS,
     recording) go in ``http=HttpClients(llm=..., vision=..., web=..., mcp=factory)``; they stay
-    open when the Agent closes.
+    open when the Agent closes. ``agent.host`` is what the clock, subagents and teams use
+    (one-shot runs, injected messages, the store); users rarely need it.
     """
 
     def __init__(

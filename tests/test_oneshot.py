@@ -181,6 +181,35 @@ async def test_stop_listeners_hear_every_stop(make_agent):
     assert heard == ["nb:idle"]
 
 
+async def test_the_clock_and_the_agents_get_the_host_not_the_agent(make_agent):
+    agent = make_agent()
+    assert agent.clock.host is agent.host and agent.agents.host is agent.host
+    held = [value for value in vars(agent.host).values() if value is agent]
+    assert held == []  # the host holds the Agent's parts, never the Agent
+    assert agent.host.outbox is agent.outbox and agent.host.config is agent.config
+
+
+async def test_a_closing_agent_takes_no_injected_message(llm, make_agent):
+    agent = make_agent()
+    await agent.start()
+    await agent.aclose()
+    assert agent.host.inject("nb:late", "a result after the close") is False
+    assert llm.requests == []
+
+
+async def test_a_failing_stop_listener_does_not_stop_the_others(make_agent):
+    agent = make_agent()
+    heard: list[str] = []
+
+    def broken(session: str) -> bool:
+        raise RuntimeError("listener bug")
+
+    agent.host.on_stop(broken)
+    agent.host.on_stop(lambda session: heard.append(session) or False)
+    assert agent.stop("nb:idle") is False  # nothing ran, nothing was stopped
+    assert heard == ["nb:idle"]
+
+
 async def test_a_failing_subscriber_does_not_stop_the_others():
     box = Outbox()
     got: list[str] = []
