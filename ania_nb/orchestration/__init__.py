@@ -3,7 +3,8 @@
 Every run — a main chat turn, a clock run, a subagent, a team member — is a `RunSpec` executed by
 `execute_run` (the one run path: loop, gate, hooks, compaction, persistence). The `Agent`
 façade builds main-turn specs from its session queues (`answer_batch`); the clock and the
-agents packages will build the other kinds. This layer sits above the engine, the capabilities
+agents packages build the other kinds as `OneShotJob`s, run through the Agent's `AgentHost`
+(``agent.host``). This layer sits above the engine, the capabilities
 (tools, MCP, skills) and governance, and below the front ends; it never imports them.
 """
 
