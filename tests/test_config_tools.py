@@ -51,7 +51,8 @@ async def test_config_get_masks_sensitive_values(make_agent, tmp_path):
     assert {info.key for info in agent.config.describe()} <= listed  # every key, none cut off
     unset = await run_tool(agent, "config_get", key="compressor.model")
     assert unset.text == (
-        'compressor.model = (not set)\nmeaning: Model name; empty disables this role. (default "")'
+        'compressor.model = (not set)\nmeaning: Model name; empty = the main model summarises. '
+        '(default "")'
     )
     unknown = await run_tool(agent, "config_get", key="agent.nope")
     assert "unknown config key 'agent.nope'" in unknown.error
