@@ -255,6 +255,17 @@ def test_config_set_is_the_same_as_config(shell):
     assert state.agent().config.llm.model == "local-qwen"
 
 
+def test_config_set_takes_an_old_key_name_and_the_last_setting_wins(shell):
+    state = shell.magics_manager.registry["AgentMagics"].state
+    run(shell, "%ania config set bash.max_output=300")
+    assert state.agent().config.bash.max_output_chars == 300
+    run(shell, "%ania config set bash.max_output_chars=400")
+    assert state.agent().config.bash.max_output_chars == 400
+    run(shell, "%ania config set bash.max_output=500")
+    assert state.agent().config.bash.max_output_chars == 500
+    assert "bash.max_output_chars = 500" in run(shell, "%ania config")
+
+
 async def test_the_notebook_callbacks_are_the_run_views(make_agent):
     from ania_nb.notebook.widgets import RunView
 

@@ -580,8 +580,8 @@ class SubagentSettings(Endpoint):
 
     @property
     def own_endpoint(self) -> bool:
-        """Whether one-shot runs have a model or endpoint of their own (else the main client)."""
-        return bool(self.model.strip() or self.base_url.strip())
+        """Whether one-shot runs have a model, endpoint or key of their own (else the main's)."""
+        return bool(self.model.strip() or self.base_url.strip() or _secret_text(self.api_key))
 
 
 class TeamSettings(Section):

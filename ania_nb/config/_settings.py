@@ -155,7 +155,12 @@ class Config(BaseSettings):
     @model_validator(mode="before")
     @classmethod
     def _renamed_keys(cls, data: Any) -> Any:
-        """Take the old names of renamed keys (TOML, ``ANIA_…``, section dicts) as the new ones."""
+        """Take the old names of renamed keys (TOML, ``ANIA_…``, section dicts) as the new ones.
+
+        Where a section has both, the new name wins: the sources are merged by now, and
+        `with_overrides` passes every key under its new name while an ``ANIA_…`` variable may
+        still use the old one.
+        """
         if not isinstance(data, dict):
             return data
         out = dict(data)
@@ -164,12 +169,8 @@ class Config(BaseSettings):
             values = out.get(section)
             if not isinstance(values, Mapping) or old_key not in values:
                 continue
-            new_key = new.partition(".")[2]
             values = dict(values)
-            value = values.pop(old_key)
-            if new_key in values and values[new_key] != value:
-                raise _both_set(old, new)  # a ConfigError: pydantic lets it through as it is
-            values[new_key] = value
+            values.setdefault(new.partition(".")[2], values.pop(old_key))
             out[section] = values
             current_key(old)  # the warning
         return out
@@ -337,17 +338,14 @@ def current_keys(values: Mapping[str, Any]) -> dict[str, Any]:
     for dotted, value in values.items():
         key = current_key(dotted)
         if key in out and out[key] != value:
-            raise _both_set(FORMER_KEYS[key], key)
+            old = FORMER_KEYS[key]
+            raise ConfigError(
+                f"{old} and {key} are both set, to different values: {old} is the old name of "
+                f"{key}; keep only {key}",
+                key=key,
+            )
         out[key] = value
     return out
-
-
-def _both_set(old: str, new: str) -> ConfigError:
-    return ConfigError(
-        f"{old} and {new} are both set, to different values: {old} is the old name of {new}; "
-        f"keep only {new}",
-        key=new,
-    )
 
 
 def _mask_entries(entries: list[str]) -> list[str]:
