@@ -252,7 +252,7 @@ def test_the_clients_use_the_one_resolution():
     c = Config(
         llm={"base_url": "http://main/v1", "api_key": "sk-main", "model": "main-model"},
         vision={"base_url": "http://vision/v1", "model": "eyes"},
-        subagent={"api_key": "sk-sub"},
+        subagent={"api_key": "sk-sub", "base_url": "  "},  # blank is empty
         compressor={"model": "short"},
         fallback={"model": "backup"},
     )

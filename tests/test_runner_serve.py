@@ -424,6 +424,23 @@ async def test_a_local_endpoint_needs_no_key(
     assert await proc.stop() == 0
 
 
+async def test_a_saved_value_that_leaves_the_model_without_a_key_is_refused_too(
+    launch: Any, impl: OneBotImpl, tmp_path: Path
+) -> None:
+    from ania_nb.store import Store
+
+    store = await Store.open(tmp_path / "data")  # config_set moved the bot to a hosted endpoint
+    try:
+        await store.kv("config").set("llm.base_url", "https://api.example.com/v1")
+    finally:
+        await store.close()
+    url = await impl.serve()
+    proc = await launch(llm={"api_key": ""}, runner={"mode": "forward", "url": url})
+    assert await proc.wait() == 2
+    assert "cannot start: the model is not configured: llm.api_key is not set" in proc.log
+    assert impl.connections == 0 and impl.request_headers == []
+
+
 async def test_a_crash_exits_1_with_the_traceback(launch: Any, tmp_path: Path) -> None:
     (tmp_path / "data").write_text("a file where the data directory should be")
     proc = await launch()

@@ -158,7 +158,7 @@ async def serve(
     from .router import Router
 
     check_settings(config.runner)
-    check_model(config)
+    check_model(config)  # before the store, MCP and any connection: never a bot that cannot answer
     agent = Agent(config)
     if redactor is not None:
         redactor.add_source(MCPSecrets(agent))
@@ -259,7 +259,6 @@ def main(config_path: Path | None = None, log_level: str = "INFO") -> int:
         config = Config.load(config_path)
         redactor.add_secrets(config_secrets(config))
         check_settings(config.runner)
-        check_model(config)  # before any connection: the OneBot side never sees a dead bot
         return asyncio.run(_serve_with_signals(config, redactor))
     except (UsageError, StartError) as exc:  # bad config, refused or impossible listener
         log.error("cannot start: %s", exc)
