@@ -6,7 +6,7 @@ from ._model_check import (
     api_key_set,
     env_name,
     is_local,
-    joined,
+    join_keys,
     missing_model_keys,
     require_endpoint,
 )
@@ -94,7 +94,7 @@ __all__ = [
     "current_keys",
     "env_name",
     "is_local",
-    "joined",
+    "join_keys",
     "mask",
     "missing_model_keys",
     "require_endpoint",

@@ -31,7 +31,7 @@ def env_name(key: str) -> str:
     return "ANIA_" + key.upper().replace(".", "__")
 
 
-def joined(keys: list[str]) -> str:
+def join_keys(keys: list[str]) -> str:
     """``a``, ``a and b``, ``a, b and c``."""
     return keys[0] if len(keys) == 1 else ", ".join(keys[:-1]) + " and " + keys[-1]
 
@@ -88,7 +88,7 @@ def require_endpoint(endpoint: ResolvedEndpoint, role: str = "llm") -> None:
     code = ", ".join(f"{key.partition('.')[2]}=…" for key in missing)
     magic = " ".join(f"{key}=…" for key in missing)
     raise ConfigError(
-        f"{joined(missing)} {verb} not set{own}: ania-nb has no default model. Point it at an "
+        f"{join_keys(missing)} {verb} not set{own}: ania-nb has no default model. Point it at an "
         "OpenAI-compatible Chat Completions endpoint (with llm.api_key if it needs one) in one "
         "of three ways:\n"
         f"  • ania.toml:        [llm]  {toml}\n"

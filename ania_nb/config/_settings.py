@@ -1,9 +1,10 @@
 """`Config`: every setting, from defaults < `ania.toml` < `ANIA_…` environment < overrides.
 
 Keys are grouped in sections (``llm``, ``fallback``, ``compressor``, ``retry``, ``agent``,
-``store``); in the environment a section and its key are joined with ``__``, e.g.
+``store``, …); in the environment a section and its key are joined with ``__``, e.g.
 ``ANIA_LLM__API_KEY``. Sensitive keys are ``SecretStr`` and marked ``sensitive`` so every display
-masks them.
+masks them. A renamed key (`RENAMED_KEYS`) is still accepted under its old name from every
+source, with a warning logged once per process; listings show only the new names.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from pydantic_settings import (
 
 from ..errors import ConfigError
 from ._knowledge_sections import EmbeddingSettings, KbSettings, MemorySettings
+from ._model_check import env_name
 from ._quota_sections import PricingSettings, QuotaSettings
 from ._runner_sections import RunnerSettings
 from ._sections import (
@@ -323,11 +325,11 @@ def current_key(dotted: str) -> str:
         _warned.add(dotted)
         log.warning(
             "config key %s was renamed to %s: the old name still works for now, but set %s "
-            "instead (in ania.toml, ANIA_%s, overrides or config_set)",
+            "instead (in ania.toml, %s, overrides or config_set)",
             dotted,
             new,
             new,
-            new.upper().replace(".", "__"),
+            env_name(new),
         )
     return new
 

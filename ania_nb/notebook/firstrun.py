@@ -19,7 +19,14 @@ from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
 from urllib.request import getproxies, proxy_bypass
 
-from ..config import MODEL_KEY_EXAMPLES, api_key_set, env_name, is_local, joined, missing_model_keys
+from ..config import (
+    MODEL_KEY_EXAMPLES,
+    api_key_set,
+    env_name,
+    is_local,
+    join_keys,
+    missing_model_keys,
+)
 from ..errors import ConfigError
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -58,7 +65,7 @@ def missing_settings(config: Config) -> str | None:
             else ""
         )
         return (
-            f"{joined(unset)} {verb} not set: ania-nb has no default model. Point it at any "
+            f"{join_keys(unset)} {verb} not set: ania-nb has no default model. Point it at any "
             f"OpenAI-compatible Chat Completions endpoint.{key_note}\n" + where_to_set(unset)
         )
     if missing:  # only the key: a hosted endpoint

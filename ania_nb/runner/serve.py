@@ -96,7 +96,7 @@ def check_model(config: Config) -> None:
 
     Without it the runner would start, say "ready" and answer every chat with an error.
     """
-    from ..config import env_name, joined, missing_model_keys
+    from ..config import env_name, join_keys, missing_model_keys
 
     missing = missing_model_keys(config)
     if not missing:
@@ -111,9 +111,9 @@ def check_model(config: Config) -> None:
         else "ania-nb has no default model"
     )
     raise StartError(
-        f"the model is not configured: {joined(missing)} {verb} not set ({why}). Set "
+        f"the model is not configured: {join_keys(missing)} {verb} not set ({why}). Set "
         f"{'it' if len(missing) == 1 else 'them'} under [llm] in ania.toml (or the --config "
-        f"file), or as {joined([env_name(key) for key in missing])}."
+        f"file), or as {join_keys([env_name(key) for key in missing])}."
     )
 
 
