@@ -303,3 +303,14 @@ def test_run_ania_routes_history_to_manage_history(shell, llm):
     assert "remember A" in captured.stdout and "noted" in captured.stdout
     with pytest.raises(UsageError, match=r"usage: %ania history \[list"):
         state.run_sync(run_ania(state, "history bogus"))
+
+
+def test_opening_the_agent_without_a_model_is_one_line_naming_the_keys(shell):
+    from IPython.core.error import UsageError
+    from IPython.utils.capture import capture_output
+
+    with capture_output() as captured:
+        result = shell.run_cell("%ania mcp")  # opens the Agent: its client needs a model
+    assert isinstance(result.error_in_exec, UsageError)
+    assert str(result.error_in_exec).startswith("llm.base_url and llm.model are not set: ")
+    assert "Traceback" not in captured.stdout + captured.stderr
