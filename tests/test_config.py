@@ -225,25 +225,17 @@ def test_an_empty_endpoint_field_is_the_main_models():
         subagent={"api_key": "sk-sub"},
         fallback={"model": "backup", "api_key": "   "},  # blank is empty
     )
-    vision = c.vision.resolved(c.llm)
-    assert (vision.base_url, vision.api_key, vision.model) == (
-        "http://vision/v1",
-        "sk-main",
-        "eyes",
-    )
-    sub = c.subagent.resolved(c.llm)
-    assert (sub.base_url, sub.api_key, sub.model) == ("http://main/v1", "sk-sub", "main-model")
-    fallback = c.fallback.resolved(c.llm)
-    assert (fallback.base_url, fallback.api_key, fallback.model) == (
-        "http://main/v1",
-        "sk-main",
-        "backup",
-    )
-    main = c.llm.resolved(c.llm)
-    assert (main.base_url, main.api_key, main.model) == ("http://main/v1", "sk-main", "main-model")
+    resolved = {role: getattr(c, role).resolved(c.llm) for role in ROLES}
+    assert {role: (e.base_url, e.api_key, e.model) for role, e in resolved.items()} == {
+        "llm": ("http://main/v1", "sk-main", "main-model"),
+        "vision": ("http://vision/v1", "sk-main", "eyes"),
+        "subagent": ("http://main/v1", "sk-sub", "main-model"),
+        "fallback": ("http://main/v1", "sk-main", "backup"),
+        "compressor": ("http://main/v1", "sk-main", "main-model"),
+        "embedding": ("http://main/v1", "sk-main", "jina-embeddings-v3"),
+    }
+    main = resolved["llm"]
     assert "sk-main" not in repr(main)  # the key in the clear is never shown
-    embedding = c.embedding.resolved(c.llm)
-    assert (embedding.base_url, embedding.model) == ("http://main/v1", "jina-embeddings-v3")
 
 
 def test_the_clients_use_the_one_resolution():
