@@ -74,7 +74,8 @@ signal skips the grace period. Logs go to stderr, one line each; no log level pr
 configured secret (tokens, API keys, MCP header and env values are blanked as ***).
 
 exit codes: 0 stopped by a signal; 1 crashed, or the connection loop stopped (see the log);
-2 cannot start (bad config, a listener that may not or cannot be opened)."""
+2 cannot start (bad config; no model: llm.base_url, llm.model or a hosted endpoint's
+llm.api_key not set; a listener that may not or cannot be opened)."""
 
 
 def _add_serve(sub: Any) -> None:

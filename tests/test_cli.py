@@ -74,6 +74,20 @@ def test_config_shows_every_key_with_secrets_masked(tmp_path):
     assert "agent.max_iterations = 20" in done.stdout
 
 
+def test_config_lists_the_new_key_names_and_an_old_one_still_works(tmp_path):
+    (tmp_path / "ania.toml").write_text("[subagent]\nmax_result_len = 1234\n")
+    done = _run("config", cwd=tmp_path, env={"ANIA_BASH__MAX_OUTPUT": "5000"})
+    assert done.returncode == 0, done.stderr
+    keys = [line.split(" = ")[0] for line in done.stdout.splitlines() if " = " in line[:60]]
+    assert "subagent.max_result_len" not in keys and "bash.max_output" not in keys
+    assert "subagent.max_result_chars = 1234" in done.stdout
+    assert "bash.max_output_chars = 5000" in done.stdout
+    assert "(was: subagent.max_result_len)" in done.stdout
+    assert done.stderr.count("config key subagent.max_result_len was renamed to") == 1
+    assert done.stderr.count("config key bash.max_output was renamed to") == 1
+    assert "llm.base_url = ''" in done.stdout and "llm.model = ''" in done.stdout  # no vendor
+
+
 def test_bad_config_is_a_clear_error_with_exit_code_2(tmp_path):
     (tmp_path / "ania.toml").write_text("[agent]\nmax_iterations = -1\n")
     done = _run("config", cwd=tmp_path)

@@ -51,7 +51,8 @@ async def test_config_get_masks_sensitive_values(make_agent, tmp_path):
     assert {info.key for info in agent.config.describe()} <= listed  # every key, none cut off
     unset = await run_tool(agent, "config_get", key="compressor.model")
     assert unset.text == (
-        'compressor.model = (not set)\nmeaning: Model name; empty disables this role. (default "")'
+        "compressor.model = (not set)\nmeaning: Model name; empty = the main model summarises. "
+        '(default "")'
     )
     unknown = await run_tool(agent, "config_get", key="agent.nope")
     assert "unknown config key 'agent.nope'" in unknown.error
@@ -194,3 +195,38 @@ async def test_saved_values_rebuild_built_ins_and_keep_state(make_agent, tmp_pat
     assert "bash" in again.tools and "mine" in again.tools
     assert "config_set" in again.tools  # the constructor's override beats the saved value
     assert again.plan_mode("nb:p") and again.governance.hooks._python["Stop"]
+
+
+async def test_values_saved_under_old_key_names_still_load(make_agent, tmp_path):
+    store = await Store.open(tmp_path / "data")  # as an ania-nb before the renames left it
+    try:
+        await store.kv("config").set("subagent.max_result_len", 321)
+        await store.kv("config").set("team.max_result_len", 111)
+        await store.kv("config").set("kb.chunk_size", 100)  # both names saved: the new one wins
+        await store.kv("config").set("kb.chunk_chars", 700)
+    finally:
+        await store.close()
+    agent = config_agent(make_agent, tmp_path)
+    await agent.start()
+    assert agent.config.subagent.max_result_chars == 321
+    assert agent.config.team.max_result_chars == 111
+    assert agent.config.kb.chunk_chars == 700
+    explicit = config_agent(make_agent, tmp_path, **{"team.max_result_chars": 555})
+    await explicit.start()
+    assert explicit.config.team.max_result_chars == 555  # constructor overrides still win
+    assert explicit.config.subagent.max_result_chars == 321
+
+    # The model may use the old name too; it is saved under the new one, the old one dropped.
+    saved = await run_tool(agent, "config_set", key="subagent.max_result_len", value="654")
+    assert saved.text.startswith("Saved subagent.max_result_chars = 654.")
+    shown = await run_tool(agent, "config_get", key="team.max_result_len")
+    assert shown.text.startswith("team.max_result_chars = 111\n")
+    assert "(was: team.max_result_len)" in shown.text and "saved by config_set: 111" in shown.text
+    kv = (await agent.open_store()).kv("config")
+    assert await kv.get("subagent.max_result_chars") == 654
+    assert await kv.get("subagent.max_result_len", "gone") == "gone"
+    await agent.aclose()
+    await explicit.aclose()
+    restarted = config_agent(make_agent, tmp_path)
+    await restarted.start()
+    assert restarted.config.subagent.max_result_chars == 654

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from ania_nb.config import Config
-from ania_nb.errors import ResourceError
+from ania_nb.errors import ConfigError, ResourceError
 from ania_nb.knowledge.embedders import (
     OFFLINE_DIM,
     Embedder,
@@ -262,6 +262,15 @@ async def test_make_embedder_follows_the_config(llm: ScriptedLLM):
         assert len(seen) == 2 and seen[0].headers["authorization"] == "Bearer sk-embed"
         await own.aclose()
     assert len(llm.embedding_requests) == 1  # the main server saw only the shared embedder
+
+
+def test_an_endpoint_embedder_without_any_base_url_names_the_keys():
+    config = Config().with_overrides({"embedding.provider": "endpoint"})  # no llm.base_url either
+    with pytest.raises(ConfigError, match=r"neither embedding\.base_url nor llm\.base_url") as info:
+        make_embedder(config)
+    assert info.value.key == "embedding.base_url"
+    with pytest.raises(ConfigError, match=r"embedding\.model"):
+        config.with_overrides({"embedding.model": ""})  # never the chat model's name instead
 
 
 # ---------------------------------------------------------------------------- query cache

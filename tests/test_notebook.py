@@ -192,6 +192,7 @@ def test_ania_mcp_add_reports_bad_input_and_failed_servers_without_a_traceback(t
     (tmp_path / "ania.toml").write_text(
         f'[store]\ndata_dir = "{tmp_path / "data"}"\n[skills]\ndir = "{tmp_path / "none"}"\n'
         f'[mcp]\nconfig_file = "{tmp_path / "mcp.json"}"\n'
+        '[llm]\nbase_url = "http://127.0.0.1:9/v1"\nmodel = "m"\n'  # never asked: no run
     )
     missing = tmp_path / "no-such-server.py"
     code = (

@@ -33,8 +33,32 @@ def closed_port() -> int:
     return port
 
 
+async def test_no_model_configured_names_base_url_and_model_and_where_to_set_them():
+    config = Config()  # the default: no vendor, nothing set
+    with pytest.raises(ConfigError) as caught:
+        await FirstRun().check(config)
+    message = str(caught.value)
+    assert caught.value.key == "llm.base_url"
+    assert message.startswith("llm.base_url and llm.model are not set: ania-nb has no default")
+    assert "Set llm.api_key too if the endpoint needs one" in message
+    assert "ania.toml next to this notebook:   [llm]" in message
+    assert 'base_url = "http://127.0.0.1:8080/v1"' in message and 'model = "your-model"' in message
+    assert "ANIA_LLM__BASE_URL=http://127.0.0.1:8080/v1 ANIA_LLM__MODEL=your-model" in message
+    assert "%ania config set llm.base_url=http://127.0.0.1:8080/v1 llm.model=your-model" in message
+
+
+async def test_a_missing_model_alone_is_named():
+    config = Config(llm={"base_url": "http://127.0.0.1:1/v1"})  # local: no key needed
+    with pytest.raises(ConfigError) as caught:
+        await FirstRun().check(config)
+    assert caught.value.key == "llm.model"
+    assert str(caught.value).startswith("llm.model is not set: ania-nb has no default model.")
+    assert "llm.api_key" not in str(caught.value)  # a local server needs none
+    assert "%ania config set llm.model=your-model" in str(caught.value)
+
+
 async def test_an_empty_key_on_a_hosted_endpoint_says_what_to_set_and_where():
-    config = Config()  # the default: a hosted endpoint, no key
+    config = Config(llm={"base_url": "https://api.deepseek.com", "model": "deepseek-chat"})
     with pytest.raises(ConfigError) as caught:
         await FirstRun().check(config)
     message = str(caught.value)
@@ -48,7 +72,7 @@ async def test_an_empty_key_on_a_hosted_endpoint_says_what_to_set_and_where():
 
 async def test_an_unreachable_local_endpoint_is_named_with_how_to_fix_it():
     url = f"http://127.0.0.1:{closed_port()}/v1"
-    config = Config(llm={"base_url": url})  # local: no key needed, but nothing listens
+    config = Config(llm={"base_url": url, "model": "m"})  # local: no key, but nothing listens
     with pytest.raises(ConfigError) as caught:
         await FirstRun().check(config)
     message = str(caught.value)
@@ -61,7 +85,7 @@ async def test_an_unreachable_local_endpoint_is_named_with_how_to_fix_it():
 async def test_a_reachable_endpoint_passes_and_is_not_probed_again():
     server = listening()
     url = f"http://127.0.0.1:{server.getsockname()[1]}/v1"
-    config = Config(llm={"base_url": url, "api_key": "sk-x"})
+    config = Config(llm={"base_url": url, "api_key": "sk-x", "model": "m"})
     check = FirstRun()
     await check.check(config)
     server.close()
@@ -71,7 +95,9 @@ async def test_a_reachable_endpoint_passes_and_is_not_probed_again():
 
 
 async def test_a_key_for_the_scripted_model_passes(llm):
-    await FirstRun().check(Config(llm={"base_url": llm.base_url, "api_key": llm.api_key}))
+    await FirstRun().check(
+        Config(llm={"base_url": llm.base_url, "api_key": llm.api_key, "model": "scripted"})
+    )
 
 
 @pytest.mark.parametrize(
@@ -141,20 +167,22 @@ def run(ip, code: str) -> str:
 
 def use_scripted(ip, llm) -> None:
     state = ip.magics_manager.registry["AgentMagics"].state
-    state.overrides.update({"llm.base_url": llm.base_url, "llm.api_key": llm.api_key})
+    state.overrides.update(
+        {"llm.base_url": llm.base_url, "llm.api_key": llm.api_key, "llm.model": "scripted"}
+    )
 
 
 def test_bare_ania_shows_the_status_of_a_fresh_install(shell, tmp_path):
     out = run(shell, "%ania")
     lines = out.splitlines()
     assert lines[0] == "ania-nb status"
-    assert "  endpoint  https://api.deepseek.com  (no key (see below))" in lines
-    assert "  model     deepseek-chat" in lines and "  API key   not set" in lines
+    assert "  endpoint  (not set, see below)" in lines  # no vendor by default
+    assert "  model     (not set, see below)" in lines and "  API key   not set" in lines
     assert f"  data dir  {tmp_path / 'data'}  (not yet)" in lines
     assert f"  config    {tmp_path / 'ania.toml'} (not found), ANIA_*" in lines
     assert f"  MCP       none ({tmp_path / 'no-mcp.json'} does not exist;" in out
     assert f"  skills    none ({tmp_path / 'no-skills'} does not exist;" in out
-    assert "llm.api_key is empty" in out and "ANIA_LLM__API_KEY" in out
+    assert "llm.base_url and llm.model are not set" in out and "ANIA_LLM__BASE_URL" in out
     assert "clock [list|log|…]" in out  # the sub-commands follow
     assert not (tmp_path / "data").exists()  # looking does not create the store
 
@@ -171,6 +199,15 @@ def test_bare_ania_names_an_unreachable_endpoint(shell):
     shell.run_line_magic("ania", f"config set llm.base_url={url}")
     out = run(shell, "%ania")
     assert f"  endpoint  {url}  (NOT reachable: 127.0.0.1:" in out
+
+
+def test_bare_ania_says_a_hosted_endpoint_needs_a_key(shell):
+    run(shell, "%ania config set llm.base_url=https://api.deepseek.com llm.model=deepseek-chat")
+    out = run(shell, "%ania")
+    lines = out.splitlines()
+    assert "  endpoint  https://api.deepseek.com  (no key (see below))" in lines  # not probed
+    assert "  model     deepseek-chat" in lines and "  API key   not set" in lines
+    assert "llm.api_key is empty, and the endpoint https://api.deepseek.com needs one" in out
 
 
 def test_mcp_and_skills_with_nothing_configured_say_the_next_step(shell, llm, tmp_path):
@@ -218,6 +255,17 @@ def test_config_set_is_the_same_as_config(shell):
     assert state.agent().config.llm.model == "local-qwen"
 
 
+def test_config_set_takes_an_old_key_name_and_the_last_setting_wins(shell):
+    state = shell.magics_manager.registry["AgentMagics"].state
+    run(shell, "%ania config set bash.max_output=300")
+    assert state.agent().config.bash.max_output_chars == 300
+    run(shell, "%ania config set bash.max_output_chars=400")
+    assert state.agent().config.bash.max_output_chars == 400
+    run(shell, "%ania config set bash.max_output=500")
+    assert state.agent().config.bash.max_output_chars == 500
+    assert "bash.max_output_chars = 500" in run(shell, "%ania config")
+
+
 async def test_the_notebook_callbacks_are_the_run_views(make_agent):
     from ania_nb.notebook.widgets import RunView
 
@@ -255,3 +303,14 @@ def test_run_ania_routes_history_to_manage_history(shell, llm):
     assert "remember A" in captured.stdout and "noted" in captured.stdout
     with pytest.raises(UsageError, match=r"usage: %ania history \[list"):
         state.run_sync(run_ania(state, "history bogus"))
+
+
+def test_opening_the_agent_without_a_model_is_one_line_naming_the_keys(shell):
+    from IPython.core.error import UsageError
+    from IPython.utils.capture import capture_output
+
+    with capture_output() as captured:
+        result = shell.run_cell("%ania mcp")  # opens the Agent: its client needs a model
+    assert isinstance(result.error_in_exec, UsageError)
+    assert str(result.error_in_exec).startswith("llm.base_url and llm.model are not set: ")
+    assert "Traceback" not in captured.stdout + captured.stderr

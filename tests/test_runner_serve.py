@@ -60,8 +60,9 @@ def _toml_value(value: Any) -> str:
     return json.dumps(str(value))  # a JSON string is a TOML basic string
 
 
-def write_config(path: Path, llm: ScriptedLLM, data: Path, **sections: dict[str, Any]) -> Path:
-    """An ``ania.toml`` on the scripted model with ``data`` as the store; ``sections`` on top."""
+def write_config(path: Path, llm: ScriptedLLM, data: Path, /, **sections: dict[str, Any]) -> Path:
+    """An ``ania.toml`` on the scripted model with ``data`` as the store; ``sections`` on top
+    (``llm={…}`` too: the parameters before them are positional)."""
     config: dict[str, dict[str, Any]] = {
         "llm": {"base_url": llm.base_url, "api_key": llm.api_key, "model": "scripted"},
         "retry": {"base_delay": 0.01, "max_delay": 0.05},
@@ -379,6 +380,65 @@ async def test_refusals_happen_before_the_store_is_opened(launch: Any, tmp_path:
     proc = await launch(runner={"mode": "reverse", "host": "0.0.0.0"})
     assert await proc.wait() == 2
     assert not (tmp_path / "data").exists()
+
+
+async def test_no_model_configured_exits_2_naming_every_missing_key_before_connecting(
+    launch: Any, impl: OneBotImpl, tmp_path: Path
+) -> None:
+    url = await impl.serve()  # forward mode: a runner that started would dial this at once
+    runner = f'[runner]\nmode = "forward"\nurl = "{url}"\naccess_token = "{TOKEN}"\n'
+    bare = tmp_path / "bare.toml"  # no [llm] at all: ania-nb has no default vendor
+    bare.write_text(f'[store]\ndata_dir = "{tmp_path / "data"}"\n{runner}')
+    hosted = {"base_url": "https://api.example.com/v1", "model": "m", "api_key": ""}
+    nothing, no_key = Serve(bare), await launch(llm=hosted, runner={"mode": "forward", "url": url})
+    await nothing.start()
+    try:
+        assert await asyncio.gather(nothing.wait(), no_key.wait()) == [2, 2]
+    finally:
+        await nothing.kill()
+    assert re.match(
+        r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d ERROR ania_nb\.runner: cannot start: the model is not "
+        r"configured: llm\.base_url, llm\.model and llm\.api_key are not set \(ania-nb has no "
+        r"default model; llm\.api_key may stay empty only for a server on this machine or a "
+        r"private network\)\. Set them under \[llm\] in ania\.toml \(or the --config file\), or "
+        r"as ANIA_LLM__BASE_URL, ANIA_LLM__MODEL and ANIA_LLM__API_KEY\.$",
+        nothing.lines[0],
+    )
+    assert len(nothing.lines) == 1
+    assert "cannot start: the model is not configured: llm.api_key is not set (the endpoint " in (
+        no_key.log
+    )
+    assert "llm.base_url" not in no_key.log and "llm.model" not in no_key.log
+    assert impl.connections == 0 and impl.request_headers == [] and impl.rejections == []
+    assert not (tmp_path / "data").exists()  # refused before the store is opened
+
+
+async def test_a_local_endpoint_needs_no_key(
+    launch: Any, impl: OneBotImpl, llm: ScriptedLLM
+) -> None:
+    user = uid()
+    llm.script(reply("no key needed"))
+    proc = await connect(launch, impl, "reverse", llm={"api_key": ""})  # 127.0.0.1: loopback
+    await impl.private_message(user, "hi")
+    await impl.wait_for_action("send_private_msg", to_user(user, "no key needed"))
+    assert await proc.stop() == 0
+
+
+async def test_a_saved_value_that_leaves_the_model_without_a_key_is_refused_too(
+    launch: Any, impl: OneBotImpl, tmp_path: Path
+) -> None:
+    from ania_nb.store import Store
+
+    store = await Store.open(tmp_path / "data")  # config_set moved the bot to a hosted endpoint
+    try:
+        await store.kv("config").set("llm.base_url", "https://api.example.com/v1")
+    finally:
+        await store.close()
+    url = await impl.serve()
+    proc = await launch(llm={"api_key": ""}, runner={"mode": "forward", "url": url})
+    assert await proc.wait() == 2
+    assert "cannot start: the model is not configured: llm.api_key is not set" in proc.log
+    assert impl.connections == 0 and impl.request_headers == []
 
 
 async def test_a_crash_exits_1_with_the_traceback(launch: Any, tmp_path: Path) -> None:

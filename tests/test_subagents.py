@@ -185,7 +185,7 @@ async def test_children_never_see_subagent_team_or_todo_tools(
 async def test_long_result_is_cut_with_the_original_length_noted(
     llm: Any, make_agent: Callable[..., Any]
 ) -> None:
-    agent = sub_agent(make_agent, **{"subagent.max_result_len": 100})
+    agent = sub_agent(make_agent, **{"subagent.max_result_chars": 100})
     long = "x" * 250
     llm.route(CHILD, reply(long))
     llm.route(PARENT, reply(tool_calls=[run("write a lot")]), reply("ok"))

@@ -336,7 +336,7 @@ async def test_roles_come_from_saved_teams_of_the_session_then_global(llm, make_
 async def test_a_failed_member_is_reported_and_the_others_still_count(llm, make_agent):
     from ania_nb.testing import error
 
-    limits = {"team.max_result_len": 1000, "subagent.max_result_len": 4000}
+    limits = {"team.max_result_chars": 1000, "subagent.max_result_chars": 4000}
     agent = team_agent(make_agent, **{"retry.max_attempts": 1, **limits})
 
     def member(request: Any) -> Any:
@@ -421,6 +421,7 @@ async def test_ania_team_manages_global_and_session_teams(llm, tmp_path, capsys,
         {
             "llm.base_url": llm.base_url,
             "llm.api_key": llm.api_key,
+            "llm.model": "scripted",
             "store.data_dir": str(tmp_path / "data"),
             "skills.dir": str(tmp_path / "no-skills"),
             "mcp.config_file": str(tmp_path / "no-mcp.json"),

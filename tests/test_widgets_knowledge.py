@@ -43,7 +43,7 @@ async def settled(panel) -> None:
 
 
 async def test_panel_shows_scopes_documents_and_chunk_counts(knowledge):
-    k = knowledge(**{"kb.chunk_size": 100, "kb.chunk_overlap": 10})
+    k = knowledge(**{"kb.chunk_chars": 100, "kb.chunk_overlap_chars": 10})
     long = "\n".join(f"line {i}: the deploy checklist item number {i}" for i in range(12))
     await k.kb.add("nb:t", "Checklist", long, tags=["ops"], source="docs/check.md")
     await k.kb.add("nb:t", "Deploying", DEPLOY)

@@ -191,7 +191,7 @@ class SubagentRegistry:
             await child.emit("child_end", child.outcome.end_data())
         if child.outcome.cancelled or self._closed:
             return
-        text = completion_text(child, self.host.config.subagent.max_result_len)
+        text = completion_text(child, self.host.config.subagent.max_result_chars)
         callbacks = self.host.outbox.callbacks_for(child.session)
         injected = self.host.inject(
             child.session, text, sender="subagent", callbacks=callbacks, role=child.role

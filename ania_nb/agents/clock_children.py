@@ -159,7 +159,7 @@ class ClockChildren:
 
     def report(self, finished: list[Child]) -> str:
         """The summary fed back to the run: each finished child, and how many still run."""
-        limit = self.host.config.subagent.max_result_len
+        limit = self.host.config.subagent.max_result_chars
         parts = [REPORT_HEADER]
         for child in finished:
             outcome = child.outcome

@@ -107,7 +107,7 @@ class SubagentRunTool(BaseTool[SubagentRunParams]):
             await child.emit("child_end", child.outcome.end_data())
         if not outcome.ok:
             raise ToolError(failure_text(outcome, timeout))
-        return format_result(outcome, settings.max_result_len)
+        return format_result(outcome, settings.max_result_chars)
 
 
 class NoParams(BaseModel):

@@ -154,7 +154,7 @@ async def team_run(
         )
     started = time.monotonic()
     await asyncio.gather(*(_run_member(host, ctx, i, o, budget) for i, o in enumerate(outcomes)))
-    return report(outcomes, time.monotonic() - started, settings.max_result_len)
+    return report(outcomes, time.monotonic() - started, settings.max_result_chars)
 
 
 async def _run_member(
@@ -192,7 +192,7 @@ async def _emit_child(
     await ctx.callbacks.emit(event)
 
 
-def report(outcomes: Sequence[MemberOutcome], elapsed: float, max_result_len: int) -> str:
+def report(outcomes: Sequence[MemberOutcome], elapsed: float, max_result_chars: int) -> str:
     """The team's result: a summary line, then every member in input order."""
     ok = sum(o.ok for o in outcomes)
     total = len(outcomes)
@@ -209,5 +209,5 @@ def report(outcomes: Sequence[MemberOutcome], elapsed: float, max_result_len: in
         elif not o.run.text.strip():
             lines.append("(the member returned nothing)")
         else:
-            lines.append(truncate_result(o.run.text.strip(), max_result_len))
+            lines.append(truncate_result(o.run.text.strip(), max_result_chars))
     return "\n".join(lines).rstrip()

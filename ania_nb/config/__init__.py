@@ -1,6 +1,15 @@
 """Configuration: `Config` and its sections."""
 
 from ._layers import SAVED_CONFIG_NAMESPACE, UNSAVABLE_KEYS, ConfigLayers
+from ._model_check import (
+    MODEL_KEY_EXAMPLES,
+    api_key_set,
+    env_name,
+    is_local,
+    join_keys,
+    missing_model_keys,
+    require_endpoint,
+)
 from ._quota_sections import ModelPrice, PricingSettings, QuotaSettings
 from ._runner_sections import RunnerSettings
 from ._sections import (
@@ -9,14 +18,17 @@ from ._sections import (
     ApprovalSettings,
     BashSettings,
     CommandsSettings,
+    CompressorSettings,
     ConfigToolSettings,
-    EndpointSettings,
+    Endpoint,
+    FallbackSettings,
     FileSettings,
     HooksSettings,
     LLMSettings,
     MCPSettings,
     MemeSettings,
     NotebookSettings,
+    ResolvedEndpoint,
     RetrySettings,
     RolesSettings,
     Section,
@@ -27,10 +39,22 @@ from ._sections import (
     VisionSettings,
     WebSettings,
 )
-from ._settings import DEFAULT_CONFIG_FILE, Config, KeyInfo, mask
+from ._settings import (
+    DEFAULT_CONFIG_FILE,
+    FORMER_KEYS,
+    RENAMED_KEYS,
+    Config,
+    KeyInfo,
+    current_key,
+    current_keys,
+    mask,
+)
 
 __all__ = [
     "DEFAULT_CONFIG_FILE",
+    "FORMER_KEYS",
+    "MODEL_KEY_EXAMPLES",
+    "RENAMED_KEYS",
     "SAVED_CONFIG_NAMESPACE",
     "UNSAVABLE_KEYS",
     "AdminSettings",
@@ -38,10 +62,12 @@ __all__ = [
     "ApprovalSettings",
     "BashSettings",
     "CommandsSettings",
+    "CompressorSettings",
     "Config",
     "ConfigLayers",
     "ConfigToolSettings",
-    "EndpointSettings",
+    "Endpoint",
+    "FallbackSettings",
     "FileSettings",
     "HooksSettings",
     "KeyInfo",
@@ -52,6 +78,7 @@ __all__ = [
     "NotebookSettings",
     "PricingSettings",
     "QuotaSettings",
+    "ResolvedEndpoint",
     "RetrySettings",
     "RolesSettings",
     "RunnerSettings",
@@ -62,5 +89,13 @@ __all__ = [
     "TodoSettings",
     "VisionSettings",
     "WebSettings",
+    "api_key_set",
+    "current_key",
+    "current_keys",
+    "env_name",
+    "is_local",
+    "join_keys",
     "mask",
+    "missing_model_keys",
+    "require_endpoint",
 ]

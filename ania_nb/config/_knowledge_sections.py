@@ -6,12 +6,19 @@ from typing import Literal
 
 from pydantic import Field, SecretStr
 
-from ._sections import Section, _secret
+from ._sections import Endpoint, Section, _secret
 
 
-class EmbeddingSettings(Section):
+class EmbeddingSettings(Endpoint):
     """The embedder shared by the knowledge base and long-term memory."""
 
+    base_url: str = Field("", description="Endpoint of /embeddings; empty = the main model's.")
+    api_key: SecretStr | None = _secret("API key of the endpoint; empty = the main model's.")
+    model: str = Field(
+        "jina-embeddings-v3",
+        min_length=1,
+        description="Embedding model of the endpoint (an embeddings model, never the chat one).",
+    )
     provider: Literal["offline", "endpoint", "none"] = Field(
         "offline",
         description=(
@@ -19,9 +26,6 @@ class EmbeddingSettings(Section):
             "OpenAI-compatible /embeddings; none = full-text search only."
         ),
     )
-    base_url: str = Field("", description="Endpoint of /embeddings; empty = the main model's.")
-    api_key: SecretStr | None = _secret("API key of the endpoint; empty = the main model's.")
-    model: str = Field("jina-embeddings-v3", description="Embedding model of the endpoint.")
     timeout: float = Field(30.0, gt=0, description="Seconds one embeddings request may take.")
     inject_timeout: float = Field(
         10.0, gt=0, description="Seconds for the query vector of an auto-inject (then full-text)."
@@ -37,8 +41,10 @@ class KbSettings(Section):
     max_content_chars: int = Field(
         8000, ge=100, description="Characters of one kb_add document (longer is cut with …)."
     )
-    chunk_size: int = Field(600, ge=50, le=20000, description="Characters per chunk.")
-    chunk_overlap: int = Field(60, ge=0, description="Characters repeated from the last chunk.")
+    chunk_chars: int = Field(600, ge=50, le=20000, description="Characters per chunk (at most).")
+    chunk_overlap_chars: int = Field(
+        60, ge=0, description="Characters repeated from the end of the previous chunk."
+    )
     vector_weight: float = Field(
         0.8,
         ge=0,

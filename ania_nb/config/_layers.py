@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..errors import ConfigError
-from ._settings import Config
+from ._settings import RENAMED_KEYS, Config, current_key, current_keys
 
 log = logging.getLogger(__name__)
 
@@ -43,11 +43,23 @@ class ConfigLayers:
         Each saved value is validated on its own; a bad one is skipped with a warning.
         """
         config = self.base
-        for key, value in sorted((saved or {}).items()):
-            if key in self.explicit or key in UNSAVABLE_KEYS:
+        explicit = current_keys(self.explicit)
+        for key, value in sorted(_saved_by_current_name(saved or {}).items()):
+            if key in explicit or key in UNSAVABLE_KEYS:
                 continue
             try:
                 config = config.with_overrides({key: value})
             except ConfigError as exc:
                 log.warning("ignoring the saved config value of %s: %s", key, exc)
-        return config.with_overrides(self.explicit) if self.explicit else config
+        return config.with_overrides(explicit) if explicit else config
+
+
+def _saved_by_current_name(saved: Mapping[str, Any]) -> dict[str, Any]:
+    """Saved values keyed by current names; one saved under a key's new name wins over its old.
+
+    An older ania-nb saved under the old names; `config_set` now saves under the new one and
+    drops the old, so both exist only when that drop failed.
+    """
+    out = {current_key(k): v for k, v in saved.items() if k in RENAMED_KEYS}
+    out.update({k: v for k, v in saved.items() if k not in RENAMED_KEYS})
+    return out

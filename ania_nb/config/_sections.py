@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 from urllib.parse import urlsplit
@@ -22,12 +23,53 @@ class Section(BaseModel):
     model_config = ConfigDict(extra="forbid", validate_assignment=True)
 
 
-class LLMSettings(Section):
+class Endpoint(Section):
+    """Where a model role sends its requests; each role says what its empty fields mean.
+
+    The keys stay flat (``vision.base_url``, not ``vision.endpoint.base_url``); `resolved` is
+    the one place that fills a role's empty fields with the main model's.
+    """
+
+    base_url: str = Field("", description="Endpoint base URL; empty = the main model's.")
+    api_key: SecretStr | None = _secret("API key; empty = the main model's.")
+    model: str = Field("", description="Model name; empty = the main model's.")
+
+    def resolved(self, main: Endpoint) -> ResolvedEndpoint:
+        """The role's endpoint with every empty (or blank) field taken from ``main``."""
+        own_key = _secret_text(self.api_key)
+        return ResolvedEndpoint(
+            base_url=self.base_url.strip() or main.base_url.strip(),
+            api_key=own_key or _secret_text(main.api_key) or None,
+            model=self.model.strip() or main.model.strip(),
+        )
+
+
+@dataclass(frozen=True)
+class ResolvedEndpoint:
+    """A role's endpoint with the main model's values filled in (the key in the clear)."""
+
+    base_url: str
+    api_key: str | None = field(repr=False)
+    model: str
+
+
+def _secret_text(secret: SecretStr | None) -> str:
+    return secret.get_secret_value().strip() if secret is not None else ""
+
+
+class LLMSettings(Endpoint):
     """The main chat model (any OpenAI-compatible Chat Completions endpoint)."""
 
-    base_url: str = Field("https://api.deepseek.com", description="Endpoint base URL.")
-    api_key: SecretStr | None = _secret("API key sent as a Bearer token.")
-    model: str = Field("deepseek-chat", description="Model name.")
+    base_url: str = Field(
+        "",
+        description="Endpoint base URL, e.g. http://127.0.0.1:8080/v1 (usually ends in /v1); "
+        "required: there is no default vendor.",
+    )
+    api_key: SecretStr | None = _secret(
+        "API key sent as a Bearer token; a server on this machine or a private network may "
+        "need none."
+    )
+    model: str = Field("", description="Model name; required: there is no default model.")
     temperature: float | None = Field(
         None, description="Sampling temperature; unset = provider default."
     )
@@ -61,12 +103,16 @@ class LLMSettings(Section):
     )
 
 
-class EndpointSettings(Section):
-    """A secondary model; empty fields inherit the main model's values."""
+class FallbackSettings(Endpoint):
+    """The model tried once when the main one fails; empty fields are the main model's."""
 
-    base_url: str = Field("", description="Endpoint base URL; empty = the main model's.")
-    api_key: SecretStr | None = _secret("API key; empty = the main model's.")
-    model: str = Field("", description="Model name; empty disables this role.")
+    model: str = Field("", description="Model name; empty = no fallback.")
+
+
+class CompressorSettings(Endpoint):
+    """The model that summarises long histories; empty fields are the main model's."""
+
+    model: str = Field("", description="Model name; empty = the main model summarises.")
 
 
 class RetrySettings(Section):
@@ -140,13 +186,13 @@ class StoreSettings(Section):
     run_log_max_entries: int = Field(200, ge=1, description="Run records kept (oldest evicted).")
 
 
-class VisionSettings(Section):
+class VisionSettings(Endpoint):
     """How images reach a model: natively (multimodal) or described by a vision model."""
 
-    multimodal: bool = Field(False, description="The main model accepts images directly.")
     base_url: str = Field("", description="Vision model endpoint; empty = the main model's.")
     api_key: SecretStr | None = _secret("Vision model API key; empty = the main model's.")
     model: str = Field("", description="Model that describes images; empty = none.")
+    multimodal: bool = Field(False, description="The main model accepts images directly.")
     prompt: str = Field(
         "Describe the image as Markdown, with no other talk.",
         description="Instruction sent with each image to the vision model.",
@@ -259,7 +305,7 @@ class BashSettings(Section):
     timeout: float = Field(
         120.0, gt=0, le=3600, description="Seconds before the command is killed."
     )
-    max_output: int = Field(
+    max_output_chars: int = Field(
         4096, ge=256, description="Output is truncated to this many characters."
     )
 
@@ -515,22 +561,27 @@ class ClockSettings(Section):
     )
 
 
-class SubagentSettings(Section):
+class SubagentSettings(Endpoint):
     """Subagents: one-shot workers of the main agent; clock runs and teams use their model."""
 
-    enable: bool = Field(True, description="Give main sessions subagent_run/list/cancel.")
-    timeout: float = Field(
-        300.0, gt=0, le=MAX_RUN_SECONDS, description="Seconds a subagent may take (≤1800)."
-    )
-    max_iterations: int = Field(10, ge=1, le=200, description="LLM rounds of one subagent.")
-    max_result_len: int = Field(
-        4000, ge=100, description="Characters of a subagent's reply handed back (rest cut)."
-    )
     base_url: str = Field("", description="Endpoint of one-shot runs; empty = the main model's.")
     api_key: SecretStr | None = _secret("API key of one-shot runs; empty = the main model's.")
     model: str = Field(
         "", description="Model of subagents, team members and clock runs; empty = the main one."
     )
+    enable: bool = Field(True, description="Give main sessions subagent_run/list/cancel.")
+    timeout: float = Field(
+        300.0, gt=0, le=MAX_RUN_SECONDS, description="Seconds a subagent may take (≤1800)."
+    )
+    max_iterations: int = Field(10, ge=1, le=200, description="LLM rounds of one subagent.")
+    max_result_chars: int = Field(
+        4000, ge=100, description="Characters of a subagent's reply handed back (rest cut)."
+    )
+
+    @property
+    def own_endpoint(self) -> bool:
+        """Whether one-shot runs have a model, endpoint or key of their own (else the main's)."""
+        return bool(self.model.strip() or self.base_url.strip() or _secret_text(self.api_key))
 
 
 class TeamSettings(Section):
@@ -541,7 +592,7 @@ class TeamSettings(Section):
         300.0, gt=0, le=MAX_RUN_SECONDS, description="Seconds a team member may take (≤1800)."
     )
     max_iterations: int = Field(10, ge=1, le=200, description="LLM rounds of one member.")
-    max_result_len: int = Field(
+    max_result_chars: int = Field(
         4000, ge=100, description="Characters of a member's reply in the report (rest cut)."
     )
     max_members: int = Field(5, ge=1, le=10, description="Members one team_run may have (≤10).")

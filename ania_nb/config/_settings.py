@@ -1,22 +1,25 @@
 """`Config`: every setting, from defaults < `ania.toml` < `ANIA_…` environment < overrides.
 
 Keys are grouped in sections (``llm``, ``fallback``, ``compressor``, ``retry``, ``agent``,
-``store``); in the environment a section and its key are joined with ``__``, e.g.
+``store``, …); in the environment a section and its key are joined with ``__``, e.g.
 ``ANIA_LLM__API_KEY``. Sensitive keys are ``SecretStr`` and marked ``sensitive`` so every display
-masks them.
+masks them. A renamed key (`RENAMED_KEYS`) is still accepted under its old name from every
+source, with a warning logged once per process; listings show only the new names.
 """
 
 from __future__ import annotations
 
 import contextvars
+import logging
 import os
 import tomllib
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from types import MappingProxyType
 from typing import Any
 
-from pydantic import Field, PrivateAttr, SecretStr, ValidationError
+from pydantic import Field, PrivateAttr, SecretStr, ValidationError, model_validator
 from pydantic_settings import (
     BaseSettings,
     PydanticBaseSettingsSource,
@@ -26,6 +29,7 @@ from pydantic_settings import (
 
 from ..errors import ConfigError
 from ._knowledge_sections import EmbeddingSettings, KbSettings, MemorySettings
+from ._model_check import env_name
 from ._quota_sections import PricingSettings, QuotaSettings
 from ._runner_sections import RunnerSettings
 from ._sections import (
@@ -35,8 +39,9 @@ from ._sections import (
     BashSettings,
     ClockSettings,
     CommandsSettings,
+    CompressorSettings,
     ConfigToolSettings,
-    EndpointSettings,
+    FallbackSettings,
     FileSettings,
     HooksSettings,
     LLMSettings,
@@ -55,7 +60,24 @@ from ._sections import (
     WebSettings,
 )
 
+log = logging.getLogger(__name__)
+
 DEFAULT_CONFIG_FILE = "ania.toml"
+RENAMED_KEYS: Mapping[str, str] = MappingProxyType(
+    {
+        "bash.max_output": "bash.max_output_chars",
+        "kb.chunk_overlap": "kb.chunk_overlap_chars",
+        "kb.chunk_size": "kb.chunk_chars",
+        "subagent.max_result_len": "subagent.max_result_chars",
+        "team.max_result_len": "team.max_result_chars",
+    }
+)
+"""Old key → new key. Old names still work from every source and log a warning once."""
+FORMER_KEYS: Mapping[str, str] = MappingProxyType({new: old for old, new in RENAMED_KEYS.items()})
+"""New key → its old name (the reverse of `RENAMED_KEYS`)."""
+# Old names already warned about. Process-wide on purpose: a warning per Config built (every
+# with_overrides, every Agent) would drown the log; `warnings`' own registry is global too.
+_warned: set[str] = set()
 _toml_path: contextvars.ContextVar[Path | None] = contextvars.ContextVar("ania_toml", default=None)
 
 
@@ -70,11 +92,11 @@ class Config(BaseSettings):
     )
 
     llm: LLMSettings = Field(default_factory=LLMSettings, description="Main chat model.")
-    fallback: EndpointSettings = Field(
-        default_factory=EndpointSettings, description="Model tried once when the main one fails."
+    fallback: FallbackSettings = Field(
+        default_factory=FallbackSettings, description="Model tried once when the main one fails."
     )
-    compressor: EndpointSettings = Field(
-        default_factory=EndpointSettings, description="Model that summarises long histories."
+    compressor: CompressorSettings = Field(
+        default_factory=CompressorSettings, description="Model that summarises long histories."
     )
     retry: RetrySettings = Field(default_factory=RetrySettings, description="Retry policy.")
     agent: AgentSettings = Field(default_factory=AgentSettings, description="Run limits.")
@@ -132,6 +154,29 @@ class Config(BaseSettings):
     )
     _source_file: Path | None = PrivateAttr(default=None)
 
+    @model_validator(mode="before")
+    @classmethod
+    def _renamed_keys(cls, data: Any) -> Any:
+        """Take the old names of renamed keys (TOML, ``ANIA_…``, section dicts) as the new ones.
+
+        Where a section has both, the new name wins: the sources are merged by now, and
+        `with_overrides` passes every key under its new name while an ``ANIA_…`` variable may
+        still use the old one.
+        """
+        if not isinstance(data, dict):
+            return data
+        out = dict(data)
+        for old, new in RENAMED_KEYS.items():
+            section, _, old_key = old.partition(".")
+            values = out.get(section)
+            if not isinstance(values, Mapping) or old_key not in values:
+                continue
+            values = dict(values)
+            values.setdefault(new.partition(".")[2], values.pop(old_key))
+            out[section] = values
+            current_key(old)  # the warning
+        return out
+
     @property
     def source_file(self) -> Path | None:
         """The TOML file this config was loaded from (absolute), or None when there was none."""
@@ -178,7 +223,7 @@ class Config(BaseSettings):
     def with_overrides(self, overrides: Mapping[str, Any]) -> Config:
         """Return a copy with dotted keys replaced, e.g. ``{"llm.model": "gpt-4o"}``; validated."""
         data = self.model_dump()
-        for dotted, value in overrides.items():
+        for dotted, value in current_keys(overrides).items():
             section, _, key = dotted.partition(".")
             if (
                 section not in data
@@ -197,8 +242,8 @@ class Config(BaseSettings):
         return changed
 
     def get(self, dotted: str) -> Any:
-        """Value of a dotted key (secrets stay `SecretStr`)."""
-        section, _, key = dotted.partition(".")
+        """Value of a dotted key (secrets stay `SecretStr`); an old name reads its new key."""
+        section, _, key = current_key(dotted).partition(".")
         try:
             return getattr(getattr(self, section), key)
         except AttributeError:
@@ -258,13 +303,51 @@ def _iter_keys(config: Config) -> Iterator[KeyInfo]:
                 value, default = mask(value), mask(default)
             elif isinstance(value, Path):
                 value, default = str(value), str(default)
+            dotted = f"{section_name}.{key}"
+            description = field.description or ""
+            if dotted in FORMER_KEYS:
+                description += f" (was: {FORMER_KEYS[dotted]})"
             yield KeyInfo(
-                key=f"{section_name}.{key}",
+                key=dotted,
                 value=value,
                 default=default,
-                description=field.description or "",
+                description=description,
                 sensitive=sensitive,
             )
+
+
+def current_key(dotted: str) -> str:
+    """``dotted`` under its current name; an old name logs a warning (once per process)."""
+    new = RENAMED_KEYS.get(dotted)
+    if new is None:
+        return dotted
+    if dotted not in _warned:
+        _warned.add(dotted)
+        log.warning(
+            "config key %s was renamed to %s: the old name still works for now, but set %s "
+            "instead (in ania.toml, %s, overrides or config_set)",
+            dotted,
+            new,
+            new,
+            env_name(new),
+        )
+    return new
+
+
+def current_keys(values: Mapping[str, Any]) -> dict[str, Any]:
+    """``values`` keyed by current names; an old and a new name of one key must agree."""
+    out: dict[str, Any] = {}
+    for dotted, value in values.items():
+        key = current_key(dotted)
+        if key in out and out[key] != value:
+            old = FORMER_KEYS[key]
+            raise ConfigError(
+                f"{old} and {key} are both set, to different values: {old} is the old name of "
+                f"{key}; keep only {key}",
+                key=key,
+            )
+        out[key] = value
+    return out
 
 
 def _mask_entries(entries: list[str]) -> list[str]:

@@ -71,7 +71,7 @@ if TYPE_CHECKING:  # pragma: no cover
     import httpx2
     from openai import AsyncOpenAI
 
-    from ..config import Config
+    from ..config import Config, Endpoint
 
 __all__ = [
     "INVALID_TOOL_NAME",
@@ -155,20 +155,24 @@ class LLMClient:
     ) -> LLMClient:
         """Build the main client (with its fallback) or a role's: compressor, subagent, vision.
 
-        A role without its own endpoint or model gets the main client's settings.
+        A role without its own endpoint or model gets the main client's settings; a
+        `ConfigError` names ``llm.base_url`` / ``llm.model`` when neither has them.
         """
+        from ..config import require_endpoint
+
         llm = config.llm
         retry = RetryPolicy(**config.retry.model_dump())
-        main_key = llm.api_key.get_secret_value() if llm.api_key else None
 
         def endpoint(
-            section: Any, fallback: LLMClient | None = None, max_tokens: int | None = llm.max_tokens
+            name: str, fallback: LLMClient | None = None, max_tokens: int | None = llm.max_tokens
         ) -> LLMClient:
-            key = section.api_key.get_secret_value() if section.api_key else main_key
+            section: Endpoint = getattr(config, name)
+            resolved = section.resolved(llm)
+            require_endpoint(resolved, role=name)
             return cls(
-                base_url=section.base_url or llm.base_url,
-                api_key=key,
-                model=section.model or llm.model,
+                base_url=resolved.base_url,
+                api_key=resolved.api_key,
+                model=resolved.model,
                 temperature=llm.temperature,
                 top_p=llm.top_p,
                 max_tokens=max_tokens,
@@ -182,14 +186,14 @@ class LLMClient:
         if role == "vision":
             # A few hundred tokens per image (the original's OCR model: 600); no fallback, since
             # a text model cannot describe an image, and a failed description is reported as such.
-            return endpoint(config.vision, max_tokens=600)
-        fallback = endpoint(config.fallback) if config.fallback.model else None
-        if role == "subagent" and (config.subagent.model or config.subagent.base_url):
-            return endpoint(config.subagent, fallback)
-        if role == "compressor" and config.compressor.model:
+            return endpoint("vision", max_tokens=600)
+        fallback = endpoint("fallback") if config.fallback.model.strip() else None
+        if role == "subagent" and config.subagent.own_endpoint:
+            return endpoint("subagent", fallback)
+        if role == "compressor" and config.compressor.model.strip():
             # Every role gets the fallback, as in the original; it never has one of its own.
-            return endpoint(config.compressor, fallback)
-        return endpoint(llm, fallback)
+            return endpoint("compressor", fallback)
+        return endpoint("llm", fallback)
 
     async def _openai(self) -> AsyncOpenAI:
         if self._owner is not None:

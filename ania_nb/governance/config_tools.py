@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 from pydantic import BaseModel, Field
 
 from .._preview import read_bounded, reveal, visible
-from ..config import SAVED_CONFIG_NAMESPACE, UNSAVABLE_KEYS, Config
+from ..config import FORMER_KEYS, SAVED_CONFIG_NAMESPACE, UNSAVABLE_KEYS, Config, current_key
 from ..errors import ConfigError, ToolError
 from ..tools import BaseTool, Tool, ToolContext
 from ._files import read_text, write_atomic
@@ -120,13 +120,13 @@ class ConfigGetTool(BaseTool[KeyParams]):
 
     async def execute(self, params: KeyParams, ctx: ToolContext) -> str:
         """One key in detail, or every key on one line each."""
-        key = params.key.strip().lower()
+        key = current_key(params.key.strip().lower())
         if not key:
             return self._listing()
         info = self.center.keys.get(key)
         if info is None:
             raise ToolError(f"unknown config key {key!r}; call config_get without a key to list")
-        saved = await self.center.opened_store().kv(CONFIG_NAMESPACE).get(key, _MISSING)
+        saved = await _saved(self.center.opened_store(), key)
         value = "(not set)" if _is_unset(info.value) else _shown(info.value)
         if info.sensitive and not _is_unset(info.value):
             value += " (sensitive, masked)"
@@ -200,7 +200,7 @@ class ConfigSetTool(BaseTool[SetParams]):
 
     def approval_summary(self, arguments: Mapping[str, Any]) -> str:
         """What the admin sees: the change, and for file keys what the target holds now."""
-        key = str(arguments.get("key", "")).strip().lower()
+        key = current_key(str(arguments.get("key", "")).strip().lower())
         raw = str(arguments.get("value", ""))
         info = self.center.keys.get(key)
         shown = "(masked)" if info is not None and info.sensitive else visible(raw)
@@ -224,7 +224,7 @@ class ConfigSetTool(BaseTool[SetParams]):
 
     async def execute(self, params: SetParams, ctx: ToolContext) -> str:
         """Validate against the config model, save, audit."""
-        key = params.key.strip().lower()
+        key = current_key(params.key.strip().lower())
         value, config = self._parse(key, params.value)
         info = self.center.keys[key]
         store = self.center.opened_store()
@@ -239,12 +239,23 @@ class ConfigSetTool(BaseTool[SetParams]):
             if refusal is not None:
                 raise ToolError(f"{key} was not changed: {refusal}")
         await store.kv(CONFIG_NAMESPACE).set(key, value)
+        if key in FORMER_KEYS:  # a value an older ania-nb saved under the old name is replaced
+            await store.kv(CONFIG_NAMESPACE).delete(FORMER_KEYS[key])
         new = "(masked)" if info.sensitive else _shown(value)
         detail = f"{key}: {'(masked)' if info.sensitive else _shown(info.value)} → {new}"
         await store.oplog.add(
             "ai", "config_set", actor=ctx.sender, session=ctx.session, detail=detail
         )
         return f"Saved {key} = {new}. {RESTART} Tell the user."
+
+
+async def _saved(store: Store, key: str) -> Any:
+    """The value ``config_set`` saved for ``key`` (or under its old name), else ``_MISSING``."""
+    kv = store.kv(CONFIG_NAMESPACE)
+    saved = await kv.get(key, _MISSING)
+    if saved is _MISSING and key in FORMER_KEYS:
+        saved = await kv.get(FORMER_KEYS[key], _MISSING)
+    return saved
 
 
 def _dotted(config: Config, key: str) -> Path:

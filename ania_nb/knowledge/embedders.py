@@ -21,7 +21,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 from urllib.parse import urlsplit
 
-from ..errors import ResourceError
+from ..errors import ConfigError, ResourceError
 
 if TYPE_CHECKING:
     import numpy as np
@@ -364,12 +364,18 @@ def make_embedder(config: Config) -> Embedder | None:
         return None
     if settings.provider == "offline":
         return OfflineEmbedder(batch_size=settings.batch_size)
-    llm = config.llm
-    secret = settings.api_key or llm.api_key
+    endpoint = settings.resolved(config.llm)
+    if not endpoint.base_url:
+        raise ConfigError(
+            "embedding.provider is 'endpoint' but neither embedding.base_url nor llm.base_url "
+            "is set; set embedding.base_url (the OpenAI-compatible /embeddings server), or "
+            "embedding.provider = 'offline'",
+            key="embedding.base_url",
+        )
     return EndpointEmbedder(
-        base_url=settings.base_url or llm.base_url,
-        api_key=secret.get_secret_value() if secret else None,
-        model=settings.model,
+        base_url=endpoint.base_url,
+        api_key=endpoint.api_key,
+        model=endpoint.model,
         timeout=settings.timeout,
         batch_size=settings.batch_size,
     )

@@ -103,7 +103,7 @@ class KnowledgeBase:
     async def _add_batch(self, table: Any, scope: str, docs: list[SourceDoc]) -> list[AddResult]:
         kb = self.store.config.kb
         keys = [dedupe_key(d.title, d.content) for d in docs]
-        pieces = [chunk_text(d.content, kb.chunk_size, kb.chunk_overlap) for d in docs]
+        pieces = [chunk_text(d.content, kb.chunk_chars, kb.chunk_overlap_chars) for d in docs]
         async with table.lock:  # check-then-add: dedupe and the per-scope limit
             known = await self._known(table, scope, keys)
             count = await table.count(f"scope = {_q(scope)} AND chunk_index = 0")

@@ -110,8 +110,9 @@ class NotebookState:
 
     async def reconfigure(self, overrides: dict[str, Any]) -> None:
         """Apply config overrides: the current Agent is closed and a new one made on next use."""
-        from ..config import Config
+        from ..config import Config, current_keys
 
+        overrides = current_keys(overrides)  # an old key name replaces what its new one set
         Config.load().with_overrides({**self.overrides, **overrides})  # validate before keeping
         self.overrides.update(overrides)
         await self.close_agent()

@@ -12,7 +12,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from .firstrun import api_key_set, missing_key, unreachable
+from ..config import missing_model_keys
+from .firstrun import api_key_set, missing_settings, unreachable
 
 if TYPE_CHECKING:  # pragma: no cover
     from ..agent import Agent
@@ -77,11 +78,14 @@ def tools_off(agent: Agent, table: Any) -> dict[str, str]:
 
 
 async def _endpoint(config: Config) -> str:
-    key = missing_key(config)
-    if key is not None:
-        return "no key (see below)"
-    why = await unreachable(config.llm.base_url, PROBE_TIMEOUT)
-    return "reachable" if why is None else f"NOT reachable: {why}"
+    """The endpoint row: the URL and whether it answers (not probed without URL or key)."""
+    url = config.llm.base_url
+    if not url.strip():
+        return "(not set, see below)"
+    if "llm.api_key" in missing_model_keys(config):
+        return f"{url}  (no key (see below))"
+    why = await unreachable(url, PROBE_TIMEOUT)
+    return f"{url}  " + ("(reachable)" if why is None else f"(NOT reachable: {why})")
 
 
 @dataclass(frozen=True)
@@ -146,8 +150,8 @@ async def status(state: NotebookState, usage: str = "") -> None:
     off = tools_off(agent, agent.tools)
     offered = [n for n in agent.tools.names() if n not in off]
     rows = [
-        ("endpoint", f"{llm.base_url}  ({await _endpoint(config)})"),
-        ("model", llm.model),
+        ("endpoint", await _endpoint(config)),
+        ("model", llm.model or "(not set, see below)"),
         ("API key", "set" if api_key_set(config) else "not set"),
         ("session", state.default_session if state.identified else _NEW_SESSION),
         ("data dir", f"{files.data_dir}" + ("" if files.data_dir_exists else "  (not yet)")),
@@ -164,7 +168,7 @@ async def status(state: NotebookState, usage: str = "") -> None:
     print("ania-nb status")
     for label, value in rows:
         print(f"  {label:<9} {value}")
-    problem = missing_key(config)
+    problem = missing_settings(config)
     if problem is not None:
         print("\n" + problem)
     if usage:

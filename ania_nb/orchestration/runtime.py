@@ -71,7 +71,7 @@ class Runtime:
             llm = LLMClient.from_config(config, http_client=http.llm)
             compressor = (
                 LLMClient.from_config(config, role="compressor", http_client=http.llm)
-                if config.compressor.model
+                if config.compressor.model.strip()
                 else llm
             )
             window = ContextWindow(
@@ -80,10 +80,9 @@ class Runtime:
                 compressor=compressor,
                 before_compact=before_compact,
             )
-            own = config.subagent.model or config.subagent.base_url
             one_shot = (
                 LLMClient.from_config(config, role="subagent", http_client=http.llm)
-                if own
+                if config.subagent.own_endpoint
                 else None
             )
             runtime = cls(config, store, llm, window, one_shot)

@@ -12,8 +12,10 @@ If the adapter's connection loop stops by itself (a bug: no frame and no network
 end it), the runner logs why and shuts down the same way, exiting 1, so a supervisor
 (``Restart=on-failure``) starts it again instead of leaving a process that no longer connects.
 
-Exit codes: 0 after a signal-initiated shutdown; 2 when it cannot start (bad config, a
-listener that may not or cannot be opened); 1 on a crash or a connection loop that stopped.
+Exit codes: 0 after a signal-initiated shutdown; 2 when it cannot start (bad config, no model
+configured: the notebook's first-run check of ``llm.base_url``, ``llm.model`` and a hosted
+endpoint's ``llm.api_key``, a listener that may not or cannot be opened); 1 on a crash or a
+connection loop that stopped.
 """
 
 from __future__ import annotations
@@ -89,6 +91,32 @@ def check_settings(settings: RunnerSettings) -> None:
         raise StartError(f"runner.path must start with '/', got {settings.path!r}")
 
 
+def check_model(config: Config) -> None:
+    """Refuse to start without a model: name every missing ``llm.*`` key (the first-run check).
+
+    Without it the runner would start, say "ready" and answer every chat with an error.
+    """
+    from ..config import env_name, join_keys, missing_model_keys
+
+    missing = missing_model_keys(config)
+    if not missing:
+        return
+    verb = "is" if len(missing) == 1 else "are"
+    why = (
+        "the endpoint needs a key (a server on this machine or a private network does not)"
+        if missing == ["llm.api_key"]
+        else "ania-nb has no default model; llm.api_key may stay empty only for a server on "
+        "this machine or a private network"
+        if "llm.api_key" in missing
+        else "ania-nb has no default model"
+    )
+    raise StartError(
+        f"the model is not configured: {join_keys(missing)} {verb} not set ({why}). Set "
+        f"{'it' if len(missing) == 1 else 'them'} under [llm] in ania.toml (or the --config "
+        f"file), or as {join_keys([env_name(key) for key in missing])}."
+    )
+
+
 def _is_loopback(host: str) -> bool:
     if host == "localhost":
         return True
@@ -130,6 +158,7 @@ async def serve(
     from .router import Router
 
     check_settings(config.runner)
+    check_model(config)  # before the store, MCP and any connection: never a bot that cannot answer
     agent = Agent(config)
     if redactor is not None:
         redactor.add_source(MCPSecrets(agent))
@@ -140,6 +169,7 @@ async def serve(
         if redactor is not None:  # their secrets too
             redactor.add_secrets(config_secrets(agent.config))
         check_settings(settings)
+        check_model(agent.config)
         adapter = _make_adapter(settings)
         router = Router(agent, adapter)
         unsubscribe = agent.outbox.subscribe(router.deliver)

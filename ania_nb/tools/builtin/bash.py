@@ -139,7 +139,7 @@ class BashTool(BaseTool[BashParams]):
         self.description = (
             f"Run a command with `{self.shell} -c` {where} and get stdout and stderr. "
             f"Commands time out after {settings.timeout:g} s (the whole process tree is killed); "
-            f"output is truncated to {settings.max_output} characters. Some commands are "
+            f"output is truncated to {settings.max_output_chars} characters. Some commands are "
             "refused; a single simple command matching the whitelist runs without asking, "
             f"{ask}. Prefer `sh script.sh` for scripts and check a program exists with "
             "`command -v name` first."
@@ -244,7 +244,7 @@ class BashTool(BaseTool[BashParams]):
             done = await run_capped(
                 argv,
                 time_limit=self.settings.timeout,
-                keep=self.settings.max_output * 4 + 4,  # bytes enough for max_output characters
+                keep=self.settings.max_output_chars * 4 + 4,  # bytes enough for that many chars
                 env=env,
                 cwd=workdir,
             )
@@ -258,7 +258,7 @@ class BashTool(BaseTool[BashParams]):
         text = out
         if err:
             text += ("\n" if text and not text.endswith("\n") else "") + "stderr: " + err
-        limit = self.settings.max_output
+        limit = self.settings.max_output_chars
         if len(text) > limit:
             text = text[:limit] + TRUNCATED
         text = text.rstrip("\n") or "(no output)"
