@@ -222,7 +222,7 @@ async def test_values_saved_under_old_key_names_still_load(make_agent, tmp_path)
     shown = await run_tool(agent, "config_get", key="team.max_result_len")
     assert shown.text.startswith("team.max_result_chars = 111\n")
     assert "(was: team.max_result_len)" in shown.text and "saved by config_set: 111" in shown.text
-    kv = (await agent.open_store()).kv("config")
+    kv = (await agent.host.open_store()).kv("config")
     assert await kv.get("subagent.max_result_chars") == 654
     assert await kv.get("subagent.max_result_len", "gone") == "gone"
     await agent.aclose()
