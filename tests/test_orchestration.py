@@ -7,6 +7,7 @@ import asyncio
 from pathlib import Path
 
 import pytest
+from _waits import until
 
 import ania_nb
 from ania_nb import Callbacks, RunEvent, tool
@@ -54,10 +55,10 @@ SHARED = {"errors", "_atomic", "_extras", "_http", "_env", "_preview", "_subproc
 FORBIDDEN_EVERYWHERE_BELOW_FRONT_ENDS = {"notebook", "runner", "agent", "cli", "demo"}
 
 
-def _imported_parts(path: Path) -> set[str]:
+def _imported_parts(path: Path, package: Path = PACKAGE) -> set[str]:
     """Top-level ``ania_nb`` parts a module imports (absolute or relative)."""
     tree = ast.parse(path.read_text(encoding="utf-8"))
-    depth = len(path.relative_to(PACKAGE).parts) - 1  # folders below ania_nb/
+    depth = len(path.relative_to(package).parts) - 1  # folders below ania_nb/
     parts: set[str] = set()
     for node in ast.walk(tree):
         if isinstance(node, ast.ImportFrom):
@@ -67,7 +68,7 @@ def _imported_parts(path: Path) -> set[str]:
                 up = node.level - 1
                 if up > depth:
                     continue
-                base = list(path.relative_to(PACKAGE).parts[:depth][: depth - up])
+                base = list(path.relative_to(package).parts[:depth][: depth - up])
                 names = [".".join(["ania_nb", *base, node.module or ""]).rstrip(".")]
                 if not node.module:
                     names = [".".join(["ania_nb", *base, a.name]) for a in node.names]
@@ -96,13 +97,13 @@ def test_layers_import_only_downwards(layer):
 
 
 def test_the_import_scanner_sees_relative_and_absolute_imports(tmp_path):
-    # Guard the guard: a module importing upwards is caught.
-    fake = PACKAGE / "engine" / "_probe_for_test.py"
+    # Guard the guard: a module importing upwards is caught. The probe goes into a copy of the
+    # package's layout, never into the package (a parallel run would import or scan it).
+    package = tmp_path / "ania_nb"
+    (package / "engine").mkdir(parents=True)
+    fake = package / "engine" / "_probe_for_test.py"
     fake.write_text("from ..orchestration import RunSpec\nimport ania_nb.notebook\n")
-    try:
-        assert _imported_parts(fake) == {"orchestration", "notebook"}
-    finally:
-        fake.unlink()
+    assert _imported_parts(fake, package) == {"orchestration", "notebook"}
 
 
 # ------------------------------------------------------------------ one-shot runs
@@ -278,7 +279,7 @@ async def test_a_cancelled_caller_does_not_stop_a_run_others_wait_for(llm, make_
     await asyncio.wait_for(busy_started.wait(), 10)
     x = asyncio.create_task(agent.chat("x", session="s", sender="a"))
     y = asyncio.create_task(agent.chat("y", session="s", sender="b"))
-    await asyncio.sleep(0.01)
+    await until(lambda: len(agent.session("s").queue) == 2, "x and y to wait in the queue")
     gate.set()
     assert (await busy).text == "warm-up"
     await asyncio.wait_for(started.wait(), 10)  # x and y are being answered together
