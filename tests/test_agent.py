@@ -11,6 +11,7 @@ import textwrap
 import time
 
 import pytest
+from _waits import until
 
 from ania_nb import Agent, SessionBusyError, UsageError, tool
 from ania_nb.engine.messages import image_marker
@@ -194,12 +195,13 @@ async def test_cancelling_the_caller_stops_the_run(llm, make_agent):
     task.cancel()
     with pytest.raises(asyncio.CancelledError):
         await task
-    for _ in range(100):
+
+    async def finished() -> bool:
         runs = await agent.runs(session="c")
-        if runs and runs[0].status != "running":
-            break
-        await asyncio.sleep(0.02)
-    assert runs[0].status == "stopped"
+        return bool(runs) and runs[0].status != "running"
+
+    await until(finished, "the cancelled run's record to be closed")
+    assert (await agent.runs(session="c"))[0].status == "stopped"
 
 
 async def test_run_timeout_gives_timeout_status(llm, make_agent):

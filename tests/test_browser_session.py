@@ -20,7 +20,7 @@ from typing import Any
 
 import pytest
 import test_browser
-from _kernel import write_config
+from _kernel import ready_client, write_config
 from test_browser import AGENT_CELL, CHROMIUM, Lab, _open_at_approval, _screenshot
 
 from ania_nb.testing import reply
@@ -77,16 +77,8 @@ class Kernel:
         self.client = self._connect()
 
     def _connect(self) -> Any:
-        from jupyter_client import BlockingKernelClient
-
         kernel_id = self.session["kernel"]["id"]
-        client = BlockingKernelClient(
-            connection_file=str(self.lab.root.parent / "runtime" / f"kernel-{kernel_id}.json")
-        )
-        client.load_connection_file()
-        client.start_channels()
-        client.wait_for_ready(timeout=90)
-        return client
+        return ready_client(self.lab.root.parent / "runtime" / f"kernel-{kernel_id}.json")
 
     def run(self, code: str, cell_id: str) -> str:
         """Execute ``code`` as cell ``cell_id`` (JupyterLab sends it); return its text output."""

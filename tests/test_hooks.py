@@ -12,6 +12,7 @@ import signal
 from pathlib import Path
 
 import pytest
+from _waits import until
 
 from ania_nb import UsageError, tool
 from ania_nb.config import HooksSettings
@@ -105,11 +106,8 @@ async def test_a_hook_past_its_timeout_is_killed_with_its_children(tmp_path, hoo
     assert not outcome.blocked
     assert "timed out after 0.5 s" in outcome.errors[0]
     child = int(pids.read_text())
-    for _ in range(200):  # the orphaned child is reaped by init shortly after the kill
-        if not _alive(child):
-            break
-        await asyncio.sleep(0.02)
-    assert not _alive(child)
+    # The orphaned child is reaped by init shortly after the kill.
+    await until(lambda: not _alive(child), "the hook's child to be gone")
 
 
 async def test_garbage_and_long_output_is_decoded_and_cut(tmp_path, hook_script):

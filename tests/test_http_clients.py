@@ -150,6 +150,7 @@ async def test_an_agent_sends_everything_through_the_injected_clients(
     try:
         result = await agent.chat("look", callbacks=Callbacks(load_images=load_images))
         assert result.status == "success", result.error
+        await agent.mcp.wait_started()  # it connects in the background: the reply did not wait
     finally:
         await agent.aclose()
     assert model.sent.count("POST /v1/chat/completions") == 2

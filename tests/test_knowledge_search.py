@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from _waits import until
 
 from ania_nb.config import Config
 from ania_nb.knowledge import GLOBAL_SCOPE, Knowledge
@@ -161,10 +162,11 @@ async def test_endpoint_down_at_start_attaches_when_it_answers(tmp_path: Path, l
     assert (await k.status()).dim is None
     assert (await k.kb.search("Python packaging", ["nb:a"]))[0].similarity is None
     llm.fail_embeddings(None)
-    for _ in range(200):
-        if (await k.status()).dim == 64:
-            break
-        await asyncio.sleep(0.05)
+
+    async def attached() -> bool:
+        return (await k.status()).dim == 64
+
+    await until(attached, "the endpoint to be attached")
     await asyncio.wait_for(k.wait_reembedded(), 30)
     assert (await k.status()).vectors_ready
     assert await k.store.table("kb_chunks").count_missing() == 0
@@ -279,10 +281,7 @@ async def test_half_filled_vectors_are_not_searched(tmp_path: Path, llm: Any) ->
     k = Knowledge(endpoint(llm, **{"embedding.batch_size": 1}), tmp_path)
     await k.open()
     progress = k.store.progress["kb_chunks"]
-    for _ in range(400):
-        if progress.error:
-            break
-        await asyncio.sleep(0.025)
+    await until(lambda: progress.error, "the fill to pause on the failed batch")
     assert progress.error and progress.running and progress.done == 1
     assert not (await k.status()).vectors_ready
     filled = await k.store.table("kb_chunks").rows("vector IS NOT NULL", ["title", "text"])

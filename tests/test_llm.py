@@ -495,7 +495,7 @@ async def test_stream_ending_without_finish_reason(
 async def test_cancel_during_request_is_not_retried(
     llm: ScriptedLLM, fb_llm: ScriptedLLM, make_client: MakeClient
 ) -> None:
-    llm.script(delay(5, reply("late")), reply("retry must not happen"))
+    llm.script(delay(5, reply("late")), reply("the next call"))
     fb_llm.script(reply("fallback must not happen"))
     client = make_client(fallback=_fallback(fb_llm))
     task = asyncio.create_task(client.complete(USER))
@@ -504,27 +504,29 @@ async def test_cancel_during_request_is_not_retried(
     with pytest.raises(asyncio.CancelledError):
         await task
 
-    await asyncio.sleep(0.2)  # ample time for a (wrong) 0.01-0.04 s retry to arrive
-    assert len(llm.requests) == 1
+    # The cancelled call has ended without asking again: the client's next call is the
+    # server's second request and gets the second answer, and the fallback was never asked.
+    assert (await client.complete(USER)).message["content"] == "the next call"
+    assert len(llm.requests) == 2
     assert fb_llm.requests == []
 
 
 async def test_cancel_during_backoff_is_not_retried(
     llm: ScriptedLLM, make_client: MakeClient
 ) -> None:
-    llm.script(error(500), reply("retry must not happen"))
+    llm.script(error(500), reply("the next call"))
     client = make_client(retry=RetryPolicy(max_attempts=3, base_delay=5.0, max_delay=5.0))
-    task = asyncio.create_task(client.complete(USER))
-    await asyncio.to_thread(llm.wait_for_requests, 1)
-    await asyncio.sleep(0.2)  # let the 500 arrive: the task is now in its 5-10 s backoff
+    backing_off = asyncio.Event()
+    task = asyncio.create_task(client.complete(USER, on_retry=lambda _: backing_off.set()))
+    await asyncio.wait_for(backing_off.wait(), 10)  # the 500 arrived: now its 5-10 s backoff
     assert not task.done()
     task.cancel()
     with pytest.raises(asyncio.CancelledError):
         await task
 
-    await asyncio.sleep(0.1)
-    assert len(llm.requests) == 1
-    assert llm.pending == 1
+    assert len(llm.requests) == 1 and llm.pending == 1  # the retry was not sent
+    assert (await client.complete(USER)).message["content"] == "the next call"
+    assert len(llm.requests) == 2
 
 
 # -- backoff ------------------------------------------------------------------------------

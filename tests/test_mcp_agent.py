@@ -5,8 +5,10 @@ from __future__ import annotations
 import json
 import sys
 
+from _waits import until
 from mcp_servers.support import stdio_entry
 
+from ania_nb import Callbacks
 from ania_nb.testing import reply, tool_call
 
 
@@ -51,16 +53,32 @@ async def test_a_malformed_mcp_file_leaves_chat_working_and_says_why(
     assert any("is not valid JSON" in r.getMessage() for r in caplog.records)
 
 
+# Never answers the MCP handshake; exits (without a word on stdout) once the file exists.
+HANG_UNTIL = """
+import os, sys, time
+while not os.path.exists(sys.argv[1]):
+    time.sleep(0.02)
+sys.exit("gave up without answering")
+"""
+
+
 async def test_a_server_that_never_answers_does_not_delay_the_first_reply(
     llm, make_agent, tmp_path
 ):
-    hang = [sys.executable, "-c", "import time; time.sleep(600)"]  # never answers the handshake
+    # "Not delayed" by order, not by a clock: the slow server cannot finish connecting before
+    # the test lets it go, and the first reply comes before that. Its timeout only bounds a
+    # broken build that waits for it (the reply would then see it "failed").
+    give_up = tmp_path / "give-up"
     config = tmp_path / "mcp.json"
     config.write_text(
         json.dumps(
             {
                 "mcpServers": {
-                    "slow": {"command": hang[0], "args": hang[1:], "timeout": 3},
+                    "slow": {
+                        "command": sys.executable,
+                        "args": ["-c", HANG_UNTIL, str(give_up)],
+                        "timeout": 60,
+                    },
                     "demo": {k: v for k, v in stdio_entry("demo").items() if k != "name"},
                 }
             }
@@ -79,12 +97,22 @@ async def test_a_server_that_never_answers_does_not_delay_the_first_reply(
     assert result.ok and seen == ["connecting"]  # answered while the server was still starting
     first_tools = {t["function"]["name"]: t["function"] for t in llm.requests[0].tools}
     assert "still connecting" in first_tools["mcp_load_slow"]["description"]
+    assert not give_up.exists() and agent.mcp.get("slow").state == "connecting"
+
+    demo = agent.mcp.get("demo")
+    await until(lambda: demo.state == "connected", "the demo server to connect")
     llm.responder = None
     llm.script(reply(tool_calls=[tool_call("mcp_discover_slow")]), reply("it is down"))
-    waited = await agent.chat("what does slow offer?")  # the call waits for it (3 s), then says
-    assert "MCP server 'slow' is not connected (no answer within 3 s" in (
-        waited.tool_calls[0].result
-    )
+
+    def on_event(event):
+        if event.kind == "tool_start":  # the call waits for the attempt: now let it fail
+            give_up.touch()
+
+    waited = await agent.chat("what does slow offer?", callbacks=Callbacks(on_event=on_event))
+    told = waited.tool_calls[0].result
+    assert "MCP server 'slow' is not connected (MCPError: Connection closed)" in told
+    assert "still connecting" not in told  # the call waited for the attempt's outcome
+    assert "gave up without answering" in (agent.mcp.get("slow").error or "")  # its stderr
     status = {s.name: s.state for s in agent.mcp.servers()}
     assert status == {"demo": "connected", "slow": "failed"}
     names = [t["function"]["name"] for t in llm.requests[-1].tools]

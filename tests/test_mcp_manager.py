@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from _waits import until
 from mcp_servers.support import (
     DEMO_TOOLS,
     settings,
@@ -173,17 +174,22 @@ async def test_killed_server_is_reported_and_reconnects(tmp_path: Path):
         await manager.reconnect()
 
 
+async def running_sleep(manager: MCPToolManager, marker: Path) -> asyncio.Task[str]:
+    """Start a 30 s ``sleep`` call; return its task once the server is running it."""
+    task = asyncio.create_task(call(manager, "sleep", seconds=30, started=str(marker)))
+    await until(marker.exists, "the server to run the sleep call")
+    return task
+
+
 async def test_close_and_reconnect_during_a_call(tmp_path: Path):
     manager = manager_for(stdio_entry(), tmp_path)
     await manager.connect()
-    slow = asyncio.create_task(call(manager, "sleep", seconds=30))
-    await asyncio.sleep(0.3)
+    slow = await running_sleep(manager, tmp_path / "first")
     await manager.reconnect()
     with pytest.raises(ToolError, match="MCP server 'demo'"):
         await slow
     assert await call(manager, "add", a=3, b=4) == "7"
-    slow = asyncio.create_task(call(manager, "sleep", seconds=30))
-    await asyncio.sleep(0.3)
+    slow = await running_sleep(manager, tmp_path / "second")
     await manager.aclose()
     with pytest.raises(ToolError, match="has been removed or shut down"):
         await slow
@@ -193,8 +199,10 @@ async def test_a_cancelled_call_leaves_the_connection_usable(tmp_path: Path):
     manager = manager_for(stdio_entry(), tmp_path)
     await manager.connect()
     try:
-        with pytest.raises(TimeoutError):
-            await asyncio.wait_for(call(manager, "sleep", seconds=30), 0.3)
+        slow = await running_sleep(manager, tmp_path / "started")
+        slow.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await slow
         assert await call(manager, "add", a=5, b=5) == "10"
     finally:
         await manager.aclose()

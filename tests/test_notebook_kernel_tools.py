@@ -8,8 +8,7 @@ import json
 from pathlib import Path
 
 import pytest
-from _kernel import write_config
-from jupyter_client.manager import KernelManager
+from _kernel import start_kernel, write_config
 
 from ania_nb.testing import reply, tool_call
 
@@ -18,11 +17,7 @@ from ania_nb.testing import reply, tool_call
 def kernel(tmp_path: Path, llm):
     """A kernel started in a folder whose ania.toml points at the scripted server."""
     write_config(tmp_path, llm.base_url)
-    manager = KernelManager()
-    manager.start_kernel(cwd=str(tmp_path))
-    client = manager.blocking_client()
-    client.start_channels()
-    client.wait_for_ready(timeout=60)
+    manager, client = start_kernel(tmp_path)
     yield client
     client.stop_channels()
     manager.shutdown_kernel(now=True)

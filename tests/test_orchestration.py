@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 
 import pytest
+from _waits import until
 
 import ania_nb
 from ania_nb import Callbacks, RunEvent, tool
@@ -194,7 +195,7 @@ async def test_a_cancelled_caller_does_not_stop_a_run_others_wait_for(llm, make_
     await asyncio.wait_for(busy_started.wait(), 10)
     x = asyncio.create_task(agent.chat("x", session="s", sender="a"))
     y = asyncio.create_task(agent.chat("y", session="s", sender="b"))
-    await asyncio.sleep(0.01)
+    await until(lambda: len(agent.session("s").queue) == 2, "x and y to wait in the queue")
     gate.set()
     assert (await busy).text == "warm-up"
     await asyncio.wait_for(started.wait(), 10)  # x and y are being answered together

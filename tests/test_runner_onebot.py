@@ -14,6 +14,7 @@ from typing import Any
 
 import onebot_impl as ob
 import pytest
+from _waits import until
 from hypothesis import given
 from hypothesis import strategies as st
 from onebot_impl import HandshakeRejected, OneBotImpl
@@ -461,8 +462,8 @@ async def test_a_send_during_a_reconnect_waits_for_the_link() -> None:
         await impl.drop(reconnect=False)
         # No wait for the adapter to notice: the frame meets a closing socket or no link at all.
         sending = asyncio.create_task(adapter.send(Outgoing(ChatRef("private", "2"), text="稍等")))
-        await asyncio.sleep(0.05)
-        assert not sending.done()
+        await until(lambda: not adapter.transport.connected, "the adapter to see the drop")
+        assert not sending.done()  # the link is gone: the frame waits for the next one
         await impl.connect(url)
         assert await asyncio.wait_for(sending, 10)
         assert impl.sent("private", 2)[0].segments == [ob.text("稍等")]
@@ -474,8 +475,10 @@ async def test_closing_the_adapter_fails_waiting_calls_at_once() -> None:
     impl = OneBotImpl(self_id=BOT)
     async with linked("reverse", impl) as (adapter, _):
         await impl.drop(reconnect=False)
+        await until(lambda: not adapter.transport.connected, "the adapter to see the drop")
         waiting = asyncio.create_task(adapter.transport.call("get_status"))
-        await asyncio.sleep(0.05)
+        await asyncio.sleep(0)  # its first step: no link, so it waits for one
+        assert not waiting.done()
         await adapter.aclose()
         with pytest.raises(AdapterError, match="get_status failed: the adapter is closed"):
             await asyncio.wait_for(waiting, 5)

@@ -207,12 +207,13 @@ async def test_stop_mid_run_sends_one_stopped_notice(llm, serve):
 
 async def test_status_texts_for_timeout_and_error_and_nothing_for_a_blank_reply(llm, serve):
     llm.script(reply("   "), error(400, "bad request"), delay(3, reply("late")))
-    s = await serve(overrides={"agent.run_timeout": 0.5})
+    s = await serve()
     await s.say(s.adapter.private("5", "blank"))
     await s.settle()
     assert s.adapter.sent == []
     await s.say(s.adapter.private("5", "broken"))
     assert (await s.adapter.wait_sent()).text == ERROR_TEXT
+    s.agent.config.agent.run_timeout = 0.5  # only now: a loaded machine may take that long above
     await s.say(s.adapter.private("5", "slow"))
     assert (await s.adapter.wait_sent(lambda m: m.text != ERROR_TEXT)).text == TIMEOUT_TEXT
 

@@ -142,13 +142,15 @@ async def test_a_scheduled_run_fires_and_its_full_delivered_text_enters_the_feed
     task = await agent.clock.create(
         cron="@every 1s", title="tick", content="report", target="nb:t", run_once=True
     )
-    await until(agent, lambda: bool(panel.feed) and panel.feed[0].delivered)
+    await until(agent, lambda: any(i.delivered for i in panel.feed))
     await until(agent, lambda: task.id not in panel.tasks)  # run-once: deleted after its run
-    (item,) = panel.feed
+    # On a loaded machine the 1 s schedule can fire again before the run-once job is dropped
+    # (it is once the run's entry is written): that fire is logged as skipped, nothing runs.
+    (item,) = [i for i in panel.feed if i.status != "skipped"]
     assert item.status == "success" and not item.manual and item.task_id == task.id
     assert item.text == long_reply.strip()  # the full delivered text
     assert "<h1>Report</h1>" in panel._feed_widgets[item.key].value
-    entry = (await agent.clock.logs(task_id=task.id))[0]
+    entry = next(e for e in await agent.clock.logs(task_id=task.id) if e.status == "success")
     assert len(entry.reply or "") <= 1000 < len(item.text)  # the log keeps a cut copy
     assert "# Report" in panel.text() and f"tick (#{task.id})" in panel.text()
     assert statuses  # the header was re-rendered by the events

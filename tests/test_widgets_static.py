@@ -13,9 +13,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-import nbformat
 from _waits import until
-from nbclient import NotebookClient
 
 from ania_nb import tool
 from ania_nb.notebook.widgets import LogView, RunView
@@ -237,6 +235,9 @@ async def test_log_columns_do_not_wrap(llm, make_agent):
 
 
 def test_nbconvert_html_of_the_executed_quickstart_contains_the_runs(tmp_path: Path):
+    import nbformat  # here, not at the top: the fast run (-m "not slow") never pays for them
+    from nbclient import NotebookClient
+
     quickstart = Path(__file__).resolve().parents[1] / "notebooks" / "quickstart.ipynb"
     nb = nbformat.read(quickstart, as_version=4)
     [config] = [c for c in nb.cells if "approval.timeout=10 " in c.source]

@@ -127,8 +127,10 @@ class LoopbackServer:
         if self._server is None:
             self.closing.clear()
             server = _ThreadingServer((self.host, self._port), self.handler, self)
+            # close() waits for the serving loop to look at its stop flag, once per interval:
+            # short, since a test suite starts and stops a server for nearly every test.
             self._thread = threading.Thread(
-                target=server.serve_forever, args=(0.05,), name=type(self).__name__, daemon=True
+                target=server.serve_forever, args=(0.005,), name=type(self).__name__, daemon=True
             )
             self._server = server
             self._thread.start()

@@ -95,8 +95,10 @@ def build(name: str, extra: int, annotated: bool = False, media: bool = False) -
         raise ToolError(f"failed on purpose: {message}")
 
     @server.tool()
-    async def sleep(seconds: float) -> str:
-        """Sleep, then say so."""
+    async def sleep(seconds: float, started: str = "") -> str:
+        """Sleep, then say so (``started``: a file touched once the call is running)."""
+        if started:
+            await asyncio.to_thread(Path(started).touch)
         await asyncio.sleep(seconds)
         return f"slept {seconds}"
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 
 import pytest
+from _waits import until
 
 from ania_nb import Callbacks, UsageError, tool
 from ania_nb.governance.approval_text import approval_text, split_commands, visible
@@ -146,7 +147,7 @@ async def test_every_sender_of_a_batch_may_answer(make_agent, llm, inbox):
     await asyncio.wait_for(busy.wait(), 10)
     second = asyncio.create_task(agent.chat("two", session="g:1", sender="bob", callbacks=cb))
     third = asyncio.create_task(agent.chat("three", session="g:1", sender="carol", callbacks=cb))
-    await asyncio.sleep(0.01)
+    await until(lambda: len(agent.session("g:1").queue) == 2, "two and three to wait")
     gate.set()
     assert (await first).text == "first"
     request = await inbox.wait_for(1)

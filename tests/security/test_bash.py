@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from _waits import until
 
 from ania_nb import Callbacks
 from ania_nb.config import BashSettings
@@ -494,11 +495,8 @@ async def test_the_timeout_kills_everything_in_the_sandbox(sandboxed, run_tool):
     agent = sandboxed(**{"bash.timeout": 0.5})
     call = await run_tool(agent, "bash", {"command": f"sleep {seconds} & echo started; wait"})
     assert call.result == "started\ncommand timed out after 0.5 s and was killed"
-    for _ in range(200):  # the PID namespace ends with its first process: bounded wait
-        if not _running(seconds):
-            break
-        await asyncio.sleep(0.05)
-    assert _running(seconds) == []
+    # The PID namespace ends with its first process.
+    await until(lambda: _running(seconds) == [], "the sandbox's processes to be gone")
 
 
 async def test_the_sandbox_refuses_a_root_workdir(sandboxed, run_tool):
