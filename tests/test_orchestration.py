@@ -51,6 +51,7 @@ LOWER_LAYERS["agents"] = LOWER_LAYERS["orchestration"] | {"orchestration"}
 LOWER_LAYERS["clock"] = LOWER_LAYERS["agents"] | {"agents"}
 # Leaf modules anyone may use.
 SHARED = {"errors", "_atomic", "_extras", "_http", "_env", "_preview", "_subprocess", "py"}
+SHARED |= {"session_keys", "text", "addresses"}  # one helper per idea: keys, cutting, hosts
 FORBIDDEN_EVERYWHERE_BELOW_FRONT_ENDS = {"notebook", "runner", "agent", "cli", "demo"}
 
 

@@ -20,7 +20,6 @@ __all__ = [
     "local_time",
     "log_line",
     "logs_text",
-    "session_label",
     "state",
     "tasks_text",
     "updated_text",
@@ -39,18 +38,6 @@ def local_time(ts: float | None, fmt: str = "%Y-%m-%d %H:%M") -> str:
 def _cut(text: str, limit: int) -> str:
     text = " ".join(text.split())  # one line, whatever the model or user typed
     return text if len(text) <= limit else text[:limit] + "…"
-
-
-def session_label(session: str) -> str:
-    """How a session key reads to the model: group chat, private chat, notebook session."""
-    kind, _, rest = session.partition(":")
-    if kind == "g" and rest:
-        return f"the group chat {rest} (session {session})"
-    if kind == "f" and rest:
-        return f"the private chat with {rest} (session {session})"
-    if kind == "nb" and rest:
-        return f"the notebook session {rest!r} (session {session})"
-    return f"session {session}"
 
 
 def state(task: ClockTask) -> str:

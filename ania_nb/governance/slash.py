@@ -14,10 +14,11 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
 from ..errors import UsageError
+from ..session_keys import is_group
 from ..tools.builtin.bash import summarize
 from .commands import BUILTIN_COMMANDS, CommandBook, expand
 from .plan import PlanMode
-from .roles import Roles, is_group, rank
+from .roles import Roles, rank
 
 PLAN_SWITCHES = frozenset({"on", "enable", "off", "disable"})
 CMD_USAGE = "usage: /cmd list | /cmd add <name> <template…> | /cmd del <name>"

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ...errors import UsageError
+from ...session_keys import GLOBAL, read_scopes
 from ._display import Displayable, close_tree
 from ._kb_parts import (
     IngestBar,
@@ -37,7 +38,6 @@ if TYPE_CHECKING:  # pragma: no cover
 
 log = logging.getLogger(__name__)
 
-GLOBAL = "global"  # knowledge.GLOBAL_SCOPE, without importing the package for it
 MODES = ("hybrid", "fts", "vector")
 
 
@@ -315,7 +315,7 @@ class KbPanel(_Panel):
         if not query:
             self.hits = []
             return
-        scopes = [self.scope] if self.scope == GLOBAL else [self.scope, GLOBAL]
+        scopes = read_scopes(self.scope)
         mode = self.mode
         hits = await self.knowledge.kb.search(query, scopes, self.top_k, mode=mode)  # type: ignore[arg-type]
         if (query, mode) == (self.query, self.mode):  # else a newer search started meanwhile

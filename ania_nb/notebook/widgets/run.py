@@ -23,6 +23,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from ...engine.callbacks import ApprovalRequest, Callbacks, RunEvent
+from ...session_keys import DEFAULT_NOTEBOOK
 from ._display import Displayable, close_tree
 from ._format import (
     STATUS_ICONS,
@@ -79,7 +80,7 @@ class RunView(Displayable):
     def __init__(
         self,
         agent: Agent,
-        session: str = "nb:default",
+        session: str = DEFAULT_NOTEBOOK,
         prompt: str = "",
         *,
         todo_view: TodoView | None = None,
