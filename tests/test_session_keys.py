@@ -126,5 +126,6 @@ def test_the_clock_and_knowledge_tools_describe_their_session_alike() -> None:
 
     clock = ClockTool(None, "g:123")  # type: ignore[arg-type]
     kb = KnowledgeTool(None, "g:123", None)  # type: ignore[arg-type]
-    assert clock.description == "Clock. Scope: the tasks of the group chat 123 (session g:123) only."
-    assert kb.description == "Knowledge. Scope: the group chat 123 (session g:123)."
+    scope = "the group chat 123 (session g:123)"
+    assert clock.description == f"Clock. Scope: the tasks of {scope} only."
+    assert kb.description == f"Knowledge. Scope: {scope}."
