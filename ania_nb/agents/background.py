@@ -20,24 +20,19 @@ from typing import TYPE_CHECKING, Any
 
 from ..engine.callbacks import NO_CALLBACKS, Callbacks, RunEvent
 from ..orchestration.outbox import Delivery
+from ..text import flatten
 from .subagent import SubagentOutcome, child_event, failure_text, format_result, run_subagent
 
 if TYPE_CHECKING:  # pragma: no cover
     from ..orchestration.host import AgentHost
     from ..tools import Role
 
-__all__ = ["Child", "SubagentRegistry", "completion_text", "preview"]
+__all__ = ["PREVIEW_CHARS", "Child", "SubagentRegistry", "completion_text"]
 
 log = logging.getLogger(__name__)
 
 PREVIEW_CHARS = 60  # characters of a task shown by subagent_list
 INJECTED_TASK_CHARS = 1000  # characters of the task repeated in a completion message
-
-
-def preview(text: str, limit: int = PREVIEW_CHARS) -> str:
-    """The first ``limit`` characters of ``text`` on one line, with … when cut."""
-    flat = " ".join(text.split())
-    return flat if len(flat) <= limit else flat[:limit] + "…"
 
 
 @dataclass
@@ -94,7 +89,7 @@ def completion_text(child: Child, max_len: int) -> str:
     """The message injected when a background child ended (None-worthy if it was cancelled)."""
     outcome = child.outcome
     task = (
-        preview(child.task, INJECTED_TASK_CHARS)
+        flatten(child.task, INJECTED_TASK_CHARS)
         if len(child.task) > INJECTED_TASK_CHARS
         else child.task
     )

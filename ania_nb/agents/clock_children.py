@@ -35,8 +35,9 @@ from pydantic import BaseModel, Field
 from ..engine.callbacks import Callbacks
 from ..engine.usage import Usage
 from ..errors import ToolError
+from ..text import flatten
 from ..tools import BaseTool, Role, Tool, ToolContext
-from .background import Child, preview
+from .background import PREVIEW_CHARS, Child
 from .subagent import (
     MAX_TIMEOUT,
     PARENT_RESERVE,
@@ -243,7 +244,7 @@ class _ListTool(BaseTool[_NoParams]):
         lines = [f"running subagents ({len(running)}):"]
         for i, child in enumerate(running, 1):
             lines.append(
-                f"{i}. ID: {child.id} / task: {preview(child.task)} / "
+                f"{i}. ID: {child.id} / task: {flatten(child.task, PREVIEW_CHARS)} / "
                 f"running for {child.elapsed:.0f}s"
             )
         return "\n".join(lines)

@@ -16,8 +16,9 @@ from pydantic import BaseModel, Field
 
 from ..engine.usage import Usage
 from ..errors import ToolError
+from ..text import flatten
 from ..tools import BaseTool, Tool, ToolContext
-from .background import Child, SubagentRegistry, preview
+from .background import PREVIEW_CHARS, Child, SubagentRegistry
 from .subagent import MAX_TIMEOUT, check_quota, child_budget, failure_text, format_result
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -131,7 +132,7 @@ class SubagentListTool(BaseTool[NoParams]):
         for i, child in enumerate(children, 1):
             mode = "background" if child.background else "waited for"
             lines.append(
-                f"{i}. ID: {child.id} ({mode}) / task: {preview(child.task)} / "
+                f"{i}. ID: {child.id} ({mode}) / task: {flatten(child.task, PREVIEW_CHARS)} / "
                 f"running for {child.elapsed:.0f}s"
             )
         return "\n".join(lines)

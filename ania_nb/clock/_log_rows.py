@@ -14,7 +14,7 @@ from typing import Any
 from ..store import ToolCallRecord
 from ..store._db import clean_text, transaction
 from ..store._owner import Owner, current_owner, is_alive
-from ..store.runlog import truncate
+from ..text import cut
 from .model import RUNNING, ClockTask, TaskLogEntry
 
 MAX_TRIGGER_CHARS = 500
@@ -72,7 +72,7 @@ def _begin_run(
         if not rows or (not manual and not rows[0].enabled):
             return None
         task = rows[0]
-        trigger = clean_text(truncate(make_trigger(task), MAX_TRIGGER_CHARS))
+        trigger = clean_text(cut(make_trigger(task), MAX_TRIGGER_CHARS))
         busy = _live_runner(conn, task.id)
         if scheduled_at is not None:
             task.next_run_at = None if task.run_once and not busy else next_run_at

@@ -17,7 +17,8 @@ from typing import TYPE_CHECKING, Any
 
 from ..store import ToolCallRecord
 from ..store._db import clean_text, transaction
-from ..store.runlog import MAX_REPLY_CHARS, prepare_tool_call, truncate
+from ..store.runlog import MAX_REPLY_CHARS, prepare_tool_call
+from ..text import cut
 from ._log_rows import (
     INTERRUPTED_ERROR,
     SKIPPED_ERROR,
@@ -175,9 +176,9 @@ class ClockStore:
         """Close a running entry (and set its task's ``last_status``); returns it."""
         counts = {k: int((usage or {}).get(k, 0)) for k in USAGE_KEYS}
         if reply is not None:
-            reply = clean_text(truncate(reply, MAX_REPLY_CHARS))
+            reply = clean_text(cut(reply, MAX_REPLY_CHARS))
         if error is not None:
-            error = clean_text(truncate(error, MAX_ERROR_CHARS))
+            error = clean_text(cut(error, MAX_ERROR_CHARS))
         return await self.db.run(
             _finish_run, entry_id, status, counts, reply, error, time.time(), self.max_log_entries
         )

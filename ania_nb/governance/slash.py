@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 from ..errors import UsageError
 from ..session_keys import is_group
-from ..tools.builtin.bash import summarize
+from ..text import flatten
 from .commands import BUILTIN_COMMANDS, CommandBook, expand
 from .plan import PlanMode
 from .roles import Roles, rank
@@ -140,4 +140,4 @@ def _split(text: str) -> tuple[str, str]:
 
 
 def _preview(template: str) -> str:
-    return summarize(template, 60)
+    return flatten(template, 60)

@@ -33,8 +33,8 @@ from typing import TYPE_CHECKING, Any
 
 from ania_nb.engine.untrusted import KNOWLEDGE_END, KNOWLEDGE_START
 from ania_nb.session_keys import read_scopes
+from ania_nb.text import cut
 
-from .chunking import truncate
 from .model import Hit, MemoryEntry
 from .tools import chunk_line, memory_line
 
@@ -100,7 +100,7 @@ def memory_block(entries: list[MemoryEntry], budget: int) -> tuple[str, list[Mem
     for entry in entries:
         if left < MIN_MEMORY_LINE:
             break
-        line = truncate(memory_line(entry), left)
+        line = cut(memory_line(entry), left)
         lines.append(line)
         kept.append(entry)
         left -= len(line)

@@ -10,7 +10,9 @@ from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
-from .chunking import chunk_text, dedupe_key, match_share, truncate
+from ania_nb.text import cut
+
+from .chunking import chunk_text, dedupe_key, match_share
 from .model import AddResult, Document, Hit, IngestReport, KnowledgeError, SourceDoc
 from .search import MODES, Ranked, SearchMode, fuse, order, scope_filter, wants_exact
 from .search import sql_string as _q
@@ -77,7 +79,7 @@ class KnowledgeBase:
     ) -> AddResult:
         """Add one document (content cut at ``kb.max_content_chars``); equal ones are reused."""
         limit = self.store.config.kb.max_content_chars
-        doc = SourceDoc(title, truncate((content or "").strip(), limit), source, tuple(tags))
+        doc = SourceDoc(title, cut((content or "").strip(), limit), source, tuple(tags))
         return (await self.add_many(scope, [doc]))[0]
 
     async def add_many(

@@ -14,7 +14,9 @@ from collections import Counter
 from collections.abc import Sequence
 from typing import Any
 
-from .chunking import collapse_ws, match_share, truncate
+from ania_nb.text import cut
+
+from .chunking import collapse_ws, match_share
 from .kb import check_scope
 from .model import KnowledgeError, MemoryEntry
 from .search import sql_string
@@ -60,7 +62,7 @@ class MemoryBook:
         """
         scope = check_scope(scope)
         settings = self.store.config.memory
-        text = truncate((content or "").strip(), settings.max_chars)
+        text = cut((content or "").strip(), settings.max_chars)
         if not text:
             raise KnowledgeError("content is empty")
         key = hashlib.sha256(collapse_ws(text).encode()).hexdigest()

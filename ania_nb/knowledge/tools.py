@@ -22,9 +22,9 @@ from pydantic import BaseModel, Field, StringConstraints
 from ania_nb.engine.untrusted import untrusted
 from ania_nb.errors import ToolError
 from ania_nb.session_keys import describe, read_scopes
+from ania_nb.text import cut
 from ania_nb.tools.base import BaseTool, Tool, ToolContext
 
-from .chunking import truncate
 from .model import GLOBAL_SCOPE, Document, Hit, KnowledgeError, MemoryEntry
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -66,7 +66,7 @@ def _date(ts: float) -> str:
 
 def chunk_line(hit: Hit, limit: int | None = None) -> str:
     """``《title》（scope）：chunk`` — the scope only when not global, the title only when set."""
-    text = hit.text if limit is None else truncate(hit.text, limit)
+    text = hit.text if limit is None else cut(hit.text, limit)
     title = f"《{hit.title}》" if hit.title else ""
     scope = f"（{hit.scope}）" if hit.scope != GLOBAL_SCOPE else ""
     return untrusted(f"{title}{scope}：{text}")

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING
 from IPython.core.error import UsageError
 
 from ..session_keys import archive_key, archived_from
+from ..text import flatten
 from ._identity import NAMESPACE
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -49,7 +50,7 @@ async def history_command(state: NotebookState, args: list[str]) -> None:
             )
         if m.get("tool_calls"):
             content += " → " + ", ".join(c["function"]["name"] for c in m["tool_calls"])
-        print(f"{m['role']:>9}: {' '.join(str(content).split())[:200]}")
+        print(f"{m['role']:>9}: {flatten(str(content), 200)}")
 
 
 async def _list(agent: Agent, current: str) -> None:

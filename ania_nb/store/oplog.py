@@ -9,9 +9,9 @@ from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any
 
 from ania_nb.errors import UsageError
+from ania_nb.text import cut
 
 from ._db import clean_text, transaction
-from .runlog import truncate
 
 if TYPE_CHECKING:
     from ._db import Database
@@ -64,7 +64,7 @@ class OpLog:
             _label("action", action),
             _optional("actor", actor),
             _optional("session", session),
-            truncate(_text("detail", detail), MAX_DETAIL_CHARS),
+            cut(_text("detail", detail), MAX_DETAIL_CHARS),
         )
         return await self._db.run(_insert, row, time.time(), self.max_entries)
 

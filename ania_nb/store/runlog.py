@@ -11,6 +11,7 @@ from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from ania_nb.errors import UsageError
+from ania_nb.text import cut
 
 from ._db import clean_text, transaction
 from ._owner import Owner, current_owner, is_alive
@@ -25,7 +26,6 @@ MAX_ARGUMENTS_CHARS = 500
 MAX_RESULT_CHARS = 1000
 MAX_REPLY_CHARS = 1000
 MAX_ERROR_CHARS = 1000
-ELLIPSIS = "…"
 
 RUNNING = "running"
 FINAL_STATUSES = frozenset({"success", "stopped", "timeout", "error", "interrupted", "denied"})
@@ -88,11 +88,6 @@ class RunRecord:
     def to_dict(self) -> dict[str, Any]:
         """Plain-dict form (tool calls as dicts) for JSON and display."""
         return asdict(self)
-
-
-def truncate(text: str, limit: int) -> str:
-    """``text`` cut to at most ``limit`` characters, ending in ``…`` when it was cut."""
-    return text if len(text) <= limit else text[: limit - 1] + ELLIPSIS
 
 
 class RunLog:
@@ -194,7 +189,7 @@ def prepare_start(session: str, input: str, sender: str | None) -> tuple[str, st
     _check_str("input", input)
     if sender is not None:
         sender = clean_text(_check_str("sender", sender))
-    return session, sender, clean_text(truncate(input, MAX_INPUT_CHARS))
+    return session, sender, clean_text(cut(input, MAX_INPUT_CHARS))
 
 
 def prepare_tool_call(record: ToolCallRecord) -> str:
@@ -208,11 +203,9 @@ def prepare_tool_call(record: ToolCallRecord) -> str:
     kept = {
         # Truncate first: a tool result can be large, and cleaning keeps the length.
         "name": clean_text(record.name),
-        "arguments": clean_text(truncate(record.arguments, MAX_ARGUMENTS_CHARS)),
-        "result": clean_text(truncate(record.result, MAX_RESULT_CHARS)),
-        "error": None
-        if record.error is None
-        else clean_text(truncate(record.error, MAX_ERROR_CHARS)),
+        "arguments": clean_text(cut(record.arguments, MAX_ARGUMENTS_CHARS)),
+        "result": clean_text(cut(record.result, MAX_RESULT_CHARS)),
+        "error": None if record.error is None else clean_text(cut(record.error, MAX_ERROR_CHARS)),
         "duration_ms": _check_int("tool call duration_ms", record.duration_ms),
     }
     return json.dumps(kept, ensure_ascii=False)
@@ -233,9 +226,9 @@ def prepare_finish(
         if usage is not None and key in usage:
             counts[key] = _check_int(f"usage[{key!r}]", usage[key])
     if reply is not None:
-        reply = clean_text(truncate(_check_str("reply", reply), MAX_REPLY_CHARS))
+        reply = clean_text(cut(_check_str("reply", reply), MAX_REPLY_CHARS))
     if error is not None:
-        error = clean_text(truncate(_check_str("error", error), MAX_ERROR_CHARS))
+        error = clean_text(cut(_check_str("error", error), MAX_ERROR_CHARS))
     return status, counts, reply, error
 
 

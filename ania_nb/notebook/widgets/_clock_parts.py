@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
+from ...text import flatten
 from ._format import (
     STATUS_ICONS,
     decode_base64,
@@ -20,7 +21,6 @@ from ._format import (
     duration_text,
     image_format,
     markdown_html,
-    one_line,
     size_text,
 )
 
@@ -152,7 +152,7 @@ def task_html(task: ClockTask) -> str:
         icon = ICONS.get(task.last_status, "?")
         parts.append(f'last <span style="color:{color}">{icon} {task.last_status}</span>')
     parts.append(f"<small>{html.escape(task.target)}</small>")
-    content = html.escape(one_line(task.content, 160))
+    content = html.escape(flatten(task.content, 160))
     return " · ".join(parts) + f"<br><small>{content}</small>"
 
 

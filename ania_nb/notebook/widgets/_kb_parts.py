@@ -15,9 +15,10 @@ from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from ...text import flatten
 from ._clock_parts import clock_time
 from ._display import Displayable
-from ._format import one_line, size_text
+from ._format import size_text
 
 if TYPE_CHECKING:  # pragma: no cover
     from ...knowledge import AddResult, Document, Hit, Knowledge, KnowledgeStatus, MemoryEntry
@@ -88,7 +89,7 @@ def hit_line(rank: int, hit: Hit) -> str:
     """``1. 《Deploy guide》 [ab12cd34#0] nb:demo · score 0.812 · … — first words…``."""
     where = f"[{hit.doc_id}#{hit.chunk_index}] {hit.scope}"
     head = f"{rank}. 《{hit.title or '(untitled)'}》 {where} · {scores_text(hit)}"
-    return f"{head} — {one_line(hit.text, 160)}"
+    return f"{head} — {flatten(hit.text, 160)}"
 
 
 def hit_html(rank: int, hit: Hit) -> str:
@@ -96,7 +97,7 @@ def hit_html(rank: int, hit: Hit) -> str:
     title = html.escape(hit.title or "(untitled)")
     where = f"<code>{html.escape(hit.doc_id)}#{hit.chunk_index}</code> {html.escape(hit.scope)}"
     scores = f'<small style="{MUTED}">{html.escape(scores_text(hit))}</small>'
-    text = html.escape(one_line(hit.text, 300))
+    text = html.escape(flatten(hit.text, 300))
     style = "border-top:1px solid #eee;padding:3px 2px"
     return (
         f'<div style="{style}"><b>{rank}. 《{title}》</b> {where} · {scores}'
@@ -106,7 +107,7 @@ def hit_html(rank: int, hit: Hit) -> str:
 
 def memory_line(entry: MemoryEntry) -> str:
     """``[ab12cd34] Alice prefers short answers · user alice · #pref · 20:31:05``."""
-    parts = [f"[{entry.id}] {one_line(entry.content, 200)}"]
+    parts = [f"[{entry.id}] {flatten(entry.content, 200)}"]
     if entry.user_id:
         parts.append(f"user {entry.user_id}")
     if entry.tags:
@@ -117,7 +118,7 @@ def memory_line(entry: MemoryEntry) -> str:
 
 def memory_html(entry: MemoryEntry) -> str:
     """A memory row's description as HTML."""
-    parts = [f"<code>{html.escape(entry.id)}</code> {html.escape(one_line(entry.content, 400))}"]
+    parts = [f"<code>{html.escape(entry.id)}</code> {html.escape(flatten(entry.content, 400))}"]
     if entry.user_id:
         parts.append(f"<small>user {html.escape(entry.user_id)}</small>")
     if entry.tags:
@@ -147,7 +148,7 @@ def injected_text(data: Mapping[str, Any]) -> str:
     memories: Sequence[Mapping[str, Any]] = data.get("memories") or ()
     if memories:
         noun = "memory" if len(memories) == 1 else "memories"
-        shown = ", ".join(f"“{one_line(str(m.get('content', '')), 40)}”" for m in memories[:3])
+        shown = ", ".join(f"“{flatten(str(m.get('content', '')), 40)}”" for m in memories[:3])
         more = f" +{len(memories) - 3}" if len(memories) > 3 else ""
         parts.append(f"🧠 {len(memories)} {noun}: {shown}{more}")
     return " · ".join(parts) or "📚 injected: nothing"

@@ -36,11 +36,6 @@ class HttpSource:
             self._owned = None
 
 
-def truncate(text: str, limit: int, marker: str = "...") -> str:
-    """Cut ``text`` to ``limit`` characters, appending ``marker`` when it was cut."""
-    return text if len(text) <= limit else text[:limit] + marker
-
-
 def status_error(what: str, response: Any) -> str:
     """A short message for a non-200 answer: the service, the status and the reason."""
     reason = getattr(response, "reason_phrase", "") or ""

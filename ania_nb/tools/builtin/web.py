@@ -12,8 +12,9 @@ from pydantic import BaseModel, Field
 
 from ...config import WebSettings
 from ...errors import ToolError
+from ...text import cut
 from ..base import BaseTool, ToolContext
-from ._http import HttpSource, status_error, truncate
+from ._http import HttpSource, status_error
 
 # What the original sends to Jina's reader: render like a browser, no images, a links summary.
 READER_HEADERS = {
@@ -58,7 +59,7 @@ class _JinaTool:
             raise ToolError(f"{what} failed: {type(exc).__name__}: {exc}") from None
         if response.status_code != 200:
             raise ToolError(status_error(what, response))
-        return truncate(response.text, self.settings.max_chars)
+        return cut(response.text, self.settings.max_chars, marker="...")
 
 
 class WebSearchTool(_JinaTool, BaseTool[SearchParams]):
