@@ -19,7 +19,6 @@ listener that may not or cannot be opened); 1 on a crash or a connection loop th
 from __future__ import annotations
 
 import asyncio
-import ipaddress
 import logging
 import signal
 import sys
@@ -27,6 +26,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
 
+from ..addresses import is_loopback
 from ..errors import UsageError
 from .model import AdapterError
 from .redact import MCPSecrets, SecretRedactor, config_secrets
@@ -79,7 +79,7 @@ def check_settings(settings: RunnerSettings) -> None:
     if settings.mode != "reverse":
         return
     token = settings.access_token.get_secret_value() if settings.access_token else ""
-    if not token and not _is_loopback(settings.host):
+    if not token and not is_loopback(settings.host):
         raise StartError(
             f"runner.host is {settings.host!r} (not loopback) and runner.access_token is not set: "
             "anyone who can reach the port could drive the bot. Set runner.access_token "
@@ -87,15 +87,6 @@ def check_settings(settings: RunnerSettings) -> None:
         )
     if not settings.path.startswith("/"):
         raise StartError(f"runner.path must start with '/', got {settings.path!r}")
-
-
-def _is_loopback(host: str) -> bool:
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False  # a host name: it may resolve to anything
 
 
 def describe(settings: RunnerSettings, listen_url: str | None = None) -> str:
