@@ -10,14 +10,13 @@ from __future__ import annotations
 
 import asyncio
 import html
-import logging
-from collections.abc import Awaitable, Coroutine, Iterable
+from collections.abc import Awaitable, Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ...errors import UsageError
 from ...session_keys import GLOBAL, read_scopes
-from ._display import Displayable, close_tree
+from ._display import close_tree
 from ._kb_parts import (
     IngestBar,
     added_summary,
@@ -32,29 +31,25 @@ from ._kb_parts import (
     scope_label,
     status_text,
 )
+from .panel import Panel
 
 if TYPE_CHECKING:  # pragma: no cover
     from ...knowledge import AddResult, Document, Hit, Knowledge, KnowledgeStatus, MemoryEntry
 
-log = logging.getLogger(__name__)
-
 MODES = ("hybrid", "fts", "vector")
 
 
-class _Panel(Displayable):
-    """What both views share: a scope dropdown, a message line, guarded button actions."""
+class _ScopePanel(Panel):
+    """What both views share: a knowledge store, a scope and its dropdown."""
 
     def __init__(self, knowledge: Knowledge, scope: str) -> None:
         import ipywidgets as w
 
+        super().__init__()
         self.knowledge = knowledge
         self.scope = scope
         self.scopes: dict[str, int] = {}
-        self.message = ""  # the outcome of the last action (or its error)
-        self.closed = False
-        self.actions: set[asyncio.Task[Any]] = set()
         self.header = w.HTML()
-        self.message_html = w.HTML()
         self.scope_picker = w.Dropdown(description="scope", layout=w.Layout(width="auto"))
         self._picking = False  # options being set by the panel, not chosen by the user
         self.scope_picker.observe(self._picked, names="value")
@@ -63,9 +58,6 @@ class _Panel(Displayable):
         raise NotImplementedError
 
     async def _load(self) -> None:
-        raise NotImplementedError
-
-    def _render(self) -> None:
         raise NotImplementedError
 
     async def refresh(self) -> Any:
@@ -84,16 +76,6 @@ class _Panel(Displayable):
             return ""
 
         return self._act(work())
-
-    async def wait_actions(self) -> None:
-        """Wait until every action started so far (button work, searches) has finished."""
-        while self.actions:
-            await asyncio.wait(set(self.actions))
-
-    def close(self) -> None:
-        """Close the widgets (running actions finish without showing anything)."""
-        self.closed = True
-        close_tree(self.widget)
 
     # ------------------------------------------------------------------ internals
 
@@ -116,32 +98,8 @@ class _Panel(Displayable):
         finally:
             self._picking = False
 
-    def _act(self, work: Coroutine[Any, Any, str]) -> asyncio.Task[Any]:
-        async def guarded() -> None:
-            try:
-                message = await work
-                if message:
-                    self._set_message(message)
-            except UsageError as exc:  # KnowledgeError: full, blank, unknown, bad path
-                self._set_message(f"✗ {exc}", error=True)
-            except Exception as exc:  # shown, not raised into the kernel's loop
-                log.exception("a knowledge panel action failed")
-                self._set_message(f"✗ {type(exc).__name__}: {exc}", error=True)
-            if not self.closed:
-                self._render()
 
-        task = asyncio.get_running_loop().create_task(guarded())
-        self.actions.add(task)
-        task.add_done_callback(self.actions.discard)
-        return task
-
-    def _set_message(self, text: str, *, error: bool = False) -> None:
-        self.message = text
-        color = "#c62828" if error else "#555"
-        self.message_html.value = f'<small style="color:{color}">{html.escape(text)}</small>'
-
-
-class KbPanel(_Panel):
+class KbPanel(_ScopePanel):
     """The kb of one scope: documents with chunk counts, search, add, delete and file ingest.
 
     Show it, then `refresh` (``%ania kb`` does both). Searches cover the scope and ``global``
@@ -364,7 +322,7 @@ class KbPanel(_Panel):
         self.refresh_display()
 
 
-class MemoryList(_Panel):
+class MemoryList(_ScopePanel):
     """The long-term memories of one scope, newest first, each with a Forget button."""
 
     def __init__(self, knowledge: Knowledge, scope: str = GLOBAL) -> None:
