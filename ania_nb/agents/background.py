@@ -27,7 +27,14 @@ if TYPE_CHECKING:  # pragma: no cover
     from ..orchestration.host import AgentHost
     from ..tools import Role
 
-__all__ = ["PREVIEW_CHARS", "Child", "SubagentRegistry", "completion_text"]
+__all__ = [
+    "PREVIEW_CHARS",
+    "Child",
+    "SubagentRegistry",
+    "cancel_text",
+    "completion_text",
+    "running_text",
+]
 
 log = logging.getLogger(__name__)
 
@@ -83,6 +90,27 @@ class Child:
     async def forward(self, event: RunEvent) -> None:
         """Pass one of the child run's live events on as a ``child`` event."""
         await self.emit(event.kind, event.data)
+
+
+def running_text(children: list[Child], *, modes: bool = False) -> str:
+    """subagent_list's answer: one line per running child (``modes``: background or waited)."""
+    if not children:
+        return "no running subagents"
+    lines = [f"running subagents ({len(children)}):"]
+    for i, child in enumerate(children, 1):
+        mode = f" ({'background' if child.background else 'waited for'})" if modes else ""
+        lines.append(
+            f"{i}. ID: {child.id}{mode} / task: {flatten(child.task, PREVIEW_CHARS)} / "
+            f"running for {child.elapsed:.0f}s"
+        )
+    return "\n".join(lines)
+
+
+def cancel_text(child_id: str, cancelled: bool) -> str:
+    """subagent_cancel's answer."""
+    if cancelled:
+        return f"cancelled subagent {child_id}"
+    return f"no subagent with ID {child_id} (finished or wrong ID)"
 
 
 def completion_text(child: Child, max_len: int) -> str:

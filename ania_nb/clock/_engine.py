@@ -15,8 +15,9 @@ from collections.abc import Coroutine
 from typing import TYPE_CHECKING, Any
 
 from ..orchestration import Delivery
+from ..orchestration.subscribers import Subscribers
 from .lease import Lease
-from .model import ClockError, ClockEvent, ClockTask, EventKind, Listeners, TaskLogEntry
+from .model import ClockError, ClockEvent, ClockTask, EventKind, TaskLogEntry
 from .runner import CLOSED_ERROR, STOPPED_ERROR, Outcome, run_task, trigger_text
 from .scheduler import Scheduler
 from .store import ClockStore
@@ -42,7 +43,7 @@ class ClockEngine:
         self._store: ClockStore | None = None
         self._lease: Lease | None = None
         self._scheduler = Scheduler(self._fire)
-        self._listeners = Listeners()
+        self._listeners: Subscribers[ClockEvent] = Subscribers("clock event")
         self._spawned: set[asyncio.Task[Any]] = set()  # scheduled runs and the watcher
         self._running: set[str] = set()  # ids of tasks running in this process
         self._once_running: set[str] = set()  # run-once tasks whose job waits for their run
@@ -321,4 +322,4 @@ class ClockEngine:
         task: ClockTask | None = None,
         entry: TaskLogEntry | None = None,
     ) -> None:
-        await self._listeners.emit(ClockEvent(kind, task_id, task=task, entry=entry))
+        await self._listeners.publish(ClockEvent(kind, task_id, task=task, entry=entry), kind)

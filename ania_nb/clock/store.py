@@ -16,9 +16,8 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from ..store import ToolCallRecord
-from ..store._db import clean_text, transaction
-from ..store.runlog import MAX_REPLY_CHARS, prepare_tool_call
-from ..text import cut
+from ..store._db import transaction
+from ..store.runlog import prepare_finish, prepare_tool_call
 from ._log_rows import (
     INTERRUPTED_ERROR,
     SKIPPED_ERROR,
@@ -38,8 +37,6 @@ if TYPE_CHECKING:  # pragma: no cover
 
 __all__ = ["INTERRUPTED_ERROR", "SKIPPED_ERROR", "ClockStore", "base36"]
 
-MAX_ERROR_CHARS = 1000
-USAGE_KEYS = ("iterations", "prompt_tokens", "completion_tokens", "total_tokens", "cached_tokens")
 
 # Columns `update` may write (the model's UPDATABLE_FIELDS plus who/when/next).
 _EDITABLE = frozenset(
@@ -174,11 +171,7 @@ class ClockStore:
         error: str | None = None,
     ) -> TaskLogEntry | None:
         """Close a running entry (and set its task's ``last_status``); returns it."""
-        counts = {k: int((usage or {}).get(k, 0)) for k in USAGE_KEYS}
-        if reply is not None:
-            reply = clean_text(cut(reply, MAX_REPLY_CHARS))
-        if error is not None:
-            error = clean_text(cut(error, MAX_ERROR_CHARS))
+        status, counts, reply, error = prepare_finish(status, usage, reply, error)
         return await self.db.run(
             _finish_run, entry_id, status, counts, reply, error, time.time(), self.max_log_entries
         )

@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import secrets
 import time
-from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any
@@ -63,8 +62,7 @@ class KnowledgeBase:
         self.store = store
 
     async def _table(self) -> Any:
-        await self.store.open()
-        return self.store.table(KB_TABLE)
+        return await self.store.open_table(KB_TABLE)
 
     # ------------------------------------------------------------------ writing
 
@@ -201,21 +199,13 @@ class KnowledgeBase:
         """Delete a document and its chunks; False when the scope has no such document."""
         table = await self._table()
         where = f"scope = {_q(check_scope(scope))} AND doc_id = {_q(str(doc_id))}"
-        async with table.lock:
-            if not await table.count(where):
-                return False
-            await table.delete(where)
-        return True
+        return bool(await table.delete_counted(where))
 
     async def clear(self, scope: str) -> int:
         """Delete every document of a scope; returns how many there were."""
         table = await self._table()
         where = f"scope = {_q(check_scope(scope))}"
-        async with table.lock:
-            docs = await table.count(f"{where} AND chunk_index = 0")
-            if docs:
-                await table.delete(where)
-        return docs
+        return await table.delete_counted(where, f"{where} AND chunk_index = 0")
 
     # ------------------------------------------------------------------ reading
 
@@ -229,9 +219,7 @@ class KnowledgeBase:
 
     async def scopes(self) -> dict[str, int]:
         """Every scope with documents, and how many it has."""
-        table = await self._table()
-        rows = await table.rows("chunk_index = 0", ["scope"])
-        return dict(sorted(Counter(r["scope"] for r in rows).items()))
+        return await (await self._table()).scope_counts("chunk_index = 0")
 
     async def chunk_count(self, scope: str | None = None) -> int:
         """How many chunks are stored (in one scope, or in all)."""

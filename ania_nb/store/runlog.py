@@ -95,10 +95,8 @@ class RunLog:
 
     def __init__(self, db: Database, max_entries: int = 200) -> None:
         """Log into ``db``, evicting the oldest rows beyond ``max_entries``."""
-        if isinstance(max_entries, bool) or not isinstance(max_entries, int) or max_entries < 1:
-            raise UsageError(f"max_entries must be a positive int, got {max_entries!r}")
         self._db = db
-        self.max_entries = max_entries
+        self.max_entries = positive_int("max_entries", max_entries)
 
     async def start(self, session: str, input: str, sender: str | None = None) -> int:
         """Record a new running run; return its id."""
@@ -174,8 +172,7 @@ class RunLog:
                     raise UsageError(f"{name} must be epoch seconds, got {value!r}")
                 clauses.append(f"started_at {op} ?")
                 params.append(float(value))
-        if _check_int("limit", limit) < 1:
-            raise UsageError(f"limit must be at least 1, got {limit}")
+        positive_int("limit", limit)
         where = f"WHERE {' AND '.join(clauses)}" if clauses else ""
         return await self._db.run(_select, where, tuple(params), limit)
 
@@ -243,6 +240,13 @@ def _check_int(name: str, value: object) -> int:
     """Reject non-int (and bool) numeric fields with a message naming the field."""
     if isinstance(value, bool) or not isinstance(value, int):
         raise UsageError(f"{name} must be an int, got {value!r}")
+    return value
+
+
+def positive_int(name: str, value: object) -> int:
+    """``value`` if it is a whole number ≥ 1 (not a bool), else a `UsageError` naming ``name``."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise UsageError(f"{name} must be a positive int, got {value!r}")
     return value
 
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import html
-from collections.abc import Awaitable, Iterable
+from collections.abc import Awaitable, Callable, Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -79,6 +79,20 @@ class _ScopePanel(Panel):
 
     # ------------------------------------------------------------------ internals
 
+    def _remove(
+        self, remove: Callable[[str, str], Awaitable[bool]], key: str, what: str, done: str
+    ) -> asyncio.Task[Any]:
+        """``remove(scope, key)`` (whether it was there), then refresh; ``done`` or an error."""
+
+        async def work() -> str:
+            found = await remove(self.scope, key)
+            await self.refresh()
+            if not found:
+                raise UsageError(f"no {what} in {self.scope}")
+            return done
+
+        return self._act(work())
+
     def _picked(self, change: dict[str, Any]) -> None:
         if not self._picking and change["new"] and change["new"] != self.scope:
             self.show_scope(change["new"])
@@ -97,6 +111,32 @@ class _ScopePanel(Panel):
             self.scope_picker.value = self.scope
         finally:
             self._picking = False
+
+    def _render_rows(
+        self,
+        rows: dict[str, Any],
+        items: list[tuple[str, str]],
+        button: str,
+        on_click: Callable[[str], Any],
+    ) -> tuple[Any, ...]:
+        """One row per ``(id, html)`` item with a ``button`` calling ``on_click(id)``.
+
+        Rows are kept by id across renders (widgets reused, rows of gone items closed).
+        """
+        import ipywidgets as w
+
+        shown = {key for key, _ in items}
+        for key in [k for k in rows if k not in shown]:
+            close_tree(rows.pop(key))
+        for key, description in items:
+            row = rows.get(key)
+            if row is None:
+                press = w.Button(description=button, icon="trash", layout=w.Layout(width="auto"))
+                press.on_click(lambda _, key=key: on_click(key))
+                info = w.HTML(layout=w.Layout(flex="1 1 auto"))
+                row = rows[key] = w.HBox([info, press], layout=w.Layout(align_items="center"))
+            row.children[0].value = description
+        return tuple(rows[key] for key, _ in items)
 
 
 class KbPanel(_ScopePanel):
@@ -200,15 +240,8 @@ class KbPanel(_ScopePanel):
 
     def delete(self, doc_id: str) -> asyncio.Task[Any]:
         """Delete a document of the scope and its chunks."""
-
-        async def work() -> str:
-            gone = await self.knowledge.kb.delete(self.scope, doc_id)
-            await self.refresh()
-            if not gone:
-                raise UsageError(f"no document [{doc_id}] in {self.scope}")
-            return f"deleted [{doc_id}]"
-
-        return self._act(work())
+        delete = self.knowledge.kb.delete
+        return self._remove(delete, doc_id, f"document [{doc_id}]", f"deleted [{doc_id}]")
 
     def ingest(self, spec: str | Path | Iterable[str | Path]) -> asyncio.Task[Any]:
         """Add files (a path, folder or glob, or several) with a progress bar."""
@@ -291,8 +324,6 @@ class KbPanel(_ScopePanel):
             self.refresh_display()
 
     def _render(self) -> None:
-        import ipywidgets as w
-
         if self.closed:
             return
         self.header.value = f"<b>{html.escape(self._header_text())}</b>"
@@ -300,19 +331,8 @@ class KbPanel(_ScopePanel):
             status = html.escape(status_text(self.status))
             self.status_html.value = f'<small style="color:#757575">{status}</small>'
         self._render_picker()
-        for doc_id in [d for d in self._doc_rows if d not in {doc.id for doc in self.documents}]:
-            close_tree(self._doc_rows.pop(doc_id))
-        for doc in self.documents:
-            row = self._doc_rows.get(doc.id)
-            if row is None:
-                button = w.Button(description="Delete", icon="trash", layout=w.Layout(width="auto"))
-                button.on_click(lambda _, doc_id=doc.id: self.delete(doc_id))
-                info = w.HTML(layout=w.Layout(flex="1 1 auto"))
-                row = self._doc_rows[doc.id] = w.HBox(
-                    [info, button], layout=w.Layout(align_items="center")
-                )
-            row.children[0].value = doc_html(doc)
-        self.doc_box.children = tuple(self._doc_rows[d.id] for d in self.documents)
+        docs = [(doc.id, doc_html(doc)) for doc in self.documents]
+        self.doc_box.children = self._render_rows(self._doc_rows, docs, "Delete", self.delete)
         if not self.query:
             self.results.value = ""
         elif not self.hits:
@@ -344,15 +364,8 @@ class MemoryList(_ScopePanel):
 
     def forget(self, memory_id: str) -> asyncio.Task[Any]:
         """Forget one memory of the scope."""
-
-        async def work() -> str:
-            gone = await self.knowledge.memory.forget(self.scope, memory_id)
-            await self.refresh()
-            if not gone:
-                raise UsageError(f"no memory [{memory_id}] in {self.scope}")
-            return f"forgot [{memory_id}]"
-
-        return self._act(work())
+        forget = self.knowledge.memory.forget
+        return self._remove(forget, memory_id, f"memory [{memory_id}]", f"forgot [{memory_id}]")
 
     def text(self) -> str:
         """The list as plain text: header, one line per memory, message."""
@@ -373,25 +386,12 @@ class MemoryList(_ScopePanel):
         return f"🧠 memories · {self.scope} · {count} entr{'y' if count == 1 else 'ies'}"
 
     def _render(self) -> None:
-        import ipywidgets as w
-
         if self.closed:
             return
         self.header.value = f"<b>{html.escape(self._header_text())}</b>"
         self._render_picker()
-        for key in [k for k in self._rows if k not in {e.id for e in self.entries}]:
-            close_tree(self._rows.pop(key))
-        for entry in self.entries:
-            row = self._rows.get(entry.id)
-            if row is None:
-                button = w.Button(description="Forget", icon="trash", layout=w.Layout(width="auto"))
-                button.on_click(lambda _, memory_id=entry.id: self.forget(memory_id))
-                info = w.HTML(layout=w.Layout(flex="1 1 auto"))
-                row = self._rows[entry.id] = w.HBox(
-                    [info, button], layout=w.Layout(align_items="center")
-                )
-            row.children[0].value = memory_html(entry)
-        self.entry_box.children = tuple(self._rows[e.id] for e in self.entries)
+        entries = [(entry.id, memory_html(entry)) for entry in self.entries]
+        self.entry_box.children = self._render_rows(self._rows, entries, "Forget", self.forget)
         self.refresh_display()
 
 
