@@ -150,3 +150,29 @@ async def test_actions_show_their_outcome_or_their_error_and_never_raise(caplog)
     assert "&lt;b&gt;" in panel.message_html.value  # escaped
     panel.close()
     panel.close()  # idempotent
+
+
+async def test_rows_of_removed_entries_are_closed_and_the_others_reused(knowledge):
+    """The knowledge panels' rows: one per entry, kept across renders, closed when it goes."""
+    keep = (await knowledge.kb.add("nb:t", "Keep", "stays")).document
+    drop = (await knowledge.kb.add("nb:t", "Drop", "goes")).document
+    panel = await KbPanel(knowledge, "nb:t").refresh()
+    kept, dropped = panel._doc_rows[keep.id], panel._doc_rows[drop.id]
+    await ended(panel.delete(drop.id))
+    assert panel.message == f"deleted [{drop.id}]"
+    assert panel.doc_box.children == (kept,) and panel._doc_rows == {keep.id: kept}
+    assert dropped.comm is None and all(c.comm is None for c in dropped.children)
+    assert kept.comm is not None  # the same widgets, not rebuilt
+    await ended(panel.delete(drop.id))
+    assert panel.message == f"✗ no document [{drop.id}] in nb:t"
+
+    await knowledge.memory.save("nb:t", "first")
+    second, _ = await knowledge.memory.save("nb:t", "second")
+    memories = await MemoryList(knowledge, "nb:t").refresh()
+    row = memories._rows[second.id]
+    row.children[1].click()  # its Forget button
+    await ended(*memories.actions)
+    assert memories.message == f"forgot [{second.id}]" and row.comm is None
+    assert [e.content for e in memories.entries] == ["first"]
+    panel.close()
+    memories.close()
