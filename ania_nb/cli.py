@@ -5,9 +5,17 @@ from __future__ import annotations
 import argparse
 import asyncio
 import sys
+from collections.abc import Awaitable, Callable
 from datetime import datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypeVar
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .config import Config
+    from .quota import UsageReport
+    from .store import Store
+
+T = TypeVar("T")
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -125,53 +133,58 @@ def _show_config(path: Path | None) -> int:
     return 0
 
 
-async def _show_runs(args: argparse.Namespace) -> int:
+async def _read_store(
+    args: argparse.Namespace, nothing: str, read: Callable[[Config, Store], Awaitable[T]]
+) -> T | None:
+    """``read(config, store)`` on the store of ``args.file``'s config, closed afterwards.
+
+    None (and ``<nothing>: no store in <dir>`` printed) when there is no store yet: reading
+    must not create an empty one.
+    """
     from .config import Config
     from .store import Store
     from .store.db import DB_FILENAME
 
     config = Config.load(args.file)
     data_dir = Path(config.store.data_dir)
-    if not (data_dir / DB_FILENAME).is_file():  # reading must not create an empty store
-        print(f"no run records: no store in {data_dir}")
-        return 0
+    if not (data_dir / DB_FILENAME).is_file():
+        print(f"{nothing}: no store in {data_dir}")
+        return None
     store = await Store.open(data_dir)
     try:
-        records = await store.runs.list(session=args.session, status=args.status, limit=args.limit)
+        return await read(config, store)
     finally:
         await store.close()
-    if not records:
-        print(f"no run records in {config.store.data_dir}")
-    for r in records:
-        when = datetime.fromtimestamp(r.started_at).strftime("%Y-%m-%d %H:%M:%S")
-        print(
-            f"#{r.id:<5} {when}  {r.status:<11} {r.session:<16} {r.duration_ms or 0:>7} ms "
-            f"{r.total_tokens:>7} tok  {r.tool_calls_total} tools  {r.input[:60]!r}"
-        )
+
+
+async def _show_runs(args: argparse.Namespace) -> int:
+    async def read(config: Config, store: Store) -> None:
+        records = await store.runs.list(session=args.session, status=args.status, limit=args.limit)
+        if not records:
+            print(f"no run records in {config.store.data_dir}")
+        for r in records:
+            when = datetime.fromtimestamp(r.started_at).strftime("%Y-%m-%d %H:%M:%S")
+            print(
+                f"#{r.id:<5} {when}  {r.status:<11} {r.session:<16} {r.duration_ms or 0:>7} ms "
+                f"{r.total_tokens:>7} tok  {r.tool_calls_total} tools  {r.input[:60]!r}"
+            )
+
+    await _read_store(args, "no run records", read)
     return 0
 
 
 async def _show_usage(args: argparse.Namespace) -> int:
-    from .config import Config
     from .quota import Quota
-    from .store import Store
-    from .store.db import DB_FILENAME
 
-    config = Config.load(args.file)
-    data_dir = Path(config.store.data_dir)
-    if not (data_dir / DB_FILENAME).is_file():  # reading must not create an empty store
-        print(f"no usage recorded: no store in {data_dir}")
-        return 0
-    store = await Store.open(data_dir)
+    async def read(config: Config, store: Store) -> UsageReport:
+        async def open_store() -> Store:
+            return store
 
-    async def open_store() -> Store:
-        return store
+        return await Quota(lambda: config, open_store).report(args.days, args.session)
 
-    try:
-        report = await Quota(lambda: config, open_store).report(args.days, args.session)
-    finally:
-        await store.close()
-    print(report.to_text())
+    report = await _read_store(args, "no usage recorded", read)
+    if report is not None:
+        print(report.to_text())
     return 0
 
 

@@ -154,14 +154,16 @@ async def test_exit_127_gets_a_hint(bash_agent, run_tool):
 async def test_huge_output_is_truncated_with_the_marker(bash_agent, run_tool):
     agent = bash_agent(**{"bash.max_output_chars": 1000})
     call = await run_tool(agent, "bash", {"command": "head -c 3000000 /dev/zero | tr '\\0' a"})
-    assert call.result == "a" * 1000 + "\n...(output truncated)"
+    marker = "\n...(output truncated)"
+    assert call.result == "a" * (1000 - len(marker)) + marker  # 1000 characters, marker included
 
 
 async def test_truncation_counts_characters_not_bytes(bash_agent, run_tool):
     agent = bash_agent(**{"bash.max_output_chars": 300})
     command = "i=0; while [ $i -lt 400 ]; do printf '猫'; i=$((i+1)); done"
     call = await run_tool(agent, "bash", {"command": command})
-    assert call.result == "猫" * 300 + "\n...(output truncated)"
+    marker = "\n...(output truncated)"
+    assert call.result == "猫" * (300 - len(marker)) + marker
 
 
 async def test_bash_env_entries_are_added_to_the_inherited_environment(bash_agent, run_tool):

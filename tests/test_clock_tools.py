@@ -78,7 +78,7 @@ async def test_create_list_get_delete_through_the_model(agent, llm):
     assert listed == (
         "Clock tasks of nb:a (2):\n"
         f"✅ [{task.id}] morning news | repeat | {DAILY} → nb:a\n"
-        f"✅ [{second.id}] a very long … | once | @every 1h → nb:a"
+        f"✅ [{second.id}] a very long… | once | @every 1h → nb:a"  # 12 characters and "…"
     )
 
     detail = await call(agent, llm, "nb:a", "clock_get", {"id": task.id})

@@ -1,4 +1,4 @@
-"""Chunking, dedupe keys, truncation and keyword match of the knowledge base (pure functions)."""
+"""Chunking, dedupe keys and keyword match of the knowledge base (pure functions)."""
 
 from __future__ import annotations
 
@@ -17,7 +17,6 @@ from ania_nb.knowledge.chunking import (
     match_share,
     normalize_newlines,
     query_terms,
-    truncate,
 )
 
 # Text made of a few characters, newlines and spaces, so lines, blank runs and hard cuts all occur.
@@ -180,26 +179,6 @@ def test_dedupe_key_ignores_whitespace_but_not_case_or_the_title_boundary() -> N
     assert key == dedupe_key("Title", "some text here")
     assert key != dedupe_key("title", "some text here")
     assert dedupe_key("a b", "c") != dedupe_key("a", "b c")
-
-
-def test_truncate() -> None:
-    assert truncate("hello", 5) == "hello"
-    assert truncate("hello world", 8) == "hello w…"
-    assert truncate("hello world", 7) == "hello…"  # the space before the cut goes
-    assert truncate("你好世界", 3) == "你好…"
-    assert truncate("abc", 1) == "…"
-    assert truncate("abc", 0) == ""
-    assert truncate("", 0) == ""
-
-
-@given(text=st.text(max_size=60), limit=st.integers(-2, 70))
-def test_truncate_never_exceeds_the_limit(text: str, limit: int) -> None:
-    out = truncate(text, limit)
-    assert len(out) <= max(limit, 0)
-    if len(text) <= limit:
-        assert out == text
-    elif limit > 0:
-        assert out.endswith("…") and text.startswith(out[:-1])
 
 
 def test_query_terms() -> None:

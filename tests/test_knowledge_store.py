@@ -113,10 +113,20 @@ async def test_delete_and_clear(knowledge: Knowledge) -> None:
     assert not await knowledge.kb.delete("nb:b", doc.id)  # not in that scope
     assert await knowledge.kb.delete("nb:a", doc.id)
     assert not await knowledge.kb.delete("nb:a", doc.id)
-    await knowledge.kb.add("nb:a", "A", "one")
+    await knowledge.kb.add("nb:a", "A", "x " * 700)  # several chunks, one document
     await knowledge.kb.add("nb:a", "B", "two")
-    assert await knowledge.kb.clear("nb:a") == 2
+    await knowledge.kb.add("nb:b", "C", "stays")
+    assert await knowledge.kb.chunk_count("nb:a") > 2
+    assert await knowledge.kb.clear("nb:a") == 2  # documents, not chunks
     assert await knowledge.kb.chunk_count("nb:a") == 0
+    assert await knowledge.kb.clear("nb:a") == 0
+    assert [d.title for d in await knowledge.kb.documents("nb:b")] == ["C"]
+    await knowledge.memory.save("nb:a", "one note")
+    await knowledge.memory.save("nb:a", "another note")
+    await knowledge.memory.save("nb:b", "kept note")
+    assert await knowledge.memory.clear("nb:a") == 2
+    assert await knowledge.memory.clear("nb:a") == 0
+    assert await knowledge.memory.scopes() == {"nb:b": 1}
 
 
 async def test_scopes_count_documents(knowledge: Knowledge) -> None:

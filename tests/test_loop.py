@@ -266,7 +266,8 @@ async def test_huge_tool_results_are_cut_before_the_model_sees_them(llm, make_ag
     agent = make_agent(tools=[firehose], overrides={"agent.max_tool_result_chars": 1000})
     result = await agent.chat("go")
     sent = llm.requests[1].messages[-1]["content"]
-    assert sent == "x" * 1000 + "\n...(tool result truncated: 50000 characters in total)"
+    marker = "\n...(tool result truncated: 50000 characters in total)"
+    assert sent == "x" * (1000 - len(marker)) + marker  # at most 1000 characters, the note included
     assert result.tool_calls[0].result == sent
     stored = (await agent.history())[-2]["content"]
     assert len(stored) < 1100

@@ -90,8 +90,9 @@ def test_structured_content_only_when_nothing_else_and_text_is_capped() -> None:
     assert out.text == '{"a": "ü", "b": 1}'
     shown = convert_result(result(image(), structured={"a": 1}), 1000)
     assert shown.text == "" and shown.images == [PNG_URI]
-    long = convert_result(result(TextContent(type="text", text="x" * 50)), 10)
-    assert long.text.startswith("x" * 10 + "\n...(MCP tool result truncated: 50 characters")
+    long = convert_result(result(TextContent(type="text", text="x" * 150)), 100)
+    marker = "\n...(MCP tool result truncated: 150 characters in total)"
+    assert long.text == "x" * (100 - len(marker)) + marker  # 100 characters, the note included
 
 
 def media_config(tmp_path) -> str:

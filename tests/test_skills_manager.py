@@ -325,7 +325,11 @@ async def test_skill_read_truncates_long_skill_md_with_a_hint(tmp_path: Path) ->
     manager = await loaded(tmp_path)
     text = await call(manager, "skill_read", skill_name="big")
     head, _, rest = text.partition("\n\n[SKILL.md truncated")
-    assert len(head) == 16000
+    note = rest[: rest.index(".]") + 2]
+    # At most 16 000 characters, the hint included; the hint says where the rest starts.
+    assert len(head) + len("\n\n[SKILL.md truncated") + len(note) == 16000
+    total = len((tmp_path / "big" / "SKILL.md").read_text(encoding="utf-8"))
+    assert note.startswith(f": showing {len(head)} of {total} characters.")
     assert "file_name" in rest and str((tmp_path / "big" / "SKILL.md").absolute()) in rest
     assert rest.rstrip().endswith("- more.md")  # the attachment list survives truncation
 

@@ -193,7 +193,8 @@ async def test_long_result_is_cut_with_the_original_length_noted(
     [text] = tool_results(llm.requests[-1])
     meta, body = text.split("\n", 1)
     assert meta.endswith(" · result truncated")
-    assert body == "x" * 100 + "\n… (result too long, cut; the original has 250 characters)"
+    note = "\n… (result too long, cut; the original has 250 characters)"
+    assert body == "x" * (100 - len(note)) + note  # 100 characters, the note included
 
 
 async def test_subagent_stop_hook_gets_the_task_and_a_failed_child_is_a_tool_error(

@@ -485,7 +485,7 @@ async def test_arguments_the_engine_stored_wrapped_are_reported_as_sent(
 async def test_raw_arguments_truncated_to_500(shared: ToolExecutor) -> None:
     raw = "{" + "x" * 1000
     outcome = await shared.execute("add", raw)
-    assert f"\nArguments: {raw[:500]}...\n" in outcome.text
+    assert f"\nArguments: {raw[:497]}...\n" in outcome.text  # 500 characters, the "..." included
 
 
 async def test_non_object_json(shared: ToolExecutor) -> None:

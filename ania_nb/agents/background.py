@@ -20,24 +20,26 @@ from typing import TYPE_CHECKING, Any
 
 from ..engine.callbacks import NO_CALLBACKS, Callbacks, RunEvent
 from ..orchestration.outbox import Delivery
+from ..text import flatten
 from .subagent import SubagentOutcome, child_event, failure_text, format_result, run_subagent
 
 if TYPE_CHECKING:  # pragma: no cover
     from ..orchestration.host import AgentHost
     from ..tools import Role
 
-__all__ = ["Child", "SubagentRegistry", "completion_text", "preview"]
+__all__ = [
+    "PREVIEW_CHARS",
+    "Child",
+    "SubagentRegistry",
+    "cancel_text",
+    "completion_text",
+    "running_text",
+]
 
 log = logging.getLogger(__name__)
 
 PREVIEW_CHARS = 60  # characters of a task shown by subagent_list
 INJECTED_TASK_CHARS = 1000  # characters of the task repeated in a completion message
-
-
-def preview(text: str, limit: int = PREVIEW_CHARS) -> str:
-    """The first ``limit`` characters of ``text`` on one line, with … when cut."""
-    flat = " ".join(text.split())
-    return flat if len(flat) <= limit else flat[:limit] + "…"
 
 
 @dataclass
@@ -90,11 +92,32 @@ class Child:
         await self.emit(event.kind, event.data)
 
 
+def running_text(children: list[Child], *, modes: bool = False) -> str:
+    """subagent_list's answer: one line per running child (``modes``: background or waited)."""
+    if not children:
+        return "no running subagents"
+    lines = [f"running subagents ({len(children)}):"]
+    for i, child in enumerate(children, 1):
+        mode = f" ({'background' if child.background else 'waited for'})" if modes else ""
+        lines.append(
+            f"{i}. ID: {child.id}{mode} / task: {flatten(child.task, PREVIEW_CHARS)} / "
+            f"running for {child.elapsed:.0f}s"
+        )
+    return "\n".join(lines)
+
+
+def cancel_text(child_id: str, cancelled: bool) -> str:
+    """subagent_cancel's answer."""
+    if cancelled:
+        return f"cancelled subagent {child_id}"
+    return f"no subagent with ID {child_id} (finished or wrong ID)"
+
+
 def completion_text(child: Child, max_len: int) -> str:
     """The message injected when a background child ended (None-worthy if it was cancelled)."""
     outcome = child.outcome
     task = (
-        preview(child.task, INJECTED_TASK_CHARS)
+        flatten(child.task, INJECTED_TASK_CHARS)
         if len(child.task) > INJECTED_TASK_CHARS
         else child.task
     )

@@ -36,7 +36,7 @@ from ..engine.callbacks import Callbacks
 from ..engine.usage import Usage
 from ..errors import ToolError
 from ..tools import BaseTool, Role, Tool, ToolContext
-from .background import Child, preview
+from .background import Child, cancel_text, running_text
 from .subagent import (
     MAX_TIMEOUT,
     PARENT_RESERVE,
@@ -237,16 +237,7 @@ class _ListTool(BaseTool[_NoParams]):
 
     async def execute(self, params: _NoParams, ctx: ToolContext) -> str:
         """List them."""
-        running = self.children.running
-        if not running:
-            return "no running subagents"
-        lines = [f"running subagents ({len(running)}):"]
-        for i, child in enumerate(running, 1):
-            lines.append(
-                f"{i}. ID: {child.id} / task: {preview(child.task)} / "
-                f"running for {child.elapsed:.0f}s"
-            )
-        return "\n".join(lines)
+        return running_text(self.children.running)
 
 
 class _CancelParams(BaseModel):
@@ -266,6 +257,4 @@ class _CancelTool(BaseTool[_CancelParams]):
     async def execute(self, params: _CancelParams, ctx: ToolContext) -> str:
         """Cancel it."""
         child_id = params.id.strip()
-        if self.children.cancel(child_id):
-            return f"cancelled subagent {child_id}"
-        return f"no subagent with ID {child_id} (finished or wrong ID)"
+        return cancel_text(child_id, self.children.cancel(child_id))

@@ -24,6 +24,7 @@ from ..engine.callbacks import NO_CALLBACKS, Callbacks, RunEvent
 from ..engine.usage import Usage
 from ..errors import ToolError
 from ..orchestration.oneshot import OneShotJob
+from ..text import cut
 
 if TYPE_CHECKING:  # pragma: no cover
     from ..orchestration.host import AgentHost
@@ -117,9 +118,8 @@ def compose_prompt(base: str, scene: str) -> str:
 
 def truncate_result(text: str, limit: int) -> str:
     """``text`` cut to ``limit`` characters, noting the original length when it was cut."""
-    if len(text) <= limit:
-        return text
-    return f"{text[:limit]}\n… (result too long, cut; the original has {len(text)} characters)"
+    note = f"\n… (result too long, cut; the original has {len(text)} characters)"
+    return cut(text, limit, marker=note)
 
 
 @dataclass

@@ -17,7 +17,7 @@ from pydantic import BaseModel, Field
 from ..engine.usage import Usage
 from ..errors import ToolError
 from ..tools import BaseTool, Tool, ToolContext
-from .background import Child, SubagentRegistry, preview
+from .background import Child, SubagentRegistry, cancel_text, running_text
 from .subagent import MAX_TIMEOUT, check_quota, child_budget, failure_text, format_result
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -124,17 +124,7 @@ class SubagentListTool(BaseTool[NoParams]):
 
     async def execute(self, params: NoParams, ctx: ToolContext) -> str:
         """List them."""
-        children = self.registry.running(ctx.session)
-        if not children:
-            return "no running subagents"
-        lines = [f"running subagents ({len(children)}):"]
-        for i, child in enumerate(children, 1):
-            mode = "background" if child.background else "waited for"
-            lines.append(
-                f"{i}. ID: {child.id} ({mode}) / task: {preview(child.task)} / "
-                f"running for {child.elapsed:.0f}s"
-            )
-        return "\n".join(lines)
+        return running_text(self.registry.running(ctx.session), modes=True)
 
 
 class SubagentCancelParams(BaseModel):
@@ -154,9 +144,7 @@ class SubagentCancelTool(BaseTool[SubagentCancelParams]):
     async def execute(self, params: SubagentCancelParams, ctx: ToolContext) -> str:
         """Cancel it."""
         child_id = params.id.strip()
-        if self.registry.cancel(ctx.session, child_id):
-            return f"cancelled subagent {child_id}"
-        return f"no subagent with ID {child_id} (finished or wrong ID)"
+        return cancel_text(child_id, self.registry.cancel(ctx.session, child_id))
 
 
 def subagent_tools(host: AgentHost, registry: SubagentRegistry) -> list[Tool]:

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 from ..engine.callbacks import RunEvent
 from ..engine.usage import Usage
 from ..errors import ToolError
+from ..session_keys import read_scopes
 from .roles import MAX_ROLE_CHARS, builtin_role, role_prompt
 from .subagent import (
     SubagentOutcome,
@@ -31,7 +32,7 @@ from .subagent import (
     subagent_prompt,
     truncate_result,
 )
-from .team_store import GLOBAL_SCOPE, TeamStore
+from .team_store import TeamStore
 
 if TYPE_CHECKING:  # pragma: no cover
     from ..orchestration.host import AgentHost
@@ -110,7 +111,7 @@ async def resolve_role(host: AgentHost, session: str, member: MemberRequest) -> 
     if builtin is not None:
         return ResolvedRole(builtin.prompt(), builtin.name, "builtin")
     teams = TeamStore(await host.open_store())
-    scopes = [session] if session == GLOBAL_SCOPE else [session, GLOBAL_SCOPE]
+    scopes = read_scopes(session)
     found = await teams.find_role(scopes, member.name)
     if found is not None:
         saved = found[1].role

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from ..errors import UsageError
+from ..session_keys import GLOBAL
 from ..store.db import to_json, transaction
 from .roles import MAX_ROLE_CHARS
 
@@ -41,7 +42,7 @@ __all__ = [
 ]
 
 NAMESPACE = "team"
-GLOBAL_SCOPE = "global"
+GLOBAL_SCOPE = GLOBAL  # teams every session may run (`ania_nb.session_keys`)
 MAX_NAME_CHARS = 20
 MAX_TEAMS_PER_SCOPE = 20
 MAX_MEMBERS = 10

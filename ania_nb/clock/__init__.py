@@ -20,6 +20,7 @@ from collections.abc import Callable, Coroutine
 from typing import TYPE_CHECKING, Any
 
 from ..orchestration import Delivery
+from ..orchestration.subscribers import Subscribers
 from .lease import Lease
 from .model import (
     UPDATABLE_FIELDS,
@@ -27,7 +28,6 @@ from .model import (
     ClockEvent,
     ClockTask,
     EventKind,
-    Listeners,
     TaskLogEntry,
     check_fields,
     check_text,
@@ -66,7 +66,7 @@ class Clock:
         self._store: ClockStore | None = None
         self._lease: Lease | None = None
         self._scheduler = Scheduler(self._fire)
-        self._listeners = Listeners()
+        self._listeners: Subscribers[ClockEvent] = Subscribers("clock event")
         self._spawned: set[asyncio.Task[Any]] = set()  # scheduled runs and the watcher
         self._running: set[str] = set()  # ids of tasks running in this process
         self._once_running: set[str] = set()  # run-once tasks whose job waits for their run
@@ -622,4 +622,4 @@ class Clock:
         task: ClockTask | None = None,
         entry: TaskLogEntry | None = None,
     ) -> None:
-        await self._listeners.emit(ClockEvent(kind, task_id, task=task, entry=entry))
+        await self._listeners.publish(ClockEvent(kind, task_id, task=task, entry=entry), kind)

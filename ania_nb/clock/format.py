@@ -10,6 +10,7 @@ from __future__ import annotations
 import time
 from collections.abc import Iterable
 
+from ..text import flatten
 from .model import ClockTask, TaskLogEntry
 
 __all__ = [
@@ -20,37 +21,21 @@ __all__ = [
     "local_time",
     "log_line",
     "logs_text",
-    "session_label",
     "state",
     "tasks_text",
     "updated_text",
 ]
 
-TITLE_CHARS = 12  # list lines cut titles here (as the original: 12 runes + …)
-ERROR_CHARS = 30  # log lines cut errors here
+# List lines show 12 characters of a title and log lines 30 of an error, then "…", as the
+# original [orig §4.5]; the limits count the "…" (`ania_nb.text.cut`).
+TITLE_CHARS = 12 + 1
+ERROR_CHARS = 30 + 1
 WHO = {"ai": "AI", "panel": "panel", "api": "API", "clock": "clock", "user": "local user"}
 
 
 def local_time(ts: float | None, fmt: str = "%Y-%m-%d %H:%M") -> str:
     """``ts`` (epoch seconds) in local time, or ``-`` for never."""
     return "-" if ts is None else time.strftime(fmt, time.localtime(ts))
-
-
-def _cut(text: str, limit: int) -> str:
-    text = " ".join(text.split())  # one line, whatever the model or user typed
-    return text if len(text) <= limit else text[:limit] + "…"
-
-
-def session_label(session: str) -> str:
-    """How a session key reads to the model: group chat, private chat, notebook session."""
-    kind, _, rest = session.partition(":")
-    if kind == "g" and rest:
-        return f"the group chat {rest} (session {session})"
-    if kind == "f" and rest:
-        return f"the private chat with {rest} (session {session})"
-    if kind == "nb" and rest:
-        return f"the notebook session {rest!r} (session {session})"
-    return f"session {session}"
 
 
 def state(task: ClockTask) -> str:
@@ -65,7 +50,7 @@ def _who(who: str) -> str:
 def list_line(task: ClockTask) -> str:
     """``✅|⏸️ [id] <title ≤12…> | repeat|once | <cron> → <target>``."""
     mark = "✅" if task.enabled else "⏸️"
-    title = _cut(task.title, TITLE_CHARS) or "(untitled)"
+    title = flatten(task.title, TITLE_CHARS) or "(untitled)"
     return f"{mark} [{task.id}] {title} | {task.mode} | {task.cron} → {task.target}"
 
 
@@ -115,7 +100,7 @@ def log_line(entry: TaskLogEntry) -> str:
     if entry.total_tokens:
         line += f" {entry.total_tokens}tok"
     if entry.error:
-        line += f" {_cut(entry.error, ERROR_CHARS)}"
+        line += f" {flatten(entry.error, ERROR_CHARS)}"
     return line
 
 

@@ -9,10 +9,8 @@ reply to it.
 from __future__ import annotations
 
 import dataclasses
-import inspect
 import logging
 import math
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -133,33 +131,6 @@ class ClockEvent:
     task_id: str
     task: ClockTask | None = None
     entry: TaskLogEntry | None = None
-
-
-class Listeners:
-    """The subscribers of clock events (sync or async); a failing one is logged, not raised."""
-
-    def __init__(self) -> None:
-        self._fns: list[Callable[[ClockEvent], Any]] = []
-
-    def subscribe(self, fn: Callable[[ClockEvent], Any]) -> Callable[[], None]:
-        """Add ``fn``; returns the function that removes it again."""
-        self._fns.append(fn)
-
-        def unsubscribe() -> None:
-            if fn in self._fns:
-                self._fns.remove(fn)
-
-        return unsubscribe
-
-    async def emit(self, event: ClockEvent) -> None:
-        """Hand ``event`` to every subscriber in turn."""
-        for fn in list(self._fns):
-            try:
-                result = fn(event)
-                if inspect.isawaitable(result):
-                    await result
-            except Exception:
-                log.exception("a clock subscriber failed on %s", event.kind)
 
 
 def check_fields(fields: dict[str, Any]) -> dict[str, Any]:

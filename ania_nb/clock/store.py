@@ -20,7 +20,8 @@ from typing import TYPE_CHECKING, Any
 from ..store import ToolCallRecord
 from ..store.db import clean_text, transaction
 from ..store.owner import Owner, current_owner, is_alive
-from ..store.runlog import MAX_REPLY_CHARS, prepare_tool_call, truncate
+from ..store.runlog import prepare_finish, prepare_tool_call
+from ..text import cut
 from .model import RUNNING, ClockTask, TaskLogEntry
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -28,7 +29,6 @@ if TYPE_CHECKING:  # pragma: no cover
 
 __all__ = ["INTERRUPTED_ERROR", "SKIPPED_ERROR", "ClockStore", "base36"]
 
-MAX_ERROR_CHARS = 1000
 MAX_TRIGGER_CHARS = 500
 MAX_TOOL_CALLS = 20
 INTERRUPTED_ERROR = "the process running it ended before the run finished (restart)"
@@ -44,7 +44,6 @@ _LOG_COLUMNS = (
     "scheduled_at, iterations, prompt_tokens, completion_tokens, total_tokens, cached_tokens, "
     "tool_calls, tool_calls_total, reply, error"
 )
-USAGE_KEYS = ("iterations", "prompt_tokens", "completion_tokens", "total_tokens", "cached_tokens")
 
 # Columns `update` may write (the model's UPDATABLE_FIELDS plus who/when/next).
 _EDITABLE = frozenset(
@@ -179,11 +178,7 @@ class ClockStore:
         error: str | None = None,
     ) -> TaskLogEntry | None:
         """Close a running entry (and set its task's ``last_status``); returns it."""
-        counts = {k: int((usage or {}).get(k, 0)) for k in USAGE_KEYS}
-        if reply is not None:
-            reply = clean_text(truncate(reply, MAX_REPLY_CHARS))
-        if error is not None:
-            error = clean_text(truncate(error, MAX_ERROR_CHARS))
+        status, counts, reply, error = prepare_finish(status, usage, reply, error)
         return await self.db.run(
             _finish_run, entry_id, status, counts, reply, error, time.time(), self.max_log_entries
         )
@@ -345,7 +340,7 @@ def _begin_run(
         if not rows or (not manual and not rows[0].enabled):
             return None
         task = rows[0]
-        trigger = clean_text(truncate(make_trigger(task), MAX_TRIGGER_CHARS))
+        trigger = clean_text(cut(make_trigger(task), MAX_TRIGGER_CHARS))
         busy = _live_runner(conn, task.id)
         if scheduled_at is not None:
             task.next_run_at = None if task.run_once and not busy else next_run_at

@@ -23,6 +23,7 @@ from pydantic import BaseModel, Field
 
 from ania_nb.errors import ToolError
 from ania_nb.governance.roles import rank
+from ania_nb.session_keys import describe
 from ania_nb.tools.base import BaseTool, Tool, ToolContext
 
 from . import format as fmt
@@ -65,9 +66,7 @@ class _SessionTool:
         self.clock = clock
         self.session = session
         # The class docstring, plus whose tasks these are (the model may serve several chats).
-        self.description = (
-            f"{type(self).description} Scope: the tasks of {fmt.session_label(session)} only."
-        )
+        self.description = f"{type(self).description} Scope: the tasks of {describe(session)} only."
 
     def _target(self, target: str | None) -> str:
         wanted = (target or "").strip()

@@ -8,10 +8,10 @@ front end words its own "where to set it" (a kernel has ``%ania config set``, se
 
 from __future__ import annotations
 
-import ipaddress
 from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
 
+from ..addresses import ip_of, is_loopback
 from ..errors import ConfigError
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -38,14 +38,10 @@ def join_keys(keys: list[str]) -> str:
 
 def is_local(host: str) -> bool:
     """Whether ``host`` is this machine or a private network (where servers need no key)."""
-    host = host.strip("[]").lower()
-    if host == "localhost" or host.endswith((".localhost", ".local")):
+    if is_loopback(host) or host.lower().endswith((".localhost", ".local")):
         return True
-    try:
-        address = ipaddress.ip_address(host)
-    except ValueError:
-        return False
-    return address.is_loopback or address.is_private or address.is_link_local
+    address = ip_of(host)
+    return address is not None and (address.is_private or address.is_link_local)
 
 
 def api_key_set(config: Config) -> bool:

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field, fields, replace
 from typing import Any, Literal
 
 from .._preview import reveal
+from ..text import cut
 
 log = logging.getLogger(__name__)
 
@@ -69,10 +70,13 @@ class ApprovalRequest:
         A cut text ends with how to see the rest (reply ``show <id>``).
         """
         full = f"{self.headline}\n{self.details}" if self.details else self.headline
-        if limit is None or len(full) <= limit:
+        if limit is None:
             return full
-        rest = len(full) - limit
-        return f"{full[:limit]}\n… {rest} more characters: reply `show {self.id}` to see them all"
+
+        def more(rest: int) -> str:
+            return f"\n… {rest} more characters: reply `show {self.id}` to see them all"
+
+        return cut(full, limit, marker=more)
 
 
 @dataclass(frozen=True)

@@ -22,6 +22,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
+from ..text import cut
 from .callbacks import NO_CALLBACKS, Callbacks, RunEvent
 from .llm import Completion, LLMClient, RetryNotice
 from .messages import EMPTY_REPLY_MESSAGE, LIMIT_MESSAGE, Message, strip_think, user_message
@@ -121,9 +122,7 @@ class ToolCallResult:
 
 def cap_result(text: str, limit: int) -> str:
     """Cut an oversized tool result (it would stay in the history and crowd the context)."""
-    if len(text) <= limit:
-        return text
-    return text[:limit] + f"\n...(tool result truncated: {len(text)} characters in total)"
+    return cut(text, limit, marker=f"\n...(tool result truncated: {len(text)} characters in total)")
 
 
 Gate = Callable[[ToolCall, Any], Awaitable[GateDecision | None]]

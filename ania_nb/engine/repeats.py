@@ -12,6 +12,8 @@ import asyncio
 import json
 from dataclasses import dataclass, field
 
+from ..text import cut
+
 __all__ = ["Claim", "RepeatGuard", "canonical_arguments", "repeat_text"]
 
 REPEAT_ERROR = (
@@ -31,7 +33,7 @@ def canonical_arguments(arguments: str) -> str:
 
 def repeat_text(name: str, count: int, result: str) -> str:
     """What the model is told instead of running a repeated call."""
-    shown = result if len(result) <= _RESULT_CHARS else result[:_RESULT_CHARS] + "…"
+    shown = cut(result, _RESULT_CHARS)
     return (
         f"Not run: you already called {name} with these arguments {count} times in this "
         f"request and the result was the same each time. The result was:\n{shown}\n"

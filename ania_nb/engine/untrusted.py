@@ -45,6 +45,8 @@ from __future__ import annotations
 import re
 import unicodedata
 
+from ..text import cut
+
 __all__ = [
     "CONTROL_TOKENS",
     "KNOWLEDGE_END",
@@ -137,4 +139,4 @@ def one_line(text: str, limit: int) -> str:
     text = unicodedata.normalize("NFKC", strip_control_tokens(text))
     spaced = (" " if ch.isspace() else ch for ch in text)  # newlines and separators too
     line = " ".join("".join(ch for ch in spaced if unicodedata.category(ch) not in _HIDDEN).split())
-    return line if len(line) <= limit else line[: max(0, limit - 1)].rstrip() + "…"
+    return cut(line, limit)

@@ -26,6 +26,7 @@ from pydantic import BaseModel, Field
 from .._preview import read_bounded, reveal, visible
 from ..config import FORMER_KEYS, SAVED_CONFIG_NAMESPACE, UNSAVABLE_KEYS, Config, current_key
 from ..errors import ConfigError, ToolError
+from ..text import cut
 from ..tools import BaseTool, Tool, ToolContext
 from ._files import read_text, write_atomic
 from .secrets import mask_json_text, restore_masked
@@ -146,9 +147,7 @@ class ConfigGetTool(BaseTool[KeyParams]):
             lines = []
             for info in infos:
                 value = "(not set)" if _is_unset(info.value) else _shown(info.value)
-                note = info.description if note_chars is None else info.description[:note_chars]
-                if note_chars and len(info.description) > note_chars:
-                    note = note.rstrip() + "…"
+                note = info.description if note_chars is None else cut(info.description, note_chars)
                 lines.append(f"{info.key} = {value}" + (f"  # {note}" if note else ""))
             text = "\n".join(lines)
             if len(text) <= MAX_LISTING_CHARS:
@@ -156,8 +155,8 @@ class ConfigGetTool(BaseTool[KeyParams]):
         if note_chars is not None:
             text += "\n(descriptions shortened: call config_get with a key for its meaning)"
         if len(text) > MAX_LISTING_CHARS:  # only with absurd values: never silently
-            cut = text[:MAX_LISTING_CHARS].rsplit("\n", 1)[0]
-            text = cut + f"\n…({len(infos) - cut.count(chr(10)) - 1} more omitted)"
+            head = text[:MAX_LISTING_CHARS].rsplit("\n", 1)[0]
+            text = head + f"\n…({len(infos) - head.count(chr(10)) - 1} more omitted)"
         return text
 
 
@@ -341,8 +340,7 @@ class FileGetTool(BaseTool[FileParams]):
         if not text.strip():
             return f"The {entry.name} file ({entry.path}) is empty. Format: {entry.format}"
         text, masked = mask_json_text(text)
-        if len(text) > MAX_FILE_CHARS:
-            text = text[:MAX_FILE_CHARS] + "…(truncated)"
+        text = cut(text, MAX_FILE_CHARS, marker="…(truncated)")
         if masked:
             return f"{entry.path} (secret values masked; {MASKED_NOTE}):\n{text}"
         return f"{entry.path}:\n{text}"

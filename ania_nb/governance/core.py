@@ -27,11 +27,12 @@ import json
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from ..text import cut
 from .commands import CommandBook, parse_commands
 from .config_tools import ConfigCenter, ConfigFile
 from .gate import ToolGate
 from .hook_config import parse_hooks
-from .hooks import PRE_TOOL_OUTCOME, HookOutcome, HookRunner, cut, payload_for, stop_run
+from .hooks import PRE_TOOL_OUTCOME, HookOutcome, HookRunner, payload_for, stop_run
 from .plan import PLAN_NOTE, PlanMode
 from .roles import Roles
 from .slash import SlashCommands

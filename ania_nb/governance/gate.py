@@ -26,8 +26,8 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from ..engine.loop import GateDecision, ToolOutcomeKind
+from ..text import flatten
 from ..tools import ToolContext
-from ..tools.builtin.bash import summarize
 from .approval_text import approval_text
 from .hooks import PRE_TOOL_OUTCOME, enter_call, payload_for
 from .secrets import SECRET_CONTAINERS, mask_json
@@ -189,4 +189,4 @@ def _summary(call: ToolCall, tool: Tool | None) -> str:
     if describe is not None and arguments is not None:
         return str(describe(arguments))
     limit = LONG_SUMMARY_CHARS if call.name == "config_file_set" else SUMMARY_CHARS
-    return summarize(call.arguments, limit)
+    return flatten(call.arguments, limit)

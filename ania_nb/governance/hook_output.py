@@ -43,6 +43,8 @@ import json
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from ..text import cut
+
 MAX_CONTEXT_CHARS = 2000
 CONTEXT_EVENTS = frozenset({"SessionStart", "UserPromptSubmit"})  # plain stdout is context there
 # Where a hook's block means something: an answer we cannot read blocks there (fail closed).
@@ -78,11 +80,6 @@ class HookResult:
     message: str = ""
     output: str = ""
     quiet: bool = False  # suppressOutput: the output is not logged
-
-
-def cut(text: str, limit: int) -> str:
-    """``text`` cut after ``limit`` characters, marked with ``…`` (as the hooks' payloads are)."""
-    return text if len(text) <= limit else text[:limit] + "…"
 
 
 def decode_output(raw: bytes) -> str:

@@ -37,9 +37,10 @@ from typing import TYPE_CHECKING, Any, Protocol
 from .._env import child_env
 from .._subprocess import run_capped
 from ..errors import RunError, UsageError
+from ..text import cut
 from ._files import WatchedJSON
 from .hook_config import HOOK_EVENTS, HookTable, ShellHook, parse_hooks
-from .hook_output import HookResult, _UnreadableOutput, cut, decode_output, from_exit, unreadable
+from .hook_output import HookResult, _UnreadableOutput, decode_output, from_exit, unreadable
 
 if TYPE_CHECKING:  # pragma: no cover
     from ..config import HooksSettings, SecuritySettings

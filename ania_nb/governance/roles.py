@@ -41,11 +41,6 @@ def highest(roles: Iterable[Role]) -> Role:
     return max(roles, key=rank, default="member")
 
 
-def is_group(session: str) -> bool:
-    """Whether ``session`` is a group chat (the runner's ``g:<group>`` keys)."""
-    return session.startswith("g:")
-
-
 class Roles:
     """The ``roles`` settings and the admins, resolved: users' roles and tools' minimum roles."""
 

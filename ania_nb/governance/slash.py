@@ -14,10 +14,11 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
 from ..errors import UsageError
-from ..tools.builtin.bash import summarize
+from ..session_keys import is_group
+from ..text import flatten
 from .commands import BUILTIN_COMMANDS, CommandBook, expand
 from .plan import PlanMode
-from .roles import Roles, is_group, rank
+from .roles import Roles, rank
 
 PLAN_SWITCHES = frozenset({"on", "enable", "off", "disable"})
 CMD_USAGE = "usage: /cmd list | /cmd add <name> <template…> | /cmd del <name>"
@@ -139,4 +140,4 @@ def _split(text: str) -> tuple[str, str]:
 
 
 def _preview(template: str) -> str:
-    return summarize(template, 60)
+    return flatten(template, 60)

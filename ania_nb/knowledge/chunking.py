@@ -1,4 +1,4 @@
-"""Pure text helpers of the knowledge base: chunking, dedupe keys, truncation, keyword match.
+"""Pure text helpers of the knowledge base: chunking, dedupe keys, keyword match.
 
 ``chunk_text`` follows the original [orig §6.3]: content that fits is one chunk; longer content is
 split on lines, lines are accumulated until the next one would not fit, and each new chunk
@@ -21,10 +21,7 @@ __all__ = [
     "match_share",
     "normalize_newlines",
     "query_terms",
-    "truncate",
 ]
-
-ELLIPSIS = "…"
 
 # Scripts written without spaces between words: keyword terms are their character bigrams.
 _CJK = (
@@ -126,15 +123,6 @@ def dedupe_key(title: str, content: str) -> str:
     """The key under which equal documents (up to whitespace) are one: a sha256 hex digest."""
     key = collapse_ws(title) + "\n" + collapse_ws(content)
     return hashlib.sha256(key.encode("utf-8")).hexdigest()
-
-
-def truncate(text: str, limit: int) -> str:
-    """``text`` cut to at most ``limit`` characters, ending with "…" when something was cut."""
-    if len(text) <= limit:
-        return text
-    if limit <= 0:
-        return ""
-    return text[: limit - 1].rstrip() + ELLIPSIS
 
 
 def query_terms(text: str) -> list[str]:

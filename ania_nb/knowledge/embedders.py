@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 from urllib.parse import urlsplit
 
 from ..errors import ConfigError, ResourceError
+from ..text import cut
 
 if TYPE_CHECKING:
     import numpy as np
@@ -351,7 +352,7 @@ def _status_message(exc: Any) -> str:
         body = body["error"]
     text = body.get("message") if isinstance(body, dict) else None
     text = text if isinstance(text, str) and text else str(exc.message)
-    return text if len(text) <= 300 else text[:299] + "…"
+    return cut(text, 300)
 
 
 # ---------------------------------------------------------------------------- factory

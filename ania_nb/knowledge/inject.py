@@ -32,9 +32,10 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from ania_nb.engine.untrusted import KNOWLEDGE_END, KNOWLEDGE_START
+from ania_nb.session_keys import read_scopes
+from ania_nb.text import cut
 
-from .chunking import truncate
-from .model import GLOBAL_SCOPE, Hit, MemoryEntry
+from .model import Hit, MemoryEntry
 from .tools import chunk_line, memory_line
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -99,7 +100,7 @@ def memory_block(entries: list[MemoryEntry], budget: int) -> tuple[str, list[Mem
     for entry in entries:
         if left < MIN_MEMORY_LINE:
             break
-        line = truncate(memory_line(entry), left)
+        line = cut(memory_line(entry), left)
         lines.append(line)
         kept.append(entry)
         left -= len(line)
@@ -109,7 +110,7 @@ def memory_block(entries: list[MemoryEntry], budget: int) -> tuple[str, list[Mem
 
 
 async def _kb_part(knowledge: Knowledge, session: str, text: str, config: Config) -> list[Hit]:
-    scopes = list(dict.fromkeys([session, GLOBAL_SCOPE]))
+    scopes = read_scopes(session)
     hits = await knowledge.kb.search(
         text, scopes, config.kb.inject_top_k, embed_timeout=config.embedding.inject_timeout
     )

@@ -5,12 +5,13 @@ from __future__ import annotations
 import asyncio
 import secrets
 import time
-from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
-from .chunking import chunk_text, dedupe_key, match_share, truncate
+from ania_nb.text import cut
+
+from .chunking import chunk_text, dedupe_key, match_share
 from .model import AddResult, Document, Hit, IngestReport, KnowledgeError, SourceDoc
 from .search import MODES, Ranked, SearchMode, fuse, order, scope_filter, wants_exact
 from .search import sql_string as _q
@@ -61,8 +62,7 @@ class KnowledgeBase:
         self.store = store
 
     async def _table(self) -> Any:
-        await self.store.open()
-        return self.store.table(KB_TABLE)
+        return await self.store.open_table(KB_TABLE)
 
     # ------------------------------------------------------------------ writing
 
@@ -77,7 +77,7 @@ class KnowledgeBase:
     ) -> AddResult:
         """Add one document (content cut at ``kb.max_content_chars``); equal ones are reused."""
         limit = self.store.config.kb.max_content_chars
-        doc = SourceDoc(title, truncate((content or "").strip(), limit), source, tuple(tags))
+        doc = SourceDoc(title, cut((content or "").strip(), limit), source, tuple(tags))
         return (await self.add_many(scope, [doc]))[0]
 
     async def add_many(
@@ -199,21 +199,13 @@ class KnowledgeBase:
         """Delete a document and its chunks; False when the scope has no such document."""
         table = await self._table()
         where = f"scope = {_q(check_scope(scope))} AND doc_id = {_q(str(doc_id))}"
-        async with table.lock:
-            if not await table.count(where):
-                return False
-            await table.delete(where)
-        return True
+        return bool(await table.delete_counted(where))
 
     async def clear(self, scope: str) -> int:
         """Delete every document of a scope; returns how many there were."""
         table = await self._table()
         where = f"scope = {_q(check_scope(scope))}"
-        async with table.lock:
-            docs = await table.count(f"{where} AND chunk_index = 0")
-            if docs:
-                await table.delete(where)
-        return docs
+        return await table.delete_counted(where, f"{where} AND chunk_index = 0")
 
     # ------------------------------------------------------------------ reading
 
@@ -227,9 +219,7 @@ class KnowledgeBase:
 
     async def scopes(self) -> dict[str, int]:
         """Every scope with documents, and how many it has."""
-        table = await self._table()
-        rows = await table.rows("chunk_index = 0", ["scope"])
-        return dict(sorted(Counter(r["scope"] for r in rows).items()))
+        return await (await self._table()).scope_counts("chunk_index = 0")
 
     async def chunk_count(self, scope: str | None = None) -> int:
         """How many chunks are stored (in one scope, or in all)."""

@@ -10,11 +10,12 @@ from __future__ import annotations
 import hashlib
 import secrets
 import time
-from collections import Counter
 from collections.abc import Sequence
 from typing import Any
 
-from .chunking import collapse_ws, match_share, truncate
+from ania_nb.text import cut
+
+from .chunking import collapse_ws, match_share
 from .kb import check_scope
 from .model import KnowledgeError, MemoryEntry
 from .search import sql_string
@@ -48,8 +49,7 @@ class MemoryBook:
         self.store = store
 
     async def _table(self) -> Any:
-        await self.store.open()
-        return self.store.table(MEMORY_TABLE)
+        return await self.store.open_table(MEMORY_TABLE)
 
     async def save(
         self, scope: str, content: str, *, user_id: str = "", tags: Sequence[str] = ()
@@ -60,7 +60,7 @@ class MemoryBook:
         """
         scope = check_scope(scope)
         settings = self.store.config.memory
-        text = truncate((content or "").strip(), settings.max_chars)
+        text = cut((content or "").strip(), settings.max_chars)
         if not text:
             raise KnowledgeError("content is empty")
         key = hashlib.sha256(collapse_ws(text).encode()).hexdigest()
@@ -139,23 +139,13 @@ class MemoryBook:
         """Delete a memory; False when the scope has no such memory."""
         table = await self._table()
         where = f"scope = {sql_string(check_scope(scope))} AND id = {sql_string(str(memory_id))}"
-        async with table.lock:
-            if not await table.count(where):
-                return False
-            await table.delete(where)
-        return True
+        return bool(await table.delete_counted(where))
 
     async def clear(self, scope: str) -> int:
         """Forget every memory of a scope; returns how many there were."""
         table = await self._table()
-        where = f"scope = {sql_string(check_scope(scope))}"
-        async with table.lock:
-            count = await table.count(where)
-            if count:
-                await table.delete(where)
-        return count
+        return await table.delete_counted(f"scope = {sql_string(check_scope(scope))}")
 
     async def scopes(self) -> dict[str, int]:
         """Every scope with memories, and how many it has."""
-        table = await self._table()
-        return dict(sorted(Counter(r["scope"] for r in await table.rows(None, ["scope"])).items()))
+        return await (await self._table()).scope_counts()

@@ -5,8 +5,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from ..errors import UsageError
+from ..session_keys import GLOBAL
 
-GLOBAL_SCOPE = "global"
+GLOBAL_SCOPE = GLOBAL  # the scope every session reads (`ania_nb.session_keys`)
 
 
 class KnowledgeError(UsageError):

@@ -84,6 +84,11 @@ class KnowledgeStore:
         """An opened table."""
         return self.tables[name]
 
+    async def open_table(self, name: str) -> LanceTable:
+        """The table ``name``, opening the store first if needed."""
+        await self.open()
+        return self.tables[name]
+
     # ------------------------------------------------------------------ embedder
 
     async def _attach_embedder(self) -> None:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -176,6 +177,22 @@ class LanceTable:
         """Delete the rows matching ``where``."""
         await self.table.delete(where)
         self.wrote()
+
+    async def delete_counted(self, where: str, counting: str | None = None) -> int:
+        """Delete the rows ``where`` matches, under the lock; returns the count first taken.
+
+        The count is of ``counting`` (default: ``where``); when it is 0 nothing is deleted.
+        """
+        async with self.lock:
+            found = await self.count(counting or where)
+            if found:
+                await self.delete(where)
+        return found
+
+    async def scope_counts(self, where: str | None = None) -> dict[str, int]:
+        """How many rows matching ``where`` each scope has, by scope name."""
+        rows = await self.rows(where, ["scope"])
+        return dict(sorted(Counter(r["scope"] for r in rows).items()))
 
     async def count(self, where: str | None = None) -> int:
         """How many rows match ``where``."""

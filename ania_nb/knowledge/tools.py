@@ -21,9 +21,10 @@ from pydantic import BaseModel, Field, StringConstraints
 
 from ania_nb.engine.untrusted import untrusted
 from ania_nb.errors import ToolError
+from ania_nb.session_keys import describe, read_scopes
+from ania_nb.text import cut
 from ania_nb.tools.base import BaseTool, Tool, ToolContext
 
-from .chunking import truncate
 from .model import GLOBAL_SCOPE, Document, Hit, KnowledgeError, MemoryEntry
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -38,7 +39,6 @@ __all__ = [
     "hits_text",
     "knowledge_tools",
     "memory_line",
-    "scope_label",
 ]
 
 READ_ONLY_ERROR = "the global knowledge base is read-only to you"
@@ -64,21 +64,9 @@ def _date(ts: float) -> str:
     return time.strftime("%Y-%m-%d", time.localtime(ts))
 
 
-def scope_label(session: str) -> str:
-    """How a session key reads to the model: group chat, private chat, notebook session."""
-    kind, _, rest = session.partition(":")
-    if kind == "g" and rest:
-        return f"the group chat {rest} (session {session})"
-    if kind == "f" and rest:
-        return f"the private chat with {rest} (session {session})"
-    if kind == "nb" and rest:
-        return f"the notebook session {rest!r} (session {session})"
-    return f"session {session}"
-
-
 def chunk_line(hit: Hit, limit: int | None = None) -> str:
     """``《title》（scope）：chunk`` — the scope only when not global, the title only when set."""
-    text = hit.text if limit is None else truncate(hit.text, limit)
+    text = hit.text if limit is None else cut(hit.text, limit)
     title = f"《{hit.title}》" if hit.title else ""
     scope = f"（{hit.scope}）" if hit.scope != GLOBAL_SCOPE else ""
     return untrusted(f"{title}{scope}：{text}")
@@ -174,7 +162,7 @@ class _SessionTool:
         self.knowledge = knowledge
         self.session = session
         self.config = config
-        self.description = f"{type(self).description} Scope: {scope_label(session)}."
+        self.description = f"{type(self).description} Scope: {describe(session)}."
 
     def _writable(self) -> str:
         """The session's scope, refused when the session is called ``global``."""
@@ -212,7 +200,7 @@ class KbSearchTool(_SessionTool, BaseTool[KbSearchParams]):
         query = params.query.strip()
         if not query:
             raise ToolError("query is empty: say what to look for")
-        scopes = list(dict.fromkeys([self.session, GLOBAL_SCOPE]))
+        scopes = read_scopes(self.session)
         with _refusals():
             hits = await self.knowledge.kb.search(query, scopes, params.top_k)
         return hits_text(hits, query)

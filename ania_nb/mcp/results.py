@@ -14,6 +14,8 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
+from ania_nb.text import cut
+
 __all__ = ["MAX_IMAGES", "TRUNCATION_MARKER", "ToolOutput", "convert_result"]
 
 TRUNCATION_MARKER = "\n...(MCP tool result truncated"
@@ -51,8 +53,7 @@ def convert_result(result: Any, limit: int) -> ToolOutput:
     if not parts and not images and result.structured_content is not None:
         parts.append(json.dumps(result.structured_content, ensure_ascii=False, sort_keys=True))
     text = "\n".join(parts)
-    if len(text) > limit:
-        text = f"{text[:limit]}{TRUNCATION_MARKER}: {len(text)} characters in total)"
+    text = cut(text, limit, marker=f"{TRUNCATION_MARKER}: {len(text)} characters in total)")
     return ToolOutput(text, images)
 
 

@@ -23,6 +23,7 @@ from ania_nb.engine.callbacks import RunEvent
 from ania_nb.errors import ToolError
 from ania_nb.mcp.manager import MCPToolManager, ProgressHandler
 from ania_nb.mcp.transport import RemoteTool
+from ania_nb.text import flatten
 from ania_nb.tools.base import FunctionTool, Tool, ToolContext
 from ania_nb.tools.schema import function_definition, normalize_input_schema
 
@@ -146,8 +147,7 @@ class MCPTool:
 
 
 def _one_line(text: str) -> str:
-    line = " ".join(text.split("\n", 1)[0].split())
-    return line if len(line) <= _LINE_LIMIT else line[: _LINE_LIMIT - 3] + "..."
+    return flatten(text.split("\n", 1)[0], _LINE_LIMIT, marker="...")
 
 
 class MCPToolset:

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 from ania_nb._env import child_env
 from ania_nb.mcp.config import MCPServerConfig
+from ania_nb.text import cut
 
 if TYPE_CHECKING:
     import httpx2
@@ -141,8 +142,7 @@ class StderrTail:
 
     def text(self, limit: int = 1500) -> str:
         """The last stderr lines, at most ``limit`` characters."""
-        text = "\n".join(self._lines)
-        return text[-limit:]
+        return cut("\n".join(self._lines), limit, keep="end")
 
 
 def _http_timeout(seconds: float) -> httpx2.Timeout:

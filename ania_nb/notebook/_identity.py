@@ -23,6 +23,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ..session_keys import notebook_key
+
 NAMESPACE = "notebooks"
 MAX_CELLS = 64  # cell ids remembered per notebook: enough to recognise it, small to store
 
@@ -168,4 +170,4 @@ def update(record: dict[str, Any], facts: Facts) -> dict[str, Any]:
 
 def new_session() -> str:
     """A fresh notebook session name."""
-    return f"nb:{secrets.token_hex(4)}"
+    return notebook_key(secrets.token_hex(4))

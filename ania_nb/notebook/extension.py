@@ -6,13 +6,15 @@ import asyncio
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from ..session_keys import DEFAULT_NOTEBOOK, notebook_key
+
 if TYPE_CHECKING:  # pragma: no cover
     from ..agent import Agent
 
 
 def notebook_session(configured: str = "") -> str:
     """The default session before the notebook is identified: configured, else ``nb:default``."""
-    return configured or "nb:default"
+    return configured or DEFAULT_NOTEBOOK
 
 
 class NotebookState:
@@ -102,9 +104,10 @@ class NotebookState:
         """
         from ._identity import new_session
 
-        legacy = f"nb:{Path(path).stem}"
-        if legacy in records or Path(path).stem.startswith("Untitled"):
+        stem = Path(path).stem
+        if not stem or stem.startswith("Untitled") or notebook_key(stem) in records:
             return new_session()
+        legacy = notebook_key(stem)
         store = await self.agent().host.open_store()
         return legacy if await store.history.count(legacy) else new_session()
 

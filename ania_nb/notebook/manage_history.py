@@ -13,6 +13,8 @@ from typing import TYPE_CHECKING
 
 from IPython.core.error import UsageError
 
+from ..session_keys import archive_key, archived_from
+from ..text import flatten
 from ._identity import NAMESPACE
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -48,7 +50,7 @@ async def history_command(state: NotebookState, args: list[str]) -> None:
             )
         if m.get("tool_calls"):
             content += " → " + ", ".join(c["function"]["name"] for c in m["tool_calls"])
-        print(f"{m['role']:>9}: {' '.join(str(content).split())[:200]}")
+        print(f"{m['role']:>9}: {flatten(str(content), 200)}")
 
 
 async def _list(agent: Agent, current: str) -> None:
@@ -60,7 +62,7 @@ async def _list(agent: Agent, current: str) -> None:
     print(f"{'':2}{'session':<32} {'messages':>8}  notebook")
     for session in sorted(sessions, key=lambda s: (s != current, s)):
         count = await store.history.count(session)
-        path = paths.get(session.split("~", 1)[0])  # archives belong to their notebook too
+        path = paths.get(archived_from(session))  # archives belong to their notebook too
         mark = "* " if session == current else "  "
         print(f"{mark}{session:<32} {count:>8}  {Path(path).name if path else ''}".rstrip())
     print("* this notebook's conversation; %%agent -s SESSION continues another one")
@@ -76,11 +78,11 @@ async def archive_history(agent: Agent, session: str) -> str | None:
     if not messages:
         return None
     store = await agent.host.open_store()
-    base = f"{session}~{time.strftime('%Y%m%d-%H%M%S')}"
-    archive, n = base, 1
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    archive, n = archive_key(session, stamp), 1
     while await store.history.count(archive):  # two --new in one second: never overwrite
         n += 1
-        archive = f"{base}-{n}"
+        archive = archive_key(session, f"{stamp}-{n}")
     await store.history.replace(archive, messages)
     await agent.clear_history(session)
     return archive

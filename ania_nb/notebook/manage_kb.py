@@ -113,9 +113,10 @@ async def _knowledge(state: NotebookState) -> Knowledge:
 
 
 async def _search(knowledge: Knowledge, scope: str, query: str) -> None:
-    from .widgets.knowledge import GLOBAL, hit_line
+    from ..session_keys import read_scopes
+    from .widgets.knowledge import hit_line
 
-    scopes = [scope] if scope == GLOBAL else [scope, GLOBAL]
+    scopes = read_scopes(scope)
     hits = await knowledge.kb.search(query, scopes)
     if not hits:
         print(f"nothing found in {' + '.join(scopes)} for {query!r}")

@@ -17,9 +17,12 @@ from typing import Annotated, Any
 from pydantic import BaseModel, Field
 
 from ..errors import ToolError
+from ..text import cut, flatten
 from ..tools import BaseTool, ToolContext
 
 MAX_OUTPUT = 4000
+TRUNCATED = "\n...(truncated)"
+OUTPUT_TRUNCATED = "\n...(output truncated)"
 _HIDDEN = {"In", "Out", "exit", "quit", "get_ipython", "open"}
 
 
@@ -28,8 +31,7 @@ def _preview(value: Any, limit: int = 120) -> str:
         text = repr(value)
     except Exception as exc:  # a broken __repr__ must not break the listing
         text = f"<repr failed: {type(exc).__name__}>"
-    text = " ".join(text.split())
-    return text if len(text) <= limit else text[: limit - 1] + "…"
+    return flatten(text, limit)
 
 
 def describe_value(name: str, value: Any, *, detailed: bool = False) -> str:
@@ -99,14 +101,13 @@ class NotebookVarsTool(BaseTool[VarsParams]):
             if params.name not in self.namespace:
                 known = ", ".join(_visible(self.namespace)) or "none"
                 return f"no variable named {params.name!r}; variables: {known}"
-            return describe_value(params.name, self.namespace[params.name], detailed=True)[
-                :MAX_OUTPUT
-            ]
+            detail = describe_value(params.name, self.namespace[params.name], detailed=True)
+            return cut(detail, MAX_OUTPUT, marker=TRUNCATED)
         names = _visible(self.namespace)
         if not names:
             return "the notebook has no user variables yet"
         text = "\n".join(describe_value(n, self.namespace[n]) for n in names)
-        return text if len(text) <= MAX_OUTPUT else text[:MAX_OUTPUT] + "\n...(truncated)"
+        return cut(text, MAX_OUTPUT, marker=TRUNCATED)
 
 
 class PythonTool(BaseTool[PythonParams]):
@@ -130,7 +131,7 @@ class PythonTool(BaseTool[PythonParams]):
 
     def approval_summary(self, arguments: Mapping[str, Any]) -> str:
         """What the approval request shows."""
-        return "run Python: " + " ".join(str(arguments.get("code", "")).split())[:300]
+        return "run Python: " + flatten(str(arguments.get("code", "")), 300)
 
     async def execute(self, params: PythonParams, ctx: ToolContext) -> str:
         """Run the code like a cell would: on the kernel's thread, in the user namespace."""
@@ -171,7 +172,7 @@ def run_code(code: str, namespace: dict[str, Any]) -> str:
     if value is not None:
         text += ("\n" if text and not text.endswith("\n") else "") + _preview(value, 2000)
     text = text.rstrip() or "(no output)"
-    return text if len(text) <= MAX_OUTPUT else text[:MAX_OUTPUT] + "\n...(output truncated)"
+    return cut(text, MAX_OUTPUT, marker=OUTPUT_TRUNCATED)
 
 
 # ------------------------------------------------------------------ cells
@@ -214,7 +215,7 @@ class ProposeParams(BaseModel):
 
 
 def _cut(text: str, limit: int) -> str:
-    return text if len(text) <= limit else text[:limit] + f"\n...(cut, {len(text)} characters)"
+    return cut(text, limit, marker=f"\n...(cut, {len(text)} characters)")
 
 
 def _cell_number(shell: Any, filename: str) -> int | None:
@@ -245,8 +246,8 @@ def last_error(shell: Any) -> str | None:
     text = "Traceback (most recent call last):\n" + "".join(frames.format())
     text += "".join(traceback.format_exception_only(type(exc), exc))
     text, limit = text.rstrip(), MAX_OUTPUT // 2
-    if len(text) > limit:  # the innermost frames and the error itself matter most: keep the end
-        text = "...(earlier frames cut)\n" + text[-limit:]
+    # The innermost frames and the error itself matter most: keep the end.
+    text = cut(text, limit, marker="...(earlier frames cut)\n", keep="end")
     return f"Last error{where}:\n" + text
 
 

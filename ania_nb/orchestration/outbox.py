@@ -9,13 +9,13 @@ runs may use (images, files, approvals) through `Outbox.callbacks_for`.
 from __future__ import annotations
 
 import asyncio
-import inspect
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from ..engine.callbacks import NO_CALLBACKS, Callbacks
+from .subscribers import Subscribers
 
 if TYPE_CHECKING:  # pragma: no cover
     from ..result import RunResult
@@ -59,20 +59,14 @@ class Outbox:
     """Publish/subscribe of `Delivery` objects, plus the front end's background callbacks."""
 
     def __init__(self) -> None:
-        self._subscribers: list[Callable[[Delivery], Any]] = []
+        self._subscribers: Subscribers[Delivery] = Subscribers("delivery")
         self._publishing: set[asyncio.Task[int]] = set()  # `publish_soon`'s, kept alive
         # The front end's callbacks for a session's background runs; none by default.
         self.callbacks_for: Callable[[str], Callbacks] = _no_callbacks
 
     def subscribe(self, fn: Callable[[Delivery], Any]) -> Callable[[], None]:
         """Call ``fn`` (sync or async) with every delivery; returns the unsubscribe function."""
-        self._subscribers.append(fn)
-
-        def unsubscribe() -> None:
-            if fn in self._subscribers:
-                self._subscribers.remove(fn)
-
-        return unsubscribe
+        return self._subscribers.subscribe(fn)
 
     @property
     def subscribers(self) -> int:
@@ -87,15 +81,7 @@ class Outbox:
 
     async def publish(self, delivery: Delivery) -> int:
         """Hand ``delivery`` to every subscriber; returns how many took it (failures are logged)."""
-        reached = 0
-        for fn in list(self._subscribers):
-            try:
-                result = fn(delivery)
-                if inspect.isawaitable(result):
-                    await result
-                reached += 1
-            except Exception:
-                log.exception("a subscriber failed to take a %s delivery", delivery.source)
+        reached = await self._subscribers.publish(delivery, delivery.source)
         if not reached:
             log.info("%s result for %s had no subscriber", delivery.source, delivery.session)
         return reached

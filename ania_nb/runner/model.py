@@ -14,6 +14,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Literal, Protocol
 
+from .. import session_keys
 from ..errors import ResourceError
 
 ChatKind = Literal["group", "private"]
@@ -44,15 +45,15 @@ class ChatRef:
     @property
     def session(self) -> str:
         """The Agent session key: ``g:<group id>`` or ``f:<user id>``."""
-        return f"{'g' if self.kind == 'group' else 'f'}:{self.id}"
+        return str(session_keys.SessionKey(self.kind, self.id))
 
     @classmethod
     def from_session(cls, session: str) -> ChatRef | None:
         """The chat of a session key (None for other keys, e.g. ``nb:…``)."""
-        prefix, _, rest = session.partition(":")
-        if not rest or prefix not in ("g", "f"):
-            return None
-        return cls("group" if prefix == "g" else "private", rest)
+        key = session_keys.parse(session)
+        if key.kind == "group" or key.kind == "private":
+            return cls(key.kind, key.id)
+        return None
 
 
 @dataclass(frozen=True)

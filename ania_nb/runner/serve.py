@@ -21,7 +21,6 @@ connection loop that stopped.
 from __future__ import annotations
 
 import asyncio
-import ipaddress
 import logging
 import signal
 import sys
@@ -29,6 +28,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
 
+from ..addresses import is_loopback
 from ..errors import UsageError
 from .model import AdapterError
 from .redact import MCPSecrets, SecretRedactor, config_secrets
@@ -81,7 +81,7 @@ def check_settings(settings: RunnerSettings) -> None:
     if settings.mode != "reverse":
         return
     token = settings.access_token.get_secret_value() if settings.access_token else ""
-    if not token and not _is_loopback(settings.host):
+    if not token and not is_loopback(settings.host):
         raise StartError(
             f"runner.host is {settings.host!r} (not loopback) and runner.access_token is not set: "
             "anyone who can reach the port could drive the bot. Set runner.access_token "
@@ -115,15 +115,6 @@ def check_model(config: Config) -> None:
         f"{'it' if len(missing) == 1 else 'them'} under [llm] in ania.toml (or the --config "
         f"file), or as {join_keys([env_name(key) for key in missing])}."
     )
-
-
-def _is_loopback(host: str) -> bool:
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False  # a host name: it may resolve to anything
 
 
 def describe(settings: RunnerSettings, listen_url: str | None = None) -> str:

@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
 
 from ania_nb.errors import StoreError
+from ania_nb.text import cut
 
 from .archive import ArchiveLimits, MiB, extract_skill_zip
 from .download import Downloader
@@ -76,7 +77,7 @@ def check_dir_name(name: str) -> str:
             f"invalid skill name {name!r}: it must not contain '/', '\\' or control characters"
         )
     if len(cleaned) > 100:
-        raise SkillInstallError(f"invalid skill name {name[:40]!r}…: longer than 100 characters")
+        raise SkillInstallError(f"invalid skill name {cut(name, 40)!r}: longer than 100 characters")
     return cleaned
 
 

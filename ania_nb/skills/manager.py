@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import NamedTuple
 
 from ania_nb.errors import SkillError, UsageError
+from ania_nb.text import cut
 
 from .frontmatter import FrontmatterError, parse_frontmatter
 
@@ -195,9 +196,7 @@ def _prompt(skills: Mapping[str, Skill]) -> str:
         return ""
     lines = ["<agent_skills_registry>", f"<instruction>{_INSTRUCTION}</instruction>"]
     for skill in skills.values():
-        description = skill.description or "(no description)"
-        if len(description) > MAX_REGISTRY_DESCRIPTION:
-            description = description[: MAX_REGISTRY_DESCRIPTION - 1] + "…"
+        description = cut(skill.description or "(no description)", MAX_REGISTRY_DESCRIPTION)
         lines.append(
             f"<skill><name>{html.escape(skill.name, quote=False)}</name>"
             f"<description>{html.escape(description, quote=False)}</description></skill>"

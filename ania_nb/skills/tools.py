@@ -18,6 +18,7 @@ from pydantic import BaseModel, Field
 
 from ania_nb._preview import visible
 from ania_nb.errors import ToolError
+from ania_nb.text import cut
 from ania_nb.tools.base import BaseTool, Tool, ToolContext
 
 from .errors import SkillInstallError
@@ -47,12 +48,13 @@ CATEGORY = "ai"  # op-log category of AI-originated changes; the actor is the re
 
 
 def _truncated(text: str, what: str, path: str, extra: str = "") -> str:
-    if len(text) <= MAX_READ_CHARS:
-        return text
-    return (
-        f"{text[:MAX_READ_CHARS]}\n\n[{what} truncated: showing {MAX_READ_CHARS} of {len(text)} "
-        f"characters. Read the rest with bash from {path}{extra}.]"
-    )
+    def hint(left_out: int) -> str:
+        return (
+            f"\n\n[{what} truncated: showing {len(text) - left_out} of {len(text)} characters. "
+            f"Read the rest with bash from {path}{extra}.]"
+        )
+
+    return cut(text, MAX_READ_CHARS, marker=hint)
 
 
 def _listed(lines: list[str]) -> str:
@@ -284,10 +286,12 @@ class SkillInstallTool(BaseTool[SkillInstallParams]):
         if url.strip():
             return f"{head} the download {visible(url)}"
         content = str(arguments.get("content") or "")
-        shown = content[:SUMMARY_CONTENT_CHARS]
-        more = len(content) - len(shown)
-        tail = f"\n… ({more} more characters not shown)" if more else ""
-        return f"{head} this SKILL.md ({len(content)} characters):\n{shown}{tail}"
+        shown = cut(
+            content,
+            SUMMARY_CONTENT_CHARS,
+            marker=lambda more: f"\n… ({more} more characters not shown)",
+        )
+        return f"{head} this SKILL.md ({len(content)} characters):\n{shown}"
 
     async def execute(self, params: SkillInstallParams, ctx: ToolContext) -> str:
         """Install, then describe the active skill."""

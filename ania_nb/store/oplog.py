@@ -9,9 +9,10 @@ from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any
 
 from ania_nb.errors import UsageError
+from ania_nb.text import cut
 
 from .db import clean_text, transaction
-from .runlog import truncate
+from .runlog import positive_int
 
 if TYPE_CHECKING:
     from .db import Database
@@ -44,10 +45,8 @@ class OpLog:
 
     def __init__(self, db: Database, max_entries: int = 500) -> None:
         """Log into ``db``, evicting the oldest rows beyond ``max_entries``."""
-        if isinstance(max_entries, bool) or not isinstance(max_entries, int) or max_entries < 1:
-            raise UsageError(f"max_entries must be a positive int, got {max_entries!r}")
         self._db = db
-        self.max_entries = max_entries
+        self.max_entries = positive_int("max_entries", max_entries)
 
     async def add(
         self,
@@ -64,7 +63,7 @@ class OpLog:
             _label("action", action),
             _optional("actor", actor),
             _optional("session", session),
-            truncate(_text("detail", detail), MAX_DETAIL_CHARS),
+            cut(_text("detail", detail), MAX_DETAIL_CHARS),
         )
         return await self._db.run(_insert, row, time.time(), self.max_entries)
 
@@ -83,8 +82,7 @@ class OpLog:
             if value is not None:
                 clauses.append(f"{column} = ?")
                 params.append(_text(column, value))
-        if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
-            raise UsageError(f"limit must be a positive int, got {limit!r}")
+        positive_int("limit", limit)
         where = f"WHERE {' AND '.join(clauses)}" if clauses else ""
         return await self._db.run(_select, where, tuple(params), limit)
 

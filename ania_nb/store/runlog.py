@@ -11,6 +11,7 @@ from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from ania_nb.errors import UsageError
+from ania_nb.text import cut
 
 from .db import clean_text, transaction
 from .history import check_session
@@ -25,7 +26,6 @@ MAX_ARGUMENTS_CHARS = 500
 MAX_RESULT_CHARS = 1000
 MAX_REPLY_CHARS = 1000
 MAX_ERROR_CHARS = 1000
-ELLIPSIS = "…"
 
 RUNNING = "running"
 FINAL_STATUSES = frozenset({"success", "stopped", "timeout", "error", "interrupted", "denied"})
@@ -90,20 +90,13 @@ class RunRecord:
         return asdict(self)
 
 
-def truncate(text: str, limit: int) -> str:
-    """``text`` cut to at most ``limit`` characters, ending in ``…`` when it was cut."""
-    return text if len(text) <= limit else text[: limit - 1] + ELLIPSIS
-
-
 class RunLog:
     """Start, update and finish run records; keeps the newest ``max_entries`` rows."""
 
     def __init__(self, db: Database, max_entries: int = 200) -> None:
         """Log into ``db``, evicting the oldest rows beyond ``max_entries``."""
-        if isinstance(max_entries, bool) or not isinstance(max_entries, int) or max_entries < 1:
-            raise UsageError(f"max_entries must be a positive int, got {max_entries!r}")
         self._db = db
-        self.max_entries = max_entries
+        self.max_entries = positive_int("max_entries", max_entries)
 
     async def start(self, session: str, input: str, sender: str | None = None) -> int:
         """Record a new running run; return its id."""
@@ -179,8 +172,7 @@ class RunLog:
                     raise UsageError(f"{name} must be epoch seconds, got {value!r}")
                 clauses.append(f"started_at {op} ?")
                 params.append(float(value))
-        if _check_int("limit", limit) < 1:
-            raise UsageError(f"limit must be at least 1, got {limit}")
+        positive_int("limit", limit)
         where = f"WHERE {' AND '.join(clauses)}" if clauses else ""
         return await self._db.run(_select, where, tuple(params), limit)
 
@@ -194,7 +186,7 @@ def prepare_start(session: str, input: str, sender: str | None) -> tuple[str, st
     _check_str("input", input)
     if sender is not None:
         sender = clean_text(_check_str("sender", sender))
-    return session, sender, clean_text(truncate(input, MAX_INPUT_CHARS))
+    return session, sender, clean_text(cut(input, MAX_INPUT_CHARS))
 
 
 def prepare_tool_call(record: ToolCallRecord) -> str:
@@ -208,11 +200,9 @@ def prepare_tool_call(record: ToolCallRecord) -> str:
     kept = {
         # Truncate first: a tool result can be large, and cleaning keeps the length.
         "name": clean_text(record.name),
-        "arguments": clean_text(truncate(record.arguments, MAX_ARGUMENTS_CHARS)),
-        "result": clean_text(truncate(record.result, MAX_RESULT_CHARS)),
-        "error": None
-        if record.error is None
-        else clean_text(truncate(record.error, MAX_ERROR_CHARS)),
+        "arguments": clean_text(cut(record.arguments, MAX_ARGUMENTS_CHARS)),
+        "result": clean_text(cut(record.result, MAX_RESULT_CHARS)),
+        "error": None if record.error is None else clean_text(cut(record.error, MAX_ERROR_CHARS)),
         "duration_ms": _check_int("tool call duration_ms", record.duration_ms),
     }
     return json.dumps(kept, ensure_ascii=False)
@@ -233,9 +223,9 @@ def prepare_finish(
         if usage is not None and key in usage:
             counts[key] = _check_int(f"usage[{key!r}]", usage[key])
     if reply is not None:
-        reply = clean_text(truncate(_check_str("reply", reply), MAX_REPLY_CHARS))
+        reply = clean_text(cut(_check_str("reply", reply), MAX_REPLY_CHARS))
     if error is not None:
-        error = clean_text(truncate(_check_str("error", error), MAX_ERROR_CHARS))
+        error = clean_text(cut(_check_str("error", error), MAX_ERROR_CHARS))
     return status, counts, reply, error
 
 
@@ -250,6 +240,13 @@ def _check_int(name: str, value: object) -> int:
     """Reject non-int (and bool) numeric fields with a message naming the field."""
     if isinstance(value, bool) or not isinstance(value, int):
         raise UsageError(f"{name} must be an int, got {value!r}")
+    return value
+
+
+def positive_int(name: str, value: object) -> int:
+    """``value`` if it is a whole number ≥ 1 (not a bool), else a `UsageError` naming ``name``."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise UsageError(f"{name} must be a positive int, got {value!r}")
     return value
 
 

@@ -24,6 +24,7 @@ from ania_nb.testing._script import (
     Raw,
     Reply,
     ScriptItem,
+    wait_for_requests,
 )
 
 if TYPE_CHECKING:
@@ -127,13 +128,7 @@ class EmbeddingsEndpoint:
 
     def wait_for_requests(self, n: int, timeout: float = 5.0) -> list[RecordedRequest]:
         """Block until `n` embeddings requests arrived, else raise TimeoutError."""
-        with self._cond:
-            if not self._cond.wait_for(lambda: len(self._requests) >= n, timeout):
-                raise TimeoutError(
-                    f"ScriptedLLM: expected {n} embeddings request(s) within {timeout}s, "
-                    f"got {len(self._requests)}"
-                )
-            return list(self._requests)
+        return wait_for_requests(self._cond, self._requests, n, timeout, "embeddings request")
 
     def vector(self, text: str) -> list[float]:
         """The vector this server answers for ``text``."""

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import threading
 import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
@@ -470,3 +471,15 @@ def stream_chunks(reply: Reply, request: RecordedRequest, chunk_size: int) -> li
     if options.get("include_usage") and block is not None:
         chunks.append({**envelope, "choices": [], "usage": block})
     return chunks
+
+
+def wait_for_requests(
+    cond: threading.Condition, requests: list[Any], n: int, timeout: float, what: str
+) -> list[Any]:
+    """Block until ``requests`` (guarded by ``cond``) holds ``n``; a copy, or TimeoutError."""
+    with cond:
+        if not cond.wait_for(lambda: len(requests) >= n, timeout):
+            raise TimeoutError(
+                f"ScriptedLLM: expected {n} {what}(s) within {timeout}s, got {len(requests)}"
+            )
+        return list(requests)

@@ -31,6 +31,7 @@ from ania_nb.testing._script import (
     ScriptItem,
     completion_body,
     stream_chunks,
+    wait_for_requests,
 )
 
 Responder = Callable[["RecordedRequest"], ScriptItem]
@@ -398,13 +399,7 @@ class ScriptedLLM(LoopbackServer):
         This blocks the calling thread: from async code use
         `await asyncio.to_thread(llm.wait_for_requests, n)`.
         """
-        with self._cond:
-            if not self._cond.wait_for(lambda: len(self._requests) >= n, timeout):
-                raise TimeoutError(
-                    f"ScriptedLLM: expected {n} request(s) within {timeout}s, "
-                    f"got {len(self._requests)}"
-                )
-            return list(self._requests)
+        return wait_for_requests(self._cond, self._requests, n, timeout, "request")
 
     def reset(self) -> None:
         """Clear the queue, the routes and the recorded requests (embeddings' too)."""

@@ -29,6 +29,7 @@ from pydantic import BaseModel, ValidationError
 
 from ania_nb.engine.callbacks import NO_CALLBACKS, Callbacks
 from ania_nb.errors import ToolDefinitionError, ToolError
+from ania_nb.text import cut
 from ania_nb.tools.schema import (
     accepted_arguments,
     function_definition,
@@ -168,7 +169,7 @@ def _unknown_keys(unknown: list[str], schema: dict[str, Any]) -> str:
 def _show(value: Any) -> str:
     # Strings as the model sees them in Python repr ('x'); everything else as JSON.
     text = repr(value) if isinstance(value, str) else json.dumps(value, default=str)
-    return text if len(text) <= _GOT_LIMIT else text[:_GOT_LIMIT] + "..."
+    return cut(text, _GOT_LIMIT, marker="...")
 
 
 def check_tool_name(name: object, owner: str) -> str:

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ania_nb.errors import ToolDefinitionError, ToolSignal
+from ania_nb.text import cut
 from ania_nb.tools.base import BaseTool, Tool, ToolArgumentsError, ToolContext, result_to_text, tool
 from ania_nb.tools.schema import dumps_canonical
 
@@ -217,7 +218,7 @@ def _parse_arguments(
         if isinstance(value, dict):
             return _unwrap(name, value, found)
         problem = f"arguments must be a JSON object, got {_JSON_TYPES.get(type(value), 'null')}"
-    shown = raw if len(raw) <= _RAW_ARGUMENTS_LIMIT else raw[:_RAW_ARGUMENTS_LIMIT] + "..."
+    shown = cut(raw, _RAW_ARGUMENTS_LIMIT, marker="...")
     return (
         f"failed to parse arguments for tool '{name}': {problem}\n"
         f"Arguments: {shown}\n"

@@ -522,8 +522,8 @@ async def test_a_flooding_hook_is_read_with_a_bound(hooked, hook_script, llm):
     assert grown_mib < 200  # reading it all would have kept ~1000 MiB (and doubled it to decode)
     prompt = llm.requests[0].messages[-1]["content"]
     context = prompt.split("] ", 1)[1].split("\n\nhi")[0]
-    assert len(context) == 2001 and context.endswith("…")  # 2000 characters and the mark
+    assert len(context) == 2000 and context.endswith("…")  # 2000 characters, the mark included
     [call] = result.tool_calls
     assert call.outcome == "blocked"
     reason = call.result.removeprefix("Tool call blocked by a hook: ")
-    assert len(reason) == 2001 and reason.startswith("no\nno\n")
+    assert len(reason) == 2000 and reason.startswith("no\nno\n")

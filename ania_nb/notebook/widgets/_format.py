@@ -16,7 +16,8 @@ from datetime import datetime
 from functools import cache
 from typing import Any
 
-ELLIPSIS = "…"
+from ...text import cut, flatten
+
 # Plain-text glyphs, all in DejaVu Sans (no emoji font needed); HTML uses `_icons` SVGs.
 STATUS_ICONS = {
     "running": "◐",
@@ -47,26 +48,16 @@ _IMAGE_MAGIC = (
 )
 
 
-def truncate(text: str, limit: int) -> str:
-    """``text`` cut to ``limit`` characters, ending in ``…`` when it was cut."""
-    return text if len(text) <= limit else text[: max(limit - 1, 0)] + ELLIPSIS
-
-
-def one_line(text: str, limit: int = 120) -> str:
-    """The text on one line (whitespace runs collapsed), truncated."""
-    return truncate(" ".join(text.split()), limit)
-
-
 def brief_arguments(arguments: str, limit: int = 60) -> str:
     """Tool arguments for a one-line title: ``code=totals = {} …(4 lines)`` (strings decoded)."""
     try:
         parsed = json.loads(arguments) if arguments.strip() else {}
     except (TypeError, ValueError):
-        return one_line(arguments, limit)
+        return flatten(arguments, limit)
     if not isinstance(parsed, dict):
-        return one_line(arguments, limit)
+        return flatten(arguments, limit)
     parts = [f"{key}={_brief_value(value)}" for key, value in parsed.items()]
-    return one_line(", ".join(parts), limit)
+    return flatten(", ".join(parts), limit)
 
 
 def _brief_value(value: Any) -> str:
@@ -76,7 +67,7 @@ def _brief_value(value: Any) -> str:
     lines = [line for line in value.split("\n") if line.strip()]
     if len(lines) < 2:
         return value
-    return f"{truncate(lines[0].strip(), 40)} …({len(value.split(chr(10)))} lines)"
+    return f"{cut(lines[0].strip(), 40)} …({len(value.split(chr(10)))} lines)"
 
 
 def pretty_arguments(arguments: str, limit: int = 2000) -> str:
@@ -85,7 +76,7 @@ def pretty_arguments(arguments: str, limit: int = 2000) -> str:
         text = json.dumps(json.loads(arguments), ensure_ascii=False, indent=2)
     except (TypeError, ValueError):
         text = arguments
-    return truncate(text, limit)
+    return cut(text, limit)
 
 
 def pre(text: str) -> str:

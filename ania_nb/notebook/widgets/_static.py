@@ -10,7 +10,8 @@ from __future__ import annotations
 import html
 from typing import TYPE_CHECKING, Any
 
-from ._format import elapsed_text, one_line
+from ...text import flatten
+from ._format import elapsed_text
 from ._icons import color_of, icon
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -39,7 +40,7 @@ def run_html(view: RunView) -> str:
         f"<span>{html.escape(usage)}</span></div>"
     ]
     if view.prompt:
-        parts.append(f"<div><small>› {html.escape(one_line(view.prompt, 200))}</small></div>")
+        parts.append(f"<div><small>› {html.escape(flatten(view.prompt, 200))}</small></div>")
     parts += [item_html(item) for item in view.items]
     parts.append(f'<div class="ania-reply">{view.reply.value}</div>')
     parts.append(view.error_html.value)

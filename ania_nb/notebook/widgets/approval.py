@@ -20,8 +20,9 @@ from typing import TYPE_CHECKING
 from ..._preview import reveal
 from ...errors import UsageError
 from ...governance.approval import SESSION_ALLOWED
+from ...text import flatten
 from ._code import arguments_html, expected_details, parse_arguments
-from ._format import elapsed_text, one_line, pre
+from ._format import elapsed_text, pre
 from ._icons import color_of, icon
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -204,7 +205,7 @@ class ApprovalCard:
 
     def text(self) -> str:
         """Plain-text line for the run's text rendering."""
-        summary = one_line(self.request.headline, 80)
+        summary = flatten(self.request.headline, 80)
         return f"  ? approval for {self.request.tool_label} ({summary}): {self.verdict_text()}"
 
 

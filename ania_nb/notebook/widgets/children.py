@@ -21,15 +21,8 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from ._format import (
-    STATUS_ICONS,
-    elapsed_text,
-    markdown_html,
-    one_line,
-    plural,
-    pre,
-    truncate,
-)
+from ...text import cut, flatten
+from ._format import STATUS_ICONS, elapsed_text, markdown_html, plural, pre
 from ._icons import icon
 from .tools import ToolRow
 
@@ -72,7 +65,7 @@ class _Note:
 
     def text(self) -> str:
         """Plain-text line."""
-        return "  … " + one_line(self._text, 200)
+        return "  … " + flatten(self._text, 200)
 
 
 class ChildRow:
@@ -221,7 +214,7 @@ class ChildRow:
         """The row's one-line heading: icon, name (role), status, elapsed time, tokens."""
         name = self.label
         if self.role and self.role != self.label:
-            name += f" ({one_line(self.role, 40)})"
+            name += f" ({flatten(self.role, 40)})"
         parts = [f"{ICONS.get(self.status, '?')} {name}"]
         if self.background:
             parts.append("background")
@@ -235,7 +228,7 @@ class ChildRow:
         """Plain-text rendering: the title, task, tool rows, intermediate text, final reply."""
         lines = [f"↳ {self.title()}"]
         if self.task:
-            lines.append(f"    task: {one_line(self.task, 200)}")
+            lines.append(f"    task: {flatten(self.task, 200)}")
         lines += ["  " + item.text() for item in self.items]
         if self.reply_text:
             lines += _indent(self.reply_text, "    ")
@@ -276,9 +269,9 @@ class ChildRow:
     def _render_info(self) -> None:
         parts = []
         if self.role:
-            parts.append(f"<b>role</b> {html.escape(one_line(self.role, 200))}")
+            parts.append(f"<b>role</b> {html.escape(flatten(self.role, 200))}")
         if self.task:
-            parts.append(f"<b>task</b>{pre(truncate(self.task, TASK_CHARS))}")
+            parts.append(f"<b>task</b>{pre(cut(self.task, TASK_CHARS))}")
         self.info.value = "<br>".join(parts)
 
     def _chip_html(self) -> str:

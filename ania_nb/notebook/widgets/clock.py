@@ -19,13 +19,13 @@ import html
 import logging
 import time
 import weakref
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 from ...engine.callbacks import NO_CALLBACKS, ApprovalRequest, Callbacks
-from ...errors import UsageError
-from ._display import Displayable, close_tree
+from ...text import flatten
+from ._display import close_tree
 from ._format import (
     STATUS_ICONS,
     clock_time,
@@ -34,9 +34,9 @@ from ._format import (
     duration_text,
     image_format,
     markdown_html,
-    one_line,
     size_text,
 )
+from .panel import Panel
 
 if TYPE_CHECKING:  # pragma: no cover
     from ...agent import Agent
@@ -51,7 +51,7 @@ COLORS = {"running": "#1565c0", "success": "#2e7d32", "skipped": "#757575"}
 ROW = "padding:2px 4px"
 
 
-class ClockPanel(Displayable):
+class ClockPanel(Panel):
     """The clock of ``agent``: a header, one row per task with buttons, and a result feed.
 
     ``target`` limits the panel to one session's tasks and results (None: all of them).
@@ -61,6 +61,7 @@ class ClockPanel(Displayable):
     def __init__(self, agent: Agent, *, target: str | None = None, feed_limit: int = 20) -> None:
         import ipywidgets as w
 
+        super().__init__()
         self.agent = agent
         self.clock = agent.clock
         self.target = target
@@ -68,20 +69,15 @@ class ClockPanel(Displayable):
         self.lease_tick = LEASE_TICK
         self.tasks: dict[str, ClockTask] = {}  # in creation order
         self.feed: list[FeedItem] = []  # newest first
-        self.message = ""  # the outcome of the last button action (or its error)
-        self.closed = False
-        self.actions: set[asyncio.Task[Any]] = set()  # button work and task reloads in flight
         self._rows: dict[str, TaskRow] = {}
         self._feed_widgets: dict[str, Any] = {}
         self._cards: list[Any] = []
         self._deliveries = 0
         self._lease_seen: tuple[bool, str] | None = None
-        self._ticker: asyncio.Task[None] | None = None
         self._changed: asyncio.Future[None] | None = None  # resolved by the next render
         self._reloads: dict[str, int] = {}  # task id → number of its newest store read
 
         self.header = w.HTML()
-        self.message_html = w.HTML()
         self.task_box = w.VBox([])
         self.feed_heading = w.HTML("<b>Latest results</b> <small>(newest first)</small>")
         self.feed_box = w.VBox([])
@@ -99,7 +95,7 @@ class ClockPanel(Displayable):
         _OPEN.add(self)
         self._render_header()
         self._render_tasks()
-        self._start_ticker()
+        self._start_ticker(self._tick, "ania-clock-panel-ticker")
 
     @staticmethod
     def open_panels(agent: Agent | None = None) -> list[ClockPanel]:
@@ -253,11 +249,6 @@ class ClockPanel(Displayable):
             self._changed = asyncio.get_running_loop().create_future()
             await self._changed
 
-    async def wait_actions(self) -> None:
-        """Wait until every button action (and store read) started so far has finished."""
-        while self.actions:
-            await asyncio.wait(set(self.actions))
-
     # ------------------------------------------------------------------ text
 
     def text(self) -> str:
@@ -276,20 +267,19 @@ class ClockPanel(Displayable):
         return "\n".join(lines)
 
     def close(self) -> None:
-        """Stop listening (clock and outbox), stop the ticker and close the widgets."""
+        """Stop listening (clock and outbox), cancel the panel's tasks, close the widgets.
+
+        A "Run now" still running is cancelled with the rest (its run ends ``interrupted``).
+        """
         if self.closed:
             return
-        self.closed = True
         for unsubscribe in self._unsubscribe:
             unsubscribe()
         self._unsubscribe = []
         _OPEN.discard(self)
+        super().close()
         if self._changed is not None and not self._changed.done():
             self._changed.set_result(None)  # a waiter wakes up and sees the panel closed
-        if self._ticker is not None:
-            self._ticker.cancel()
-            self._ticker = None
-        close_tree(self.widget)
 
     # ------------------------------------------------------------------ internals
 
@@ -324,7 +314,7 @@ class ClockPanel(Displayable):
     def _reload_task(self, task_id: str) -> None:
         """Re-read one task from the store soon; only the newest read of a task is applied."""
         try:
-            loop = asyncio.get_running_loop()
+            asyncio.get_running_loop()
         except RuntimeError:  # no loop (a script): the next event or refresh brings it
             return
         self._reloads[task_id] = generation = self._reloads.get(task_id, 0) + 1
@@ -340,9 +330,7 @@ class ClockPanel(Displayable):
                 self.tasks[task_id] = task
                 self._render()
 
-        work = loop.create_task(reload())
-        self.actions.add(work)
-        work.add_done_callback(self.actions.discard)
+        self._spawn(reload())
 
     def _apply_task(self, task: ClockTask) -> None:
         if task.id in self.tasks or self._mine(task.target):
@@ -361,27 +349,6 @@ class ClockPanel(Displayable):
             self._insert(item)
         item.media.append((text, html_))
         self._render()
-
-    def _act(self, work: Coroutine[Any, Any, str]) -> asyncio.Task[Any]:
-        async def guarded() -> None:
-            try:
-                self._set_message(await work)
-            except UsageError as exc:  # ClockError: unknown task, bad value
-                self._set_message(f"✗ {exc}", error=True)
-            except Exception as exc:  # shown, not raised into the kernel's loop
-                log.exception("a clock panel action failed")
-                self._set_message(f"✗ {type(exc).__name__}: {exc}", error=True)
-            self._render()
-
-        task = asyncio.get_running_loop().create_task(guarded())
-        self.actions.add(task)
-        task.add_done_callback(self.actions.discard)
-        return task
-
-    def _set_message(self, text: str, *, error: bool = False) -> None:
-        self.message = text
-        color = "#c62828" if error else "#555"
-        self.message_html.value = f'<small style="color:{color}">{html.escape(text)}</small>'
 
     def _render(self) -> None:
         if self.closed:
@@ -425,13 +392,6 @@ class ClockPanel(Displayable):
             widget.value = item_html(item)
         cards = [card.widget for card in self._cards]
         self.feed_box.children = (*cards, *(self._feed_widgets[i.key] for i in self.feed))
-
-    def _start_ticker(self) -> None:
-        try:
-            loop = asyncio.get_running_loop()
-        except RuntimeError:
-            return  # built outside a loop (a script): the header updates with each event
-        self._ticker = loop.create_task(self._tick(), name="ania-clock-panel-ticker")
 
     async def _tick(self) -> None:
         while not self.closed:
@@ -599,7 +559,7 @@ def task_html(task: ClockTask) -> str:
         icon = ICONS.get(task.last_status, "?")
         parts.append(f'last <span style="color:{color}">{icon} {task.last_status}</span>')
     parts.append(f"<small>{html.escape(task.target)}</small>")
-    content = html.escape(one_line(task.content, 160))
+    content = html.escape(flatten(task.content, 160))
     return " · ".join(parts) + f"<br><small>{content}</small>"
 
 

@@ -10,41 +10,37 @@ from __future__ import annotations
 
 import asyncio
 import html
-import logging
-from collections.abc import Awaitable, Coroutine, Iterable
+from collections.abc import Awaitable, Callable, Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ...errors import UsageError
-from ._display import Displayable, close_tree
-from ._format import clock_time, one_line, size_text
+from ...session_keys import GLOBAL, read_scopes
+from ...text import flatten
+from ._display import close_tree
+from ._format import clock_time, size_text
 from .ingest import IngestBar, added_summary, dataframe_with_bar, ingest_with_bar
+from .panel import Panel
 
 if TYPE_CHECKING:  # pragma: no cover
     from ...knowledge import AddResult, Document, Hit, Knowledge, KnowledgeStatus, MemoryEntry
 
-log = logging.getLogger(__name__)
-
-GLOBAL = "global"  # knowledge.GLOBAL_SCOPE, without importing the package for it
 MODES = ("hybrid", "fts", "vector")
 ROW = "padding:2px 4px"
 MUTED = "color:#757575"
 
 
-class _Panel(Displayable):
-    """What both views share: a scope dropdown, a message line, guarded button actions."""
+class _ScopePanel(Panel):
+    """What both views share: a knowledge store, a scope and its dropdown."""
 
     def __init__(self, knowledge: Knowledge, scope: str) -> None:
         import ipywidgets as w
 
+        super().__init__()
         self.knowledge = knowledge
         self.scope = scope
         self.scopes: dict[str, int] = {}
-        self.message = ""  # the outcome of the last action (or its error)
-        self.closed = False
-        self.actions: set[asyncio.Task[Any]] = set()
         self.header = w.HTML()
-        self.message_html = w.HTML()
         self.scope_picker = w.Dropdown(description="scope", layout=w.Layout(width="auto"))
         self._picking = False  # options being set by the panel, not chosen by the user
         self.scope_picker.observe(self._picked, names="value")
@@ -53,9 +49,6 @@ class _Panel(Displayable):
         raise NotImplementedError
 
     async def _load(self) -> None:
-        raise NotImplementedError
-
-    def _render(self) -> None:
         raise NotImplementedError
 
     async def refresh(self) -> Any:
@@ -75,17 +68,21 @@ class _Panel(Displayable):
 
         return self._act(work())
 
-    async def wait_actions(self) -> None:
-        """Wait until every action started so far (button work, searches) has finished."""
-        while self.actions:
-            await asyncio.wait(set(self.actions))
-
-    def close(self) -> None:
-        """Close the widgets (running actions finish without showing anything)."""
-        self.closed = True
-        close_tree(self.widget)
-
     # ------------------------------------------------------------------ internals
+
+    def _remove(
+        self, remove: Callable[[str, str], Awaitable[bool]], key: str, what: str, done: str
+    ) -> asyncio.Task[Any]:
+        """``remove(scope, key)`` (whether it was there), then refresh; ``done`` or an error."""
+
+        async def work() -> str:
+            found = await remove(self.scope, key)
+            await self.refresh()
+            if not found:
+                raise UsageError(f"no {what} in {self.scope}")
+            return done
+
+        return self._act(work())
 
     def _picked(self, change: dict[str, Any]) -> None:
         if not self._picking and change["new"] and change["new"] != self.scope:
@@ -106,32 +103,34 @@ class _Panel(Displayable):
         finally:
             self._picking = False
 
-    def _act(self, work: Coroutine[Any, Any, str]) -> asyncio.Task[Any]:
-        async def guarded() -> None:
-            try:
-                message = await work
-                if message:
-                    self._set_message(message)
-            except UsageError as exc:  # KnowledgeError: full, blank, unknown, bad path
-                self._set_message(f"✗ {exc}", error=True)
-            except Exception as exc:  # shown, not raised into the kernel's loop
-                log.exception("a knowledge panel action failed")
-                self._set_message(f"✗ {type(exc).__name__}: {exc}", error=True)
-            if not self.closed:
-                self._render()
+    def _render_rows(
+        self,
+        rows: dict[str, Any],
+        items: list[tuple[str, str]],
+        button: str,
+        on_click: Callable[[str], Any],
+    ) -> tuple[Any, ...]:
+        """One row per ``(id, html)`` item with a ``button`` calling ``on_click(id)``.
 
-        task = asyncio.get_running_loop().create_task(guarded())
-        self.actions.add(task)
-        task.add_done_callback(self.actions.discard)
-        return task
+        Rows are kept by id across renders (widgets reused, rows of gone items closed).
+        """
+        import ipywidgets as w
 
-    def _set_message(self, text: str, *, error: bool = False) -> None:
-        self.message = text
-        color = "#c62828" if error else "#555"
-        self.message_html.value = f'<small style="color:{color}">{html.escape(text)}</small>'
+        shown = {key for key, _ in items}
+        for key in [k for k in rows if k not in shown]:
+            close_tree(rows.pop(key))
+        for key, description in items:
+            row = rows.get(key)
+            if row is None:
+                press = w.Button(description=button, icon="trash", layout=w.Layout(width="auto"))
+                press.on_click(lambda _, key=key: on_click(key))
+                info = w.HTML(layout=w.Layout(flex="1 1 auto"))
+                row = rows[key] = w.HBox([info, press], layout=w.Layout(align_items="center"))
+            row.children[0].value = description
+        return tuple(rows[key] for key, _ in items)
 
 
-class KbPanel(_Panel):
+class KbPanel(_ScopePanel):
     """The kb of one scope: documents with chunk counts, search, add, delete and file ingest.
 
     Show it, then `refresh` (``%ania kb`` does both). Searches cover the scope and ``global``
@@ -232,15 +231,8 @@ class KbPanel(_Panel):
 
     def delete(self, doc_id: str) -> asyncio.Task[Any]:
         """Delete a document of the scope and its chunks."""
-
-        async def work() -> str:
-            gone = await self.knowledge.kb.delete(self.scope, doc_id)
-            await self.refresh()
-            if not gone:
-                raise UsageError(f"no document [{doc_id}] in {self.scope}")
-            return f"deleted [{doc_id}]"
-
-        return self._act(work())
+        delete = self.knowledge.kb.delete
+        return self._remove(delete, doc_id, f"document [{doc_id}]", f"deleted [{doc_id}]")
 
     def ingest(self, spec: str | Path | Iterable[str | Path]) -> asyncio.Task[Any]:
         """Add files (a path, folder or glob, or several) with a progress bar."""
@@ -305,7 +297,7 @@ class KbPanel(_Panel):
         if not query:
             self.hits = []
             return
-        scopes = [self.scope] if self.scope == GLOBAL else [self.scope, GLOBAL]
+        scopes = read_scopes(self.scope)
         mode = self.mode
         hits = await self.knowledge.kb.search(query, scopes, self.top_k, mode=mode)  # type: ignore[arg-type]
         if (query, mode) == (self.query, self.mode):  # else a newer search started meanwhile
@@ -323,8 +315,6 @@ class KbPanel(_Panel):
             self.refresh_display()
 
     def _render(self) -> None:
-        import ipywidgets as w
-
         if self.closed:
             return
         self.header.value = f"<b>{html.escape(self._header_text())}</b>"
@@ -332,19 +322,8 @@ class KbPanel(_Panel):
             status = html.escape(status_text(self.status))
             self.status_html.value = f'<small style="color:#757575">{status}</small>'
         self._render_picker()
-        for doc_id in [d for d in self._doc_rows if d not in {doc.id for doc in self.documents}]:
-            close_tree(self._doc_rows.pop(doc_id))
-        for doc in self.documents:
-            row = self._doc_rows.get(doc.id)
-            if row is None:
-                button = w.Button(description="Delete", icon="trash", layout=w.Layout(width="auto"))
-                button.on_click(lambda _, doc_id=doc.id: self.delete(doc_id))
-                info = w.HTML(layout=w.Layout(flex="1 1 auto"))
-                row = self._doc_rows[doc.id] = w.HBox(
-                    [info, button], layout=w.Layout(align_items="center")
-                )
-            row.children[0].value = doc_html(doc)
-        self.doc_box.children = tuple(self._doc_rows[d.id] for d in self.documents)
+        docs = [(doc.id, doc_html(doc)) for doc in self.documents]
+        self.doc_box.children = self._render_rows(self._doc_rows, docs, "Delete", self.delete)
         if not self.query:
             self.results.value = ""
         elif not self.hits:
@@ -354,7 +333,7 @@ class KbPanel(_Panel):
         self.refresh_display()
 
 
-class MemoryList(_Panel):
+class MemoryList(_ScopePanel):
     """The long-term memories of one scope, newest first, each with a Forget button."""
 
     def __init__(self, knowledge: Knowledge, scope: str = GLOBAL) -> None:
@@ -376,15 +355,8 @@ class MemoryList(_Panel):
 
     def forget(self, memory_id: str) -> asyncio.Task[Any]:
         """Forget one memory of the scope."""
-
-        async def work() -> str:
-            gone = await self.knowledge.memory.forget(self.scope, memory_id)
-            await self.refresh()
-            if not gone:
-                raise UsageError(f"no memory [{memory_id}] in {self.scope}")
-            return f"forgot [{memory_id}]"
-
-        return self._act(work())
+        forget = self.knowledge.memory.forget
+        return self._remove(forget, memory_id, f"memory [{memory_id}]", f"forgot [{memory_id}]")
 
     def text(self) -> str:
         """The list as plain text: header, one line per memory, message."""
@@ -405,25 +377,12 @@ class MemoryList(_Panel):
         return f"🧠 memories · {self.scope} · {count} entr{'y' if count == 1 else 'ies'}"
 
     def _render(self) -> None:
-        import ipywidgets as w
-
         if self.closed:
             return
         self.header.value = f"<b>{html.escape(self._header_text())}</b>"
         self._render_picker()
-        for key in [k for k in self._rows if k not in {e.id for e in self.entries}]:
-            close_tree(self._rows.pop(key))
-        for entry in self.entries:
-            row = self._rows.get(entry.id)
-            if row is None:
-                button = w.Button(description="Forget", icon="trash", layout=w.Layout(width="auto"))
-                button.on_click(lambda _, memory_id=entry.id: self.forget(memory_id))
-                info = w.HTML(layout=w.Layout(flex="1 1 auto"))
-                row = self._rows[entry.id] = w.HBox(
-                    [info, button], layout=w.Layout(align_items="center")
-                )
-            row.children[0].value = memory_html(entry)
-        self.entry_box.children = tuple(self._rows[e.id] for e in self.entries)
+        entries = [(entry.id, memory_html(entry)) for entry in self.entries]
+        self.entry_box.children = self._render_rows(self._rows, entries, "Forget", self.forget)
         self.refresh_display()
 
 
@@ -495,7 +454,7 @@ def hit_line(rank: int, hit: Hit) -> str:
     """``1. 《Deploy guide》 [ab12cd34#0] nb:demo · score 0.812 · … — first words…``."""
     where = f"[{hit.doc_id}#{hit.chunk_index}] {hit.scope}"
     head = f"{rank}. 《{hit.title or '(untitled)'}》 {where} · {scores_text(hit)}"
-    return f"{head} — {one_line(hit.text, 160)}"
+    return f"{head} — {flatten(hit.text, 160)}"
 
 
 def hit_html(rank: int, hit: Hit) -> str:
@@ -503,7 +462,7 @@ def hit_html(rank: int, hit: Hit) -> str:
     title = html.escape(hit.title or "(untitled)")
     where = f"<code>{html.escape(hit.doc_id)}#{hit.chunk_index}</code> {html.escape(hit.scope)}"
     scores = f'<small style="{MUTED}">{html.escape(scores_text(hit))}</small>'
-    text = html.escape(one_line(hit.text, 300))
+    text = html.escape(flatten(hit.text, 300))
     style = "border-top:1px solid #eee;padding:3px 2px"
     return (
         f'<div style="{style}"><b>{rank}. 《{title}》</b> {where} · {scores}'
@@ -513,7 +472,7 @@ def hit_html(rank: int, hit: Hit) -> str:
 
 def memory_line(entry: MemoryEntry) -> str:
     """``[ab12cd34] Alice prefers short answers · user alice · #pref · 20:31:05``."""
-    parts = [f"[{entry.id}] {one_line(entry.content, 200)}"]
+    parts = [f"[{entry.id}] {flatten(entry.content, 200)}"]
     if entry.user_id:
         parts.append(f"user {entry.user_id}")
     if entry.tags:
@@ -524,7 +483,7 @@ def memory_line(entry: MemoryEntry) -> str:
 
 def memory_html(entry: MemoryEntry) -> str:
     """A memory row's description as HTML."""
-    parts = [f"<code>{html.escape(entry.id)}</code> {html.escape(one_line(entry.content, 400))}"]
+    parts = [f"<code>{html.escape(entry.id)}</code> {html.escape(flatten(entry.content, 400))}"]
     if entry.user_id:
         parts.append(f"<small>user {html.escape(entry.user_id)}</small>")
     if entry.tags:

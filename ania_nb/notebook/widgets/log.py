@@ -13,8 +13,9 @@ from collections import Counter
 from datetime import datetime
 from typing import TYPE_CHECKING
 
+from ...text import flatten
 from ._display import Displayable
-from ._format import STATUS_ICONS, duration_text, one_line
+from ._format import STATUS_ICONS, duration_text
 from ._icons import icon
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -95,7 +96,7 @@ def _cell(column: str, value: str, record: RunRecord) -> str:
         content = f"{icon(record.status)} {html.escape(record.status)}"
     else:
         content = html.escape(value)
-    title = f' title="{html.escape(one_line(record.input, 2000))}"' if column == "input" else ""
+    title = f' title="{html.escape(flatten(record.input, 2000))}"' if column == "input" else ""
     return f'<td style="{_style(column)}"{title}>{content}</td>'
 
 
@@ -118,5 +119,5 @@ def _row(record: RunRecord) -> tuple[str, ...]:
         duration_text(record.duration_ms),
         tokens,
         tools,
-        one_line(record.input, 60),
+        flatten(record.input, 60),
     )

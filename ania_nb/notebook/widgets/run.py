@@ -23,6 +23,8 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from ...engine.callbacks import ApprovalRequest, Callbacks, RunEvent
+from ...session_keys import DEFAULT_NOTEBOOK
+from ...text import flatten
 from ._display import Displayable, close_tree
 from ._format import (
     STATUS_ICONS,
@@ -31,7 +33,6 @@ from ._format import (
     elapsed_text,
     image_format,
     markdown_html,
-    one_line,
     outcome_text,
     size_text,
     usage_text,
@@ -79,7 +80,7 @@ class RunView(Displayable):
     def __init__(
         self,
         agent: Agent,
-        session: str = "nb:default",
+        session: str = DEFAULT_NOTEBOOK,
         prompt: str = "",
         *,
         todo_view: TodoView | None = None,
@@ -119,7 +120,7 @@ class RunView(Displayable):
             layout=w.Layout(align_items="center", flex_flow="row wrap"),  # narrow cells wrap
         )
         self.prompt_html = w.HTML(
-            f"<small>› {html.escape(one_line(prompt, 200))}</small>" if prompt else ""
+            f"<small>› {html.escape(flatten(prompt, 200))}</small>" if prompt else ""
         )
         self.body = w.VBox([])
         self.reply = w.HTML("")
@@ -347,7 +348,7 @@ class RunView(Displayable):
                 head += self._cost_text(self.result)
         lines = [head]
         if self.prompt:
-            lines.append(f"› {one_line(self.prompt, 200)}")
+            lines.append(f"› {flatten(self.prompt, 200)}")
         lines += [item.text() for item in self.items]
         if self.reply_text:
             lines.append(self.reply_text)
@@ -365,7 +366,7 @@ class RunView(Displayable):
         import ipywidgets as w
 
         block = w.HTML(f'<div style="opacity:0.75">{markdown_html(text)}</div>')
-        self._add(_Item(block, "  … " + one_line(text, 200), "text"))
+        self._add(_Item(block, "  … " + flatten(text, 200), "text"))
 
     def _render_stream(self) -> None:
         if self._rendered != len(self.reply_text):
@@ -510,7 +511,7 @@ def injected_text(data: Mapping[str, Any]) -> str:
     memories: Sequence[Mapping[str, Any]] = data.get("memories") or ()
     if memories:
         noun = "memory" if len(memories) == 1 else "memories"
-        shown = ", ".join(f"“{one_line(str(m.get('content', '')), 40)}”" for m in memories[:3])
+        shown = ", ".join(f"“{flatten(str(m.get('content', '')), 40)}”" for m in memories[:3])
         more = f" +{len(memories) - 3}" if len(memories) > 3 else ""
         parts.append(f"🧠 {len(memories)} {noun}: {shown}{more}")
     return " · ".join(parts) or "📚 injected: nothing"

@@ -7,6 +7,7 @@ from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from ...engine.callbacks import Callbacks, RunEvent
+from ...session_keys import DEFAULT_NOTEBOOK
 from ._display import Displayable, close_tree
 from ._format import TODO_ICONS
 
@@ -23,7 +24,7 @@ ITEM_STYLES = {
 class TodoView(Displayable):
     """The todo list of one session, from `Agent.todos` and ``todos`` run events."""
 
-    def __init__(self, agent: Agent, session: str = "nb:default") -> None:
+    def __init__(self, agent: Agent, session: str = DEFAULT_NOTEBOOK) -> None:
         import ipywidgets as w
 
         self.agent = agent

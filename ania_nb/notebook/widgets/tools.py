@@ -13,8 +13,9 @@ from __future__ import annotations
 import html
 from typing import Any
 
+from ...text import cut, flatten
 from ._code import arguments_html, arguments_text
-from ._format import brief_arguments, duration_text, elapsed_text, one_line, pre, truncate
+from ._format import brief_arguments, duration_text, elapsed_text, pre
 from ._icons import icon
 
 ICONS = {  # plain-text glyphs (DejaVu Sans has them; no emoji font needed)
@@ -93,14 +94,14 @@ class ToolRow:
             return f"{head} · {doing}{self._progress_text()}…"
         label = "" if self.state == "ok" else f"{self.state}: "
         pictures = f" [{len(self.images)} image(s)]" if self.images else ""
-        return f"{head} → {label}{one_line(self.result, 80)}{pictures}{self._times()}"
+        return f"{head} → {label}{flatten(self.result, 80)}{pictures}{self._times()}"
 
     def _progress_text(self) -> str:
         if self.progress is None:
             return ""
         done, total, message = self.progress
         amount = f"{done:g}/{total:g}" if total else f"{done:g}"
-        return f" {amount}" + (f" {one_line(message, 60)}" if message else "")
+        return f" {amount}" + (f" {flatten(message, 60)}" if message else "")
 
     def _times(self) -> str:
         """`` · 12 ms · approval wait 3.4 s``: the tool's own time, then the wait apart."""
@@ -138,7 +139,7 @@ class ToolRow:
                 label += f" after {duration_text(self.duration_ms)}"
             if self.waited is not None:
                 label += f"; approval wait {elapsed_text(self.waited)}"
-            result = pre(truncate(self.result, RESULT_CHARS))
+            result = pre(cut(self.result, RESULT_CHARS))
             parts.append(f"<b>result</b> <small>({html.escape(label)})</small>{result}")
         body = '<div style="padding:2px 0 4px 1.4em">' + "".join(parts) + "</div>"
         row = f'<details class="ania-tool" data-state="{self.state}">{summary}{body}</details>'

@@ -12,16 +12,13 @@ from __future__ import annotations
 import asyncio
 import html
 import io
-import logging
-from collections.abc import Coroutine
 from typing import TYPE_CHECKING, Any
 
-from ._display import Displayable, close_tree
+from ._display import close_tree
+from .panel import Panel
 
 if TYPE_CHECKING:  # pragma: no cover
     from ...quota import Quota, UsageReport
-
-log = logging.getLogger(__name__)
 
 # Stacked from the bottom: cached prompt tokens are a part of the prompt, so the bar's height
 # is prompt + completion and cached is shown as the share of the prompt that hit the cache.
@@ -105,7 +102,7 @@ def plot_png(report: UsageReport) -> bytes:
     return out.getvalue()
 
 
-class UsagePanel(Displayable):
+class UsagePanel(Panel):
     """Today's usage per session vs the limits (progress bars), a daily plot and a Refresh button.
 
     Show it, then `refresh` (``%ania usage`` does both). ``days`` is the plot's span;
@@ -117,13 +114,11 @@ class UsagePanel(Displayable):
 
         if days < 1:
             raise ValueError(f"days must be at least 1, got {days}")
+        super().__init__()
         self.quota = quota
         self.days = days
         self.session = session
         self.report: UsageReport | None = None
-        self.message = ""  # the last refresh's error, if any
-        self.closed = False
-        self.actions: set[asyncio.Task[Any]] = set()
         self.bars: dict[str, Any] = {}  # session (or "" for all sessions) → its progress bar
         self.plot_data: dict[str, list[int]] = {}
 
@@ -137,7 +132,6 @@ class UsagePanel(Displayable):
         self.plot = w.Image(format="png", layout=w.Layout(max_width="100%"))
         self.plot_note = w.HTML()
         self.day_table = w.HTML()
-        self.message_html = w.HTML()
         self.widget = w.VBox(
             [
                 w.HBox([self.header, self.refresh_button], layout=w.Layout(align_items="center")),
@@ -154,6 +148,25 @@ class UsagePanel(Displayable):
 
     async def refresh(self) -> UsagePanel:
         """Read the report and redraw the bars and the plot."""
+        await self._load()
+        self._render()
+        return self
+
+    def reload(self) -> asyncio.Task[Any]:
+        """Refresh as a task on the running loop (what the Refresh button does)."""
+        return self._act(self._load())
+
+    def text(self) -> str:
+        """The plain-text table of the report (what terminals and ``ania-nb usage`` show)."""
+        lines = [self.report.to_text() if self.report is not None else "📊 usage (not loaded)"]
+        if self.message:
+            lines.append(self.message)
+        return "\n".join(lines)
+
+    # ------------------------------------------------------------------ internals
+
+    async def _load(self) -> None:
+        """Read the report and draw the plot (off the loop); `_render` shows them."""
         report = await self.quota.report(self.days, self.session)
         png = await asyncio.to_thread(_plot_or_none, report)  # drawing takes a while: off-loop
         self.report = report
@@ -165,52 +178,6 @@ class UsagePanel(Displayable):
         )
         self.message = ""
         self.message_html.value = ""
-        self._render()
-        return self
-
-    def reload(self) -> asyncio.Task[Any]:
-        """Refresh as a task on the running loop (what the Refresh button does)."""
-
-        async def work() -> None:
-            await self.refresh()
-
-        return self._act(work())
-
-    async def wait_actions(self) -> None:
-        """Wait until every refresh started so far has finished."""
-        while self.actions:
-            await asyncio.wait(set(self.actions))
-
-    def close(self) -> None:
-        """Close the widgets (a running refresh finishes without showing anything)."""
-        self.closed = True
-        close_tree(self.widget)
-
-    def text(self) -> str:
-        """The plain-text table of the report (what terminals and ``ania-nb usage`` show)."""
-        lines = [self.report.to_text() if self.report is not None else "📊 usage (not loaded)"]
-        if self.message:
-            lines.append(self.message)
-        return "\n".join(lines)
-
-    # ------------------------------------------------------------------ internals
-
-    def _act(self, work: Coroutine[Any, Any, None]) -> asyncio.Task[Any]:
-        async def guarded() -> None:
-            try:
-                await work
-            except Exception as exc:  # shown, not raised into the kernel's loop
-                log.exception("the usage panel could not refresh")
-                self.message = f"✗ {type(exc).__name__}: {exc}"
-                color = "#c62828"
-                escaped = html.escape(self.message)
-                self.message_html.value = f'<small style="color:{color}">{escaped}</small>'
-                self.refresh_display()
-
-        task = asyncio.get_running_loop().create_task(guarded())
-        self.actions.add(task)
-        task.add_done_callback(self.actions.discard)
-        return task
 
     def _render(self) -> None:
         if self.closed:
@@ -218,6 +185,7 @@ class UsagePanel(Displayable):
         report = self.report
         if report is None:
             self.header.value = "<b>📊 usage</b> <small>(loading…)</small>"
+            self.refresh_display()  # e.g. the error of a first refresh
             return
         resets = f"{report.resets_at:%H:%M}"
         self.header.value = (

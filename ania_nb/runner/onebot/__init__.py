@@ -20,7 +20,7 @@ from .models import (
     to_cq,
     unescape,
 )
-from .transport import ActionFailed, ForwardTransport, ReverseTransport, Transport, is_loopback
+from .transport import ActionFailed, ForwardTransport, ReverseTransport, Transport
 
 __all__ = [
     "ActionFailed",
@@ -35,7 +35,6 @@ __all__ = [
     "Sender",
     "Transport",
     "escape",
-    "is_loopback",
     "parse_cq",
     "parse_event",
     "parse_message",

@@ -22,7 +22,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import hmac
-import ipaddress
 import itertools
 import json
 import logging
@@ -45,6 +44,7 @@ from websockets.exceptions import (
 from websockets.http11 import Request, Response
 from websockets.uri import parse_uri
 
+from ...addresses import ip_of, is_loopback
 from ...errors import ConfigError
 from ..model import AdapterError
 from ..redact import shown_url, url_secrets
@@ -391,16 +391,6 @@ class ForwardTransport(Transport):
             await asyncio.gather(self._task, return_exceptions=True)
 
 
-def is_loopback(host: str) -> bool:
-    """Whether ``host`` names only this machine (``localhost`` or a loopback address)."""
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host.strip("[]")).is_loopback
-    except ValueError:
-        return False
-
-
 class ReverseTransport(Transport):
     """Listen at ``ws://host:port/path`` for the implementation's Universal client."""
 
@@ -414,7 +404,9 @@ class ReverseTransport(Transport):
                 "reach the port could drive the bot; set a token or listen on 127.0.0.1",
                 key="runner.access_token",
             )
-        self.host, self.port, self.path = host, port, "/" + path.strip("/")
+        address = ip_of(host)  # "[::1]" and "::ffff:127.0.0.1" bind as the address they name
+        self.host = str(address) if address is not None else host
+        self.port, self.path = port, "/" + path.strip("/")
         self._server: Server | None = None
 
     @property

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from ...errors import ToolError
+
 if TYPE_CHECKING:  # pragma: no cover
     import httpx2
 
@@ -36,9 +38,21 @@ class HttpSource:
             self._owned = None
 
 
-def truncate(text: str, limit: int, marker: str = "...") -> str:
-    """Cut ``text`` to ``limit`` characters, appending ``marker`` when it was cut."""
-    return text if len(text) <= limit else text[:limit] + marker
+async def get_ok(
+    http: HttpSource, url: str, *, what: str, seconds: float, **kwargs: Any
+) -> httpx2.Response:
+    """GET ``url`` within ``seconds``; a `ToolError` naming ``what`` unless it answers 200."""
+    import httpx2
+
+    try:
+        response = await http.get().get(url, timeout=seconds, **kwargs)
+    except httpx2.TimeoutException:
+        raise ToolError(f"{what} timed out after {seconds:g} s") from None
+    except httpx2.HTTPError as exc:
+        raise ToolError(f"{what} failed: {type(exc).__name__}: {exc}") from None
+    if response.status_code != 200:
+        raise ToolError(status_error(what, response))
+    return response
 
 
 def status_error(what: str, response: Any) -> str:

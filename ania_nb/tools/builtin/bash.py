@@ -32,6 +32,7 @@ from ..._env import child_env
 from ..._subprocess import run_capped
 from ...config import BashSettings, SecuritySettings
 from ...errors import ConfigError, ToolError
+from ...text import cut, flatten
 from ..base import BaseTool, ToolContext
 from ._sandbox import (
     MISSING_BWRAP,
@@ -93,12 +94,6 @@ def compile_rules(patterns: list[str], key: str) -> list[re.Pattern[str]]:
         except re.error as exc:
             raise ConfigError(f"{key}: {pattern!r} is not a valid regex: {exc}", key=key) from None
     return rules
-
-
-def summarize(command: str, limit: int = SUMMARY_LIMIT) -> str:
-    """Whitespace collapsed and cut to ``limit`` characters, for approval prompts."""
-    flat = " ".join(command.split())
-    return flat if len(flat) <= limit else flat[: limit - 1] + "…"
 
 
 class BashTool(BaseTool[BashParams]):
@@ -179,7 +174,7 @@ class BashTool(BaseTool[BashParams]):
 
     def approval_summary(self, arguments: Mapping[str, Any]) -> str:
         """What the approval request shows."""
-        return "run command: " + summarize(str(arguments.get("command", "")))
+        return "run command: " + flatten(str(arguments.get("command", "")), SUMMARY_LIMIT)
 
     def argv(
         self, command: str, mounts: list[Mount] | None = None
@@ -259,8 +254,7 @@ class BashTool(BaseTool[BashParams]):
         if err:
             text += ("\n" if text and not text.endswith("\n") else "") + "stderr: " + err
         limit = self.settings.max_output_chars
-        if len(text) > limit:
-            text = text[:limit] + TRUNCATED
+        text = cut(text, limit, marker=TRUNCATED)
         text = text.rstrip("\n") or "(no output)"
         if timed_out:
             return text + f"\ncommand timed out after {self.settings.timeout:g} s and was killed"

@@ -18,7 +18,7 @@ from ...config import MemeSettings
 from ...engine.callbacks import CallbackName
 from ...errors import ToolError
 from ..base import BaseTool, ToolContext
-from ._http import HttpSource, status_error
+from ._http import HttpSource, get_ok
 
 
 class MemeParams(BaseModel):
@@ -85,26 +85,12 @@ class MemeTool(BaseTool[MemeParams]):
         return f"sent a sticker about {text!r} to the user"
 
     async def _fetch_json(self, url: str) -> Any:
-        import httpx2
-
-        try:
-            response = await self.http.get().get(url, timeout=self.settings.timeout)
-        except httpx2.HTTPError as exc:
-            raise ToolError(f"meme API request failed: {type(exc).__name__}: {exc}") from None
-        if response.status_code != 200:
-            raise ToolError(status_error("meme API", response))
+        response = await get_ok(self.http, url, what="meme API", seconds=self.settings.timeout)
         try:
             return response.json()
         except ValueError:
             raise ToolError("meme API answered with something that is not JSON") from None
 
     async def _download(self, url: str) -> bytes:
-        import httpx2
-
-        try:
-            response = await self.http.get().get(url, timeout=self.settings.timeout)
-        except httpx2.HTTPError as exc:
-            raise ToolError(f"sticker download failed: {type(exc).__name__}: {exc}") from None
-        if response.status_code != 200:
-            raise ToolError(status_error("sticker download", response))
-        return response.content
+        seconds = self.settings.timeout
+        return (await get_ok(self.http, url, what="sticker download", seconds=seconds)).content

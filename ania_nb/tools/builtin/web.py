@@ -6,14 +6,15 @@ readers can stand in for Jina. Results are truncated to ``web.max_chars`` charac
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Any
 
 from pydantic import BaseModel, Field
 
 from ...config import WebSettings
 from ...errors import ToolError
+from ...text import cut
 from ..base import BaseTool, ToolContext
-from ._http import HttpSource, status_error, truncate
+from ._http import HttpSource, get_ok
 
 # What the original sends to Jina's reader: render like a browser, no images, a links summary.
 READER_HEADERS = {
@@ -47,18 +48,9 @@ class _JinaTool:
         token = self.settings.token.get_secret_value() if self.settings.token else ""
         return {"Authorization": f"Bearer {token}"} if token else {}
 
-    async def _get(self, what: str, url: str, **kwargs: object) -> str:
-        import httpx2
-
-        try:
-            response = await self.http.get().get(url, timeout=self.settings.timeout, **kwargs)  # type: ignore[arg-type]
-        except httpx2.TimeoutException:
-            raise ToolError(f"{what} timed out after {self.settings.timeout:g} s") from None
-        except httpx2.HTTPError as exc:
-            raise ToolError(f"{what} failed: {type(exc).__name__}: {exc}") from None
-        if response.status_code != 200:
-            raise ToolError(status_error(what, response))
-        return truncate(response.text, self.settings.max_chars)
+    async def _get(self, what: str, url: str, **kwargs: Any) -> str:
+        response = await get_ok(self.http, url, what=what, seconds=self.settings.timeout, **kwargs)
+        return cut(response.text, self.settings.max_chars, marker="...")
 
 
 class WebSearchTool(_JinaTool, BaseTool[SearchParams]):
