@@ -9,8 +9,10 @@ from __future__ import annotations
 import asyncio
 import base64
 import contextlib
+import logging
 from collections.abc import AsyncIterator
 from typing import Any
+from urllib.parse import quote
 
 import onebot_impl as ob
 import pytest
@@ -570,6 +572,38 @@ async def test_forward_mode_sends_the_token_and_reports_a_refusal() -> None:
     finally:
         await right.aclose()
         await impl.aclose()
+
+
+async def test_a_connect_error_naming_the_dialed_url_hides_the_quoted_token(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """The token travels URL-quoted in the dialed URL; an error that repeats that URL (here a
+    302 to a fragment, which websockets refuses naming the full URL) must not show it."""
+    token = "ob-Tok/en+42=&x%y"  # quoting changes every one of these characters
+
+    async def redirect(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await reader.readuntil(b"\r\n\r\n")
+        writer.write(b"HTTP/1.1 302 Found\r\nLocation: #moved\r\nContent-Length: 0\r\n\r\n")
+        await writer.drain()
+        writer.close()
+
+    server = await asyncio.start_server(redirect, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    adapter = OneBotAdapter(
+        _settings(mode="forward", url=f"ws://127.0.0.1:{port}/", access_token=token)
+    )
+    caplog.set_level(logging.INFO, logger="ania_nb.runner")
+    try:
+        await adapter.start(lambda message: asyncio.sleep(0))  # returns after the first attempt
+        error = adapter.last_error or ""
+    finally:
+        await adapter.aclose()
+        server.close()
+        await server.wait_closed()
+    assert error.startswith(f"cannot connect to ws://127.0.0.1:{port}/: ws://127.0.0.1:{port}/")
+    assert "access_token=***#moved isn't a valid URI" in error  # the URL, token blanked
+    shown = error + "\n" + caplog.text
+    assert token not in shown and quote(token, safe="") not in shown
 
 
 # ---------------------------------------------------------------- with the real Router

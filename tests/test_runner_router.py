@@ -311,6 +311,25 @@ async def test_a_verdict_word_without_a_pending_request_is_an_ordinary_message(l
     assert "[nickname:user1 id:1]: yes" in user_turn(llm.requests[0])
 
 
+async def test_a_verdict_naming_an_unknown_request_id_is_an_ordinary_message(llm, serve):
+    llm.script(
+        reply(tool_calls=[tool_call("danger", {"what": "a"})]),
+        reply("did it"),
+        reply("42 is no request of mine"),
+    )
+    s = await serve(tools=[danger_tool()], overrides=APPROVAL)
+    await s.say(s.adapter.private("1", "do it"))
+    await s.adapter.wait_sent(lambda m: m.text.startswith("【工具审批】"))
+    [request] = s.agent.approvals.pending("f:1")
+    await s.say(s.adapter.private("1", "允许 42"))  # no such request: the model gets it, later
+    assert s.agent.approvals.pending("f:1") == [request]
+    await s.say(s.adapter.private("1", "允许"))  # this one answers the pending request
+    await s.adapter.wait_sent(lambda m: m.text == "did it")
+    await s.adapter.wait_sent(lambda m: m.text == "42 is no request of mine")
+    assert "[nickname:user1 id:1]: 允许 42" in user_turn(llm.requests[2])
+    assert not [m for m in s.adapter.sent if m.text.startswith("无法审批")]
+
+
 async def test_admin_answers_in_the_chat_with_the_request_id(llm, serve):
     llm.script(reply(tool_calls=[tool_call("danger", {"what": "a"})]), reply("stopped it"))
     s = await serve(tools=[danger_tool()], overrides=APPROVAL)
@@ -324,6 +343,22 @@ async def test_admin_answers_in_the_chat_with_the_request_id(llm, serve):
     await s.adapter.wait_sent(lambda m: m.text == "stopped it")
     [run] = await s.agent.runs(session=G1.session)
     assert "denied by qq:999" in run.tool_calls[0].result
+
+
+async def test_a_reply_never_mentions_the_bot_itself(llm, serve):
+    # The platform may deliver a message of the bot's own account without marking it as its
+    # own (another client logged in as the bot): answering it must not @ the bot.
+    llm.script(reply(tool_calls=[tool_call("wait_here")]), reply("first answered"))
+    wait_here, started, release = blocker()
+    s = await serve(tools=[wait_here])
+    await s.say(s.adapter.group(G1.id, "7", "first", mentioned=True))
+    await asyncio.wait_for(started.wait(), 10)
+    await s.say(s.adapter.group(G1.id, s.adapter.self_id, "as the bot", mentioned=True))
+    await s.say(s.adapter.group(G1.id, "8", "second", mentioned=True))
+    release.set()
+    llm.script(reply("batch answered"))
+    batch = await s.adapter.wait_sent(lambda m: m.text == "batch answered")
+    assert batch.mentions == ("8",)  # the batch of the bot's and 8's messages: only 8
 
 
 # ------------------------------------------------------------------ callbacks

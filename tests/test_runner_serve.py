@@ -343,6 +343,62 @@ async def bot(shared_bot: Bot) -> AsyncIterator[Bot]:
 # ------------------------------------------------------------------ start-up and exit codes
 
 
+async def test_the_log_formatter_blanks_every_spelling_of_every_secret() -> None:
+    """What the subprocess test cannot provoke: a record (message or traceback) that carries a
+    secret raw, URL-quoted, base64 or JSON-escaped, from any logger, is printed blanked."""
+    import base64
+    import io
+    import logging
+    from urllib.parse import quote, quote_plus
+
+    from ania_nb.config import Config
+    from ania_nb.runner.redact import SecretRedactor, config_secrets
+
+    token, key, url_key = "ob-Tok/en+42=&x%y", 'sk-llm-5ecret-"quote"', "emb-url-5ecret"
+    config = Config().with_overrides(
+        {
+            "runner.access_token": token,
+            "llm.api_key": key,
+            "embedding.base_url": f"http://127.0.0.1:9/v1?api_key={url_key}",
+        }
+    )
+    redactor = SecretRedactor("%(levelname)s %(name)s: %(message)s")
+    redactor.add_secrets(config_secrets(config))
+    mcp_secrets = ["mcp-hdr-5ecret-added-later"]
+    redactor.add_source(lambda: mcp_secrets)  # asked per record: a server added at run time
+    stream = io.StringIO()
+    handler = logging.StreamHandler(stream)
+    handler.setFormatter(redactor)
+    logger = logging.getLogger("some.library")
+    logger.addHandler(handler)
+    try:
+        for secret in (token, key, url_key, mcp_secrets[0]):
+            raw = secret.encode()
+            for form in (
+                secret,
+                quote(secret, safe=""),
+                quote(secret),
+                quote_plus(secret),
+                json.dumps(secret)[1:-1],
+                base64.b64encode(raw).decode(),
+                base64.urlsafe_b64encode(raw).decode().rstrip("="),
+            ):
+                logger.warning("dialing ws://h/?access_token=%s now", form)
+            try:
+                raise RuntimeError(f"refused {quote(secret, safe='')}")
+            except RuntimeError:
+                logger.exception("in a traceback")
+    finally:
+        logger.removeHandler(handler)
+    printed = stream.getvalue()
+    for secret in (token, key, url_key, mcp_secrets[0]):
+        assert secret not in printed and quote(secret, safe="") not in printed
+        assert quote_plus(secret) not in printed
+    lines = [line for line in printed.splitlines() if line.startswith("WARNING")]
+    assert len(lines) == 4 * 7 and all(line.endswith("=*** now") for line in lines), lines
+    assert printed.count("RuntimeError: refused ***") == 4
+
+
 async def test_help_documents_options_and_exit_codes() -> None:
     proc = await asyncio.create_subprocess_exec(
         ANIA_NB, "serve", "--help", stdout=asyncio.subprocess.PIPE

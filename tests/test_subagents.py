@@ -15,6 +15,7 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
+from _waits import until
 
 from ania_nb import Callbacks, RunEvent
 from ania_nb.agents import Agents
@@ -48,6 +49,11 @@ def sub_agent(make_agent: Callable[..., Any], **overrides: Any) -> Any:
         agent.add_session_tools(agents.session_tools)
         agent._test_agents = agents
     return agent
+
+
+def subagents(agent: Any) -> Any:
+    """The Agent's registry of running subagents."""
+    return agent.agents.subagents
 
 
 def run(task: str, **args: Any) -> Any:
@@ -227,6 +233,19 @@ def test_budget_is_clamped_before_it_is_shrunk() -> None:
         child_budget(10, 300, time.monotonic() + PARENT_RESERVE)
 
 
+@pytest.mark.parametrize(("left", "starts"), [(29.9, False), (30.0, False), (30.1, True)])
+def test_the_parent_keeps_its_30_s_reserve_to_the_boundary(left: float, starts: bool) -> None:
+    deadline = 1000.0
+    clock = lambda: deadline - left  # noqa: E731 - the parent has exactly `left` seconds
+    if starts:
+        assert child_budget(300, 300, deadline, now=clock) == pytest.approx(left - PARENT_RESERVE)
+        assert child_budget(300, 300, deadline, now=clock, shrink=False) == 300
+        return
+    for shrink in (True, False):  # background children are refused alike
+        with pytest.raises(BudgetError, match=r"has \d+ s left and needs more than 30 s"):
+            child_budget(300, 300, deadline, now=clock, shrink=shrink)
+
+
 async def test_a_parent_near_its_deadline_gets_a_clear_refusal_and_no_child_runs(
     llm: Any, make_agent: Callable[..., Any]
 ) -> None:
@@ -310,14 +329,59 @@ async def test_stop_cancels_background_children_and_nothing_is_injected(
         parent = [r for r in llm.requests if PARENT(r)]
         assert tool_results(parent[1])[0].startswith("✅ subagent started (ID: 1), running in")
         await asyncio.to_thread(llm.wait_for_requests, 3, 10)  # the child asked
+        [child] = subagents(agent).running(SESSION)
         assert agent.stop(SESSION)  # True: a background child was stopped
         await events.wait_for(lambda: "child_end" in events.kinds("1"))
     finally:
         release.set()
     assert events.end("1")["status"] == "stopped"
     assert events.children[0]["background"] is True
-    await asyncio.sleep(0)
+    # Whatever the child would inject is queued before its task ends; the session is idle
+    # again once an injected message (if any) was answered.
+    assert child.handle is not None
+    await until(child.handle.done, "the child's task to end")
+    await until(lambda: not agent.sessions.get(SESSION).busy, "the session to be idle")
     assert len(llm.requests) == 3  # no injected message was answered
+
+
+async def test_a_stop_cancels_only_its_own_sessions_background_children(
+    llm: Any, make_agent: Callable[..., Any]
+) -> None:
+    agent = sub_agent(make_agent)
+    await agent.start()
+    release = threading.Event()
+
+    def slow_child(request: RecordedRequest) -> Any:
+        release.wait(10)
+        return reply(f"watched {said(request).rsplit(' ', 1)[-1]}")
+
+    llm.responder = slow_child
+    llm.route(
+        PARENT,
+        reply(tool_calls=[run("watch A", background=True)]),
+        reply("started A"),
+        reply(tool_calls=[run("watch B", background=True)]),
+        reply("started B"),
+        reply("B's watch is over"),
+    )
+    delivered: list[Delivery] = []
+    agent.outbox.subscribe(delivered.append)
+    events = Events()
+    try:
+        await agent.chat("go", session="nb:a", callbacks=Callbacks(on_event=events))
+        await agent.chat("go", session="nb:b")
+        await asyncio.to_thread(llm.wait_for_requests, 6, 10)  # both children are asking
+        assert agent.stop("nb:a")
+        await events.wait_for(lambda: "child_end" in events.kinds("1"))
+        assert [c.task for c in subagents(agent).running("nb:b")] == ["watch B"]
+    finally:
+        release.set()
+    await until(lambda: delivered, "the answer to B's result")
+    assert [(d.session, d.text) for d in delivered] == [("nb:b", "B's watch is over")]
+    injected = said(llm.requests[-1])
+    assert injected.startswith("[Subagent finished]\nID: 2\nTask: watch B")
+    assert injected.endswith("watched B")
+    assert events.end("1")["status"] == "stopped"
 
 
 async def test_list_and_cancel_a_background_child(llm: Any, make_agent: Callable[..., Any]) -> None:
