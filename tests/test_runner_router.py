@@ -605,7 +605,10 @@ async def test_deliveries_to_chats_and_others(serve):
     await s.router.deliver(
         Delivery("g:501", "[timeout] took too long", "subagent", status="timeout")
     )
-    await s.router.deliver(Delivery("g:501", "", "subagent", status="stopped"))
+    for quiet in ("stopped", "interrupted"):  # the user stopped it, or a restart ended it
+        await s.router.deliver(
+            Delivery("g:501", f"[{quiet}] the reply ended", "subagent", status=quiet)
+        )
     await s.router.deliver(Delivery("g:501", "tick", "clock", meta={"created_by": "someone-local"}))
     assert [(m.chat.session, m.text, m.mentions) for m in s.adapter.sent] == [
         ("f:5", "child says hi", ()),
