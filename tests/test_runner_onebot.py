@@ -197,8 +197,9 @@ async def test_group_message_segments_become_text_flags_images_and_files(
     """@bot is removed and sets mentioned; others' @ stay; reply, image, file, face are mapped."""
     impl = OneBotImpl(self_id=BOT, message_format=fmt)  # type: ignore[arg-type]
     async with linked(mode, impl) as (_, received):
-        first = await impl.group_message(500, 30001, "先说一句", nickname="甲")
-        assert (await _next(received)).mentioned is False
+        first = await impl.group_message(500, 30001, [ob.at("all"), ob.text(" 先说一句")])
+        everyone = await _next(received)  # @全体成员 is text, not a mention of the bot
+        assert everyone.mentioned is False and everyone.text == "@全体成员 先说一句"
         mid = await impl.group_message(
             500,
             30002,
@@ -259,7 +260,10 @@ async def test_outgoing_becomes_reply_at_text_image_segments_and_a_file_message(
                 text="答案",
                 mentions=("30001", "30002"),
                 images=(PNG, f"data:image/png;base64,{PNG}", "https://img.example/b.png"),
-                files=(("a.txt", base64.b64encode(b"hello").decode()),),
+                files=(
+                    ("a.txt", base64.b64encode(b"hello").decode()),
+                    ("b.txt", "data:text/plain;base64,aGk="),
+                ),
                 reply_to=str(quoted),
             )
         )
@@ -278,6 +282,10 @@ async def test_outgoing_becomes_reply_at_text_image_segments_and_a_file_message(
         second = await impl.wait_for_action("send_group_msg", after=impl.actions.index(first) + 1)
         assert second.params["message"] == [
             {"type": "file", "data": {"file": "base64://aGVsbG8=", "name": "a.txt"}}
+        ]
+        third = await impl.wait_for_action("send_group_msg", after=impl.actions.index(second) + 1)
+        assert third.params["message"] == [  # a data: URL loses its header
+            {"type": "file", "data": {"file": "base64://aGk=", "name": "b.txt"}}
         ]
         assert await adapter.send(Outgoing(ChatRef("group", "700"))) is None  # nothing to send
         with pytest.raises(AdapterError, match=r"'b\.txt'.*not base64"):
@@ -523,6 +531,21 @@ async def test_reverse_mode_refuses_missing_and_wrong_tokens() -> None:
         await impl.connect(adapter.url)
         await impl.aclose()
     finally:
+        await adapter.aclose()
+
+
+async def test_reverse_mode_takes_only_universal_clients_whatever_the_case() -> None:
+    adapter = OneBotAdapter(_settings(mode="reverse", port=0))
+    await adapter.start(lambda message: asyncio.sleep(0))
+    impl = OneBotImpl(self_id=BOT)
+    try:
+        with pytest.raises(HandshakeRejected) as api_only:
+            await OneBotImpl(self_id=BOT).connect(adapter.url, role="API")
+        assert api_only.value.status == 400 and "Universal" in (adapter.last_error or "")
+        await impl.connect(adapter.url, role="universal")  # header values: case-insensitive
+        await asyncio.wait_for(adapter.wait_connected(), 10)
+    finally:
+        await impl.aclose()
         await adapter.aclose()
 
 
