@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import re
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -21,6 +22,7 @@ from ania_nb.clock.store import SKIPPED_ERROR, ClockStore
 from ania_nb.orchestration import Delivery
 from ania_nb.store import Store
 from ania_nb.testing import error, reply, tool_call, usage
+from ania_nb.tools import ToolContext
 
 WAIT = 15.0
 
@@ -515,3 +517,61 @@ async def test_subagents_of_a_clock_run_are_drained_into_its_final_reply(llm, op
     assert "【子代理执行结果汇总】" in report and "42" in report
     assert [c.name for c in entry.tool_calls] == ["subagent_run"]
     assert entry.total_tokens == 3 * 11 + 105  # the subagent's tokens count for the task
+
+
+async def test_each_drain_round_gets_what_is_left_of_the_tasks_budget(llm, open_clock):
+    seen: list[tuple[float, float]] = []  # (the round's deadline, when the tool ran)
+
+    @tool
+    def probe(ctx: ToolContext) -> str:
+        """Note this round's deadline."""
+        seen.append((ctx.run_state["deadline"], time.monotonic()))
+        return "noted"
+
+    _, clock, _ = await open_clock(tools=[probe])
+    llm.route(
+        "## Scheduled task",
+        reply(tool_calls=[tool_call("subagent_run", {"task": "find"}), tool_call("probe")]),
+        reply("I started a helper."),
+        reply(tool_calls=[tool_call("probe")]),  # the round that reads the helper's result
+        reply("The number is 42."),
+    )
+    llm.script(reply("42"))
+    task = await clock.create(cron="@yearly", title="t", content="c", target="nb:x", timeout=600)
+    entry = await clock.run_now(task.id)
+
+    assert entry.status == "success" and entry.reply == "The number is 42."
+    (first_deadline, first_at), (drain_deadline, drain_at) = seen
+    # One deadline for the whole task: a drain round that got the full 600 s again would end
+    # as much later as it started later (drain_at - first_at: model calls and the helper's run).
+    assert abs(drain_deadline - first_deadline) < (drain_at - first_at) / 2
+
+
+async def test_a_clock_run_over_its_targets_quota_is_denied_before_any_model_call(llm, open_clock):
+    agent, clock, watch = await open_clock(overrides={"quota.daily_tokens": 10})
+    llm.script(reply("spent", usage=usage(20, 0)))
+    assert (await agent.chat("use it up", session="nb:x")).ok
+    task = await clock.create(cron="@yearly", title="t", content="c", target="nb:x")
+    entry = await clock.run_now(task.id)
+
+    assert entry.status == "denied" and "quota of this session is used up" in (entry.error or "")
+    assert watch.deliveries == [] and len(llm.requests) == 1
+    other = await clock.create(cron="@yearly", title="t", content="c", target="nb:y")
+    llm.script(reply("still fine"))
+    assert (await clock.run_now(other.id)).status == "success"  # another target: its own quota
+
+
+async def test_subagents_still_running_when_a_clock_run_ends_are_cancelled(llm, open_clock):
+    hold = Hold()
+    _, clock, _ = await open_clock(tools=[hold.tool])
+    llm.route(
+        "## Scheduled task",
+        reply(tool_calls=[tool_call("subagent_run", {"task": "hold on"})]),
+        error(400, "the clock run fails"),  # the run ends while its helper still works
+    )
+    llm.script(reply(tool_calls=[tool_call("hold")]))  # the helper holds
+    task = await clock.create(cron="@yearly", title="t", content="c", target="nb:x")
+    entry = await clock.run_now(task.id)
+
+    assert entry.status == "error"
+    assert hold.entered.is_set() and hold.cancelled == 1  # the helper was cancelled, not left

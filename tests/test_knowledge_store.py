@@ -211,6 +211,15 @@ async def test_memory_save_dedupes_limits_and_forgets(tmp_path: Path) -> None:
     await k.aclose()
 
 
+async def test_the_same_memory_in_two_scopes_is_kept_in_each(knowledge: Knowledge) -> None:
+    mine, new_mine = await knowledge.memory.save("f:1", "Alice likes green tea")
+    theirs, new_theirs = await knowledge.memory.save("f:2", "Alice  likes green tea")
+    assert new_mine and new_theirs and theirs.id != mine.id and theirs.scope == "f:2"
+    assert [m.id for m in await knowledge.memory.entries("f:2")] == [theirs.id]
+    again, new = await knowledge.memory.save("f:2", "Alice likes green tea")
+    assert not new and again.id == theirs.id  # within one scope: stored once
+
+
 async def test_memory_search_by_keywords_and_tags(knowledge: Knowledge) -> None:
     await knowledge.memory.save("f:1", "用户喜欢喝绿茶", tags=["偏好"])
     await knowledge.memory.save("f:1", "The deploy window is Friday", tags=["ops"])

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import threading
 
 from ania_nb import Callbacks, RunEvent, tool
@@ -232,6 +233,23 @@ async def test_gate_blocks_a_call_without_delaying_its_sibling(llm, make_agent):
     assert quick_call.result == "quick result" and not quick_call.blocked
     tool_msgs = [m["content"] for m in llm.requests[1].messages if m["role"] == "tool"]
     assert tool_msgs == ["blocked: the user denied this call", "quick result"]
+
+
+async def test_a_broken_gate_fails_only_its_call_and_is_logged_with_its_traceback(
+    llm, make_agent, caplog
+):
+    async def gate(call, ctx):
+        return {}["verdict"]  # a bug in the gate
+
+    llm.script(reply(tool_calls=[tool_call("add", {"a": 1, "b": 2})]), reply("the gate broke"))
+    agent = make_agent(tools=[add])
+    agent.tool_gate = gate
+    with caplog.at_level(logging.WARNING, logger="ania_nb.engine"):
+        result = await agent.chat("add")
+    assert result.ok and result.tool_calls[0].result == "Error executing tool: KeyError: 'verdict'"
+    [record] = [r for r in caplog.records if r.name == "ania_nb.engine.loop"]
+    assert record.getMessage() == "the gate or executor failed on tool 'add'"
+    assert 'return {}["verdict"]  # a bug in the gate' in caplog.text  # the traceback
 
 
 async def test_usage_is_summed_over_calls_with_cached_tokens(llm, make_agent):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import gc
 import json
 import re
@@ -11,6 +12,7 @@ import threading
 from pathlib import Path
 
 import pytest
+from _waits import until
 
 from ania_nb.notebook.interpolate import interpolate
 from ania_nb.notebook.magics import transform_cell
@@ -409,6 +411,38 @@ def test_unload_ext_removes_the_cell_rewriter_and_closes_the_agent(shell, llm):
     assert "run_magic" not in shell.transform_cell("%agent hi\n")
     shell.run_line_magic("load_ext", "ania_nb")  # and loading again adds it once
     assert shell.input_transformers_cleanup.count(transform_cell) == 1
+
+
+async def test_unload_ext_on_a_running_loop_keeps_the_close_alive_and_logs_its_failure(
+    shell, caplog
+):
+    import weakref
+
+    state = state_of(shell)
+    agent = state.agent()
+    really_close = agent.aclose
+    waiting: dict[str, weakref.ref] = {}
+
+    async def close_that_fails():
+        gate = asyncio.get_running_loop().create_future()  # only the closing task holds it
+        waiting["gate"] = weakref.ref(gate)
+        await gate
+        raise RuntimeError("the store would not close")
+
+    agent.aclose = close_that_fails
+    try:
+        shell.run_line_magic("unload_ext", "ania_nb")  # a kernel runs magics on its loop
+        await until(lambda: "gate" in waiting, "the close to start")
+        gc.collect()  # an unreferenced task (and the future it waits on) would go here
+        gate = waiting["gate"]()
+        assert gate is not None, "the close task was garbage-collected before it finished"
+        gate.set_result(None)
+        await until(lambda: "failed" in caplog.text, "the failed close to be logged")
+        [record] = [r for r in caplog.records if r.name == "ania_nb.notebook"]
+        assert record.getMessage() == "closing the Agent after %unload_ext failed"
+        assert "RuntimeError: the store would not close" in caplog.text  # with its traceback
+    finally:
+        await really_close()
 
 
 def test_new_keeps_the_old_conversation_listed_and_clear_deletes_it(shell, llm):

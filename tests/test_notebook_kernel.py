@@ -11,7 +11,7 @@ import pytest
 from _kernel import output_text, write_config
 from nbclient import NotebookClient
 
-from ania_nb.testing import delay, reply
+from ania_nb.testing import delay, reply, tool_call
 
 
 def _run(folder: Path, *cells: str, allow_errors: bool = False) -> list[dict]:
@@ -131,8 +131,8 @@ def _collect(client, msg_id: str) -> tuple[str, list[dict]]:
 
 
 def test_interrupt_stops_the_run_in_one_line_and_skips_the_queued_cells(llm, folder):
-    """■ during a run: the run is stopped (``_`` says so), one line, no traceback, and the
-    cells queued after it (Run All) do not run."""
+    """■ during a run: the run is stopped (``_`` says so, and the model is asked nothing more),
+    one line, no traceback, and the cells queued after it (Run All) do not run."""
     import threading
 
     from jupyter_client.manager import start_new_kernel
@@ -140,8 +140,10 @@ def test_interrupt_stops_the_run_in_one_line_and_skips_the_queued_cells(llm, fol
     release = threading.Event()
 
     def held(request):
-        release.wait(30)
-        return reply("too late")
+        if "slow question" in str(request.messages[-1]["content"]):
+            release.wait(30)  # a run that went on after the interrupt would call the tool
+            return reply(tool_calls=[tool_call("time")])
+        return reply("answered")
 
     llm.responder = held
     manager, client = start_new_kernel(cwd=str(folder))
@@ -160,6 +162,10 @@ def test_interrupt_stops_the_run_in_one_line_and_skips_the_queued_cells(llm, fol
         assert _collect(client, queued) == ("aborted", [])
         status, outputs = _collect(client, _execute(client, "print(_.status, _.error)"))
         assert output_text(outputs).startswith("stopped")
+        release.set()  # the model's (late) answer to the stopped run asks for a tool
+        assert _collect(client, _execute(client, "%%agent -q\nnext question"))[0] == "ok"
+        assert len(llm.requests) == 2  # the stopped run asked nothing after its first request
+        assert "next question" in str(llm.requests[1].messages[-1]["content"])
     finally:
         release.set()
         client.stop_channels()

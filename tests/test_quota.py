@@ -160,6 +160,30 @@ async def test_costs_use_the_configured_prices(llm, make_agent) -> None:
     assert "$5.4000" in report.to_text()
 
 
+async def test_a_runs_cost_includes_its_subagents_and_team_members(llm, make_agent) -> None:
+    prices = {"scripted": {"input": 1.0, "output": 2.0}}
+    agent = make_agent(overrides={**SUBAGENTS, "team.enable": True, "pricing.models": prices})
+    llm.route(CHILD, reply("found it", usage=usage(100, 10)))
+    llm.route("member of an agent team", reply("reviewed", usage=usage(200, 20)))
+    team = {"task": "review", "members": [{"name": "critic", "role": "You review."}]}
+    llm.script(
+        reply(
+            tool_calls=[
+                tool_call("subagent_run", {"task": "find"}),
+                tool_call("team_run", team),
+            ],
+            usage=usage(10, 1),
+        ),
+        reply("done", usage=usage(20, 2)),
+    )
+    result = await agent.chat("go", session=SESSION)
+    assert result.ok and result.usage.total_tokens == 33 + 110 + 220
+    # Own 30 prompt + 3 completion, the subagent's 100 + 10, the member's 200 + 20, per million.
+    assert result.usage.cost == pytest.approx((330 * 1.0 + 33 * 2.0) / 1e6)
+    record = await (await agent.open_store()).runs.get(result.run_id)
+    assert record.total_tokens == 363
+
+
 @pytest.mark.parametrize("stream", [False, True])
 async def test_calls_without_reported_usage_count_an_estimate(llm, make_agent, stream) -> None:
     # A provider that reports no usage, or a runaway reply the client cut before the usage

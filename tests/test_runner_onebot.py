@@ -9,8 +9,10 @@ from __future__ import annotations
 import asyncio
 import base64
 import contextlib
+import logging
 from collections.abc import AsyncIterator
 from typing import Any
+from urllib.parse import quote
 
 import onebot_impl as ob
 import pytest
@@ -196,8 +198,9 @@ async def test_group_message_segments_become_text_flags_images_and_files(
     """@bot is removed and sets mentioned; others' @ stay; reply, image, file, face are mapped."""
     impl = OneBotImpl(self_id=BOT, message_format=fmt)  # type: ignore[arg-type]
     async with linked(mode, impl) as (_, received):
-        first = await impl.group_message(500, 30001, "先说一句", nickname="甲")
-        assert (await _next(received)).mentioned is False
+        first = await impl.group_message(500, 30001, [ob.at("all"), ob.text(" 先说一句")])
+        everyone = await _next(received)  # @全体成员 is text, not a mention of the bot
+        assert everyone.mentioned is False and everyone.text == "@全体成员 先说一句"
         mid = await impl.group_message(
             500,
             30002,
@@ -258,7 +261,10 @@ async def test_outgoing_becomes_reply_at_text_image_segments_and_a_file_message(
                 text="答案",
                 mentions=("30001", "30002"),
                 images=(PNG, f"data:image/png;base64,{PNG}", "https://img.example/b.png"),
-                files=(("a.txt", base64.b64encode(b"hello").decode()),),
+                files=(
+                    ("a.txt", base64.b64encode(b"hello").decode()),
+                    ("b.txt", "data:text/plain;base64,aGk="),
+                ),
                 reply_to=str(quoted),
             )
         )
@@ -277,6 +283,10 @@ async def test_outgoing_becomes_reply_at_text_image_segments_and_a_file_message(
         second = await impl.wait_for_action("send_group_msg", after=impl.actions.index(first) + 1)
         assert second.params["message"] == [
             {"type": "file", "data": {"file": "base64://aGVsbG8=", "name": "a.txt"}}
+        ]
+        third = await impl.wait_for_action("send_group_msg", after=impl.actions.index(second) + 1)
+        assert third.params["message"] == [  # a data: URL loses its header
+            {"type": "file", "data": {"file": "base64://aGk=", "name": "b.txt"}}
         ]
         assert await adapter.send(Outgoing(ChatRef("group", "700"))) is None  # nothing to send
         with pytest.raises(AdapterError, match=r"'b\.txt'.*not base64"):
@@ -527,6 +537,21 @@ async def test_reverse_mode_refuses_missing_and_wrong_tokens() -> None:
         await adapter.aclose()
 
 
+async def test_reverse_mode_takes_only_universal_clients_whatever_the_case() -> None:
+    adapter = OneBotAdapter(_settings(mode="reverse", port=0))
+    await adapter.start(lambda message: asyncio.sleep(0))
+    impl = OneBotImpl(self_id=BOT)
+    try:
+        with pytest.raises(HandshakeRejected) as api_only:
+            await OneBotImpl(self_id=BOT).connect(adapter.url, role="API")
+        assert api_only.value.status == 400 and "Universal" in (adapter.last_error or "")
+        await impl.connect(adapter.url, role="universal")  # header values: case-insensitive
+        await asyncio.wait_for(adapter.wait_connected(), 10)
+    finally:
+        await impl.aclose()
+        await adapter.aclose()
+
+
 @pytest.mark.parametrize("url", ["127.0.0.1:3001", "http://127.0.0.1:3001", "ws://127.0.0.1:99999"])
 def test_forward_mode_refuses_a_url_that_is_not_a_websocket_address(url: str) -> None:
     """A bad runner.url is a ConfigError naming the key, not an endless reconnect loop."""
@@ -573,6 +598,38 @@ async def test_forward_mode_sends_the_token_and_reports_a_refusal() -> None:
     finally:
         await right.aclose()
         await impl.aclose()
+
+
+async def test_a_connect_error_naming_the_dialed_url_hides_the_quoted_token(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """The token travels URL-quoted in the dialed URL; an error that repeats that URL (here a
+    302 to a fragment, which websockets refuses naming the full URL) must not show it."""
+    token = "ob-Tok/en+42=&x%y"  # quoting changes every one of these characters
+
+    async def redirect(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await reader.readuntil(b"\r\n\r\n")
+        writer.write(b"HTTP/1.1 302 Found\r\nLocation: #moved\r\nContent-Length: 0\r\n\r\n")
+        await writer.drain()
+        writer.close()
+
+    server = await asyncio.start_server(redirect, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    adapter = OneBotAdapter(
+        _settings(mode="forward", url=f"ws://127.0.0.1:{port}/", access_token=token)
+    )
+    caplog.set_level(logging.INFO, logger="ania_nb.runner")
+    try:
+        await adapter.start(lambda message: asyncio.sleep(0))  # returns after the first attempt
+        error = adapter.last_error or ""
+    finally:
+        await adapter.aclose()
+        server.close()
+        await server.wait_closed()
+    assert error.startswith(f"cannot connect to ws://127.0.0.1:{port}/: ws://127.0.0.1:{port}/")
+    assert "access_token=***#moved isn't a valid URI" in error  # the URL, token blanked
+    shown = error + "\n" + caplog.text
+    assert token not in shown and quote(token, safe="") not in shown
 
 
 # ---------------------------------------------------------------- with the real Router

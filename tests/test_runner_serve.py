@@ -344,6 +344,74 @@ async def bot(shared_bot: Bot) -> AsyncIterator[Bot]:
 # ------------------------------------------------------------------ start-up and exit codes
 
 
+async def test_the_log_formatter_blanks_every_spelling_of_every_secret() -> None:
+    """What the subprocess test cannot provoke: a record (message or traceback) that carries a
+    secret raw, URL-quoted, base64 or JSON-escaped, from any logger, is printed blanked."""
+    import base64
+    import io
+    import logging
+    from urllib.parse import quote, quote_plus
+
+    from ania_nb.config import Config
+    from ania_nb.mcp.config import MCPServerConfig
+    from ania_nb.runner.redact import SecretRedactor, config_secrets, server_secrets
+
+    token, key, url_key = "ob-Tok/en+42=&x%y", 'sk-llm-5ecret-"quote"', "emb-url-5ecret"
+    bearer, mcp_key = "mcp-bearer-5ecret", "mcp-url-5ecret"
+    config = Config().with_overrides(
+        {
+            "runner.access_token": token,
+            "llm.api_key": key,
+            "embedding.base_url": f"http://127.0.0.1:9/v1?api_key={url_key}",
+        }
+    )
+    redactor = SecretRedactor("%(levelname)s %(name)s: %(message)s")
+    redactor.add_secrets(config_secrets(config))
+    servers: list[MCPServerConfig] = []
+    redactor.add_source(  # asked per record: a server added at run time counts at once
+        lambda: [value for server in servers for value in server_secrets(server)]
+    )
+    servers.append(
+        MCPServerConfig(
+            name="demo",
+            endpoint=f"http://127.0.0.1:9/mcp?api_key={mcp_key}",
+            headers={"Authorization": f"Bearer {bearer}"},  # the credential alone is secret too
+        )
+    )
+    secrets = (token, key, url_key, bearer, mcp_key)
+    stream = io.StringIO()
+    handler = logging.StreamHandler(stream)
+    handler.setFormatter(redactor)
+    logger = logging.getLogger("some.library")
+    logger.addHandler(handler)
+    try:
+        for secret in secrets:
+            raw = secret.encode()
+            for form in (
+                secret,
+                quote(secret, safe=""),
+                quote(secret),
+                quote_plus(secret),
+                json.dumps(secret)[1:-1],
+                base64.b64encode(raw).decode(),
+                base64.urlsafe_b64encode(raw).decode().rstrip("="),
+            ):
+                logger.warning("dialing ws://h/?access_token=%s now", form)
+            try:
+                raise RuntimeError(f"refused {quote(secret, safe='')}")
+            except RuntimeError:
+                logger.exception("in a traceback")
+    finally:
+        logger.removeHandler(handler)
+    printed = stream.getvalue()
+    for secret in secrets:
+        assert secret not in printed and quote(secret, safe="") not in printed
+        assert quote_plus(secret) not in printed
+    lines = [line for line in printed.splitlines() if line.startswith("WARNING")]
+    assert len(lines) == 5 * 7 and all(line.endswith("=*** now") for line in lines), lines
+    assert printed.count("RuntimeError: refused ***") == 5
+
+
 async def test_help_documents_options_and_exit_codes() -> None:
     proc = await asyncio.create_subprocess_exec(
         ANIA_NB, "serve", "--help", stdout=asyncio.subprocess.PIPE
@@ -374,6 +442,16 @@ async def test_start_up_refusals_exit_2_with_the_reason(launch: Any, tmp_path: P
         exposed.lines[0],
     )
     assert re.search(rf"cannot start: .*cannot listen on 127\.0\.0\.1:{port}", busy.log)
+
+
+async def test_a_reverse_path_without_a_leading_slash_is_refused() -> None:
+    from ania_nb.config import RunnerSettings
+    from ania_nb.runner.serve import StartError, check_settings
+
+    with pytest.raises(StartError, match=r"runner\.path must start with '/', got 'onebot/v11/ws'"):
+        check_settings(RunnerSettings(mode="reverse", path="onebot/v11/ws"))
+    check_settings(RunnerSettings(mode="reverse", path="/bot"))
+    check_settings(RunnerSettings(mode="forward", path="unused in forward mode"))
 
 
 async def test_refusals_happen_before_the_store_is_opened(launch: Any, tmp_path: Path) -> None:
@@ -648,8 +726,8 @@ async def test_second_sigterm_stops_the_run_and_history_stays_consistent(
     user = uid()
     llm.script(reply(tool_calls=[tool_call("clock_list", {})]))  # then the gate holds round two
     llm.responder = gate = Gate("never sent")
-    try:
-        proc = await connect(launch, impl, "reverse")
+    try:  # a grace far longer than the test waits: only the second signal ends it in time
+        proc = await connect(launch, impl, "reverse", runner={"grace_seconds": 600})
         await impl.private_message(user, "list my tasks, slowly")
         await requests(llm, 2)  # the tool ran; the model's second round is held
         proc.send(signal.SIGTERM)

@@ -15,15 +15,18 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
+from _waits import until
 
-from ania_nb import Callbacks, RunEvent
+from ania_nb import Callbacks, RunEvent, RunResult, ToolContext, tool
 from ania_nb.agents import Agents
+from ania_nb.agents.background import Child, completion_text, preview
 from ania_nb.agents.clock_children import REPORT_HEADER, ClockChildren
 from ania_nb.agents.subagent import (
     MAX_TIMEOUT,
     PARENT_RESERVE,
     BudgetError,
     child_budget,
+    truncate_result,
 )
 from ania_nb.engine.usage import Usage
 from ania_nb.orchestration import Conversation, Delivery, OneShotJob
@@ -48,6 +51,11 @@ def sub_agent(make_agent: Callable[..., Any], **overrides: Any) -> Any:
         agent.add_session_tools(agents.session_tools)
         agent._test_agents = agents
     return agent
+
+
+def subagents(agent: Any) -> Any:
+    """The Agent's registry of running subagents."""
+    return agent.agents.subagents
 
 
 def run(task: str, **args: Any) -> Any:
@@ -228,6 +236,47 @@ def test_budget_is_clamped_before_it_is_shrunk() -> None:
         child_budget(10, 300, time.monotonic() + PARENT_RESERVE)
 
 
+@pytest.mark.parametrize(("left", "starts"), [(29.9, False), (30.0, False), (30.1, True)])
+def test_the_parent_keeps_its_30_s_reserve_to_the_boundary(left: float, starts: bool) -> None:
+    deadline = 1000.0
+    clock = lambda: deadline - left  # noqa: E731 - the parent has exactly `left` seconds
+    if starts:
+        assert child_budget(300, 300, deadline, now=clock) == pytest.approx(left - PARENT_RESERVE)
+        assert child_budget(300, 300, deadline, now=clock, shrink=False) == 300
+        return
+    for shrink in (True, False):  # background children are refused alike
+        with pytest.raises(BudgetError, match=r"has \d+ s left and needs more than 30 s"):
+            child_budget(300, 300, deadline, now=clock, shrink=shrink)
+
+
+def test_texts_are_cut_only_beyond_their_limit() -> None:
+    assert preview("x" * 60) == "x" * 60 and preview("x" * 61) == "x" * 60 + "…"
+    assert preview(" a \n b ") == "a b"
+    assert truncate_result("y" * 10, 10) == "y" * 10
+    cut = truncate_result("y" * 11, 10)
+    assert cut == "y" * 10 + "\n… (result too long, cut; the original has 11 characters)"
+
+
+@pytest.mark.parametrize(
+    ("status", "head", "body"),
+    [
+        ("success", "[Subagent finished]", "the answer"),
+        ("timeout", "[Subagent timed out]", "Error: subagent timed out (90 s), aborted"),
+        ("error", "[Subagent failed]", "Error: subagent failed: the model broke"),
+    ],
+)
+def test_a_background_childs_completion_message_says_how_it_ended(
+    status: str, head: str, body: str
+) -> None:
+    child = Child("7", SESSION, "watch it", 90.0, background=True)
+    error = "the model broke" if status == "error" else None
+    child.outcome.result = RunResult("the answer", status, SESSION, error=error)
+    child.outcome.error = error or ""
+    text = completion_text(child, 4000)
+    assert text.startswith(f"{head}\nID: 7\nTask: watch it\n\n")
+    assert text.endswith(body)
+
+
 async def test_a_parent_near_its_deadline_gets_a_clear_refusal_and_no_child_runs(
     llm: Any, make_agent: Callable[..., Any]
 ) -> None:
@@ -311,14 +360,59 @@ async def test_stop_cancels_background_children_and_nothing_is_injected(
         parent = [r for r in llm.requests if PARENT(r)]
         assert tool_results(parent[1])[0].startswith("✅ subagent started (ID: 1), running in")
         await asyncio.to_thread(llm.wait_for_requests, 3, 10)  # the child asked
+        [child] = subagents(agent).running(SESSION)
         assert agent.stop(SESSION)  # True: a background child was stopped
         await events.wait_for(lambda: "child_end" in events.kinds("1"))
     finally:
         release.set()
     assert events.end("1")["status"] == "stopped"
     assert events.children[0]["background"] is True
-    await asyncio.sleep(0)
+    # Whatever the child would inject is queued before its task ends; the session is idle
+    # again once an injected message (if any) was answered.
+    assert child.handle is not None
+    await until(child.handle.done, "the child's task to end")
+    await until(lambda: not agent.sessions.get(SESSION).busy, "the session to be idle")
     assert len(llm.requests) == 3  # no injected message was answered
+
+
+async def test_a_stop_cancels_only_its_own_sessions_background_children(
+    llm: Any, make_agent: Callable[..., Any]
+) -> None:
+    agent = sub_agent(make_agent)
+    await agent.start()
+    release = threading.Event()
+
+    def slow_child(request: RecordedRequest) -> Any:
+        release.wait(10)
+        return reply(f"watched {said(request).rsplit(' ', 1)[-1]}")
+
+    llm.responder = slow_child
+    llm.route(
+        PARENT,
+        reply(tool_calls=[run("watch A", background=True)]),
+        reply("started A"),
+        reply(tool_calls=[run("watch B", background=True)]),
+        reply("started B"),
+        reply("B's watch is over"),
+    )
+    delivered: list[Delivery] = []
+    agent.outbox.subscribe(delivered.append)
+    events = Events()
+    try:
+        await agent.chat("go", session="nb:a", callbacks=Callbacks(on_event=events))
+        await agent.chat("go", session="nb:b")
+        await asyncio.to_thread(llm.wait_for_requests, 6, 10)  # both children are asking
+        assert agent.stop("nb:a")
+        await events.wait_for(lambda: "child_end" in events.kinds("1"))
+        assert [c.task for c in subagents(agent).running("nb:b")] == ["watch B"]
+    finally:
+        release.set()
+    await until(lambda: delivered, "the answer to B's result")
+    assert [(d.session, d.text) for d in delivered] == [("nb:b", "B's watch is over")]
+    injected = said(llm.requests[-1])
+    assert injected.startswith("[Subagent finished]\nID: 2\nTask: watch B")
+    assert injected.endswith("watched B")
+    assert events.end("1")["status"] == "stopped"
 
 
 async def test_list_and_cancel_a_background_child(llm: Any, make_agent: Callable[..., Any]) -> None:
@@ -354,6 +448,59 @@ async def test_list_and_cancel_a_background_child(llm: Any, make_agent: Callable
     ]
     await events.wait_for(lambda: "child_end" in events.kinds("1"))
     assert events.end("1")["status"] == "stopped"
+
+
+async def test_subagent_cancel_of_a_waited_child_fails_only_that_call(
+    llm: Any, make_agent: Callable[..., Any]
+) -> None:
+    agent = sub_agent(make_agent)
+    release = threading.Event()
+
+    @tool
+    async def cancel_it(ctx: ToolContext) -> str:
+        """Cancel the sibling subagent once it runs."""
+        await until(lambda: subagents(agent).running(ctx.session), "the child to run")
+        return "cancelled" if subagents(agent).cancel(ctx.session, "1") else "not found"
+
+    agent.add_tool(cancel_it)
+
+    def slow_child(request: RecordedRequest) -> Any:
+        release.wait(10)
+        return reply("too late")
+
+    llm.responder = slow_child
+    llm.route(PARENT, reply(tool_calls=[run("slow"), tool_call("cancel_it")]), reply("went on"))
+    try:
+        result = await agent.chat("go", session=SESSION)
+    finally:
+        release.set()
+    assert result.ok and result.text == "went on"  # the parent's run is not cancelled with it
+    waited, cancel = result.tool_calls
+    assert waited.error == "subagent was cancelled" and cancel.result == "cancelled"
+
+
+async def test_a_background_child_cancelled_before_it_started_still_ends_properly(
+    llm: Any, make_agent: Callable[..., Any]
+) -> None:
+    agent = sub_agent(make_agent)
+
+    @tool
+    def cancel_at_once(ctx: ToolContext) -> str:
+        """Cancel subagent 1 in the same round that launched it."""
+        return "cancelled" if subagents(agent).cancel(ctx.session, "1") else "not found"
+
+    agent.add_tool(cancel_at_once)
+    llm.route(
+        PARENT,
+        reply(tool_calls=[run("never", background=True), tool_call("cancel_at_once")]),
+        reply("ok"),
+    )
+    events = Events()
+    result = await agent.chat("go", session=SESSION, callbacks=Callbacks(on_event=events))
+    assert result.tool_calls[1].result == "cancelled"
+    await events.wait_for(lambda: "child_end" in events.kinds("1"))  # the front end is told
+    assert events.end("1")["status"] == "stopped"
+    assert subagents(agent).running(SESSION) == [] and child_requests(llm) == []
 
 
 # --------------------------------------------------------------------------- background
@@ -431,6 +578,47 @@ async def test_background_result_waits_for_a_busy_session(
     assert "[Subagent finished]" not in str(parent[1].messages)
     assert "\nearly result" in parent[2].messages[-1]["content"]
     assert events.kinds("1") == ["child_start", "child_end"]  # background: start and end only
+
+
+async def test_a_result_the_full_queue_cannot_take_is_published_instead(
+    llm: Any, make_agent: Callable[..., Any]
+) -> None:
+    agent = sub_agent(make_agent, **{"agent.queue_size": 1})
+    await agent.start()
+    child_go, parent_go = threading.Event(), threading.Event()
+
+    def held(request: RecordedRequest) -> Any:
+        (child_go if CHILD in request.system else parent_go).wait(10)
+        return reply("child result" if CHILD in request.system else "busy reply")
+
+    llm.route(PARENT, reply(tool_calls=[run("watch", background=True)]), reply("started"))
+    llm.responder = held
+    delivered: list[Delivery] = []
+    agent.outbox.subscribe(delivered.append)
+    try:
+        assert (await agent.chat("go", session=SESSION)).text == "started"
+        busy = asyncio.create_task(agent.chat("second", session=SESSION))
+        await asyncio.to_thread(llm.wait_for_requests, 4, 10)  # the child and "second" wait
+        queued = asyncio.create_task(agent.chat("third", session=SESSION))  # fills the queue
+        await until(lambda: len(agent.sessions.get(SESSION).queue) == 1, "a full queue")
+        child_go.set()  # the child ends while the queue is full: its result cannot wait
+        await until(lambda: delivered, "the result on the outbox")
+    finally:
+        child_go.set()
+        parent_go.set()
+    await asyncio.wait_for(asyncio.gather(busy, queued), 10)
+    [only] = delivered
+    assert only.title == "subagent 1 (not answered: the queue was full)"
+    assert only.text.startswith("[Subagent finished]\nID: 1\nTask: watch")
+    assert (only.status, only.meta) == ("success", {"child_id": "1"})
+
+
+async def test_a_closed_agent_starts_no_background_child(make_agent: Callable[..., Any]) -> None:
+    agent = sub_agent(make_agent)
+    registry = subagents(agent)
+    await agent.aclose()
+    with pytest.raises(RuntimeError, match="the agent is closed: no subagent can start"):
+        registry.launch(Child("1", SESSION, "late", 60.0, background=True))
 
 
 # --------------------------------------------------------------------------- clock runs

@@ -241,6 +241,25 @@ async def test_team_run_is_refused_when_the_request_has_30_seconds_or_less_left(
     assert "cannot start the agent team" in script.tool_result()
 
 
+async def test_team_run_is_refused_once_the_sessions_token_quota_is_used_up(llm, make_agent):
+    agent = team_agent(make_agent, **{"quota.daily_tokens": 100})
+    llm.route(MEMBER_MARK, reply("the member used a lot", usage=usage(150, 0)))
+    name, arguments = run_team("t", {"name": "a", "role": "r"})
+    llm.script(
+        reply(tool_calls=[tool_call(name, arguments)], usage=usage(5, 0)),
+        reply(tool_calls=[tool_call(name, arguments)], usage=usage(5, 0)),
+        reply("gave up", usage=usage(5, 0)),
+    )
+    result = await agent.chat("go", session=SESSION)
+    assert result.ok  # the run started under the limit; its first team used it up
+    first, second = result.tool_calls
+    assert first.error is None
+    assert second.error and second.error.startswith(
+        "agent team not started: today's token quota of this session is used up"
+    )
+    assert sum(1 for r in llm.requests if MEMBER_MARK in system_of(r)) == 1  # nobody ran again
+
+
 # ------------------------------------------------------------------ running a team
 
 

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import threading
+import traceback
 from collections.abc import AsyncIterator, Callable, Iterable, Iterator
 from typing import Annotated, Any
 
@@ -600,6 +602,40 @@ async def test_unexpected_exception_is_contained(shared: ToolExecutor) -> None:
     assert outcome.text == (
         "Error executing tool: tool 'boom' execution failed: ValueError: bad value"
     )
+
+
+async def test_a_crashing_tool_is_logged_at_warning_with_its_traceback(
+    shared: ToolExecutor, caplog: pytest.LogCaptureFixture
+) -> None:
+    with caplog.at_level(logging.WARNING, logger="ania_nb.tools"):
+        await shared.execute("boom", "{}")
+    [record] = [r for r in caplog.records if r.name == "ania_nb.tools.executor"]
+    assert record.levelno == logging.WARNING
+    assert record.getMessage() == "tool 'boom' raised ValueError"
+    assert record.exc_info is not None and record.exc_info[0] is ValueError
+    frames = [frame.name for frame in traceback.extract_tb(record.exc_info[2])]
+    assert frames[-1] == "boom"  # down to the line in the tool that raised
+
+
+async def test_a_run_whose_tool_crashes_logs_what_the_model_only_summarises(
+    llm: Any, make_agent: Callable[..., Any], caplog: pytest.LogCaptureFixture
+) -> None:
+    from ania_nb.testing import reply, tool_call
+
+    @tool
+    def lookup(key: str) -> str:
+        """Look a key up."""
+        table = {"a": "1"}
+        return table[key]
+
+    llm.script(reply(tool_calls=[tool_call("lookup", {"key": "b"})]), reply("sorry"))
+    agent = make_agent(tools=[lookup])
+    with caplog.at_level(logging.WARNING):
+        result = await agent.chat("look b up")
+    assert result.tool_calls[0].error == "tool 'lookup' execution failed: KeyError: 'b'"
+    [record] = [r for r in caplog.records if r.name == "ania_nb.tools.executor"]
+    assert "return table[key]" in caplog.text  # the source line, from the logged traceback
+    assert record.levelno == logging.WARNING
 
 
 async def test_cancellation_propagates() -> None:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import logging
 import os
 import signal
 import subprocess
@@ -172,6 +173,21 @@ async def test_errors_reach_the_model_as_usual(
 ) -> None:
     outcome = await executor.execute("fail", {"kind": kind})
     assert outcome.error == error
+
+
+@pytest.mark.parametrize(
+    ("kind", "logger"),
+    [("value", "ania_nb.tools.executor"), ("unpicklable", "ania_nb.tools._process")],
+)
+async def test_a_crash_in_the_child_is_logged_with_the_childs_traceback(
+    executor: ToolExecutor, caplog: pytest.LogCaptureFixture, kind: str, logger: str
+) -> None:
+    with caplog.at_level(logging.WARNING, logger="ania_nb.tools"):
+        await executor.execute("fail", {"kind": kind})
+    [record] = [r for r in caplog.records if r.name == logger]
+    assert record.levelno == logging.WARNING
+    # The child's frames: this process only re-raised what the child sent back.
+    assert 'File "' + __file__ + '"' in caplog.text and ", in fail\n" in caplog.text
 
 
 async def test_a_name_that_no_longer_leads_to_the_function_is_a_tool_error() -> None:

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 from _media import PNG
+from _waits import until as wait_until
 
 from ania_nb import ToolContext, tool
 from ania_nb.notebook.widgets.clock import ClockPanel, panel_callbacks
@@ -279,6 +280,40 @@ async def test_a_timed_out_run_shows_the_notice_it_delivered(llm, make_agent):
     assert "◷ timeout · slow (#1)" in panel.text()
     assert "last ◷ timeout" in panel.text()
     panel.close()
+
+
+def html_values(widget) -> list[str]:
+    """The HTML of every HTML widget in a widget tree."""
+    found = [widget.value] if type(widget).__name__ == "HTML" else []
+    for child in getattr(widget, "children", ()):
+        found += html_values(child)
+    return found
+
+
+async def test_a_task_title_from_a_chat_user_is_shown_as_text_not_markup(llm, make_agent):
+    agent = clock_agent(make_agent)
+    title = '<img src=x onerror="alert(1)">'
+    task = await agent.clock.create(cron="@daily", title=title, content="c", target="nb:t")
+    llm.script(reply("ran"))
+    await agent.clock.run_now(task.id)  # a feed entry with the title too
+    panel = await ClockPanel(agent).refresh()
+    shown = "\n".join(html_values(panel.widget))
+    assert "<img" not in shown
+    row, feed = (v for v in html_values(panel.widget) if "&lt;img" in v)  # the row and the feed
+    assert "&lt;img src=x onerror=&quot;alert(1)&quot;&gt;" in row
+    assert "&lt;img src=x onerror=&quot;alert(1)&quot;&gt;" in feed
+    panel.close()
+
+
+async def test_close_stops_the_lease_ticker_at_once(make_agent):
+    agent = clock_agent(make_agent)
+    panel = ClockPanel(agent)
+    panel.lease_tick = 3600.0  # its next tick is far away: only a cancel ends it soon
+    await panel.refresh()
+    [ticker] = [t for t in asyncio.all_tasks() if t.get_name() == "ania-clock-panel-ticker"]
+    assert not ticker.done()
+    panel.close()
+    await wait_until(ticker.done, "the ticker to end")
 
 
 async def test_target_filter_and_close_stops_listening(make_agent):

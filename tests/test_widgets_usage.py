@@ -90,6 +90,21 @@ async def test_panel_shows_sessions_against_the_limits_and_the_daily_plot(llm, m
     panel.close()
 
 
+async def test_a_bar_is_red_from_exactly_the_limit_and_orange_from_80_percent(llm, make_agent):
+    agent = await agent_at_noon(make_agent)
+    llm.script(
+        reply("a", usage=usage(150, 50)),  # 200 of 200: used up, work is refused
+        reply("b", usage=usage(150, 10)),  # 160: 80 %
+        reply("c", usage=usage(150, 9)),  # 159: just under
+    )
+    for session in ("nb:a", "nb:b", "nb:c"):
+        assert (await agent.chat("hi", session=session)).ok
+    panel = await UsagePanel(agent.quota, days=1).refresh()
+    styles = {key: bar.bar_style for key, bar in panel.bars.items() if key}
+    assert styles == {"nb:a": "danger", "nb:b": "warning", "nb:c": "success"}
+    panel.close()
+
+
 async def test_refresh_button_rereads_the_store_and_redraws(llm, make_agent):
     agent = await agent_at_noon(make_agent)
     llm.script(reply("one", usage=usage(40, 10)), reply("two", usage=usage(90, 10)))

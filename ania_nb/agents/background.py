@@ -77,7 +77,10 @@ class Child:
         if not self.active or self.handle is None:
             return False
         self.cancel_reason = reason
-        self.handle.cancel()
+        # On the loop's next turn: a task cancelled before its first step never runs its body,
+        # so the child would end with no outcome, no child_end event and no clean-up. Threadsafe,
+        # because a sync tool calls this from a worker thread.
+        self.handle.get_loop().call_soon_threadsafe(self.handle.cancel)
         return True
 
     async def emit(self, kind: str, data: dict[str, Any]) -> None:

@@ -79,17 +79,19 @@ def child_budget(
     *,
     shrink: bool = True,
     what: str = "subagent",
+    now: Callable[[], float] = time.monotonic,
 ) -> float:
     """Seconds a child may run: clamp first, then leave the parent `PARENT_RESERVE` seconds.
 
-    ``deadline`` is the parent's (``time.monotonic()`` based; None or 0 = none). With
-    ``shrink=False`` (background children outlive their launcher) the deadline is only checked.
-    Raises `BudgetError` when the parent has `PARENT_RESERVE` seconds or less left.
+    ``deadline`` is the parent's (on the ``now`` clock, ``time.monotonic()``, which tests
+    replace; None or 0 = none). With ``shrink=False`` (background children outlive their
+    launcher) the deadline is only checked. Raises `BudgetError` when the parent has
+    `PARENT_RESERVE` seconds or less left.
     """
     budget = clamp_timeout(requested, default)
     if not deadline:
         return budget
-    left = deadline - time.monotonic()
+    left = deadline - now()
     if left <= PARENT_RESERVE:
         raise BudgetError(
             f"cannot start {what}: not enough remaining time (this request has "

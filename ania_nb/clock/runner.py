@@ -14,10 +14,11 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Sequence
+from collections.abc import Awaitable, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
+from ..agents.clock_children import ClockChildren
 from ..engine.untrusted import untrusted
 from ..engine.usage import Usage
 from ..orchestration import Conversation, OneShotJob
@@ -172,8 +173,12 @@ async def run_task(host: AgentHost, store: ClockStore, task: ClockTask, entry_id
     usage = Usage()
     conversation = Conversation(history=[])
     system_prompt = host.system_prompt_for(target) + "\n\n" + SCENE_PROMPT.format(target=target)
-    children = _children(host, task, deadline, usage) if config.subagent.enable else None
-    extra = list(children.tools()) if children is not None else []
+    children = (  # its async subagents [orig §4.4]
+        ClockChildren(host, session=target, deadline=deadline, usage=usage)
+        if config.subagent.enable
+        else None
+    )
+    extra = children.tools() if children is not None else []
 
     # The run acts for the task's creator: their role in the target chat decides its tools.
     role = host.role_of(target, task.created_by or None)
@@ -224,19 +229,9 @@ def _outcome(task: ClockTask, result: RunResult, usage: Usage, budget: float) ->
     return Outcome("error", reply=reply, error=result.error or result.status, usage=usage)
 
 
-def _children(host: AgentHost, task: ClockTask, deadline: float, usage: Usage) -> Any:
-    """The async subagents of clock runs [orig §4.4], when that module exists."""
-    try:
-        from ..agents.clock_children import ClockChildren
-    except ImportError:  # not there yet: clock runs without subagents
-        return None
-    return ClockChildren(host, session=task.target, deadline=deadline, usage=usage)
-
-
-async def _quietly(work: Any) -> None:
+async def _quietly(work: Awaitable[None]) -> None:
     """Await a clean-up step; its failure is logged, never raised over the run's outcome."""
     try:
-        if asyncio.iscoroutine(work) or isinstance(work, asyncio.Future):
-            await work
+        await work
     except Exception:
         log.exception("cleaning up the subagents of a clock run failed")

@@ -17,6 +17,7 @@ Tool results lose chat-template control tokens before they become messages
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
@@ -31,6 +32,8 @@ from .repeats import REPEAT_ERROR, Claim, RepeatGuard, repeat_text
 from .text_calls import find_text_calls
 from .untrusted import strip_control_tokens
 from .usage import Usage
+
+log = logging.getLogger(__name__)
 
 LOADED_IMAGES_TEXT = "These are the images you asked to load, each labelled by its marker:"
 
@@ -395,6 +398,7 @@ class ToolLoop:
                     "error" if out.error is not None else "ok",
                 )
         except Exception as exc:  # a broken gate must not take the round down
+            log.warning("the gate or executor failed on tool %r", call.name, exc_info=True)
             text = f"Error executing tool: {type(exc).__name__}: {exc}"
             elapsed = int((time.perf_counter() - started) * 1000)
             result = ToolCallResult(

@@ -17,12 +17,14 @@ import asyncio
 import contextlib
 import importlib
 import inspect
+import logging
 import multiprocessing
 import os
 import pickle
 import subprocess
 import sys
 import threading
+import traceback
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from multiprocessing import spawn
@@ -31,6 +33,8 @@ from typing import Any
 
 from ania_nb._env import child_env
 from ania_nb.errors import ToolDefinitionError, ToolError, ToolSignal
+
+_log = logging.getLogger(__name__)
 
 __all__ = ["ProcessTarget", "check_resolves", "process_target", "resolve", "run_in_process"]
 
@@ -208,16 +212,19 @@ def _unwrap(target: ProcessTarget, message: Any, exitcode: int | None) -> str:
     kind, payload = message
     if kind == "ok":
         return str(payload)
-    blob, type_name, text, is_signal = payload
+    blob, type_name, text, is_signal, child_traceback = payload
     if blob is not None:
         try:
             exc = pickle.loads(blob)
         except Exception:
             exc = None
         if isinstance(exc, Exception):  # never SystemExit & co. from a child into this process
+            if not is_signal:  # the executor logs it; this process's frames alone say nothing
+                exc.add_note(f"raised in the tool's process:\n{child_traceback}")
             raise exc
     if is_signal:
         raise ToolError(text)
+    _log.warning("tool %r raised %s in its process:\n%s", target.tool, type_name, child_traceback)
     # The same words the executor uses for an exception raised in this process.
     raise ToolError(f"tool '{target.tool}' execution failed: {type_name}: {text}")
 
@@ -250,9 +257,10 @@ def _call(target: ProcessTarget, arguments: dict[str, Any]) -> str:
     return obj.call_here(arguments)
 
 
-def _describe(exc: BaseException) -> tuple[bytes | None, str, str, bool]:
+def _describe(exc: BaseException) -> tuple[bytes | None, str, str, bool, str]:
     try:
         blob: bytes | None = pickle.dumps(exc)
     except Exception:
         blob = None
-    return blob, type(exc).__name__, str(exc), isinstance(exc, ToolSignal)
+    child_traceback = "".join(traceback.format_exception(exc))
+    return blob, type(exc).__name__, str(exc), isinstance(exc, ToolSignal), child_traceback

@@ -155,7 +155,8 @@ class _Table:
         except ToolSignal as exc:
             return _outcome(start, error=str(exc))
         except Exception as exc:  # a tool bug must not kill the run; the model is told instead
-            _log.debug("tool %r raised", name, exc_info=True)
+            # The model only sees "KeyError: 'b'": the developer needs the traceback.
+            _log.warning("tool %r raised %s", name, type(exc).__name__, exc_info=True)
             error = f"tool '{name}' execution failed: {type(exc).__name__}: {exc}"
             return _outcome(start, error=error)
         return _outcome(start, text=text if isinstance(text, str) else result_to_text(text))
