@@ -180,7 +180,7 @@ async def test_a_runs_cost_includes_its_subagents_and_team_members(llm, make_age
     assert result.ok and result.usage.total_tokens == 33 + 110 + 220
     # Own 30 prompt + 3 completion, the subagent's 100 + 10, the member's 200 + 20, per million.
     assert result.usage.cost == pytest.approx((330 * 1.0 + 33 * 2.0) / 1e6)
-    record = await (await agent.open_store()).runs.get(result.run_id)
+    record = await (await agent.host.open_store()).runs.get(result.run_id)
     assert record.total_tokens == 363
 
 

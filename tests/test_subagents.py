@@ -19,7 +19,7 @@ from _waits import until
 
 from ania_nb import Callbacks, RunEvent, RunResult, ToolContext, tool
 from ania_nb.agents import Agents
-from ania_nb.agents.background import Child, completion_text, preview
+from ania_nb.agents.background import Child, completion_text
 from ania_nb.agents.clock_children import REPORT_HEADER, ClockChildren
 from ania_nb.agents.subagent import (
     MAX_TIMEOUT,
@@ -250,11 +250,10 @@ def test_the_parent_keeps_its_30_s_reserve_to_the_boundary(left: float, starts: 
 
 
 def test_texts_are_cut_only_beyond_their_limit() -> None:
-    assert preview("x" * 60) == "x" * 60 and preview("x" * 61) == "x" * 60 + "…"
-    assert preview(" a \n b ") == "a b"
-    assert truncate_result("y" * 10, 10) == "y" * 10
-    cut = truncate_result("y" * 11, 10)
-    assert cut == "y" * 10 + "\n… (result too long, cut; the original has 11 characters)"
+    assert truncate_result("y" * 100, 100) == "y" * 100
+    note = "\n… (result too long, cut; the original has 101 characters)"
+    cut = truncate_result("y" * 101, 100)
+    assert cut == "y" * (100 - len(note)) + note and len(cut) == 100  # the note counts
 
 
 @pytest.mark.parametrize(
