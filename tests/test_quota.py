@@ -1,8 +1,9 @@
 """Quotas and usage accounting against the scripted server: counting, denials, resets, costs.
 
-Every LLM call's tokens are counted once, by the run that made the call, in the transaction of
-the step that stores the call's result (see tests/test_usage_ledger.py); children (subagents, team members, clock children) have records of
-their own, so a parent's usage shows their tokens without counting them again.
+Every LLM call's tokens are counted once, by the run that made the call, in the transaction
+of the step that stores the call's result (see tests/test_usage_ledger.py); children
+(subagents, team members, clock children) have records of their own, so a parent's usage shows
+their tokens without counting them again.
 """
 
 from __future__ import annotations

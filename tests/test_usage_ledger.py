@@ -124,9 +124,7 @@ async def test_a_round_and_its_tokens_commit_together_or_not_at_all(
     await ledger_matches_counters(store)
 
 
-async def test_a_failed_round_leaves_its_tokens_to_the_next_step(
-    llm, make_agent, tmp_path
-) -> None:
+async def test_a_failed_round_leaves_its_tokens_to_the_next_step(llm, make_agent, tmp_path) -> None:
     """The round's history cannot be written: the final step counts the round's call too."""
 
     @tool
@@ -161,9 +159,7 @@ async def test_a_failed_round_leaves_its_tokens_to_the_next_step(
 # --------------------------------------------------------------------------- at scale
 
 
-async def test_1000_runs_in_50_sessions_keep_ledger_counters_and_records(
-    llm, make_agent
-) -> None:
+async def test_1000_runs_in_50_sessions_keep_ledger_counters_and_records(llm, make_agent) -> None:
     """Default retention: every session keeps its records; ledger == counters on every day."""
     sessions, per_session, days = 50, 20, 4
     answered: dict[str, int] = {}
@@ -315,7 +311,9 @@ async def test_a_store_counted_before_the_ledger_carries_its_counters_over(tmp_p
     counts = "prompt_tokens, completion_tokens, cached_tokens, total_tokens"
     old = [("2026-11-30", "g:1", 100, 20, 5, 120), ("2026-12-01", "g:1", 7, 3, 0, 10)]
     old.append(("2026-12-01", "f:2", 40, 2, 1, 42))
-    conn.executemany(f"INSERT INTO usage_counters (day, session, {counts}) VALUES (?,?,?,?,?,?)", old)
+    conn.executemany(
+        f"INSERT INTO usage_counters (day, session, {counts}) VALUES (?, ?, ?, ?, ?, ?)", old
+    )
     conn.execute(
         f"INSERT INTO usage_daily (day, model, {counts}) VALUES ('2026-12-01', 'gpt', 47, 5, 1, 52)"
     )

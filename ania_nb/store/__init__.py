@@ -3,8 +3,8 @@
 ``store = await Store.open(data_dir)`` opens ``<data_dir>/ania.db`` and exposes KV namespaces
 (``store.kv(name)``), chat history (``store.history``), the run log (``store.runs``), the run
 journal (``store.journal``), the op log (``store.oplog``) and the usage ledger with its
-counters (``store.usage``). `ania_nb.store.db` is the database underneath (for code that keeps its own
-tables here); `ania_nb.store.owner` says which process owns a running record.
+counters (``store.usage``). `ania_nb.store.db` is the database underneath (for code that
+keeps its own tables here); `ania_nb.store.owner` says which process owns a running record.
 """
 
 from __future__ import annotations

@@ -201,7 +201,8 @@ MIGRATIONS: tuple[tuple[str, ...], ...] = (
         """INSERT INTO usage_ledger (day, session, model, kind, prompt_tokens, completion_tokens,
             cached_tokens, total_tokens, at)
             SELECT day, session, '', 'carried', prompt_tokens, completion_tokens, cached_tokens,
-            total_tokens, CAST(strftime('%s', 'now') AS REAL) FROM usage_counters ORDER BY day, session""",
+            total_tokens, CAST(strftime('%s', 'now') AS REAL) FROM usage_counters
+            ORDER BY day, session""",
     ),
 )
 
