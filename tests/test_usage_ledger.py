@@ -84,6 +84,63 @@ async def test_each_rounds_tokens_are_committed_before_the_next_call(
     await ledger_matches_counters(store)
 
 
+async def test_a_clock_runs_rounds_count_as_they_are_stored(llm, make_agent) -> None:
+    """The clock's recorder counts each round too (task log and run record of the target)."""
+    seen: list[int] = []
+    agent: Any = None
+
+    @tool
+    async def look(step: int) -> str:
+        """Look once more."""
+        store = await agent.host.open_store()
+        seen.append(await store.usage.used(agent.quota.today(), "nb:t"))
+        return f"looked {step}"
+
+    agent = make_agent(tools=[look])
+    await agent.start()
+    llm.route(
+        "## Scheduled task",
+        reply(tool_calls=[tool_call("look", {"step": 1})], usage=usage(10, 1)),
+        reply(tool_calls=[tool_call("look", {"step": 2})], usage=usage(20, 2)),
+        reply("all seen", usage=usage(30, 3)),
+    )
+    task = await agent.clock.create(cron="@yearly", title="t", content="look", target="nb:t")
+    entry = await agent.clock.run_now(task.id)
+    assert entry.status == "success" and entry.total_tokens == 66
+    assert seen == [0, 11]
+    store = await agent.host.open_store()
+    assert await store.usage.used(agent.quota.today(), "nb:t") == 66
+    [record] = await agent.runs(session="nb:t")
+    assert record.counted_tokens == 66
+    await ledger_matches_counters(store)
+
+
+async def test_a_compactions_call_is_a_ledger_row_of_the_run_it_served(
+    llm, make_agent, tmp_path
+) -> None:
+    llm.script(
+        reply("Paris is the capital.", usage=usage(900, 20)),  # over 0.8 x 1000: compact next
+        reply("The user asked about France.", usage=usage(300, 30)),  # the summary
+        reply("As I said, Paris.", usage=usage(120, 10)),
+    )
+    agent = make_agent(
+        overrides={"agent.max_context_tokens": 1000, "compressor.model": "summariser"}
+    )
+    await agent.chat("capital of France?", session=SESSION)
+    result = await agent.chat("remind me?", session=SESSION)
+    assert result.usage.total_tokens == 330 + 130
+    second, first = await agent.runs(session=SESSION)
+    day = agent.quota.today()
+    assert [r[2:] for r in _ledger_rows(tmp_path / "data")] == [
+        (first.id, "scripted", "call", 920),
+        (second.id, "summariser", "call", 330),
+        (second.id, "scripted", "call", 130),
+    ]
+    store = await agent.host.open_store()
+    assert await store.usage.used(day, SESSION) == 920 + 330 + 130
+    await ledger_matches_counters(store)
+
+
 async def test_a_round_and_its_tokens_commit_together_or_not_at_all(
     llm, make_agent, tmp_path
 ) -> None:
@@ -240,11 +297,11 @@ async def test_the_global_cap_takes_from_the_biggest_sessions_first(tmp_path) ->
     store = await Store.open(tmp_path, run_log_max_entries=10, run_log_max_per_session=200)
     try:
         runs = store.runs
-        for i in range(30):
-            await runs.finish(await runs.start("g:busy", f"busy {i}"), "success")
-        for session in ("g:a", "g:b"):
+        for session in ("g:a", "g:b"):  # the oldest records: a global FIFO would evict them
             for i in range(2):
                 await runs.finish(await runs.start(session, f"{session} {i}"), "success")
+        for i in range(30):
+            await runs.finish(await runs.start("g:busy", f"busy {i}"), "success")
         assert await runs.count() == 10
         assert len(await runs.list(session="g:a")) == 2
         assert len(await runs.list(session="g:b")) == 2
