@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import builtins
+import heapq
 import json
 import sqlite3
 import time
@@ -83,7 +84,7 @@ class RunRecord:
     reply: str | None = None
     error: str | None = None
     counted_tokens: int = 0  # what this record added to the usage counters (its own calls)
-    usage_day: str | None = None  # the quota day it counted on
+    usage_day: str | None = None  # the quota day its latest counted step counted on
 
     def to_dict(self) -> dict[str, Any]:
         """Plain-dict form (tool calls as dicts) for JSON and display."""
@@ -321,10 +322,9 @@ def insert_run(
 def prune(conn: sqlite3.Connection, session: str, retention: Retention) -> None:
     """Evict *finished* rows beyond ``retention`` (see `Retention`); running rows stay.
 
-    ``session`` (the one that just started a run) is cut to its own limit; then, while the
-    table is over the global limit, rows go from the sessions holding the most. While more runs
-    are in flight than the limits allow, the table holds all of them and shrinks back once
-    they finish.
+    ``session`` (the one that just started a run) is cut to its own limit; then, over the
+    global limit, rows go from the sessions holding the most. While more runs are in flight
+    than the limits allow, the table holds all of them and shrinks back once they finish.
     """
     conn.execute(
         "DELETE FROM runs WHERE id IN (SELECT id FROM runs WHERE session = ? AND status != ? "
@@ -332,16 +332,38 @@ def prune(conn: sqlite3.Connection, session: str, retention: Retention) -> None:
         (session, RUNNING, session, retention.max_per_session),
     )
     over = conn.execute("SELECT count(*) FROM runs").fetchone()[0] - retention.max_entries
-    if over <= 0:
-        return
-    # Depth 1 is a session's newest finished record: the deepest rows go first, the oldest
-    # of equally deep ones first, so the biggest sessions shrink towards the others.
-    conn.execute(
-        "DELETE FROM runs WHERE id IN (SELECT id FROM (SELECT id, ROW_NUMBER() OVER "
-        "(PARTITION BY session ORDER BY id DESC) AS depth FROM runs WHERE status != ?) "
-        "ORDER BY depth DESC, id LIMIT ?)",
-        (RUNNING, over),
+    if over > 0:
+        # Counting every session's rows is a scan of the index: make room for 1 % of the
+        # limit at once, so a store at its limit scans once per that many runs, not per run.
+        _evict_from_the_biggest(conn, over + retention.max_entries // 100)
+
+
+def _evict_from_the_biggest(conn: sqlite3.Connection, rows: int) -> None:
+    """Delete ``rows`` finished rows, each from the session holding the most finished ones.
+
+    Among sessions holding as many, the one with the oldest row gives first; each gives its
+    oldest rows.
+    """
+    sizes = conn.execute(
+        "SELECT session, count(*), min(id) FROM runs WHERE status != ? GROUP BY session",
+        (RUNNING,),
     )
+    heap = [(-count, oldest, name) for name, count, oldest in sizes]
+    heapq.heapify(heap)
+    taken: dict[str, int] = {}
+    for _ in range(rows):
+        if not heap:
+            break
+        count, oldest, name = heapq.heappop(heap)
+        taken[name] = taken.get(name, 0) + 1
+        if count + 1 < 0:
+            heapq.heappush(heap, (count + 1, oldest, name))
+    for name, count in taken.items():
+        conn.execute(
+            "DELETE FROM runs WHERE id IN (SELECT id FROM runs WHERE session = ? AND status != ? "
+            "ORDER BY id LIMIT ?)",
+            (name, RUNNING, count),
+        )
 
 
 def add_tool_call_row(conn: sqlite3.Connection, run_id: int, raw: str) -> None:
