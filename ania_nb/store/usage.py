@@ -9,8 +9,8 @@ history, kept after the ledger and the counters are pruned). For every day kept,
 ``SUM(usage_ledger) == usage_counters`` per session, whatever the run log keeps: a reset is a
 ``reset`` row taking the counter back to zero, pruning drops a day's ledger rows with its
 counters, and a store counted before the ledger existed carries each counter over as one
-``carried`` row (schema step 7). A *day* is an ISO date string chosen by the caller (the
-quota's time zone), which keeps this module free of clocks.
+``carried`` row (the ledger's migration step). A *day* is an ISO date string chosen by the
+caller (the quota's time zone), which keeps this module free of clocks.
 """
 
 from __future__ import annotations
