@@ -1,8 +1,9 @@
 """Quotas and usage accounting against the scripted server: counting, denials, resets, costs.
 
-Every LLM call's tokens are counted once, by the run record that made the call, in the
-transaction that closes it; children (subagents, team members, clock children) have records of
-their own, so a parent's usage shows their tokens without counting them again.
+Every LLM call's tokens are counted once, by the run that made the call, in the transaction
+of the step that stores the call's result (see tests/test_usage_ledger.py); children
+(subagents, team members, clock children) have records of their own, so a parent's usage shows
+their tokens without counting them again.
 """
 
 from __future__ import annotations
@@ -40,8 +41,12 @@ def at(text: str) -> float:
 
 
 async def counters(agent: Any, day: str) -> tuple[int, int, int]:
-    """(sum of the run records' counted tokens, sum of the session counters, daily total)."""
+    """(sum of the run records' counted tokens, sum of the session counters, daily total).
+
+    The counters are the ledger's sums, session by session.
+    """
     store = await agent.host.open_store()
+    assert await store.usage.ledger(day, day) == await store.usage.sessions(day, day)
     daily = sum(r.total for r in await store.usage.daily(day, day))
     return await store.usage.counted(day), await store.usage.used(day), daily
 

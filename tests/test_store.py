@@ -461,11 +461,13 @@ async def test_pruning_never_evicts_a_running_run(store: Store) -> None:
     record = await runs.get(long)
     assert record is not None
     assert (record.status, record.reply, record.tool_calls_total) == ("success", "done", 1)
-    # Finished rows were pruned around it; now it is the oldest finished row, so it goes next.
+    # Finished rows were pruned around it; now it is the oldest finished row, but the busier
+    # session gives way first: its only record stays.
     assert await runs.count() == 3
     await runs.finish(await runs.start("s", "one more"), "success")
     assert await runs.count() == 3
-    assert await runs.get(long) is None
+    assert await runs.get(long) is not None
+    assert [r.input for r in await runs.list(session="s")] == ["one more", "later 19"]
 
 
 async def test_store_passes_run_log_max_entries(tmp_path: Path) -> None:

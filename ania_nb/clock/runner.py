@@ -29,6 +29,7 @@ from .schedule import describe_period
 if TYPE_CHECKING:  # pragma: no cover
     from ..engine.loop import ToolCallResult
     from ..engine.messages import Message
+    from ..engine.usage import Tokens
     from ..orchestration import AgentHost
     from ..result import RunResult
     from ..store import RunJournal
@@ -118,22 +119,38 @@ class TaskLogRecorder:
         return self.entry_id, [] if load_history else None
 
     async def round(
-        self, run_id: int | None, messages: Sequence[Message], calls: Sequence[ToolCallResult]
+        self,
+        run_id: int | None,
+        messages: Sequence[Message],
+        calls: Sequence[ToolCallResult],
+        tokens: Sequence[tuple[str, Tokens]] = (),
     ) -> None:
-        """Append the round's tool calls to the entry and the run record."""
-        await self.store.add_tool_calls(self.entry_id, call_records(calls))
-        if self.runs is not None and self.run_id is not None:
-            await self.runs.record_round(self.session, self.run_id, (), call_records(calls))
-
-    async def close(self, status: str, usage: Usage, reply: str | None, error: str | None) -> None:
-        """Close the run record (best effort: a failure is logged)."""
+        """Append the round's tool calls to the entry and the run record; count its tokens."""
+        records = call_records(calls)
+        if records:
+            await self.store.add_tool_calls(self.entry_id, records)
         if self.runs is None:
             return
         if self.run_id is None:  # no record could be opened: its tokens still count
+            await self.runs.count(self.session, tokens)
+        elif records or tokens:
+            await self.runs.record_round(self.session, self.run_id, (), records, counted=tokens)
+
+    async def close(self, status: str, usage: Usage, reply: str | None, error: str | None) -> None:
+        """Close the run record (best effort: a failure is logged).
+
+        The rounds counted their calls already; what is left (a failed step's) counts here.
+        """
+        if self.runs is None:
+            return
+        uncounted = usage.uncounted()
+        if self.run_id is None:  # no record could be opened: its tokens still count
             try:
-                await self.runs.count(self.session, usage.own())
+                await self.runs.count(self.session, uncounted)
             except Exception:
                 log.exception("could not count the tokens of clock entry %s", self.entry_id)
+            else:
+                usage.mark_counted(len(uncounted))
             return
         run_id, self.run_id = self.run_id, None
         try:
@@ -144,15 +161,23 @@ class TaskLogRecorder:
                 usage=usage.to_dict(),
                 reply=reply,
                 error=error,
-                counted=usage.own(),
+                counted=uncounted,
             )
         except Exception:
             log.exception("could not close the run record %s of a clock run", run_id)
+        else:
+            usage.mark_counted(len(uncounted))
 
     async def finish(
-        self, run_id: int | None, outcome: RunResult, messages: Sequence[Message]
+        self,
+        run_id: int | None,
+        outcome: RunResult,
+        messages: Sequence[Message],
+        tokens: Sequence[tuple[str, Tokens]] = (),
     ) -> None:
-        """Nothing yet: the clock closes the entry once every round is done."""
+        """Count the final answer's tokens; the clock closes the entry once every round is done."""
+        if tokens:
+            await self.round(run_id, (), (), tokens)
 
     async def replace_history(self, messages: Sequence[Message]) -> None:
         """Clock runs keep no history."""

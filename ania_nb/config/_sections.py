@@ -183,7 +183,18 @@ class StoreSettings(Section):
     """The embedded store."""
 
     data_dir: Path = Field(Path(".ania"), description="Folder for the database and vectors.")
-    run_log_max_entries: int = Field(200, ge=1, description="Run records kept (oldest evicted).")
+    run_log_max_entries: int = Field(
+        10_000,
+        ge=1,
+        description="Run records kept in all; past it, records go from the sessions holding "
+        "the most (their oldest first), so one busy chat cannot evict the others'.",
+    )
+    run_log_max_per_session: int = Field(
+        200,
+        ge=1,
+        description="Run records kept per session (its oldest evicted); token counting "
+        "does not depend on it.",
+    )
 
 
 class VisionSettings(Endpoint):

@@ -46,6 +46,10 @@ class Usage:
     ``estimated_calls`` counts calls whose provider reported no usage (or a runaway reply the
     client cut): their tokens are estimated from the text, so quotas still see them, and no cost
     is given for a run that has any.
+
+    ``calls`` lists the own calls one by one, ``(model, tokens)``, in the order they were
+    answered; the first ``counted_calls`` of them are in the store's usage ledger already (the
+    run path counts them with the step that stores each call's result: see `uncounted`).
     """
 
     prompt_tokens: int = 0
@@ -58,6 +62,8 @@ class Usage:
     included: dict[str, Tokens] = field(default_factory=dict)
     cost: float | None = None
     estimated_calls: int = 0
+    calls: list[tuple[str, Tokens]] = field(default_factory=list, repr=False)
+    counted_calls: int = field(default=0, repr=False)
 
     def add_call(self, raw: Any, *, model: str = "", count_iteration: bool = True) -> None:
         """Add the ``usage`` block of one chat completion (object or dict) asked of ``model``.
@@ -74,8 +80,7 @@ class Usage:
         completion = _count(get("completion_tokens", 0))
         total = max(_count(get("total_tokens", 0)), prompt + completion)
         tokens = Tokens(prompt, completion, _cached_tokens(raw, get), total)
-        self._add_sums(tokens)
-        self.models.setdefault(model, Tokens()).add(tokens)
+        self._add_own(model, tokens)
         self.last_prompt_tokens = prompt
 
     def add_completion(
@@ -98,8 +103,7 @@ class Usage:
         The context window keeps its own estimate: ``last_prompt_tokens`` is left as it was.
         """
         self.estimated_calls += 1
-        self._add_sums(tokens)
-        self.models.setdefault(model, Tokens()).add(tokens)
+        self._add_own(model, tokens)
 
     def merge(self, other: Usage) -> None:
         """Add work that belongs to this run's record (a compaction, say); not its iterations."""
@@ -107,6 +111,7 @@ class Usage:
         _add_models(self.models, other.models)
         _add_models(self.included, other.included)
         self.estimated_calls += other.estimated_calls
+        self.calls.extend(other.uncounted())
 
     def include(self, other: Usage) -> None:
         """Add work recorded under its own run record (a subagent): shown here, counted there."""
@@ -125,10 +130,24 @@ class Usage:
         """Tokens of this run's own calls by model (what its record counts toward quotas)."""
         return {m: t for m, t in self.models.items() if t.total or t.prompt or t.completion}
 
+    def uncounted(self) -> list[tuple[str, Tokens]]:
+        """The own calls not counted in the usage ledger yet, ``(model, tokens)`` in order."""
+        return self.calls[self.counted_calls :]
+
+    def mark_counted(self, calls: int) -> None:
+        """Note that the next ``calls`` of `uncounted` are in the ledger now."""
+        self.counted_calls = min(len(self.calls), self.counted_calls + calls)
+
     @property
     def own_tokens(self) -> int:
         """Total tokens of this run's own calls."""
         return sum(t.total for t in self.models.values())
+
+    def _add_own(self, model: str, tokens: Tokens) -> None:
+        """Add one own call: to the sums, its model's tally and the list of calls."""
+        self._add_sums(tokens)
+        self.models.setdefault(model, Tokens()).add(tokens)
+        self.calls.append((model, tokens))
 
     def _add_sums(self, tokens: Tokens) -> None:
         self.prompt_tokens += tokens.prompt

@@ -3,8 +3,12 @@
 `StoreRecord` writes through the store's run journal, one transaction per step (begin, each
 finished tool round, finish). With ``history=True`` (main turns) the user's message, every round
 and the final answer go to the chat history with the run record; with ``history=False``
-(one-shot runs) only the run record and its tool calls are kept. The clock's task log will be
-another `RunRecorder`.
+(one-shot runs) only the run record and its tool calls are kept. The clock's task log is
+another `RunRecorder` (``clock/runner.py``).
+
+Each step that stores a model call's result also counts the call's tokens: the run path hands
+``round`` and ``finish`` the calls not counted yet (``Usage.uncounted``) and marks them counted
+once the step returned, so a crash loses at most the call in flight.
 """
 
 from __future__ import annotations
@@ -17,8 +21,11 @@ from ..store import ToolCallRecord
 if TYPE_CHECKING:  # pragma: no cover
     from ..engine.loop import ToolCallResult
     from ..engine.messages import Message
+    from ..engine.usage import Tokens
     from ..result import RunResult
     from ..store import Store
+
+    Calls = Sequence[tuple[str, Tokens]]  # (model, tokens) of answered calls, in order
 
 
 class RunRecorder(Protocol):
@@ -34,15 +41,23 @@ class RunRecorder(Protocol):
         ...
 
     async def round(
-        self, run_id: int | None, messages: Sequence[Message], calls: Sequence[ToolCallResult]
+        self,
+        run_id: int | None,
+        messages: Sequence[Message],
+        calls: Sequence[ToolCallResult],
+        tokens: Calls = (),
     ) -> None:
-        """Store one finished tool round."""
+        """Store one finished tool round and count ``tokens`` (its model calls) with it."""
         ...
 
     async def finish(
-        self, run_id: int | None, outcome: RunResult, messages: Sequence[Message]
+        self,
+        run_id: int | None,
+        outcome: RunResult,
+        messages: Sequence[Message],
+        tokens: Calls = (),
     ) -> None:
-        """Store the final messages and close the record with the run's outcome."""
+        """Store the final messages, count ``tokens`` and close the record with the outcome."""
         ...
 
     async def replace_history(self, messages: Sequence[Message]) -> None:
@@ -75,15 +90,25 @@ class StoreRecord:
         )
 
     async def round(
-        self, run_id: int | None, messages: Sequence[Message], calls: Sequence[ToolCallResult]
+        self,
+        run_id: int | None,
+        messages: Sequence[Message],
+        calls: Sequence[ToolCallResult],
+        tokens: Calls = (),
     ) -> None:
         """Store the round's call records (and its messages, if history is kept)."""
         assert run_id is not None
         kept = messages if self.history else ()
-        await self.store.journal.record_round(self.session, run_id, kept, call_records(calls))
+        await self.store.journal.record_round(
+            self.session, run_id, kept, call_records(calls), counted=tokens
+        )
 
     async def finish(
-        self, run_id: int | None, outcome: RunResult, messages: Sequence[Message]
+        self,
+        run_id: int | None,
+        outcome: RunResult,
+        messages: Sequence[Message],
+        tokens: Calls = (),
     ) -> None:
         """Close the record (storing the final answer in the history, if kept)."""
         assert run_id is not None
@@ -95,7 +120,7 @@ class StoreRecord:
             usage=outcome.usage.to_dict(),
             reply=outcome.text or None,
             error=outcome.error,
-            counted=outcome.usage.own(),  # the run's own calls; included work has its records
+            counted=tokens,  # the run's own calls; included work has its records
         )
 
     async def replace_history(self, messages: Sequence[Message]) -> None:

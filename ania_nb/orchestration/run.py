@@ -215,10 +215,13 @@ class _Run:
             notes = "; ".join(f"warning: {w}" for w in outcome.warnings)
             error = f"{outcome.error}; {notes}" if outcome.error else notes
             recorded = dataclasses.replace(outcome, error=error)
+        uncounted = self.usage.uncounted()
         try:
-            await self.spec.record.finish(self.run_id, recorded, final)
+            await self.spec.record.finish(self.run_id, recorded, final, uncounted)
         except Exception:
             log.exception("could not close the record of run %s", self.run_id)
+        else:
+            self.usage.mark_counted(len(uncounted))
 
     async def _repaired(self, history: list[Message]) -> list[Message]:
         """A stored history made valid again (and stored so), if it was not."""
@@ -319,10 +322,15 @@ class _Run:
             conv = spec.conversation
             if conv is not None and conv.history is not None:
                 conv.history.extend(stored)
+            # The round holds the results of the calls answered since the last step: their
+            # tokens are counted in its transaction (a failed step leaves them to the next).
+            uncounted = self.usage.uncounted()
             try:
-                await spec.record.round(self.run_id, stored, results)
+                await spec.record.round(self.run_id, stored, results, uncounted)
             except Exception:
                 log.exception("could not record a tool round of run %s", self.run_id)
+            else:
+                self.usage.mark_counted(len(uncounted))
 
         loop = ToolLoop(
             llm=services.llm,

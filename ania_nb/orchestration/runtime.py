@@ -54,7 +54,9 @@ class Runtime:
         """
         base = layers.resolve()
         store = await Store.open(
-            Path(base.store.data_dir), run_log_max_entries=base.store.run_log_max_entries
+            Path(base.store.data_dir),
+            run_log_max_entries=base.store.run_log_max_entries,
+            run_log_max_per_session=base.store.run_log_max_per_session,
         )
         http = http or HttpClients()
         runtime: Runtime | None = None

@@ -1,6 +1,7 @@
 """Usage accounting: daily token quotas per session and for everyone, costs, usage reports.
 
-Tokens are counted when a run record closes (``ania_nb.store.usage``); `Quota` checks the
+Tokens are counted call by call, in the usage ledger, with the run step that stores each call's
+result (``ania_nb.store.usage``); `Quota` checks the
 limits before work, resets counters, prunes old ones and builds the `UsageReport` the notebook
 view and ``ania-nb usage`` show.
 """

@@ -1,8 +1,10 @@
-"""`Quota`: daily token limits checked before work, counters kept by the run records.
+"""`Quota`: daily token limits checked before work, against counters kept by the usage ledger.
 
 Semantics are *check, then add*: a run, clock run, subagent launch or team run is refused when
 the session's or everyone's tokens counted today have reached a limit; a run that starts under
-the limit may finish over it (its tokens are counted when its record closes). Counting is on
+the limit may finish over it (each call's tokens are counted with the step that stores its
+result, so a crash loses at most the call in flight, and nothing depends on how many run
+records are kept). Counting is on
 whenever ``quota.enable`` is, limits or not; a day starts at midnight in ``quota.timezone``.
 """
 

@@ -2,9 +2,9 @@
 
 ``store = await Store.open(data_dir)`` opens ``<data_dir>/ania.db`` and exposes KV namespaces
 (``store.kv(name)``), chat history (``store.history``), the run log (``store.runs``), the run
-journal (``store.journal``), the op log (``store.oplog``) and the usage counters
-(``store.usage``). `ania_nb.store.db` is the database underneath (for code that keeps its own
-tables here); `ania_nb.store.owner` says which process owns a running record.
+journal (``store.journal``), the op log (``store.oplog``) and the usage ledger with its
+counters (``store.usage``). `ania_nb.store.db` is the database underneath (for code that
+keeps its own tables here); `ania_nb.store.owner` says which process owns a running record.
 """
 
 from __future__ import annotations
@@ -39,21 +39,45 @@ __all__ = [
 class Store:
     """The embedded store: one database file with its KV namespaces, chat history and run log."""
 
-    def __init__(self, db: Database, *, run_log_max_entries: int = 200) -> None:
+    def __init__(
+        self,
+        db: Database,
+        *,
+        run_log_max_entries: int = 10_000,
+        run_log_max_per_session: int = 200,
+    ) -> None:
         """Build the façade over an open database; use :meth:`open` instead."""
         self.db = db
         self.history = ChatHistory(db)
-        self.runs = RunLog(db, max_entries=run_log_max_entries)
-        self.journal = RunJournal(db, max_entries=self.runs.max_entries)
+        self.runs = RunLog(
+            db, max_entries=run_log_max_entries, max_per_session=run_log_max_per_session
+        )
+        self.journal = RunJournal(
+            db, max_entries=self.runs.max_entries, max_per_session=self.runs.max_per_session
+        )
         self.oplog = OpLog(db)
         self.usage = UsageLedger(db)
 
     @classmethod
-    async def open(cls, data_dir: str | PathLike[str], *, run_log_max_entries: int = 200) -> Store:
-        """Open ``<data_dir>/ania.db``, creating the directory and file if needed."""
+    async def open(
+        cls,
+        data_dir: str | PathLike[str],
+        *,
+        run_log_max_entries: int = 10_000,
+        run_log_max_per_session: int = 200,
+    ) -> Store:
+        """Open ``<data_dir>/ania.db``, creating the directory and file if needed.
+
+        The run log keeps ``run_log_max_per_session`` records per session and
+        ``run_log_max_entries`` in all (see `ania_nb.store.runlog.Retention`).
+        """
         db = await Database.open(Path(data_dir) / DB_FILENAME)
         try:
-            return cls(db, run_log_max_entries=run_log_max_entries)
+            return cls(
+                db,
+                run_log_max_entries=run_log_max_entries,
+                run_log_max_per_session=run_log_max_per_session,
+            )
         except BaseException:
             await db.close()  # e.g. a bad run_log_max_entries must not leak the connection
             raise

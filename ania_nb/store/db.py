@@ -179,6 +179,31 @@ MIGRATIONS: tuple[tuple[str, ...], ...] = (
             PRIMARY KEY (day, model)
         )""",
     ),
+    # The usage ledger (``usage.py``): one row per answered model call, written with the step
+    # that stores the call's result; the counters above become its materialisation. A store
+    # counted before the ledger existed gets one ``carried`` row per counter, so that
+    # ``SUM(usage_ledger) == usage_counters`` holds for the days it already has.
+    (
+        """CREATE TABLE IF NOT EXISTS usage_ledger (
+            id INTEGER PRIMARY KEY AUTOINCREMENT,
+            day TEXT NOT NULL,
+            session TEXT NOT NULL,
+            run_id INTEGER,
+            model TEXT NOT NULL DEFAULT '',
+            kind TEXT NOT NULL DEFAULT 'call',
+            prompt_tokens INTEGER NOT NULL DEFAULT 0,
+            completion_tokens INTEGER NOT NULL DEFAULT 0,
+            cached_tokens INTEGER NOT NULL DEFAULT 0,
+            total_tokens INTEGER NOT NULL DEFAULT 0,
+            at REAL NOT NULL
+        )""",
+        "CREATE INDEX IF NOT EXISTS usage_ledger_day ON usage_ledger (day, session)",
+        """INSERT INTO usage_ledger (day, session, model, kind, prompt_tokens, completion_tokens,
+            cached_tokens, total_tokens, at)
+            SELECT day, session, '', 'carried', prompt_tokens, completion_tokens, cached_tokens,
+            total_tokens, CAST(strftime('%s', 'now') AS REAL) FROM usage_counters
+            ORDER BY day, session""",
+    ),
 )
 
 # Several processes may open one directory at once; a writer waits this long for the lock.
@@ -196,6 +221,7 @@ _OWN_TABLES = frozenset(
         "clock_meta",
         "usage_counters",
         "usage_daily",
+        "usage_ledger",
     }
 )
 

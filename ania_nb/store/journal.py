@@ -32,6 +32,7 @@ from .runlog import (
     FINAL_STATUSES,
     RUNNING,
     USAGE_KEYS,
+    Retention,
     ToolCallRecord,
     add_tool_call_row,
     finish_run,
@@ -40,14 +41,17 @@ from .runlog import (
     prepare_start,
     prepare_tool_call,
 )
-from .usage import UsageLedger, add_counts
+from .usage import UsageLedger, add_counts, as_calls
 
 if TYPE_CHECKING:
     from .db import Database
-    from .usage import Tokens
+    from .usage import Call, Tokens
+
+    Counted = Mapping[str, Tokens] | Sequence[Call]
 
 Message = dict[str, Any]
 Outcome = tuple[str, dict[str, int], str | None, str | None]
+Counting = tuple[str, list["Call"]]  # (quota day, calls) a step adds to the usage ledger
 
 log = logging.getLogger(__name__)
 
@@ -65,15 +69,21 @@ class _Begun:
 class RunJournal:
     """Grouped writes of a run to the chat history and the run log."""
 
-    def __init__(self, db: Database, *, max_entries: int) -> None:
-        """Write into ``db``; the run log keeps ``max_entries`` rows."""
+    def __init__(self, db: Database, *, max_entries: int, max_per_session: int = 200) -> None:
+        """Write into ``db``; the run log keeps records as `Retention` says."""
         self._db = db
-        self._max_entries = max_entries
+        self._retention = Retention(max_entries, max_per_session)
         self._begun: dict[int, _Begun] = {}
-        # The quota day a finishing run's tokens count on, None while nothing is counted
-        # (set by whoever owns the quota settings; see ``usage.py``).
+        # The quota day a step's calls count on, None while nothing is counted (set by
+        # whoever owns the quota settings; see ``usage.py``).
         self.usage_day: Callable[[], str | None] = lambda: None
         self._ledger = UsageLedger(db)
+
+    def _counting(self, counted: Counted | None) -> Counting | None:
+        """The day and calls a step adds to the ledger, None when it adds nothing."""
+        calls = as_calls(counted) if counted else []
+        day = self.usage_day() if calls else None
+        return (day, calls) if day else None
 
     async def begin(
         self,
@@ -92,7 +102,7 @@ class RunJournal:
         encoded = encode_messages([message])
         now = time.time()
         run_id, history = await self._db.run(
-            _begin, started, encoded, now, self._max_entries, load_history
+            _begin, started, encoded, now, self._retention, load_history
         )
         self._begun[run_id] = _Begun(*started, now)
         return run_id, history
@@ -104,7 +114,7 @@ class RunJournal:
         """
         started = prepare_start(session, input, sender)
         now = time.time()
-        run_id = await self._db.run(_start, started, now, self._max_entries)
+        run_id = await self._db.run(_start, started, now, self._retention)
         self._begun[run_id] = _Begun(*started, now)
         return run_id
 
@@ -114,8 +124,14 @@ class RunJournal:
         run_id: int,
         messages: Sequence[Message],
         tool_calls: Sequence[ToolCallRecord],
+        *,
+        counted: Counted | None = None,
     ) -> None:
-        """Store a finished tool round: its messages (may be none) and its tool-call records."""
+        """Store a finished tool round: its messages (may be none) and its tool-call records.
+
+        ``counted`` (the calls whose results the round holds) goes to the usage ledger of the
+        current quota day in the same transaction, and is noted on the record.
+        """
         encoded = encode_messages(messages)
         records = [_tool_call_json(r) for r in tool_calls]
         await self._db.run(
@@ -125,8 +141,9 @@ class RunJournal:
             encoded,
             records,
             self._begun.get(run_id),
-            self._max_entries,
+            self._retention,
             time.time(),
+            self._counting(counted),
         )
 
     async def finish(
@@ -139,16 +156,16 @@ class RunJournal:
         usage: Mapping[str, int] | None = None,
         reply: str | None = None,
         error: str | None = None,
-        counted: Mapping[str, Tokens] | None = None,
+        counted: Counted | None = None,
     ) -> None:
         """Store the last messages (final answer) and (best effort) close the run record.
 
-        ``counted`` (the run's own tokens by model) is added to the usage counters of the
-        current quota day in the same transaction, and noted on the record.
+        ``counted`` (the run's calls not counted by an earlier step: the final answer's, by
+        model or call by call) goes to the usage ledger of the current quota day in the same
+        transaction, and is noted on the record.
         """
         encoded = encode_messages(messages)
         outcome = _outcome(status, usage, reply, error)
-        day = self.usage_day() if counted else None
         try:
             await self._db.run(
                 _finish,
@@ -157,18 +174,18 @@ class RunJournal:
                 encoded,
                 outcome,
                 self._begun.get(run_id),
-                self._max_entries,
+                self._retention,
                 time.time(),
-                (day, counted) if day and counted else None,
+                self._counting(counted),
             )
         finally:
             self._begun.pop(run_id, None)
 
-    async def count(self, session: str, counted: Mapping[str, Tokens]) -> None:
+    async def count(self, session: str, counted: Counted) -> None:
         """Count tokens whose run has no record (it could not be written) on the current day."""
-        day = self.usage_day()
-        if day and counted:
-            await self._ledger.add(day, session, counted)
+        counting = self._counting(counted)
+        if counting:
+            await self._ledger.add(counting[0], session, counting[1])
 
 
 # Lenient preparation: bookkeeping values that fail validation are kept as far as they are valid.
@@ -240,13 +257,13 @@ def _begin(
     started: tuple[str, str | None, str],
     encoded: list[str],
     now: float,
-    max_entries: int,
+    retention: Retention,
     load_history: bool,
 ) -> tuple[int, list[Message] | None]:
     session, sender, text = started
     with transaction(conn):
         history = [json.loads(raw) for raw in load_rows(conn, session)] if load_history else None
-        run_id = insert_run(conn, session, sender, text, now, max_entries)
+        run_id = insert_run(conn, session, sender, text, now, retention)
         insert_rows(conn, session, encoded, now, replace=False)
     return run_id, history
 
@@ -255,10 +272,10 @@ def _start(
     conn: sqlite3.Connection,
     started: tuple[str, str | None, str],
     now: float,
-    max_entries: int,
+    retention: Retention,
 ) -> int:
     with transaction(conn):
-        return insert_run(conn, *started, now, max_entries)
+        return insert_run(conn, *started, now, retention)
 
 
 def _round(
@@ -268,18 +285,23 @@ def _round(
     encoded: list[str],
     records: list[str],
     begun: _Begun | None,
-    max_entries: int,
+    retention: Retention,
     now: float,
+    counting: Counting | None,
 ) -> None:
     with transaction(conn):
         insert_rows(conn, session, encoded, now, replace=False)
-        if records:
+        # Counted whatever becomes of the record: a quota must not depend on bookkeeping.
+        added = _count(conn, session, run_id, counting, now)
+        if records or added:
 
             def add_calls() -> None:
                 for raw in records:
                     add_tool_call_row(conn, run_id, raw)
+                if counting and added:
+                    _note_counted(conn, run_id, counting[0], added)
 
-            _best_effort(conn, run_id, begun, max_entries, "its tool calls", add_calls)
+            _best_effort(conn, run_id, begun, retention, "its tool calls", add_calls)
 
 
 def _finish(
@@ -289,15 +311,15 @@ def _finish(
     encoded: list[str],
     outcome: Outcome,
     begun: _Begun | None,
-    max_entries: int,
+    retention: Retention,
     now: float,
-    counting: tuple[str, Mapping[str, Tokens]] | None,
+    counting: Counting | None,
 ) -> None:
     with transaction(conn):
         if encoded:
             insert_rows(conn, session, encoded, now, replace=False)
         # Counted whatever becomes of the record: a quota must not depend on bookkeeping.
-        added = add_counts(conn, counting[0], session, counting[1]) if counting else 0
+        added = _count(conn, session, run_id, counting, now)
 
         def close() -> None:
             row = conn.execute("SELECT status FROM runs WHERE id = ?", (run_id,)).fetchone()
@@ -317,20 +339,34 @@ def _finish(
                     outcome[0],
                 )
             finish_run(conn, run_id, *outcome, now, reopen=True)
-            if counting:
-                conn.execute(
-                    "UPDATE runs SET counted_tokens = ?, usage_day = ? WHERE id = ?",
-                    (added, counting[0], run_id),
-                )
+            if counting and added:
+                _note_counted(conn, run_id, counting[0], added)
 
-        _best_effort(conn, run_id, begun, max_entries, f"its outcome {outcome[0]!r}", close)
+        _best_effort(conn, run_id, begun, retention, f"its outcome {outcome[0]!r}", close)
+
+
+def _count(
+    conn: sqlite3.Connection, session: str, run_id: int, counting: Counting | None, now: float
+) -> int:
+    """Add a step's calls to the usage ledger (inside its transaction); the total added."""
+    if counting is None:
+        return 0
+    return add_counts(conn, counting[0], session, counting[1], run_id=run_id, now=now)
+
+
+def _note_counted(conn: sqlite3.Connection, run_id: int, day: str, added: int) -> None:
+    """Note on the record what its steps counted so far, and the day of the latest."""
+    conn.execute(
+        "UPDATE runs SET counted_tokens = counted_tokens + ?, usage_day = ? WHERE id = ?",
+        (added, day, run_id),
+    )
 
 
 def _best_effort(
     conn: sqlite3.Connection,
     run_id: int,
     begun: _Begun | None,
-    max_entries: int,
+    retention: Retention,
     what: str,
     write: Callable[[], None],
 ) -> None:
@@ -350,7 +386,7 @@ def _best_effort(
                 return
             log.warning("run %d's record was deleted while it ran; re-creating it", run_id)
             insert_run(
-                conn, begun.session, begun.sender, begun.text, begun.started_at, max_entries, run_id
+                conn, begun.session, begun.sender, begun.text, begun.started_at, retention, run_id
             )
         write()
     except (sqlite3.Error, UsageError) as exc:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import builtins
+import heapq
 import json
 import sqlite3
 import time
@@ -83,25 +84,53 @@ class RunRecord:
     reply: str | None = None
     error: str | None = None
     counted_tokens: int = 0  # what this record added to the usage counters (its own calls)
-    usage_day: str | None = None  # the quota day it counted on
+    usage_day: str | None = None  # the quota day its latest counted step counted on
 
     def to_dict(self) -> dict[str, Any]:
         """Plain-dict form (tool calls as dicts) for JSON and display."""
         return asdict(self)
 
 
-class RunLog:
-    """Start, update and finish run records; keeps the newest ``max_entries`` rows."""
+@dataclass(frozen=True)
+class Retention:
+    """How many finished run records are kept: per session, and in all.
 
-    def __init__(self, db: Database, max_entries: int = 200) -> None:
-        """Log into ``db``, evicting the oldest rows beyond ``max_entries``."""
+    A session's oldest records go past ``max_per_session``; past ``max_entries`` the records
+    go from the sessions holding the most (oldest first among equals), so one busy chat never
+    evicts the others' records.
+    """
+
+    max_entries: int = 10_000
+    max_per_session: int = 200
+
+    def __post_init__(self) -> None:
+        """Refuse counts below one with the name of the setting."""
+        positive_int("max_entries", self.max_entries)
+        positive_int("max_per_session", self.max_per_session)
+
+
+class RunLog:
+    """Start, update and finish run records, kept as `Retention` says."""
+
+    def __init__(self, db: Database, max_entries: int = 10_000, max_per_session: int = 200) -> None:
+        """Log into ``db``, evicting the oldest rows beyond the limits (see `Retention`)."""
         self._db = db
-        self.max_entries = positive_int("max_entries", max_entries)
+        self.retention = Retention(max_entries, max_per_session)
+
+    @property
+    def max_entries(self) -> int:
+        """Run records kept in all."""
+        return self.retention.max_entries
+
+    @property
+    def max_per_session(self) -> int:
+        """Run records kept per session."""
+        return self.retention.max_per_session
 
     async def start(self, session: str, input: str, sender: str | None = None) -> int:
         """Record a new running run; return its id."""
         args = prepare_start(session, input, sender)
-        return await self._db.run(_start, *args, time.time(), self.max_entries)
+        return await self._db.run(_start, *args, time.time(), self.retention)
 
     async def add_tool_call(self, run_id: int, record: ToolCallRecord) -> None:
         """Persist one tool call now; only the first 20 are kept, all are counted."""
@@ -259,11 +288,11 @@ def _start(
     sender: str | None,
     text: str,
     now: float,
-    max_entries: int,
+    retention: Retention,
 ) -> int:
-    """Insert the running row and evict the oldest rows beyond ``max_entries``, atomically."""
+    """Insert the running row and evict the rows beyond ``retention``, atomically."""
     with transaction(conn):
-        return insert_run(conn, session, sender, text, now, max_entries)
+        return insert_run(conn, session, sender, text, now, retention)
 
 
 def insert_run(
@@ -272,7 +301,7 @@ def insert_run(
     sender: str | None,
     text: str,
     now: float,
-    max_entries: int,
+    retention: Retention,
     run_id: int | None = None,
 ) -> int:
     """Insert a running row owned by this process, then prune (inside the caller's transaction).
@@ -285,22 +314,56 @@ def insert_run(
         "owner_host, owner_pid, owner_start) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
         (run_id, session, sender, text, RUNNING, now, owner.host, owner.pid, owner.start),
     )
-    prune(conn, max_entries)
+    prune(conn, session, retention)
     assert cursor.lastrowid is not None  # an INSERT always sets lastrowid
     return cursor.lastrowid
 
 
-def prune(conn: sqlite3.Connection, max_entries: int) -> None:
-    """Delete the oldest *finished* rows beyond ``max_entries``; a running row is never touched.
+def prune(conn: sqlite3.Connection, session: str, retention: Retention) -> None:
+    """Evict *finished* rows beyond ``retention`` (see `Retention`); running rows stay.
 
-    While more than ``max_entries`` runs are in flight the table holds all of them and shrinks
-    back once they finish.
+    ``session`` (the one that just started a run) is cut to its own limit; then, over the
+    global limit, rows go from the sessions holding the most. While more runs are in flight
+    than the limits allow, the table holds all of them and shrinks back once they finish.
     """
     conn.execute(
-        "DELETE FROM runs WHERE id IN (SELECT id FROM runs WHERE status != ? ORDER BY id "
-        "LIMIT max(0, (SELECT count(*) FROM runs) - ?))",
-        (RUNNING, max_entries),
+        "DELETE FROM runs WHERE id IN (SELECT id FROM runs WHERE session = ? AND status != ? "
+        "ORDER BY id LIMIT max(0, (SELECT count(*) FROM runs WHERE session = ?) - ?))",
+        (session, RUNNING, session, retention.max_per_session),
     )
+    over = conn.execute("SELECT count(*) FROM runs").fetchone()[0] - retention.max_entries
+    if over > 0:
+        # Counting every session's rows is a scan of the index: make room for 1 % of the
+        # limit at once, so a store at its limit scans once per that many runs, not per run.
+        _evict_from_the_biggest(conn, over + retention.max_entries // 100)
+
+
+def _evict_from_the_biggest(conn: sqlite3.Connection, rows: int) -> None:
+    """Delete ``rows`` finished rows, each from the session holding the most finished ones.
+
+    Among sessions holding as many, the one with the oldest row gives first; each gives its
+    oldest rows.
+    """
+    sizes = conn.execute(
+        "SELECT session, count(*), min(id) FROM runs WHERE status != ? GROUP BY session",
+        (RUNNING,),
+    )
+    heap = [(-count, oldest, name) for name, count, oldest in sizes]
+    heapq.heapify(heap)
+    taken: dict[str, int] = {}
+    for _ in range(rows):
+        if not heap:
+            break
+        count, oldest, name = heapq.heappop(heap)
+        taken[name] = taken.get(name, 0) + 1
+        if count + 1 < 0:
+            heapq.heappush(heap, (count + 1, oldest, name))
+    for name, count in taken.items():
+        conn.execute(
+            "DELETE FROM runs WHERE id IN (SELECT id FROM runs WHERE session = ? AND status != ? "
+            "ORDER BY id LIMIT ?)",
+            (name, RUNNING, count),
+        )
 
 
 def add_tool_call_row(conn: sqlite3.Connection, run_id: int, raw: str) -> None:

@@ -1,17 +1,23 @@
-"""Usage counters: tokens per quota day and session (for limits) and per day and model (history).
+"""Usage accounting: a ledger of model calls, and the counters the quotas read.
 
-A run's tokens are counted in the same transaction that closes its run record (see
-``journal.py``), so for every day ``SUM(runs.counted_tokens) == SUM(usage_counters.total)``
-until someone resets a counter. Per-session counters are what quotas check; they can be reset
-and are pruned after a retention window. The per-day totals are never reset, so the usage
-plot's history survives both. A *day* is an ISO date string chosen by the caller (the quota's
-time zone), which keeps this module free of clocks.
+Every answered model call is one row of ``usage_ledger`` (day, session, run, model, tokens),
+written in the transaction of the journal step that stores the call's result (see
+``journal.py``), so a crash loses at most the call in flight. The same transaction adds the
+row to two materialisations: ``usage_counters`` (tokens per quota day and session: what limits
+check, one indexed row per check) and ``usage_daily`` (per day and model: the usage plot's
+history, kept after the ledger and the counters are pruned). For every day kept,
+``SUM(usage_ledger) == usage_counters`` per session, whatever the run log keeps: a reset is a
+``reset`` row taking the counter back to zero, pruning drops a day's ledger rows with its
+counters, and a store counted before the ledger existed carries each counter over as one
+``carried`` row (the ledger's migration step). A *day* is an ISO date string chosen by the
+caller (the quota's time zone), which keeps this module free of clocks.
 """
 
 from __future__ import annotations
 
 import sqlite3
-from collections.abc import Mapping
+import time
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
@@ -24,6 +30,13 @@ if TYPE_CHECKING:
     from .db import Database
 
 COUNTS = "prompt_tokens, completion_tokens, cached_tokens, total_tokens"
+_ADD = (
+    "ON CONFLICT ({key}) DO UPDATE SET "
+    "prompt_tokens = prompt_tokens + excluded.prompt_tokens, "
+    "completion_tokens = completion_tokens + excluded.completion_tokens, "
+    "cached_tokens = cached_tokens + excluded.cached_tokens, "
+    "total_tokens = total_tokens + excluded.total_tokens"
+)
 
 
 class Tokens(Protocol):
@@ -56,35 +69,50 @@ def check_day(day: str) -> str:
     return day
 
 
-def add_counts(
-    conn: sqlite3.Connection, day: str, session: str, by_model: Mapping[str, Tokens]
-) -> int:
-    """Add ``by_model`` to the day's counter of ``session`` and the day's model totals.
+Call = tuple[str, Tokens]
+"""One answered model call: ``(model, tokens)``."""
 
-    Runs inside the caller's transaction; returns the total tokens added.
+
+def as_calls(counted: Mapping[str, Tokens] | Sequence[Call]) -> list[Call]:
+    """``counted`` as calls: a mapping by model (totals of some calls) is one call per model."""
+    if isinstance(counted, Mapping):
+        return list(counted.items())
+    return list(counted)
+
+
+def add_counts(
+    conn: sqlite3.Connection,
+    day: str,
+    session: str,
+    calls: Sequence[Call],
+    *,
+    run_id: int | None = None,
+    now: float | None = None,
+) -> int:
+    """Write one ledger row per call and add it to the day's counters; returns the total added.
+
+    Runs inside the caller's transaction. Calls that used no tokens leave no row.
     """
+    at = time.time() if now is None else now
     added = 0
-    for model, t in by_model.items():
+    for model, t in calls:
         if not (t.total or t.prompt or t.completion or t.cached):
             continue
-        row = (day, model, t.prompt, t.completion, t.cached, t.total)
+        counts = (t.prompt, t.completion, t.cached, t.total)
+        conn.execute(
+            f"INSERT INTO usage_ledger (day, session, run_id, model, kind, {COUNTS}, at) "
+            "VALUES (?, ?, ?, ?, 'call', ?, ?, ?, ?, ?)",
+            (day, session, run_id, model, *counts, at),
+        )
         conn.execute(
             f"INSERT INTO usage_daily (day, model, {COUNTS}) VALUES (?, ?, ?, ?, ?, ?) "
-            "ON CONFLICT (day, model) DO UPDATE SET "
-            "prompt_tokens = prompt_tokens + excluded.prompt_tokens, "
-            "completion_tokens = completion_tokens + excluded.completion_tokens, "
-            "cached_tokens = cached_tokens + excluded.cached_tokens, "
-            "total_tokens = total_tokens + excluded.total_tokens",
-            row,
+            + _ADD.format(key="day, model"),
+            (day, model, *counts),
         )
         conn.execute(
             f"INSERT INTO usage_counters (day, session, {COUNTS}) VALUES (?, ?, ?, ?, ?, ?) "
-            "ON CONFLICT (day, session) DO UPDATE SET "
-            "prompt_tokens = prompt_tokens + excluded.prompt_tokens, "
-            "completion_tokens = completion_tokens + excluded.completion_tokens, "
-            "cached_tokens = cached_tokens + excluded.cached_tokens, "
-            "total_tokens = total_tokens + excluded.total_tokens",
-            (day, session, *row[2:]),
+            + _ADD.format(key="day, session"),
+            (day, session, *counts),
         )
         added += t.total
     return added
@@ -97,13 +125,16 @@ class UsageLedger:
         """Count into ``db``."""
         self._db = db
 
-    async def add(self, day: str, session: str, by_model: Mapping[str, Tokens]) -> int:
-        """Count tokens spent outside any run record; returns the total added."""
+    async def add(
+        self, day: str, session: str, counted: Mapping[str, Tokens] | Sequence[Call]
+    ) -> int:
+        """Count tokens spent outside any run record (by model, or call by call); the total."""
         day, session = check_day(day), check_session(session)
+        calls = as_calls(counted)
 
         def write(conn: sqlite3.Connection) -> int:
             with transaction(conn):
-                return add_counts(conn, day, session, by_model)
+                return add_counts(conn, day, session, calls)
 
         return await self._db.run(write)
 
@@ -129,6 +160,13 @@ class UsageLedger:
         """Per-model totals of days ``since <= day <= until``, by day then most used."""
         return await self._rows("usage_daily", "model", since, until)
 
+    async def ledger(self, since: str, until: str | None = None) -> list[DayCount]:
+        """The ledger summed per day and session, shaped and ordered like `sessions`.
+
+        Equal to `sessions` for every day kept (the counters are its materialisation).
+        """
+        return await self._rows("usage_ledger", "session", since, until, grouped=True)
+
     async def reset(self, day: str, session: str | None = None) -> int:
         """Zero the counter of ``session`` (None: every session) for ``day``; returns the tokens.
 
@@ -141,6 +179,13 @@ class UsageLedger:
 
         def write(conn: sqlite3.Connection) -> int:
             with transaction(conn):
+                # The ledger keeps the calls and takes the counters back to zero.
+                conn.execute(
+                    f"INSERT INTO usage_ledger (day, session, kind, {COUNTS}, at) "
+                    "SELECT day, session, 'reset', -prompt_tokens, -completion_tokens, "
+                    f"-cached_tokens, -total_tokens, ? FROM usage_counters WHERE {where}",
+                    [time.time(), *args],
+                )
                 row = conn.execute(
                     f"SELECT SUM(total_tokens) FROM usage_counters WHERE {where}", args
                 ).fetchone()
@@ -150,17 +195,21 @@ class UsageLedger:
         return await self._db.run(write)
 
     async def prune(self, before: str) -> int:
-        """Delete per-session counters of days before ``before``; returns how many rows."""
+        """Delete per-session counters (and their ledger rows) of days before ``before``.
+
+        Returns how many counters; the daily totals per model are kept.
+        """
         before = check_day(before)
 
         def write(conn: sqlite3.Connection) -> int:
             with transaction(conn):
+                conn.execute("DELETE FROM usage_ledger WHERE day < ?", (before,))
                 return conn.execute("DELETE FROM usage_counters WHERE day < ?", (before,)).rowcount
 
         return await self._db.run(write)
 
     async def counted(self, day: str) -> int:
-        """What the run records closed on ``day`` counted (``runs.counted_tokens``)."""
+        """What the run records noted as counted on ``day`` (``runs.counted_tokens``)."""
         day = check_day(day)
 
         def read(conn: sqlite3.Connection) -> int:
@@ -171,11 +220,21 @@ class UsageLedger:
 
         return await self._db.run(read)
 
-    async def _rows(self, table: str, key: str, since: str, until: str | None) -> list[DayCount]:
+    async def _rows(
+        self, table: str, key: str, since: str, until: str | None, *, grouped: bool = False
+    ) -> list[DayCount]:
         since = check_day(since)
         until = check_day(until) if until is not None else "9999-12-31"
+        counts = COUNTS
+        group = ""
+        if grouped:  # the ledger: sum its rows; a day and session summing to nothing has none
+            counts = ", ".join(f"SUM({c}) AS {c}" for c in COUNTS.split(", "))
+            group = (
+                f" GROUP BY day, {key} HAVING SUM(prompt_tokens) OR SUM(completion_tokens) "
+                "OR SUM(cached_tokens) OR SUM(total_tokens)"
+            )
         sql = (
-            f"SELECT day, {key}, {COUNTS} FROM {table} WHERE day >= ? AND day <= ? "
+            f"SELECT day, {key}, {counts} FROM {table} WHERE day >= ? AND day <= ?{group} "
             "ORDER BY day, total_tokens DESC, " + key
         )
 
