@@ -191,6 +191,39 @@ class Inbox:
         checked = check_effects(effects)
         return await self._db.run(_update, checked, time.time())
 
+    async def settle(self, ids: Sequence[int], reply: OutboxRow) -> int | None:
+        """Answer rows ``ids`` that are still open (``pending``/``running``) with ``reply``.
+
+        One transaction: when none is open any more (their run's finish step answered them)
+        nothing is written and None returned; else the reply row's id.
+        """
+        check_effects([reply])
+        return await self._db.run(_settle, tuple(ids), reply, time.time())
+
+    async def orphans(self) -> builtins.list[tuple[InboxEntry, bool]]:
+        """``running`` rows whose run is not running any more (a crash cut it off).
+
+        Each with whether a tool with side effects had started in that run. Call after the
+        store marked orphaned runs ``interrupted`` (opening it does).
+        """
+        return await self._db.run(_orphans)
+
+    async def resume(
+        self,
+        ids: Sequence[int],
+        run_ids: Sequence[int],
+        how: Literal["rerun", "notified"],
+        notice: OutboxRow | None = None,
+    ) -> None:
+        """Resolve orphaned rows: ``rerun`` makes them ``pending`` again, ``notified`` final.
+
+        The runs' records note ``how`` (column ``resumed``); ``notice`` is the chat's notice
+        row, written in the same transaction.
+        """
+        if notice is not None:
+            check_effects([notice])
+        await self._db.run(_resume, tuple(ids), tuple(run_ids), how, notice, time.time())
+
     async def get(self, inbox_id: int) -> InboxEntry | None:
         """One row by id."""
         return await self._db.run(_get_inbox, inbox_id)
@@ -340,6 +373,58 @@ def _update(conn: sqlite3.Connection, effects: list[Effect], now: float) -> list
         return apply_effects(conn, effects, None, now)
 
 
+def _settle(
+    conn: sqlite3.Connection, ids: tuple[int, ...], reply: OutboxRow, now: float
+) -> int | None:
+    if not ids:
+        return None
+    marks = ",".join("?" * len(ids))
+    with transaction(conn):
+        cursor = conn.execute(
+            f"UPDATE inbox SET state = 'answered', updated_at = ? "
+            f"WHERE id IN ({marks}) AND state IN ('pending', 'running')",
+            (now, *ids),
+        )
+        if cursor.rowcount == 0:
+            return None
+        return _insert_outbox(conn, reply, reply.run_id, now)
+
+
+def _orphans(conn: sqlite3.Connection) -> list[tuple[InboxEntry, bool]]:
+    columns = ", ".join(f"i.{c.strip()}" for c in _INBOX_COLUMNS.split(","))
+    rows = conn.execute(
+        f"SELECT {columns}, coalesce(r.side_effects_started, 0) FROM inbox i "
+        "LEFT JOIN runs r ON r.id = i.run_id "
+        "WHERE i.state = 'running' AND (r.id IS NULL OR r.status != 'running') ORDER BY i.id"
+    )
+    return [(_inbox_entry(r[:-1]), bool(r[-1])) for r in rows]
+
+
+def _resume(
+    conn: sqlite3.Connection,
+    ids: tuple[int, ...],
+    run_ids: tuple[int, ...],
+    how: str,
+    notice: OutboxRow | None,
+    now: float,
+) -> None:
+    state = "pending" if how == "rerun" else "notified"
+    with transaction(conn):
+        if ids:
+            conn.execute(
+                f"UPDATE inbox SET state = ?, updated_at = ? "
+                f"WHERE id IN ({','.join('?' * len(ids))}) AND state = 'running'",
+                (state, now, *ids),
+            )
+        if run_ids:
+            conn.execute(
+                f"UPDATE runs SET resumed = ? WHERE id IN ({','.join('?' * len(run_ids))})",
+                (how, *run_ids),
+            )
+        if notice is not None:
+            _insert_outbox(conn, notice, notice.run_id, now)
+
+
 def _inbox_entry(row: tuple[Any, ...]) -> InboxEntry:
     values = list(row)
     values[7] = json.loads(values[7])
@@ -358,7 +443,8 @@ def _get_inbox(conn: sqlite3.Connection, inbox_id: int) -> InboxEntry | None:
 
 
 def _where(states: tuple[str, ...], session: str | None) -> tuple[str, list[Any]]:
-    clauses, params = [], []
+    clauses: list[str] = []
+    params: list[Any] = []
     if states:
         clauses.append(f"state IN ({','.join('?' * len(states))})")
         params.extend(states)
