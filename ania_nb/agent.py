@@ -333,6 +333,8 @@ class Agent:
         effectful = call.name in PLAN_BLOCKED_TOOLS or (tool is not None and tool.side_effects)
         if run_id is None or not effectful or self._rt is None:
             return
+        if not self.outbox.durable(ctx.session):  # no front end re-runs this session's turns
+            return
         try:
             await self._rt.store.journal.mark_side_effects(run_id)
         except Exception:  # bookkeeping: the call still runs, the run will not be re-run
@@ -528,6 +530,16 @@ class Agent:
         answered, and a stop leaves queued messages in the inbox instead of dropping them.
         """
         self._accepting = False
+
+    @property
+    def closed(self) -> bool:
+        """Whether `aclose` was called."""
+        return self._closed
+
+    @property
+    def settled(self) -> bool:
+        """Whether every answered batch's inbox rows are settled (no store write pending)."""
+        return not self._settling
 
     @property
     def accepting(self) -> bool:

@@ -21,6 +21,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from typing import Literal
 
 from ..store import OutboxEntry, OutboxLog
@@ -29,6 +30,19 @@ log = logging.getLogger(__name__)
 
 SendOutcome = Literal["sent", "unsent", "uncertain", "failed"]
 Send = Callable[[OutboxEntry], Awaitable[tuple[SendOutcome, "str | None"]]]
+
+
+@dataclass(frozen=True)
+class Posted:
+    """What became of a posted row: its state (``pending`` when nobody waited) and error."""
+
+    state: str
+    error: str | None = None
+
+    @property
+    def sent(self) -> bool:
+        """Whether the platform confirmed it."""
+        return self.state == "sent"
 
 
 class Deliverer:
@@ -52,9 +66,11 @@ class Deliverer:
         self._ready = ready
         self._workers: dict[str, asyncio.Task[None]] = {}
         self._dirty: set[str] = set()  # sessions with rows added since their worker last looked
-        self._waiters: dict[int, asyncio.Future[str]] = {}  # row id -> its final state
+        self._waiters: dict[int, asyncio.Future[Posted]] = {}  # row id -> its final state
+        self._stalled: set[str] = set()  # sessions waiting for the reconnect
         self._idle = asyncio.Event()
         self._idle.set()
+        self._closed = False
 
     async def start(self) -> list[OutboxEntry]:
         """Mark rows left ``sending`` by a dead process ``uncertain``, then send every pending row.
@@ -76,7 +92,9 @@ class Deliverer:
         return uncertain
 
     def wake(self, session: str) -> None:
-        """Rows were added for ``session``: make sure its worker sends them."""
+        """Rows were added for ``session``: make sure its worker sends them (until closed)."""
+        if self._closed:
+            return  # stored: the next start sends them
         self._dirty.add(session)
         worker = self._workers.get(session)
         if worker is None or worker.done():
@@ -85,7 +103,7 @@ class Deliverer:
                 self._work(session), name=f"ania-outbox-{session}"
             )
 
-    def expect(self, row_id: int) -> asyncio.Future[str]:
+    def expect(self, row_id: int) -> asyncio.Future[Posted]:
         """A future of row ``row_id``'s final state (``sent``, ``failed`` or ``uncertain``).
 
         A row somebody awaits is failed, not kept, when it cannot be written now.
@@ -97,22 +115,30 @@ class Deliverer:
 
     @property
     def busy(self) -> bool:
-        """Whether any chat's worker is still sending."""
+        """Whether any chat's worker is sending (not counting chats waiting for a reconnect)."""
         return not self._idle.is_set()
 
     async def wait_idle(self) -> None:
         """Return once no chat has rows being sent (pending rows of a disconnected chat wait)."""
         await self._idle.wait()
 
+    def _check_idle(self) -> None:
+        live = [s for s, w in self._workers.items() if not w.done() and s not in self._stalled]
+        if live:
+            self._idle.clear()
+        else:
+            self._idle.set()
+
     async def aclose(self) -> None:
         """Stop every worker; a row being sent stays ``sending`` (``uncertain`` at next start)."""
+        self._closed = True
         workers = list(self._workers.values())
         for worker in workers:
             worker.cancel()
         await asyncio.gather(*workers, return_exceptions=True)
         for future in self._waiters.values():
             if not future.done():
-                future.set_result("pending")
+                future.set_result(Posted("pending", "the outbox closed"))
         self._idle.set()
 
     async def _work(self, session: str) -> None:
@@ -128,8 +154,8 @@ class Deliverer:
         finally:
             if self._workers.get(session) is asyncio.current_task():
                 del self._workers[session]
-            if not any(not w.done() for w in self._workers.values()):
-                self._idle.set()
+            self._stalled.discard(session)
+            self._check_idle()
 
     async def _deliver(self, entry: OutboxEntry) -> None:
         while True:
@@ -141,7 +167,13 @@ class Deliverer:
             if outcome == "unsent" and entry.id not in self._waiters:
                 await self.log.mark(entry.id, "pending", error)
                 log.info("%s: not connected; outbox row %d waits", entry.session, entry.id)
-                await self._ready()
+                self._stalled.add(entry.session)
+                self._check_idle()
+                try:
+                    await self._ready()
+                finally:
+                    self._stalled.discard(entry.session)
+                    self._check_idle()
                 again = await self.log.claim(entry.session)
                 if again is None:
                     return
@@ -162,5 +194,5 @@ class Deliverer:
                 log.warning("outbox row %d to %s failed: %s", entry.id, entry.session, error)
             future = self._waiters.pop(entry.id, None)
             if future is not None and not future.done():
-                future.set_result(final)
+                future.set_result(Posted(final, error))
             return

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..engine.callbacks import NO_CALLBACKS, Callbacks
 from ..store import InboxState, OutboxLog, OutboxRow
-from .delivery import Deliverer
+from .delivery import Deliverer, Posted
 from .subscribers import Subscribers
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -112,12 +112,13 @@ class Outbox:
         kind: str,
         answers: tuple[int, ...] = (),
         wait: bool = False,
-    ) -> str:
+    ) -> Posted:
         """Store ``delivery`` as an outbox row of ``kind`` and have it sent.
 
         ``answers`` are inbox rows this message answers: they become ``answered`` in the same
-        transaction. With ``wait``, returns the row's final state (``sent``, ``failed``,
-        ``uncertain``); else ``pending``. Needs a durable session (`durable`).
+        transaction. With ``wait``, returns once the row is final (``sent``, ``failed``,
+        ``uncertain``: a row that cannot be written now fails instead of waiting for a
+        reconnect); else at once, ``pending``. Needs a durable session (`durable`).
         """
         deliverer = self.deliverer
         if deliverer is None or not deliverer.serves(delivery.session):
@@ -127,7 +128,7 @@ class Outbox:
         row_id = await deliverer.log.add(row, effects)
         future = deliverer.expect(row_id) if wait else None
         deliverer.wake(delivery.session)
-        return await future if future is not None else "pending"
+        return await future if future is not None else Posted("pending")
 
     def woken(self, session: str) -> None:
         """Rows for ``session`` were written by another step (a run's finish): send them."""

@@ -37,8 +37,10 @@ class AdapterError(ResourceError):
     ``written`` says whether the request may have reached the platform: False only when it
     provably never left (not connected, the connection already closed), so sending it again
     cannot duplicate it; True (the default, the safe guess) when it was written and no answer
-    came, or the platform answered with a failure.
+    came, or the platform answered with a failure (then ``refused`` is True too).
     """
+
+    refused = False  # the platform answered with a failure (a subclass says so)
 
     def __init__(self, message: str, *, written: bool = True) -> None:
         super().__init__(message)

@@ -57,6 +57,8 @@ log = logging.getLogger("ania_nb.runner.onebot")
 class ActionFailed(AdapterError):
     """The implementation answered an action with a failure status [action, status, retcode]."""
 
+    refused = True
+
     def __init__(self, message: str, *, action: str, status: str, retcode: int) -> None:
         super().__init__(message)
         self.action, self.status, self.retcode = action, status, retcode
