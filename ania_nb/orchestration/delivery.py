@@ -1,6 +1,6 @@
 """`Deliverer`: sends a front end's outbox rows, one at a time per chat, concurrently across chats.
 
-Send at most once, answer at least once [design29 §4]: a row is claimed (``pending`` →
+Send at most once, answer at least once: a row is claimed (``pending`` →
 ``sending``, committed) *before* the front end writes it, then marked by what the front end
 says happened (`SendOutcome`):
 
