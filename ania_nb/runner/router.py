@@ -76,6 +76,7 @@ MAX_LINKS = 10_000  # chats remembered at once; idle ones beyond are forgotten f
 STOP_WAIT = 10.0  # after the grace period: how long stopped replies get to report
 IDLE_POLL = 0.02  # how often waits for "nothing runs any more" look
 RECONNECT_POLL = 0.2  # the port has no reconnect event: how often a waiting chat looks
+PRUNE_EVERY = 3600.0  # seconds between prunes of the inbox and outbox (also at start)
 
 
 class Router:
@@ -91,6 +92,7 @@ class Router:
         self._deadline: float | None = None
         self._starting: asyncio.Future[None] | None = None
         self.deliverer: Deliverer | None = None
+        self._pruner: asyncio.Task[None] | None = None
         self._previous = agent.outbox.callbacks_for
         agent.outbox.callbacks_for = self.callbacks_for
 
@@ -151,7 +153,8 @@ class Router:
             ready=self._wait_connected,
         )
         self.agent.outbox.serve(self.deliverer)
-        recovery = await self.agent.recover(self._callbacks_of)
+        recovery = await self.agent.recover(self._callbacks_of)  # prunes the mailbox too
+        self._pruner = asyncio.create_task(self._prune_periodically(), name="ania-inbox-prune")
         if recovery != type(recovery)():
             log.info(
                 "recovered after a restart: %d message(s) queued again (%d re-run), "
@@ -161,6 +164,20 @@ class Router:
                 recovery.notified,
                 recovery.uncertain,
             )
+
+    async def _prune_periodically(self) -> None:
+        """Drop handled inbox and outbox rows older than ``runner.inbox_window``, hourly."""
+        store = await self.agent.host.open_store()
+        while True:
+            await asyncio.sleep(PRUNE_EVERY)
+            window = self.settings.inbox_window
+            try:
+                removed = await store.inbox.prune(window) + await store.outbox.prune(window)
+            except Exception:
+                log.exception("pruning the inbox and outbox failed (tried again later)")
+                continue
+            if removed:
+                log.info("pruned %d handled inbox/outbox rows", removed)
 
     def _callbacks_of(self, entry: InboxEntry) -> Callbacks:
         """A recovered message's callbacks, from what `_route` stored with it."""
@@ -473,6 +490,9 @@ class Router:
             except TimeoutError:
                 log.warning("some messages were not sent before the shutdown; sent after restart")
             await self.deliverer.aclose()
+        if self._pruner is not None:
+            self._pruner.cancel()
+            await asyncio.gather(self._pruner, return_exceptions=True)
         chores = set(self._chores)
         for task in chores:
             task.cancel()
