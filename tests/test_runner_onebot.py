@@ -478,10 +478,14 @@ async def test_a_reconnect_storm_leaves_no_unretrieved_future_exception() -> Non
                 with contextlib.suppress(AdapterError):
                     await adapter.send(Outgoing(ChatRef("private", str(n % 7 + 1)), text=f"{n}"))
 
-            for round_ in range(15):
-                sends = [asyncio.ensure_future(send(round_ * 40 + n)) for n in range(40)]
+            for round_ in range(20):
+                sends = [asyncio.ensure_future(send(round_ * 20 + n)) for n in range(20)]
                 await asyncio.sleep(0)
-                await impl.drop(abrupt=True)
+                drop = asyncio.ensure_future(impl.drop(abrupt=round_ % 2 == 1))
+                while not drop.done():  # sends meet the closing handshake, and a dead socket
+                    sends.append(asyncio.ensure_future(send(round_)))
+                    await asyncio.sleep(0.001)
+                await drop
                 await asyncio.gather(*sends)
                 await asyncio.wait_for(adapter.wait_connected(), 10)
             del sends
