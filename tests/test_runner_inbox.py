@@ -312,3 +312,19 @@ async def test_messages_during_the_shutdown_grace_are_kept_and_answered_after_re
     assert [m.text for m in adapter2.sent] == ["answered after the restart"]
     assert "while closing 2" in str(llm.requests[-1].messages[-1])
     await router2.close(0)
+
+
+async def test_the_reply_row_is_written_by_the_runs_finish_step_itself(llm, serve, monkeypatch):
+    """A crash right after the finish step (before anything else runs) loses no reply."""
+    llm.script(reply("kept"))
+    s = await serve()
+    # what runs after the run's last transaction never happens, as if the process died there
+    monkeypatch.setattr(s.agent, "_batch_finished", lambda *args: None)
+    monkeypatch.setattr(s.agent._queues, "_finished", lambda *args: None)
+    await s.adapter.receive(s.adapter.private("5", "hi"))
+    store = await s.store()
+    await until(lambda: not any(x.busy for x in s.agent.sessions), "the run to end")
+    [row] = await store.inbox.list()
+    [out] = await store.outbox.list()
+    assert row.state == "answered" and (out.kind, out.run_id) == ("reply", row.run_id)
+    assert out.payload["text"] == "kept"
