@@ -594,8 +594,8 @@ class Agent:
 
     def _batch_finished(self, state: Session, batch: list[Pending], result: RunResult) -> None:
         """Settle a batch's inbox rows that its run did not (a refusal, a stop before it began)."""
-        ids = tuple(p.inbox_id for p in batch if p.inbox_id is not None)
-        if not ids or self._rt is None:
+        ids = tuple(p.inbox_id for p in batch if p.inbox_id is not None and not p.settled)
+        if not ids or self._rt is None:  # the run's finish step answered them (the usual case)
             self.outbox.woken(state.name)
             return
         row = reply_row(state.name, batch, result, shutdown=not self._accepting)

@@ -100,8 +100,7 @@ async def test_outbox_claims_in_id_order_per_session_and_recovers_sending_as_unc
     assert await store.outbox.sessions_pending() == ["f:1", "f:2"]
     first = await store.outbox.claim("f:1")
     assert first is not None and (first.id, first.state, first.attempts) == (ids[0], "sending", 1)
-    await store.outbox.mark(first.id, "sent")
-    second = await store.outbox.claim("f:1")
+    second = await store.outbox.mark(first.id, "sent", claim_next="f:1")  # one round trip
     assert second is not None and second.id == ids[2]
     await store.outbox.mark(second.id, "pending")  # provably never written: back in line
     again = await store.outbox.claim("f:1")

@@ -145,8 +145,9 @@ class Deliverer:
         try:
             while session in self._dirty:
                 self._dirty.discard(session)
-                while (entry := await self.log.claim(session)) is not None:
-                    await self._deliver(entry)
+                entry = await self.log.claim(session)
+                while entry is not None:
+                    entry = await self._deliver(entry)
         except asyncio.CancelledError:
             raise
         except Exception:  # the store failed: the rows stay, the next wake tries again
@@ -157,7 +158,8 @@ class Deliverer:
             self._stalled.discard(session)
             self._check_idle()
 
-    async def _deliver(self, entry: OutboxEntry) -> None:
+    async def _deliver(self, entry: OutboxEntry) -> OutboxEntry | None:
+        """Send one row and mark it; returns the session's next row, already claimed."""
         while True:
             try:
                 outcome, error = await self._send(entry)
@@ -176,11 +178,11 @@ class Deliverer:
                     self._check_idle()
                 again = await self.log.claim(entry.session)
                 if again is None:
-                    return
+                    return None
                 entry = again
                 continue
             final = "failed" if outcome == "unsent" else outcome
-            await self.log.mark(entry.id, final, error)
+            following = await self.log.mark(entry.id, final, error, claim_next=entry.session)
             if final == "uncertain":
                 log.warning(
                     "outbox row %d to %s (%s) was written but never confirmed (%s); "
@@ -195,4 +197,4 @@ class Deliverer:
             future = self._waiters.pop(entry.id, None)
             if future is not None and not future.done():
                 future.set_result(Posted(final, error))
-            return
+            return following

@@ -140,7 +140,11 @@ def durable_record(
     def reply(outcome: RunResult) -> OutboxRow:
         return reply_row(session, batch, outcome, shutdown=shutting_down())
 
-    return StoreRecord(store, session, inbox=inbox, reply=reply)
+    def finished() -> None:
+        for pending in batch:
+            pending.settled = True
+
+    return StoreRecord(store, session, inbox=inbox, reply=reply, finished=finished)
 
 
 def batch_role(roles: Roles, session: str, batch: list[Pending]) -> Role:

@@ -71,12 +71,14 @@ class StoreRecord:
         history: bool = True,
         inbox: tuple[int, ...] = (),
         reply: Callable[[RunResult], OutboxRow] | None = None,
+        finished: Callable[[], None] | None = None,
     ) -> None:
         self.store = store
         self.session = session
         self.history = history
         self.inbox = inbox
         self.reply = reply
+        self.finished = finished  # told once the finish step (and its effects) committed
 
     async def begin(
         self, text: str, sender: str | None, turn: Message, *, load_history: bool
@@ -124,6 +126,8 @@ class StoreRecord:
             counted=outcome.usage.own(),  # the run's own calls; included work has its records
             effects=effects,
         )
+        if self.finished is not None:
+            self.finished()
 
     async def replace_history(self, messages: Sequence[Message]) -> None:
         """Replace the session's stored history (nothing is kept without history)."""

@@ -40,6 +40,7 @@ class Pending:
     role: Role | None = None  # an injected message's: whoever started the work; None: the sender's
     inbox_id: int | None = None  # its durable inbox row (accepted by a front end), if any
     meta: dict[str, Any] = field(default_factory=dict)  # the front end's data of the message
+    settled: bool = False  # its inbox row was answered by its run's own finish step
 
 
 @dataclass

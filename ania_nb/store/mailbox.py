@@ -260,11 +260,22 @@ class OutboxLog:
         """The session's oldest ``pending`` row, now ``sending`` (committed); None when none."""
         return await self._db.run(_claim, session, time.time())
 
-    async def mark(self, row_id: int, state: OutboxStateName, error: str | None = None) -> None:
-        """Move a ``sending`` row to ``state`` (``pending`` again: it was provably not sent)."""
+    async def mark(
+        self,
+        row_id: int,
+        state: OutboxStateName,
+        error: str | None = None,
+        *,
+        claim_next: str | None = None,
+    ) -> OutboxEntry | None:
+        """Move a ``sending`` row to ``state`` (``pending`` again: it was provably not sent).
+
+        With ``claim_next`` (a session), the same transaction claims that session's next
+        pending row (see `claim`) and returns it: one store round trip per row sent.
+        """
         if state not in OUTBOX_STATES:
             raise UsageError(f"outbox state must be one of {sorted(OUTBOX_STATES)}, got {state!r}")
-        await self._db.run(_mark, row_id, state, error, time.time())
+        return await self._db.run(_mark, row_id, state, error, time.time(), claim_next)
 
     async def recover(self) -> builtins.list[OutboxEntry]:
         """After a crash: every ``sending`` row becomes ``uncertain``; returns those rows."""
@@ -479,23 +490,35 @@ def _list_outbox(
     return [_outbox_entry(r) for r in rows]
 
 
-def _claim(conn: sqlite3.Connection, session: str, now: float) -> OutboxEntry | None:
-    with transaction(conn):
-        row = conn.execute(
-            f"UPDATE outbox SET state = 'sending', attempts = attempts + 1, updated_at = ? "
-            f"WHERE id = (SELECT id FROM outbox WHERE session = ? AND state = 'pending' "
-            f"ORDER BY id LIMIT 1) RETURNING {_OUTBOX_COLUMNS}",
-            (now, session),
-        ).fetchone()
+def _claim_row(conn: sqlite3.Connection, session: str, now: float) -> OutboxEntry | None:
+    row = conn.execute(
+        f"UPDATE outbox SET state = 'sending', attempts = attempts + 1, updated_at = ? "
+        f"WHERE id = (SELECT id FROM outbox WHERE session = ? AND state = 'pending' "
+        f"ORDER BY id LIMIT 1) RETURNING {_OUTBOX_COLUMNS}",
+        (now, session),
+    ).fetchone()
     return None if row is None else _outbox_entry(row)
 
 
-def _mark(conn: sqlite3.Connection, row_id: int, state: str, error: str | None, now: float) -> None:
+def _claim(conn: sqlite3.Connection, session: str, now: float) -> OutboxEntry | None:
+    with transaction(conn):
+        return _claim_row(conn, session, now)
+
+
+def _mark(
+    conn: sqlite3.Connection,
+    row_id: int,
+    state: str,
+    error: str | None,
+    now: float,
+    claim_next: str | None,
+) -> OutboxEntry | None:
     with transaction(conn):
         conn.execute(
             "UPDATE outbox SET state = ?, error = ?, updated_at = ? WHERE id = ?",
             (state, None if error is None else clean_text(error), now, row_id),
         )
+        return _claim_row(conn, claim_next, now) if claim_next is not None else None
 
 
 def _recover(conn: sqlite3.Connection, now: float) -> list[OutboxEntry]:
