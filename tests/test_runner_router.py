@@ -214,6 +214,14 @@ async def test_stop_mid_run_sends_one_stopped_notice(llm, serve):
     assert sorted(s.texts()) == sorted([QUEUED, "Stopped the reply.", STOPPED_TEXT])
     [run] = await s.agent.runs(session=G1.session)
     assert run.status == "stopped"
+    store = await s.agent.host.open_store()
+    rows = await store.inbox.list(session=G1.session)
+    # the stopped run's message, the dropped one that waited, the command
+    assert [(r.kind, r.state) for r in rows] == [
+        ("message", "answered"),
+        ("message", "dropped"),
+        ("command", "answered"),
+    ]
 
 
 async def test_status_texts_for_timeout_and_error_and_nothing_for_a_blank_reply(llm, serve):
