@@ -58,6 +58,7 @@ SLOW_MODULES = {
     "tests/security/test_onebot_frames.py",
     "tests/security/test_secrets_in_logs.py",
     "tests/test_runner_serve.py",  # one ania-nb serve for the module
+    "tests/test_runner_durable.py",  # ania-nb serve killed and restarted, reconnect storms
     "tests/security/test_chat_serve.py",  # likewise
 }
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Coroutine, Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -22,6 +22,7 @@ from .engine.messages import Message
 from .errors import UsageError
 from .governance import ApprovalManager, Governance, PythonHook
 from .governance.commands import parse_slash
+from .governance.plan import PLAN_BLOCKED_TOOLS
 from .knowledge import Knowledge
 from .orchestration import (
     AgentHost,
@@ -39,13 +40,15 @@ from .orchestration import (
     answer_batch,
     resolve_config,
 )
-from .orchestration.outbox import reply_delivery
+from .orchestration.inbox import Accepted, Inbound, Recovery, inbound_of, restart_notice
+from .orchestration.main_turn import reply_row
+from .orchestration.outbox import Delivery, reply_delivery
 from .prompts import DEFAULT_SYSTEM_PROMPT
 from .quota import Quota
 from .quota.command import HELP as QUOTA_HELP
 from .quota.command import quota_command
 from .result import RunResult
-from .store import RunRecord
+from .store import InboxEntry, InboxState, OutboxRow, RunRecord
 from .tools import SessionToolExecutor, Tool, ToolExecutor
 from .tools.builtin import HttpSource, ImageViewer, default_tools, gated_tools, image_viewer
 
@@ -111,6 +114,8 @@ class Agent:
             cancel_approvals=self.approvals.cancel,
             unawaited=self._publish_reply,
             max_running=lambda: self.config.runner.max_concurrent_runs,
+            finished=self._batch_finished,
+            dropped=self._batch_dropped,
         )
         # What the clock, subagents and teams may ask of this Agent (they never hold it).
         self.host = AgentHost(
@@ -137,6 +142,8 @@ class Agent:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._open_lock: asyncio.Lock | None = None
         self._closed = False
+        self._accepting = True  # False from `stop_accepting` (a front end's shutdown) on
+        self._settling: set[asyncio.Task[None]] = set()  # inbox rows being settled
 
     def _assemble(self, config: Config) -> None:
         """Build what the settings decide: governance, approval rules and the built-in tools.
@@ -310,7 +317,28 @@ class Agent:
         return self
 
     async def _gate(self, call: ToolCall, ctx: Any) -> GateDecision | None:
-        return await self.tool_gate(call, ctx) if self.tool_gate is not None else None
+        decision = await self.tool_gate(call, ctx) if self.tool_gate is not None else None
+        if decision is None:
+            await self._mark_side_effects(call, ctx)
+        return decision
+
+    async def _mark_side_effects(self, call: ToolCall, ctx: Any) -> None:
+        """Note on the run record that a tool with side effects starts (before it runs).
+
+        Recovery re-runs a turn a crash cut off (``runner.resume = "rerun"``) only without it.
+        """
+        run_id = ctx.run_state.get("run_id") if isinstance(ctx.run_state, dict) else None
+        executor = ctx.executor
+        tool = executor.get(call.name) if executor is not None else None
+        effectful = call.name in PLAN_BLOCKED_TOOLS or (tool is not None and tool.side_effects)
+        if run_id is None or not effectful or self._rt is None:
+            return
+        if not self.outbox.durable(ctx.session):  # no front end re-runs this session's turns
+            return
+        try:
+            await self._rt.store.journal.mark_side_effects(run_id)
+        except Exception:  # bookkeeping: the call still runs, the run will not be re-run
+            log.exception("could not mark run %s as having side effects", run_id)
 
     async def _before_compact(self, history: list[Message]) -> None:
         if self.before_compact is not None:
@@ -415,6 +443,184 @@ class Agent:
             self._queues.withdraw(state, pending)
             raise
 
+    # ------------------------------------------------------------------ durable front ends
+
+    async def accept(self, inbound: Inbound, callbacks: Callbacks | None = None) -> Accepted:
+        """Store an incoming event in the durable inbox, then queue or answer it.
+
+        The inbox row is committed before anything else happens; an event whose key is
+        already stored is ignored (``Accepted.state == "duplicate"``) so a re-sent event is
+        never answered twice. Its reply goes to the durable outbox (`Outbox.serve`), nobody
+        awaits it. ``callbacks`` serve the run (default: ``outbox.callbacks_for(session)``).
+        See `ania_nb.orchestration.inbox`.
+        """
+        if inbound.kind != "ignored" and not inbound.text.strip():
+            raise UsageError("accept() needs a non-empty message text")
+        if not inbound.session or not isinstance(inbound.session, str):
+            raise UsageError(f"session must be a non-empty string, got {inbound.session!r}")
+        store = (await self._ensure_open()).store
+        inbox_id = await store.inbox.accept(inbound.row())
+        if inbox_id is None:
+            log.debug(
+                "%s: event %s/%s/%s was accepted before; ignored",
+                inbound.session,
+                inbound.source,
+                inbound.account,
+                inbound.key,
+            )
+            return Accepted(None, "duplicate")
+        if inbound.kind == "ignored":
+            return Accepted(inbox_id, "ignored")
+        if inbound.kind == "approval":
+            return Accepted(inbox_id, "stored")
+        if not self._accepting:
+            return Accepted(inbox_id, "held")
+        return await self._dispatch(inbox_id, inbound, callbacks)
+
+    async def _dispatch(
+        self,
+        inbox_id: int,
+        inbound: Inbound,
+        callbacks: Callbacks | None,
+        *,
+        recovered: bool = False,
+    ) -> Accepted:
+        """Route a stored command, or queue a stored message (``recovered``: past the limit)."""
+        session, text = inbound.session, inbound.text
+        state = self.session(session)
+        command = parse_slash(text) if inbound.kind == "command" else None
+        if command is not None:
+            routed = await self.governance.slash.route(session, *command, sender=inbound.sender)
+            if routed.prompt is None:
+                reply = routed.reply or ""
+                await self._answer_now(session, inbox_id, reply)
+                return Accepted(inbox_id, "answered", reply=reply)
+            text = routed.prompt
+        pending = Pending(
+            text,
+            inbound.sender,
+            inbound.images,
+            callbacks or self.outbox.callbacks_for(session),
+            asyncio.get_running_loop().create_future(),
+            inbound.model,
+            inbound.plan,
+            inbox_id=inbox_id,
+            meta=inbound.meta,
+        )
+        if not self._queues.offer(state, pending, limit=not recovered):
+            await (await self._ensure_open()).store.inbox.update(
+                [InboxState((inbox_id,), "dropped")]
+            )
+            return Accepted(inbox_id, "dropped")
+        return Accepted(inbox_id, "queued")
+
+    async def _answer_now(self, session: str, inbox_id: int, reply: str) -> None:
+        """A command's answer: an outbox row answering its inbox row, in one transaction."""
+        if self.outbox.durable(session):
+            delivery = Delivery(session, reply, "command", title="command")
+            await self.outbox.post(delivery, kind="command", answers=(inbox_id,))
+        else:
+            store = (await self._ensure_open()).store
+            await store.inbox.update([InboxState((inbox_id,), "answered")])
+
+    def stop_accepting(self) -> None:
+        """A front end shuts down: events accepted from now on are stored, not queued.
+
+        They are answered after the restart (`recover`); messages already queued are still
+        answered, and a stop leaves queued messages in the inbox instead of dropping them.
+        """
+        self._accepting = False
+
+    @property
+    def closed(self) -> bool:
+        """Whether `aclose` was called."""
+        return self._closed
+
+    @property
+    def settled(self) -> bool:
+        """Whether every answered batch's inbox rows are settled (no store write pending)."""
+        return not self._settling
+
+    @property
+    def accepting(self) -> bool:
+        """Whether accepted events are queued (False once `stop_accepting` was called)."""
+        return self._accepting
+
+    async def recover(
+        self, callbacks_of: Callable[[InboxEntry], Callbacks] | None = None
+    ) -> Recovery:
+        """Answer what a previous process left in the durable inbox and outbox (call at start).
+
+        Outbox rows left ``sending`` become ``uncertain`` (never sent again) and pending rows are
+        sent, once a deliverer serves them. Inbox rows whose run a crash cut off are re-run
+        (``runner.resume = "rerun"``, only if no tool with side effects had started in that
+        run) or announced with one notice per chat (``"notify"``); their run records say
+        which. Then every pending row is queued again in order, batched per session.
+        ``callbacks_of(entry)`` gives a row's run its callbacks (default: the outbox's).
+        """
+        store = (await self._ensure_open()).store
+        uncertain = await self.outbox.deliverer.start() if self.outbox.deliverer else []
+        window = self.config.runner.inbox_window
+        await store.inbox.prune(window)
+        await store.outbox.prune(window)
+        rerun = notified = 0
+        orphans = await store.inbox.orphans()
+        for session in dict.fromkeys(entry.session for entry, _ in orphans):
+            rows = [(e, side) for e, side in orphans if e.session == session]
+            ids = tuple(e.id for e, _ in rows)
+            runs = tuple(dict.fromkeys(e.run_id for e, _ in rows if e.run_id is not None))
+            if self.config.runner.resume == "rerun" and not any(side for _, side in rows):
+                await store.inbox.resume(ids, runs, "rerun")
+                log.info("%s: re-running %d message(s) a restart cut off", session, len(ids))
+                rerun += len(ids)
+                continue
+            notice = None
+            if self.outbox.durable(session):
+                notice = restart_notice(session, [e for e, _ in rows])
+            await store.inbox.resume(ids, runs, "notified", notice)
+            log.info("%s: told the chat that %d repl(ies) were cut off", session, len(ids))
+            notified += len(ids)
+            self.outbox.woken(session)
+        queued = 0
+        for entry in await store.inbox.list(states=["pending"]):
+            if entry.kind == "approval":  # its approval died with the process (see its run)
+                await store.inbox.update([InboxState((entry.id,), "ignored")])
+                continue
+            inbound = inbound_of(entry)
+            callbacks = callbacks_of(entry) if callbacks_of is not None else None
+            await self._dispatch(entry.id, inbound, callbacks, recovered=True)
+            queued += 1
+        return Recovery(queued, rerun, notified, len(uncertain))
+
+    def _batch_finished(self, state: Session, batch: list[Pending], result: RunResult) -> None:
+        """Settle a batch's inbox rows that its run did not (a refusal, a stop before it began)."""
+        ids = tuple(p.inbox_id for p in batch if p.inbox_id is not None and not p.settled)
+        if not ids or self._rt is None:  # the run's finish step answered them (the usual case)
+            self.outbox.woken(state.name)
+            return
+        row = reply_row(state.name, batch, result, shutdown=not self._accepting)
+        self._track(self._settle(state.name, ids, row))
+
+    async def _settle(self, session: str, ids: tuple[int, ...], row: OutboxRow) -> None:
+        assert self._rt is not None
+        try:
+            await self._rt.store.inbox.settle(ids, row)
+        except Exception:
+            log.exception("could not settle inbox rows %s of %s", ids, session)
+        self.outbox.woken(session)
+
+    def _batch_dropped(self, state: Session, dropped: list[Pending]) -> None:
+        """A stop dropped queued messages: ``dropped`` rows (kept pending while shutting down)."""
+        ids = tuple(p.inbox_id for p in dropped if p.inbox_id is not None)
+        if ids and self._accepting and self._rt is not None:
+            store = self._rt.store
+            self._track(store.inbox.update([InboxState(ids, "dropped")]))
+
+    def _track(self, work: Coroutine[Any, Any, Any]) -> None:
+        task = asyncio.ensure_future(work)
+        self._settling.add(task)
+        task.add_done_callback(self._settling.discard)
+
     def stop(self, session: str = "nb:default") -> bool:
         """Cancel the session's running request, its queue and background work.
 
@@ -453,6 +659,7 @@ class Agent:
             run_timeout=self.config.agent.run_timeout,
             context=self._turn_context,
             admit=self._quota_denial,
+            shutting_down=lambda: not self._accepting,
         )
 
     async def _quota_denial(self, session: str) -> str | None:
@@ -507,6 +714,8 @@ class Agent:
         for state in self.sessions:
             self.stop(state.name)  # background work too
         await self._queues.aclose()
+        if self._settling:
+            await asyncio.gather(*self._settling, return_exceptions=True)
         await self.agents.aclose()
         await self.knowledge.aclose()
         if self._rt is not None:

@@ -7,7 +7,9 @@ What runs where:
   (no tool round: one model call per message). Its CPU is reported, not counted.
 * the runner under test: one **child process** holding one Agent, the real `OneBotAdapter` in
   reverse mode (listening on 127.0.0.1, access token on) and the real `Router`, wired as
-  ``ania-nb serve`` wires them (``adapter.start(router.handle)``, ``outbox → router.deliver``).
+  ``ania-nb serve`` wires them (``router.start()``: the router is the durable outbox's deliverer;
+  ``adapter.start(router.handle)``). Since issue 29 every message through it is an inbox row
+  before it is queued and every reply an outbox row before it is sent (SQLite, WAL).
   The same child also runs the baseline, ``Agent.chat`` called in-process on the same Agent.
   Its CPU (``/proc/<pid>/stat`` utime + stime, all threads) is what "CPU per message" counts.
 * the chat platform: this process, a thin OneBot v11 implementation written from the spec
@@ -161,7 +163,7 @@ async def start_runner(agent: Any) -> tuple[Any, Any] | str:
         return f"adapter/router not importable: {exc}"
     adapter = OneBotAdapter(agent.config.runner)
     router = Router(agent, adapter)
-    agent.outbox.subscribe(router.deliver)
+    await router.start()  # the durable outbox's deliverer, recovery (nothing to recover here)
     await adapter.start(router.handle)
     return adapter, router
 

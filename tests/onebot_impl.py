@@ -303,6 +303,7 @@ class OneBotImpl:
         nickname: str = "onebot-test",
         heartbeat_interval: float | None = None,
         report_sent: bool = False,
+        first_message_id: int = 1000,
     ) -> None:
         if message_format not in ("array", "string"):
             raise ValueError(f"message_format must be 'array' or 'string', not {message_format!r}")
@@ -321,7 +322,8 @@ class OneBotImpl:
         self.connections = 0  # successful connections so far
         self.dial_failures = 0  # reverse mode: attempts that found nothing listening
         self.request_headers: list[dict[str, str]] = []  # forward mode: each accepted upgrade
-        self._next_id = 1000
+        # A platform never reuses a message id; a second impl in one test starts elsewhere.
+        self._next_id = first_message_id
         self._live: dict[int, tuple[ClientConnection | ServerConnection, str]] = {}
         self._rules: list[_Rule] = []
         self._release = asyncio.Event()

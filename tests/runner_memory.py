@@ -27,6 +27,12 @@ from ania_nb.runner.model import (
 WAIT = 10.0  # seconds `wait_sent` waits before the test fails
 
 
+class Refused(AdapterError):
+    """The memory platform answered a send with a failure (``fail_sends``)."""
+
+    refused = True
+
+
 class MemoryAdapter:
     """The `Adapter` port in memory (see the module docstring)."""
 
@@ -73,7 +79,7 @@ class MemoryAdapter:
             await self._notify()
             self._check()
             self._fail_sends -= 1
-            raise AdapterError(f"send to {message.chat.session} failed (scripted)")
+            raise Refused(f"send to {message.chat.session} failed (scripted)")
         text = message.text
         if message.mentions:
             text = " ".join(f"@{m}" for m in message.mentions) + " " + text
@@ -210,7 +216,7 @@ class MemoryAdapter:
 
     def _check(self) -> None:
         if not self._connected:
-            raise AdapterError(f"{self.name} is not connected")
+            raise AdapterError(f"{self.name} is not connected", written=False)
 
     def _condition(self) -> asyncio.Condition:
         if self._changed is None:

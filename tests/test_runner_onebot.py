@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import contextlib
+import gc
 import logging
 from collections.abc import AsyncIterator
 from typing import Any
@@ -443,9 +444,56 @@ async def test_a_pending_action_fails_when_the_socket_drops(mode: str) -> None:
         await impl.drop()
         with pytest.raises(
             AdapterError, match="send_group_msg failed: the OneBot connection closed"
-        ):
+        ) as failed:
             await asyncio.wait_for(sending, 10)
+        assert failed.value.written  # it reached the implementation: never to be sent again
         impl.release()
+        await impl.wait_connected(connections=2)
+        await asyncio.wait_for(adapter.wait_connected(), 10)
+        assert [a.name for a in impl.actions].count("send_group_msg") == 1
+
+
+async def test_a_send_with_no_connection_was_provably_not_written() -> None:
+    """Not connected until the action timeout: ``written`` is False, so resending is safe."""
+    impl = OneBotImpl(self_id=BOT)
+    async with linked("reverse", impl, action_timeout=0.2) as (adapter, _):
+        await impl.drop(reconnect=False)
+        await until(lambda: not adapter.transport.connected, "the adapter to see the drop")
+        with pytest.raises(AdapterError, match="not connected") as failed:
+            await adapter.send(Outgoing(ChatRef("private", "2"), text="later"))
+        assert not failed.value.written
+
+
+async def test_a_reconnect_storm_leaves_no_unretrieved_future_exception() -> None:
+    """Sends racing abrupt drops: every failed answer future is retrieved (no loop warning)."""
+    loop = asyncio.get_running_loop()
+    problems: list[str] = []
+    previous = loop.get_exception_handler()
+    loop.set_exception_handler(lambda _loop, context: problems.append(context["message"]))
+    impl = OneBotImpl(self_id=BOT)
+    try:
+        async with linked("reverse", impl) as (adapter, _):
+
+            async def send(n: int) -> None:
+                with contextlib.suppress(AdapterError):
+                    await adapter.send(Outgoing(ChatRef("private", str(n % 7 + 1)), text=f"{n}"))
+
+            for round_ in range(20):
+                sends = [asyncio.ensure_future(send(round_ * 20 + n)) for n in range(20)]
+                await asyncio.sleep(0)
+                drop = asyncio.ensure_future(impl.drop(abrupt=round_ % 2 == 1))
+                while not drop.done():  # sends meet the closing handshake, and a dead socket
+                    sends.append(asyncio.ensure_future(send(round_)))
+                    await asyncio.sleep(0.001)
+                await drop
+                await asyncio.gather(*sends)
+                await asyncio.wait_for(adapter.wait_connected(), 10)
+            del sends
+            gc.collect()
+            await asyncio.sleep(0)
+    finally:
+        loop.set_exception_handler(previous)
+    assert [p for p in problems if "never retrieved" in p] == []
 
 
 # ---------------------------------------------------------------- reconnects

@@ -23,6 +23,7 @@ from ania_nb.orchestration import Delivery
 from ania_nb.runner.model import ChatRef, Outgoing
 from ania_nb.runner.router import (
     ERROR_TEXT,
+    HELD_TEXT,
     SHUTDOWN_TEXT,
     STOPPED_TEXT,
     TIMEOUT_TEXT,
@@ -65,7 +66,6 @@ async def serve(make_agent: Any) -> Any:
         await agent.start()
         adapter = MemoryAdapter()
         router = Router(agent, adapter)
-        agent.outbox.subscribe(router.deliver)
         await adapter.start(router.handle)
         routers.append(router)
         return Served(agent, adapter, router)
@@ -214,6 +214,14 @@ async def test_stop_mid_run_sends_one_stopped_notice(llm, serve):
     assert sorted(s.texts()) == sorted([QUEUED, "Stopped the reply.", STOPPED_TEXT])
     [run] = await s.agent.runs(session=G1.session)
     assert run.status == "stopped"
+    store = await s.agent.host.open_store()
+    rows = await store.inbox.list(session=G1.session)
+    # the stopped run's message, the dropped one that waited, the command
+    assert [(r.kind, r.state) for r in rows] == [
+        ("message", "answered"),
+        ("message", "dropped"),
+        ("command", "answered"),
+    ]
 
 
 async def test_status_texts_for_timeout_and_error_and_nothing_for_a_blank_reply(llm, serve):
@@ -247,7 +255,7 @@ async def test_a_failed_send_is_logged_and_the_next_message_is_answered(llm, ser
     s.adapter.fail_sends(1)
     await s.say(s.adapter.private("5", "one"))
     await s.settle()
-    assert s.adapter.sent == [] and "could not send to f:5" in caplog.text
+    assert s.adapter.sent == [] and "to f:5 failed" in caplog.text
     await s.say(s.adapter.private("5", "two"))
     assert (await s.adapter.wait_sent()).text == "arrives"
 
@@ -611,6 +619,7 @@ async def test_deliveries_to_chats_and_others(serve):
             Delivery("g:501", f"[{quiet}] the reply ended", "subagent", status=quiet)
         )
     await s.router.deliver(Delivery("g:501", "tick", "clock", meta={"created_by": "someone-local"}))
+    await s.settle()
     assert [(m.chat.session, m.text, m.mentions) for m in s.adapter.sent] == [
         ("f:5", "child says hi", ()),
         ("g:501", TIMEOUT_TEXT, ()),
@@ -642,10 +651,14 @@ async def test_close_lets_a_running_reply_finish_within_the_grace(llm, serve):
     closing = asyncio.create_task(s.router.close(30))
     await asyncio.sleep(0)
     await s.say(s.adapter.private("6", "too late"))
-    assert s.router.running == 1  # nothing new is accepted
+    assert s.router.running == 1  # nothing new is queued: stored, answered after the restart
     release.set()
     await asyncio.wait_for(closing, 10)
-    assert s.texts() == ["finished"]
+    assert s.texts(ChatRef("private", "5")) == ["finished"]
+    assert s.texts(ChatRef("private", "6")) == [HELD_TEXT]  # once, when the first one came
+    store = await s.agent.host.open_store()
+    [held] = await store.inbox.list(session="f:6")
+    assert held.state == "pending"
 
 
 async def test_close_stops_what_outlasts_the_grace_and_a_second_close_hurries(llm, serve):

@@ -742,7 +742,7 @@ async def test_second_sigterm_stops_the_run_and_history_stays_consistent(
     # A new process on the same data dir continues the conversation; the strict model server
     # refuses a history with a tool call left unanswered.
     await impl.aclose()
-    again = OneBotImpl(self_id="10000", access_token=TOKEN)
+    again = OneBotImpl(self_id="10000", access_token=TOKEN, first_message_id=50_000)
     try:
         llm.responder = None
         llm.script(reply("back again"))
@@ -769,7 +769,7 @@ async def test_a_killed_runner_leaves_an_interrupted_run_and_a_usable_history(
         gate.open()
     assert runs(tmp_path / "data") == [(f"f:{user}", "running")]
     await impl.aclose()
-    again = OneBotImpl(self_id="10000", access_token=TOKEN)
+    again = OneBotImpl(self_id="10000", access_token=TOKEN, first_message_id=50_000)
     try:
         llm.responder = None
         llm.script(reply("recovered"))

@@ -65,6 +65,19 @@ class RunnerSettings(Section):
     approval_chars: int = Field(
         1500, ge=200, description="Characters of an approval request shown in the chat."
     )
+    inbox_window: float = Field(
+        7 * 86400.0,
+        gt=0,
+        description="Seconds a handled message stays in the inbox (a re-sent event within it "
+        "is recognised and not answered again) and a sent message in the outbox; older ones "
+        "are pruned.",
+    )
+    resume: Literal["notify", "rerun"] = Field(
+        "notify",
+        description="A reply cut off by a crash or kill: notify tells the chat once to send "
+        "the message again; rerun answers it again, but only if no tool with side effects had "
+        "started (else it notifies).",
+    )
     grace_seconds: float = Field(
         20.0, ge=0, le=600, description="On shutdown, how long running replies may finish."
     )

@@ -16,6 +16,8 @@ from typing import TYPE_CHECKING, Any
 from ..engine.callbacks import RunEvent
 from ..governance.roles import highest
 from ..result import RunResult, RunStatus
+from ..store import OutboxRow
+from .outbox import Delivery, delivery_payload
 from .queues import resolve
 from .records import StoreRecord
 from .run import RunServices, execute_run
@@ -53,13 +55,16 @@ async def answer_batch(
     run_timeout: float,
     context: ContextSource | None = None,
     admit: Admission | None = None,
+    shutting_down: Callable[[], bool] = lambda: False,
 ) -> RunResult:
     """Answer every message of ``batch`` with one main run.
 
     ``admit(session)`` may refuse the run (a used-up quota): the batch and every message still
     queued get a ``denied`` result and nothing runs. ``context(session, text)`` may add a block
     to this turn's prompt (the knowledge base's auto-inject); the stored history keeps only the
-    user's text.
+    user's text. Messages from the durable inbox are marked by the run's steps and their reply
+    is an outbox row of the finish step (`StoreRecord`); ``shutting_down()`` notes on a
+    reply whether the service was closing (a reply stopped by a shutdown says so).
     """
     text, images = merge_batch(batch)
     denied = await admit(state.name) if admit is not None else None
@@ -84,7 +89,7 @@ async def answer_batch(
         system_prompt=system_prompt,
         # what this front end can serve and this role may use
         tools=front_end_view(state.executor, callbacks, allowed=roles.tool_filter(role)),
-        record=StoreRecord(store, state.name),
+        record=durable_record(store, state.name, batch, shutting_down),
         conversation=state.conversation,
         sender=senders_of(batch),
         requester=batch[-1].sender,
@@ -97,6 +102,49 @@ async def answer_batch(
         usage=state.take_derived(),  # tokens of background work since the last run count here
     )
     return await execute_run(spec, services)
+
+
+def reply_row(
+    session: str, batch: list[Pending], outcome: RunResult, *, shutdown: bool = False
+) -> OutboxRow:
+    """The outbox row of a batch's reply: a neutral delivery the front end renders at send time.
+
+    ``meta`` holds the run id, the batch's senders (whom a group reply mentions), the error,
+    the inbox rows answered and whether the service was shutting down.
+    """
+    delivery = Delivery(
+        session,
+        outcome.text,
+        "chat",
+        title="reply",
+        status=outcome.status,
+        meta={
+            "run_id": outcome.run_id,
+            "senders": list(dict.fromkeys(p.sender for p in batch if p.sender)),
+            "error": outcome.error,
+            "inbox": [p.inbox_id for p in batch if p.inbox_id is not None],
+            "shutdown": shutdown,
+        },
+    )
+    return OutboxRow(session, "reply", delivery_payload(delivery), run_id=outcome.run_id)
+
+
+def durable_record(
+    store: Store, session: str, batch: list[Pending], shutting_down: Callable[[], bool]
+) -> StoreRecord:
+    """The record sink of a main turn: with the inbox rows and reply row of durable messages."""
+    inbox = tuple(p.inbox_id for p in batch if p.inbox_id is not None)
+    if not inbox:
+        return StoreRecord(store, session)
+
+    def reply(outcome: RunResult) -> OutboxRow:
+        return reply_row(session, batch, outcome, shutdown=shutting_down())
+
+    def finished() -> None:
+        for pending in batch:
+            pending.settled = True
+
+    return StoreRecord(store, session, inbox=inbox, reply=reply, finished=finished)
 
 
 def batch_role(roles: Roles, session: str, batch: list[Pending]) -> Role:
@@ -112,6 +160,7 @@ async def _denied(
     dropped, state.queue = state.queue, []
     for pending in dropped:
         resolve(pending, result)
+    batch.extend(dropped)  # answered by this refusal too (the queue settles the whole batch)
     return result
 
 

@@ -37,6 +37,8 @@ class SessionQueues:
         cancel_approvals: Callable[[str], object],
         unawaited: Callable[[Session, list[Pending], RunResult], None],
         max_running: Callable[[], int] = lambda: 0,
+        finished: Callable[[Session, list[Pending], RunResult], None] | None = None,
+        dropped: Callable[[Session, list[Pending]], None] | None = None,
     ) -> None:
         self.table = table
         self._answer = answer
@@ -44,6 +46,10 @@ class SessionQueues:
         self._cancel_approvals = cancel_approvals
         self._unawaited = unawaited
         self._max_running = max_running
+        # Told of every answered batch and of every message a stop dropped (the durable inbox
+        # settles its rows with them).
+        self._finished = finished
+        self._dropped = dropped
         self.running = 0  # runs going now, all sessions
         self._waiters: list[asyncio.Future[None]] = []  # workers waiting for a slot, in order
 
@@ -56,9 +62,13 @@ class SessionQueues:
                 session=state.name,
             )
 
-    def offer(self, state: Session, pending: Pending) -> bool:
-        """Queue a message unless the queue is full; start the worker of an idle session."""
-        if state.busy and len(state.queue) >= self._queue_size():
+    def offer(self, state: Session, pending: Pending, *, limit: bool = True) -> bool:
+        """Queue a message unless the queue is full; start the worker of an idle session.
+
+        ``limit=False`` queues past ``queue_size`` (messages recovered after a restart were
+        accepted once already).
+        """
+        if limit and state.busy and len(state.queue) >= self._queue_size():
             return False
         state.queue.append(pending)
         if not state.busy:
@@ -88,6 +98,8 @@ class SessionQueues:
         dropped, state.queue = state.queue, []
         for pending in dropped:
             resolve(pending, RunResult("", "stopped", session, error="stopped before it started"))
+        if dropped and self._dropped is not None:
+            self._dropped(state, dropped)
         if state.current is not None and not state.current.done():
             state.current.cancel()
         return True
@@ -157,6 +169,8 @@ class SessionQueues:
             result = run.result()
         for pending in batch:
             resolve(pending, result)
+        if self._finished is not None:
+            self._finished(state, batch, result)
         if all(p.synthetic for p in batch):  # nobody awaits this reply
             self._unawaited(state, batch, result)
 

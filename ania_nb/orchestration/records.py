@@ -13,10 +13,10 @@ once the step returned, so a crash loses at most the call in flight.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Protocol
 
-from ..store import ToolCallRecord
+from ..store import Effect, InboxState, OutboxRow, ToolCallRecord
 
 if TYPE_CHECKING:  # pragma: no cover
     from ..engine.loop import ToolCallResult
@@ -71,12 +71,29 @@ def call_records(calls: Sequence[ToolCallResult]) -> list[ToolCallRecord]:
 
 
 class StoreRecord:
-    """A run's record in the store's run log, with or without the session's chat history."""
+    """A run's record in the store's run log, with or without the session's chat history.
 
-    def __init__(self, store: Store, session: str, *, history: bool = True) -> None:
+    A run answering durable inbox rows (``inbox``) marks them ``running`` in its begin step and
+    ``answered`` in its finish step, with its reply's outbox row (``reply(outcome)``) in the
+    same transaction: a crash leaves the rows either waiting, running or answered, never lost.
+    """
+
+    def __init__(
+        self,
+        store: Store,
+        session: str,
+        *,
+        history: bool = True,
+        inbox: tuple[int, ...] = (),
+        reply: Callable[[RunResult], OutboxRow] | None = None,
+        finished: Callable[[], None] | None = None,
+    ) -> None:
         self.store = store
         self.session = session
         self.history = history
+        self.inbox = inbox
+        self.reply = reply
+        self.finished = finished  # told once the finish step (and its effects) committed
 
     async def begin(
         self, text: str, sender: str | None, turn: Message, *, load_history: bool
@@ -85,8 +102,14 @@ class StoreRecord:
         journal = self.store.journal
         if not self.history:
             return await journal.start(self.session, text, sender=sender), None
+        effects = [InboxState(self.inbox, "running")] if self.inbox else []
         return await journal.begin(
-            self.session, text, sender=sender, message=turn, load_history=load_history
+            self.session,
+            text,
+            sender=sender,
+            message=turn,
+            load_history=load_history,
+            effects=effects,
         )
 
     async def round(
@@ -112,6 +135,11 @@ class StoreRecord:
     ) -> None:
         """Close the record (storing the final answer in the history, if kept)."""
         assert run_id is not None
+        effects: list[Effect] = []
+        if self.inbox:
+            effects.append(InboxState(self.inbox, "answered"))
+        if self.reply is not None:
+            effects.append(self.reply(outcome))
         await self.store.journal.finish(
             self.session,
             run_id,
@@ -121,7 +149,10 @@ class StoreRecord:
             reply=outcome.text or None,
             error=outcome.error,
             counted=tokens,  # the run's own calls; included work has its records
+            effects=effects,
         )
+        if self.finished is not None:
+            self.finished()
 
     async def replace_history(self, messages: Sequence[Message]) -> None:
         """Replace the session's stored history (nothing is kept without history)."""

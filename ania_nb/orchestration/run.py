@@ -138,6 +138,7 @@ class _Run:
         except Exception as exc:  # nothing was stored: the run cannot start
             log.exception("could not start the record of a %s run", spec.kind)
             return await self._end(self._failed("error", f"could not record the run: {exc}"))
+        self.run_state["run_id"] = self.run_id  # the gate marks side effects on the record
         history: list[Message] = []
         if conv is not None:
             if loaded is not None:

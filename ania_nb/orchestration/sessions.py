@@ -13,7 +13,7 @@ import time
 from collections import OrderedDict
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from ..engine.callbacks import Callbacks
 from ..engine.usage import Usage
@@ -38,6 +38,9 @@ class Pending:
     plan: bool = False  # plan mode for this message's run only
     synthetic: bool = False  # injected by the agent (a background result): nobody awaits it
     role: Role | None = None  # an injected message's: whoever started the work; None: the sender's
+    inbox_id: int | None = None  # its durable inbox row (accepted by a front end), if any
+    meta: dict[str, Any] = field(default_factory=dict)  # the front end's data of the message
+    settled: bool = False  # its inbox row was answered by its run's own finish step
 
 
 @dataclass

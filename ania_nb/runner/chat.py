@@ -1,11 +1,12 @@
 """One chat as the router serves it: its state and the callbacks its runs get.
 
-`ChatLink` holds what the router remembers about a chat (messages waiting for their reply, the
-batch each run answers, the queued notice of the current busy period, a group's count of
-messages not addressed to the bot) and builds the `Callbacks` of the runs that answer it: text,
-images and files go to the chat, ``get_msg_history`` and ``get_private_file_url`` ask the
-platform, ``load_images`` collects the images of the messages a run answers and of the messages
-they reply to, and ``request_approval`` posts the request as a chat message.
+`ChatLink` holds what the router remembers about a chat (the queued and overflow notices of the
+current busy period, the shutdown notice, a group's count of messages not addressed to the bot)
+and builds the `Callbacks` of the runs that answer it: text, images and files go to the chat
+through the durable outbox, ``get_msg_history`` and ``get_private_file_url`` ask the platform,
+``load_images`` collects the images of the messages a run answers (kept with their inbox rows,
+so a run after a restart has them too) and of the messages they reply to, and
+``request_approval`` posts the request as a chat message.
 
 **What the model reads of a chat message** (`model_text`)::
 
@@ -29,30 +30,45 @@ from __future__ import annotations
 
 import logging
 import re
-import weakref
-from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Iterable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, Protocol
 
 from .._preview import reveal
-from ..engine.callbacks import ApprovalRequest, Callbacks, RunEvent
+from ..engine.callbacks import ApprovalRequest, Callbacks
 from ..engine.untrusted import defuse_markers, one_line, untrusted
-from .model import Adapter, ChatRef, HistoryItem, Incoming, Outgoing, mentionable
+from .model import Adapter, AdapterError, ChatRef, HistoryItem, Incoming, mentionable
 
 if TYPE_CHECKING:  # pragma: no cover
     from ..agent import Agent
-    from ..result import RunResult
+    from ..orchestration.delivery import Posted
 
 log = logging.getLogger("ania_nb.runner")
 
 REPLY_DEPTH = 3  # how far load_images follows a chain of replies
-BATCHES_KEPT = 16  # run batches remembered per chat until their reply is sent
 
 NAME_LIMIT = 32  # characters of a sender's name the model sees
 ID_LIMIT = 32
 CONTINUATION = "| "  # starts every line of a message after its first
 
-Send = Callable[[Outgoing], Awaitable["str | None"]]
+
+class Post(Protocol):
+    """The router's `_post`: store a message for a chat in the outbox; the row's state."""
+
+    def __call__(
+        self,
+        chat: ChatRef,
+        kind: str,
+        text: str = "",
+        mentions: tuple[str, ...] = (),
+        *,
+        images: tuple[str, ...] = (),
+        files: tuple[tuple[str, str], ...] = (),
+        answers: tuple[int, ...] = (),
+        wait: bool = False,
+    ) -> Awaitable[Posted]:
+        """Post; with ``wait``, the row's final state."""
+        ...
+
 
 # A name may not contain the sender line's own brackets and colon, nor look-alikes of them.
 _NAME_PUNCTUATION = str.maketrans(
@@ -126,31 +142,52 @@ def approval_text(request: ApprovalRequest, limit: int, timeout: float, prefix: 
     )
 
 
+def incoming_meta(message: Incoming) -> dict[str, Any]:
+    """What the inbox keeps of a message for its run: enough to rebuild it after a restart."""
+    return {
+        "message_id": message.message_id,
+        "sender_id": message.sender_id,
+        "sender_name": message.sender_name,
+        "text": message.text,
+        "reply_to": message.reply_to,
+        "images": list(message.images),
+        "files": [list(f) for f in message.files],
+        "time": message.time,
+    }
+
+
+def incoming_from_meta(meta: dict[str, Any], chat: ChatRef) -> Incoming:
+    """The message `incoming_meta` kept (what a recovered run's callbacks need of it)."""
+    return Incoming(
+        message_id=str(meta.get("message_id") or ""),
+        chat=chat,
+        sender_id=str(meta.get("sender_id") or ""),
+        sender_name=str(meta.get("sender_name") or ""),
+        text=str(meta.get("text") or ""),
+        reply_to=meta.get("reply_to"),
+        images=tuple(str(i) for i in meta.get("images") or ()),
+        files=tuple((str(f[0]), str(f[1])) for f in meta.get("files") or ()),
+        time=float(meta.get("time") or 0.0),
+    )
+
+
 class ChatLink:
     """The router's state of one chat and the callbacks of the runs that answer it."""
 
-    def __init__(self, chat: ChatRef, agent: Agent, adapter: Adapter, send: Send) -> None:
+    def __init__(self, chat: ChatRef, agent: Agent, adapter: Adapter, post: Post) -> None:
         self.chat = chat
         self.agent = agent
         self.adapter = adapter
-        self._send = send
+        self._post = post
         self.unaddressed = 0  # group messages not for the bot since the last addressed one
         self.noticed: object | None = None  # the session worker whose queued notice was sent
-        self.stop_noticed = False  # a stop's notice went out (its dropped messages stay quiet)
-        self.waiting: dict[int, Incoming] = {}  # id(callbacks) -> message awaiting its reply
-        self.batches: OrderedDict[int, tuple[Incoming, ...]] = OrderedDict()  # run id -> batch
-        # Results already sent, by id (a RunResult is not hashable); they go when freed.
-        self._answered: weakref.WeakValueDictionary[int, RunResult] = weakref.WeakValueDictionary()
+        self.overflowed: object | None = None  # the worker whose overflow notice was sent
+        self.held_noticed = False  # the shutdown notice went out (messages are stored)
 
     @property
     def session(self) -> str:
         """The Agent session of this chat."""
         return self.chat.session
-
-    @property
-    def idle(self) -> bool:
-        """Nothing to remember: the link can be dropped."""
-        return not self.waiting and not self.unaddressed
 
     def mention_of(self, *users: str) -> tuple[str, ...]:
         """``users`` as the @-mentions of a message to this chat (see `mentions_in`)."""
@@ -169,21 +206,32 @@ class ChatLink:
             get_private_file_url=file_url,
             load_images=(lambda: self._load_images(message)) if message is not None else None,
             request_approval=self._request_approval,
-            on_event=self._on_event,
         )
 
+    # Everything goes through the outbox; a run's text is best effort (logged), while images,
+    # files and approval cards await their row: a failure is the tool's error, so the model
+    # does not tell the user something was sent that never arrived.
     async def _send_text(self, text: str, message: Incoming | None) -> None:
         if text.strip():
             mentions = self.mention_of(message.sender_id) if message is not None else ()
-            await self._send(Outgoing(self.chat, text, mentions=mentions))
+            posted = await self._post(self.chat, "text", text, mentions, wait=True)
+            if not posted.sent:
+                log.warning("a run's message to %s was not sent: %s", self.session, posted.error)
 
-    # Images and files go straight to the adapter: a failure is the tool's error, so the model
-    # does not tell the user something was sent that never arrived.
     async def _send_image(self, image: str) -> None:
-        await self.adapter.send(Outgoing(self.chat, images=(image,)))
+        await self._sent_or_raise(
+            "image", await self._post(self.chat, "image", images=(image,), wait=True)
+        )
 
     async def _send_file(self, name: str, data: str) -> None:
-        await self.adapter.send(Outgoing(self.chat, files=((name, data),)))
+        posted = await self._post(self.chat, "file", files=((name, data),), wait=True)
+        await self._sent_or_raise("file", posted)
+
+    async def _sent_or_raise(self, what: str, posted: Posted) -> None:
+        if not posted.sent:
+            raise AdapterError(
+                f"the {what} could not be sent to {self.session} ({posted.state}: {posted.error})"
+            )
 
     async def _history(self, count: int, before_seq: int) -> str:
         items = await self.adapter.history(self.chat, count, before_seq)
@@ -232,34 +280,15 @@ class ChatLink:
     async def _request_approval(self, request: ApprovalRequest) -> None:
         limit = self.agent.config.runner.approval_chars
         text = approval_text(request, limit, self.agent.approvals.timeout, self.adapter.id_prefix)
-        # Sent directly: if nobody can see the question, the AdapterError denies it at once
-        # instead of leaving it to time out.
-        await self.adapter.send(Outgoing(self.chat, text))
-
-    def _on_event(self, event: RunEvent) -> None:
-        if event.kind == "run_start" and event.data.get("run_id") is not None:
-            batch = self.current_batch()
-            if batch:
-                self.batches[event.data["run_id"]] = batch
-                while len(self.batches) > BATCHES_KEPT:
-                    self.batches.popitem(last=False)
+        # If nobody can see the question, the AdapterError denies it at once instead of
+        # leaving it to time out.
+        await self._sent_or_raise(
+            "approval request", await self._post(self.chat, "approval", text, wait=True)
+        )
 
     def current_batch(self) -> tuple[Incoming, ...]:
         """The messages of this chat the session's running batch answers (oldest first)."""
         state = self.agent.sessions.get(self.session)
         if state is None:
             return ()
-        found = (self.waiting.get(id(p.callbacks)) for p in state.batch)
-        return tuple(m for m in found if m is not None)
-
-    def first_answer(self, result: RunResult) -> bool:
-        """True the first time a run's result is seen (a batch's messages share one result)."""
-        if self._answered.get(id(result)) is result:
-            return False
-        self._answered[id(result)] = result
-        return True
-
-    def batch_of(self, result: RunResult, message: Incoming) -> tuple[Incoming, ...]:
-        """The messages ``result`` answers (remembered at its run's start), else ``message``."""
-        batch = self.batches.pop(result.run_id, None) if result.run_id is not None else None
-        return batch or (message,)
+        return tuple(incoming_from_meta(p.meta, self.chat) for p in state.batch if p.meta)

@@ -32,7 +32,19 @@ def mentionable(user_id: str) -> bool:
 
 
 class AdapterError(ResourceError):
-    """A platform action failed: not connected, timed out, or the platform said no."""
+    """A platform action failed: not connected, timed out, or the platform said no.
+
+    ``written`` says whether the request may have reached the platform: False only when it
+    provably never left (not connected, the connection already closed), so sending it again
+    cannot duplicate it; True (the default, the safe guess) when it was written and no answer
+    came, or the platform answered with a failure (then ``refused`` is True too).
+    """
+
+    refused = False  # the platform answered with a failure (a subclass says so)
+
+    def __init__(self, message: str, *, written: bool = True) -> None:
+        super().__init__(message)
+        self.written = written
 
 
 @dataclass(frozen=True)

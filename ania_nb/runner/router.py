@@ -1,30 +1,41 @@
 """The `Router`: what reaches the Agent from a chat platform, and what goes back.
 
-Platform-neutral: it sees `Incoming`/`Outgoing` and an `Adapter`, never a wire format. For each
-message, in order [orig §9.3, §13.6]:
+Platform-neutral: it sees `Incoming`/`Outgoing` and an `Adapter`, never a wire format. Every
+message is first stored in the Agent's durable inbox (`Agent.accept`, keyed by adapter, bot id
+and message id): a re-sent event is recognised and ignored. Then, in order [orig §9.3, §13.6]:
 
 1. A reply to the session's pending tool approval is answered first — a verdict word (允许/同意/
    批准/allow/approve/yes/y, 拒绝/deny/reject/no/n, optionally followed by the request id) from
    the requester or an admin; anyone else is told why not and nothing else happens.
    ``show [<id>]`` sends the request's full text.
 2. Group messages are answered per ``runner.group_trigger`` (an @-mention, also a reply to the
-   bot, or every message); ``/clock …`` works without @. Other group messages are only counted:
-   after ``runner.group_clear_after`` of them the group's history and the tools its session
-   loaded at run time (``mcp_load_*``) are cleared. Private messages are always answered.
-3. The message goes to `Agent.chat` (commands are routed there) with the sender ``qq:<id>``;
-   the model sees ``[nickname:<name> id:<id>]: <text>``, names and text neutralised and every
-   further line of the text marked (`ania_nb.runner.chat`); a command's text is neutralised
-   too (a custom command's arguments reach the model). A message for a busy session gets the
-   queued notice (once per busy period), a full queue the overflow notice. The reply is sent
-   when the run ends — in groups @ every sender of the batch it answers — or a status text for
-   stopped/timeout/error runs, the quota's reason for denied ones; a blank reply sends nothing.
+   bot, or every message); ``/clock …`` works without @. Other group messages are only stored
+   and counted: after ``runner.group_clear_after`` of them the group's history and the tools
+   its session loaded at run time (``mcp_load_*``) are cleared. Private messages are always
+   answered.
+3. The message is queued for its session (commands are routed at once) with the sender
+   ``qq:<id>``; the model sees ``[nickname:<name> id:<id>]: <text>``, names and text
+   neutralised and every further line of the text marked (`ania_nb.runner.chat`); a command's
+   text is neutralised too (a custom command's arguments reach the model). A message for a busy
+   session gets the queued notice, a full queue the overflow notice (each once per busy
+   period). The reply — in groups @ every sender of the batch it answers — or a status text for
+   stopped/timeout/error runs, the quota's reason for denied ones, is written by the run's
+   finish step; a blank reply sends nothing.
 
-Clock results and the replies to background subagents arrive through `deliver` (subscribe it to
-``agent.outbox``); clock results in groups @ the task's creator. Only real numeric user ids are
-ever mentioned (`mentionable`; never ``all`` nor the bot), and nobody in private chats.
-Creating a Router makes it the outbox's ``callbacks_for``, so clock runs of chat sessions can
-send media and ask approvals in their chat. `close` stops accepting messages, lets running
-replies finish within a grace period and stops the rest.
+**Everything sent is an outbox row** (`ania_nb.orchestration.delivery`): replies, notices,
+command answers, approval cards, what runs send (text, images, files), clock results and
+background replies. The router is the outbox's deliverer for every chat session: it renders a
+row into an `Outgoing` at send time (`render`, a function of the row alone) and sends it,
+per chat in order; a row that provably never reached the platform waits for the reconnect, one
+that may have is never sent twice. Clock results in groups @ the task's creator. Only real
+numeric user ids are ever mentioned (`mentionable`; never ``all`` nor the bot), and nobody in
+private chats. Creating a Router makes it the outbox's ``callbacks_for``, so clock runs of chat
+sessions can send media and ask approvals in their chat.
+
+`start` (also on the first message) registers the deliverer and recovers what a previous
+process left (`Agent.recover`). `close` stops queueing messages (those arriving now are stored
+and answered after the restart; each chat hears the shutdown notice once), lets running replies
+finish within a grace period and stops the rest.
 """
 
 from __future__ import annotations
@@ -32,22 +43,26 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections import OrderedDict
-from collections.abc import Coroutine
+from collections.abc import Callable, Coroutine
 from typing import TYPE_CHECKING, Any
 
 from ..engine.callbacks import Callbacks
 from ..engine.untrusted import untrusted
-from ..errors import AniaError, SessionBusyError, UsageError
+from ..errors import UsageError
 from ..governance.approval import parse_verdict_word
 from ..governance.commands import parse_slash
-from .chat import ChatLink, mentions_in, model_text
+from ..orchestration import Delivery
+from ..orchestration.delivery import Deliverer, Posted, SendOutcome
+from ..orchestration.inbox import Accepted, Inbound
+from ..orchestration.outbox import delivery_of
+from .chat import ChatLink, incoming_from_meta, incoming_meta, mentions_in, model_text
 from .model import Adapter, AdapterError, ChatRef, Incoming, Outgoing
 
 if TYPE_CHECKING:  # pragma: no cover
     from ..agent import Agent
     from ..config import RunnerSettings
-    from ..orchestration import Delivery, Session
-    from ..result import RunResult
+    from ..orchestration import Session
+    from ..store import InboxEntry, OutboxEntry
 
 log = logging.getLogger("ania_nb.runner")
 
@@ -55,11 +70,13 @@ STOPPED_TEXT = "AI 响应已被停止"
 TIMEOUT_TEXT = "请求超时"
 ERROR_TEXT = "无法解析的错误信息，请查看日志"
 SHUTDOWN_TEXT = "服务正在关闭，这次的回复已停止，请稍后再发一次~"
+HELD_TEXT = "服务正在重启，你的消息已保存，重启后回复你~"
 STATUS_TEXTS = {"stopped": STOPPED_TEXT, "timeout": TIMEOUT_TEXT, "error": ERROR_TEXT}
 MAX_LINKS = 10_000  # chats remembered at once; idle ones beyond are forgotten first
 STOP_WAIT = 10.0  # after the grace period: how long stopped replies get to report
-RESEND_WINDOW = 60.0  # how long a reply waits for a dropped connection to come back
-RESEND_POLL = 0.2
+IDLE_POLL = 0.02  # how often waits for "nothing runs any more" look
+RECONNECT_POLL = 0.2  # the port has no reconnect event: how often a waiting chat looks
+PRUNE_EVERY = 3600.0  # seconds between prunes of the inbox and outbox (also at start)
 
 
 class Router:
@@ -69,12 +86,13 @@ class Router:
         self.agent = agent
         self.adapter = adapter
         self._links: OrderedDict[ChatRef, ChatLink] = OrderedDict()
-        self._replies: dict[asyncio.Task[None], str] = {}  # reply task -> session
-        self._chores: set[asyncio.Task[Any]] = set()  # acks, notices, clears
+        self._chores: set[asyncio.Task[Any]] = set()  # group clears
         self._closed = False
         self._closing: asyncio.Future[None] | None = None
         self._deadline: float | None = None
-        self._hurry: asyncio.Event | None = None
+        self._starting: asyncio.Future[None] | None = None
+        self.deliverer: Deliverer | None = None
+        self._pruner: asyncio.Task[None] | None = None
         self._previous = agent.outbox.callbacks_for
         agent.outbox.callbacks_for = self.callbacks_for
 
@@ -85,13 +103,13 @@ class Router:
 
     @property
     def closed(self) -> bool:
-        """Whether `close` was called (messages are ignored from then on)."""
+        """Whether `close` was called (messages are stored, not answered, from then on)."""
         return self._closed
 
     @property
     def running(self) -> int:
-        """Messages whose reply has not been sent yet."""
-        return len(self._replies)
+        """Messages queued or being answered now, all chats."""
+        return sum(len(s.queue) + len(s.batch) for s in self.agent.sessions)
 
     def sender_id(self, user_id: str) -> str:
         """A platform user id as the Agent's sender id, e.g. ``qq:12345``."""
@@ -104,12 +122,11 @@ class Router:
             self._links.move_to_end(chat)
             return found
         if len(self._links) >= MAX_LINKS:
-            for ref, old in list(self._links.items()):
+            for ref in list(self._links):
                 if len(self._links) < MAX_LINKS:
                     break
-                if old.idle:
-                    del self._links[ref]
-        found = self._links[chat] = ChatLink(chat, self.agent, self.adapter, self._send)
+                del self._links[ref]  # what a link remembers is only for notices and counts
+        found = self._links[chat] = ChatLink(chat, self.agent, self.adapter, self._post)
         return found
 
     def callbacks_for(self, session: str) -> Callbacks:
@@ -119,47 +136,126 @@ class Router:
             return self._previous(session)
         return self.link(chat).callbacks()
 
+    # ------------------------------------------------------------------ start
+
+    async def start(self) -> None:
+        """Serve the Agent's outbox and recover what a previous process left (once)."""
+        if self._starting is None:
+            self._starting = asyncio.ensure_future(self._start())
+        await asyncio.shield(self._starting)
+
+    async def _start(self) -> None:
+        store = await self.agent.host.open_store()
+        self.deliverer = Deliverer(
+            store.outbox,
+            self._send_row,
+            serves=lambda session: ChatRef.from_session(session) is not None,
+            ready=self._wait_connected,
+        )
+        self.agent.outbox.serve(self.deliverer)
+        recovery = await self.agent.recover(self._callbacks_of)  # prunes the mailbox too
+        self._pruner = asyncio.create_task(self._prune_periodically(), name="ania-inbox-prune")
+        if recovery != type(recovery)():
+            log.info(
+                "recovered after a restart: %d message(s) queued again (%d re-run), "
+                "%d cut-off repl(ies) announced, %d message(s) whose sending was cut off",
+                recovery.queued,
+                recovery.rerun,
+                recovery.notified,
+                recovery.uncertain,
+            )
+
+    async def _prune_periodically(self) -> None:
+        """Drop handled inbox and outbox rows older than ``runner.inbox_window``, hourly."""
+        store = await self.agent.host.open_store()
+        while True:
+            await asyncio.sleep(PRUNE_EVERY)
+            window = self.settings.inbox_window
+            try:
+                removed = await store.inbox.prune(window) + await store.outbox.prune(window)
+            except Exception:
+                log.exception("pruning the inbox and outbox failed (tried again later)")
+                continue
+            if removed:
+                log.info("pruned %d handled inbox/outbox rows", removed)
+
+    def _callbacks_of(self, entry: InboxEntry) -> Callbacks:
+        """A recovered message's callbacks, from what `_route` stored with it."""
+        chat = ChatRef.from_session(entry.session)
+        if chat is None:
+            return self._previous(entry.session)
+        message = incoming_from_meta(entry.payload.get("meta") or {}, chat)
+        return self.link(chat).callbacks(message)
+
     # ------------------------------------------------------------------ incoming
 
     async def handle(self, message: Incoming) -> None:
-        """Take one message from the adapter; returns at once (the reply is a task)."""
-        if self._closed or message.from_self:
+        """Take one message from the adapter: store it, then queue or answer it."""
+        if message.from_self or self.agent.closed:
             return
         try:
-            self._route(message)
+            await self.start()
+            await self._route(message)
         except Exception:  # one bad message must not stop the adapter's event loop
             log.exception("could not route message %s in %s", message.message_id, message.chat)
 
-    def _route(self, message: Incoming) -> None:
+    def _inbound(self, message: Incoming, text: str, kind: Any) -> Inbound:
+        return Inbound(
+            self.adapter.name,
+            self.adapter.self_id or "",
+            message.message_id,
+            message.chat.session,
+            self.sender_id(message.sender_id),
+            text,
+            kind=kind,
+            meta=incoming_meta(message),
+        )
+
+    async def _route(self, message: Incoming) -> None:
         link = self.link(message.chat)
         text = message.text.strip()
         log.debug("%s: message %s from %s", link.session, message.message_id, message.sender_id)
-        if self._answer_approval(link, message, text):
+        if await self._answer_approval(link, message, text):
             return
         command = parse_slash(text)
         if message.chat.kind == "group":
             if not self._addressed(message):
                 if command is None or command[0] != "clock":
-                    self._count_unaddressed(link)
+                    accepted = await self.agent.accept(self._inbound(message, text, "ignored"))
+                    if not accepted.duplicate:
+                        self._count_unaddressed(link)
                     return
             else:
                 link.unaddressed = 0
+        kind = "message" if command is None else "command"
         prompt = untrusted(text) if command is not None else model_text(message)
-        callbacks = link.callbacks(message)
-        if command is None:
-            self._queued_notice(link, message)
-        link.stop_noticed = False
-        link.waiting[id(callbacks)] = message
-        task = asyncio.create_task(
-            self._reply(link, message, prompt, callbacks), name=f"ania-reply-{link.session}"
+        state = self.agent.sessions.get(link.session)
+        worker = state.worker if state is not None and state.busy else None
+        accepted = await self.agent.accept(
+            self._inbound(message, prompt, kind), link.callbacks(message)
         )
-        self._replies[task] = link.session
-        task.add_done_callback(self._reply_done)
+        await self._notices(link, message, accepted, worker)
 
-    def _reply_done(self, task: asyncio.Task[None]) -> None:
-        self._replies.pop(task, None)
-        if not task.cancelled() and task.exception() is not None:
-            log.error("a reply task failed", exc_info=task.exception())
+    async def _notices(
+        self, link: ChatLink, message: Incoming, accepted: Accepted, worker: object | None
+    ) -> None:
+        """The queued, overflow and shutdown notices, each once per busy period (or per chat)."""
+        mentions = link.mention_of(message.sender_id)
+        if accepted.state == "held":
+            if not link.held_noticed:
+                link.held_noticed = True
+                await self._post(link.chat, "notice", HELD_TEXT, mentions)
+            return
+        if worker is None:
+            return
+        if accepted.state == "queued" and link.noticed is not worker:
+            link.noticed = worker
+            if self.settings.queued_notice:
+                await self._post(link.chat, "notice", self.settings.queued_notice, mentions)
+        elif accepted.state == "dropped" and link.overflowed is not worker:
+            link.overflowed = worker  # one per busy period: a flood gets one, not hundreds
+            if self.settings.overflow_notice:
+                await self._post(link.chat, "notice", self.settings.overflow_notice, mentions)
 
     def _addressed(self, message: Incoming) -> bool:
         trigger = self.settings.group_trigger
@@ -167,7 +263,7 @@ class Router:
             return True
         return trigger == "mention_or_reply" and message.replied_to_bot
 
-    def _answer_approval(self, link: ChatLink, message: Incoming, text: str) -> bool:
+    async def _answer_approval(self, link: ChatLink, message: Incoming, text: str) -> bool:
         """Answer the session's pending approval with ``text``; False when it is no answer."""
         pending = self.agent.approvals.pending(link.session)
         words = text.split()
@@ -176,18 +272,24 @@ class Router:
         wanted = words[1] if len(words) == 2 else None
         if wanted is not None and wanted not in {r.id for r in pending}:
             return False
-        mentions = link.mention_of(message.sender_id)
-        if words[0].lower() == "show":
-            request = next(r for r in pending if wanted in (None, r.id))
-            self._chore(self._send(Outgoing(link.chat, request.text(), mentions=mentions)))
-            return True
-        allow = parse_verdict_word(words[0])
-        if allow is None:
+        show = words[0].lower() == "show"
+        allow = None if show else parse_verdict_word(words[0])
+        if not show and allow is None:
             return False
+        accepted = await self.agent.accept(self._inbound(message, text, "approval"))
+        if accepted.inbox_id is None:
+            return True  # a re-sent verdict: answered the first time
+        answers = (accepted.inbox_id,)
+        mentions = link.mention_of(message.sender_id)
+        if show:
+            request = next((r for r in pending if wanted in (None, r.id)), None)
+            shown = request.text() if request is not None else "没有待审批的请求"
+            await self._post(link.chat, "text", shown, mentions, answers=answers)
+            return True
         approver = self.sender_id(message.sender_id)
         try:
             request = self.agent.answer_approval(
-                wanted, session=link.session, allow=allow, approver=approver
+                wanted, session=link.session, allow=bool(allow), approver=approver
             )
         except UsageError as exc:  # not the requester nor an admin, or already answered
             log.info("approval reply by %s in %s refused: %s", approver, link.session, exc)
@@ -201,7 +303,7 @@ class Router:
                 link.session,
             )
             reply = f"{'已允许' if allow else '已拒绝'}：{request.tool}（请求 {request.id}）"
-        self._chore(self._send(Outgoing(link.chat, reply, mentions=mentions)))
+        await self._post(link.chat, "text", reply, mentions, answers=answers)
         return True
 
     def _count_unaddressed(self, link: ChatLink) -> None:
@@ -227,74 +329,77 @@ class Router:
             self.settings.group_clear_after,
         )
 
-    def _queued_notice(self, link: ChatLink, message: Incoming) -> None:
-        """Tell a sender their message waits, once per busy period of the session."""
-        state = self.agent.sessions.get(link.session)
-        notice = self.settings.queued_notice
-        if state is None or not state.busy or not notice or link.noticed is state.worker:
-            return
-        if len(state.queue) >= self.agent.config.agent.queue_size:
-            return  # it will not wait: the overflow notice follows
-        link.noticed = state.worker
-        mentions = link.mention_of(message.sender_id)
-        self._chore(self._send(Outgoing(link.chat, notice, mentions=mentions)))
-
-    async def _reply(
-        self, link: ChatLink, message: Incoming, prompt: str, callbacks: Callbacks
-    ) -> None:
-        sender = self.sender_id(message.sender_id)
-        try:
-            try:
-                result = await self.agent.chat(prompt, link.session, callbacks, sender=sender)
-            except SessionBusyError:
-                notice = self.settings.overflow_notice
-                if notice:
-                    mentions = link.mention_of(message.sender_id)
-                    await self._send(Outgoing(link.chat, notice, mentions=mentions))
-                return
-            except AniaError as exc:
-                log.warning("message %s in %s failed: %s", message.message_id, link.session, exc)
-                await self._send(Outgoing(link.chat, ERROR_TEXT))
-                return
-            await self._send_result(link, message, result)
-        finally:
-            link.waiting.pop(id(callbacks), None)
-
-    async def _send_result(self, link: ChatLink, message: Incoming, result: RunResult) -> None:
-        """Send a run's reply (or its status) once, whichever of its messages comes first."""
-        if not link.first_answer(result):
-            return
-        batch = link.batch_of(result, message)
-        mentions: tuple[str, ...] = ()
-        if result.run_id is not None:  # command answers: no @
-            mentions = link.mention_of(*(m.sender_id for m in batch))
-        if result.status == "success":
-            text = result.text.strip()
-        elif result.status == "denied":
-            text = result.error or "denied"
-        elif result.status == "stopped":
-            if link.stop_noticed:
-                return  # one notice per stop, not one per dropped message
-            link.stop_noticed = True
-            text, mentions = (SHUTDOWN_TEXT if self._closed else STOPPED_TEXT), ()
-        else:
-            log.warning(
-                "run %s of %s: %s: %s", result.run_id, link.session, result.status, result.error
-            )
-            partial = result.text.strip()
-            text = STATUS_TEXTS.get(result.status, ERROR_TEXT)
-            text = f"{partial}\n\n{text}" if partial else text
-        if text:
-            await self._send(Outgoing(link.chat, text, mentions=mentions), resend=True)
-
     # ------------------------------------------------------------------ outbox
 
     async def deliver(self, delivery: Delivery) -> None:
-        """Send a clock result or a background reply to its chat (an outbox subscriber)."""
-        chat = ChatRef.from_session(delivery.session)
-        if chat is None:
+        """Send a clock result or a background reply to its chat (through the outbox)."""
+        if ChatRef.from_session(delivery.session) is None:
             return  # not a chat session (a notebook's)
+        await self.start()
+        await self.agent.outbox.post(delivery, kind=delivery.source or "text")
+
+    async def _post(
+        self,
+        chat: ChatRef,
+        kind: str,
+        text: str = "",
+        mentions: tuple[str, ...] = (),
+        *,
+        images: tuple[str, ...] = (),
+        files: tuple[tuple[str, str], ...] = (),
+        answers: tuple[int, ...] = (),
+        wait: bool = False,
+    ) -> Posted:
+        """Store a message for ``chat`` in the outbox and have it sent; its state (see `post`)."""
+        await self.start()
+        delivery = Delivery(
+            chat.session,
+            text,
+            kind,
+            meta={"mentions": list(mentions), "images": list(images), "files": list(files)},
+        )
+        return await self.agent.outbox.post(delivery, kind=kind, answers=answers, wait=wait)
+
+    def render(self, entry: OutboxEntry) -> Outgoing | None:
+        """The platform message of an outbox row (None: nothing to send). Depends on the row only.
+
+        The adapter's own id is the one runtime input: the bot is never mentioned.
+        """
+        chat = ChatRef.from_session(entry.session)
+        if chat is None:
+            return None
+        delivery = delivery_of(entry.session, entry.payload)
+        meta = delivery.meta
         text = delivery.text.strip()
+        own = self.adapter.self_id
+        mark = f"{self.adapter.id_prefix}:"
+        if entry.kind == "reply":
+            senders = [str(s).removeprefix(mark) for s in meta.get("senders") or ()]
+            mentions = mentions_in(chat, senders, own) if meta.get("run_id") is not None else ()
+            status = delivery.status
+            if status == "denied":
+                text = str(meta.get("error") or "denied")
+            elif status == "stopped":
+                text, mentions = (SHUTDOWN_TEXT if meta.get("shutdown") else STOPPED_TEXT), ()
+            elif status != "success":
+                partial = text
+                text = STATUS_TEXTS.get(status, ERROR_TEXT)
+                text = f"{partial}\n\n{text}" if partial else text
+            return Outgoing(chat, text, mentions=mentions) if text else None
+        if entry.kind in ("clock", "subagent") or delivery.source in ("clock", "subagent"):
+            return self._render_background(chat, delivery, text)
+        users = meta.get("mentions") or [
+            str(s).removeprefix(mark) for s in meta.get("senders") or ()
+        ]
+        images = tuple(str(i) for i in meta.get("images") or ())
+        files = tuple((str(f[0]), str(f[1])) for f in meta.get("files") or ())
+        if not (text or images or files):
+            return None
+        return Outgoing(
+            chat, text, mentions=mentions_in(chat, users, own), images=images, files=files
+        )
+
+    def _render_background(self, chat: ChatRef, delivery: Delivery, text: str) -> Outgoing | None:
         mentions: tuple[str, ...] = ()
         if delivery.source == "clock":
             # The task's creator, as stored: "qq:<id>" from a chat, else nobody. A stored id
@@ -306,65 +411,27 @@ class Router:
         elif delivery.status != "success" and "child_id" not in delivery.meta:
             # The Agent's reply to a background result failed: a status text, like a reply's.
             if delivery.status in ("stopped", "interrupted"):
-                return
+                return None
             reason = text.removeprefix(f"[{delivery.status}]").strip()
             text = STATUS_TEXTS.get(delivery.status) or reason
-        if not text:
-            return
-        message = Outgoing(chat, text, mentions=mentions)
+        return Outgoing(chat, text, mentions=mentions) if text else None
+
+    async def _send_row(self, entry: OutboxEntry) -> tuple[SendOutcome, str | None]:
+        """The deliverer's send: render the row and send it; what happened (see `Deliverer`)."""
+        message = self.render(entry)
+        if message is None:
+            return "sent", "nothing to send"
         try:
             await self.adapter.send(message)
         except AdapterError as exc:
-            if self.adapter.connected:  # the platform refused it: sending again changes nothing
-                log.warning("could not deliver to %s: %s", delivery.session, exc)
-                return
-            # The publisher (the clock) must not wait for a reconnect: resend in the background.
-            log.warning(
-                "could not deliver to %s: %s (sent again once reconnected)", delivery.session, exc
-            )
-            self._chore(self._resend(message))
-        except Exception:
-            log.exception("delivering to %s failed", delivery.session)
+            if not exc.written:
+                return "unsent", str(exc)
+            return ("failed" if exc.refused else "uncertain"), str(exc)
+        return "sent", None
 
-    # ------------------------------------------------------------------ sending
-
-    async def _send(self, message: Outgoing, *, resend: bool = False) -> str | None:
-        """Send; a failure is logged (the platform is down or refused), never raised.
-
-        With ``resend``, a message that failed because the connection dropped is sent again
-        once the adapter is back (within `RESEND_WINDOW` seconds): a reply finished during a
-        reconnect is not lost.
-        """
-        try:
-            return await self.adapter.send(message)
-        except AdapterError as exc:
-            lost = not self.adapter.connected
-            again = " (sent again once reconnected)" if resend and lost else ""
-            log.warning("could not send to %s: %s%s", message.chat.session, exc, again)
-            if again:
-                return await self._resend(message)
-        except Exception:
-            log.exception("sending to %s failed", message.chat.session)
-        return None
-
-    async def _resend(self, message: Outgoing) -> str | None:
-        """Wait for the adapter to reconnect, then send ``message`` once more."""
-        loop = asyncio.get_running_loop()
-        give_up = loop.time() + RESEND_WINDOW
-        while not self.adapter.connected:  # the port has no reconnect event: poll
-            if loop.time() >= give_up:
-                log.warning(
-                    "%s stayed disconnected: a message to %s is lost",
-                    self.adapter.name,
-                    message.chat.session,
-                )
-                return None
-            await asyncio.sleep(RESEND_POLL)
-        try:
-            return await self.adapter.send(message)
-        except Exception as exc:
-            log.warning("could not send to %s again: %s", message.chat.session, exc)
-            return None
+    async def _wait_connected(self) -> None:
+        """Return once the adapter is connected again (the deliverer's ``ready``)."""
+        await _poll(lambda: self.adapter.connected, every=RECONNECT_POLL)
 
     def _chore(self, work: Coroutine[Any, Any, Any]) -> None:
         task = asyncio.create_task(work)
@@ -376,60 +443,69 @@ class Router:
         if not task.cancelled() and task.exception() is not None:
             log.error("a runner chore failed", exc_info=task.exception())
 
+    def _idle(self) -> bool:
+        if any(s.busy for s in self.agent.sessions) or not self.agent.settled or self._chores:
+            return False
+        return self.deliverer is None or not self.deliverer.busy
+
     async def wait_idle(self) -> None:
-        """Wait until every reply, notice and acknowledgement so far has been sent."""
-        while self._replies or self._chores:
-            await asyncio.wait({*self._replies, *self._chores})
+        """Wait until nothing runs and every message so far was sent (or waits for a reconnect)."""
+        await _poll(self._idle)
 
     # ------------------------------------------------------------------ close
 
     async def close(self, grace: float) -> None:
-        """Stop accepting messages; let replies finish for ``grace`` seconds, then stop them.
+        """Stop queueing messages; let replies finish for ``grace`` seconds, then stop them.
 
         May be called again (e.g. on a second signal) with a shorter grace, which cuts the
         wait short; every call returns when the shutdown is done.
         """
         self._closed = True
+        self.agent.stop_accepting()
         loop = asyncio.get_running_loop()
         deadline = loop.time() + max(0.0, grace)
-        if self._hurry is None:
-            self._hurry = asyncio.Event()
         if self._deadline is None or deadline < self._deadline:
             self._deadline = deadline
-            self._hurry.set()
         if self._closing is None:
             self._closing = asyncio.ensure_future(self._shutdown())
         await asyncio.shield(self._closing)
 
+    def _busy_sessions(self) -> list[str]:
+        return [s.name for s in self.agent.sessions if s.busy and ChatRef.from_session(s.name)]
+
     async def _shutdown(self) -> None:
         loop = asyncio.get_running_loop()
-        assert self._hurry is not None
-        while self._replies:
-            assert self._deadline is not None
-            left = self._deadline - loop.time()
-            if left <= 0:
-                break
-            self._hurry.clear()
-            hurry = asyncio.ensure_future(self._hurry.wait())
-            try:
-                await asyncio.wait(
-                    {*self._replies, hurry}, timeout=left, return_when=asyncio.FIRST_COMPLETED
-                )
-            finally:
-                hurry.cancel()
-        sessions = set(self._replies.values())
-        for session in sessions:
+        # A second close may move the deadline closer: it is read on every look.
+        await _poll(lambda: not self._busy_sessions() or loop.time() >= (self._deadline or 0))
+        for session in self._busy_sessions():
             log.info("%s: stopping the reply (shutdown)", session)
             self.agent.stop(session)
-        pending = {*self._replies, *self._chores}
-        if pending:
-            await asyncio.wait(pending, timeout=STOP_WAIT)
-        for task in pending:
+        give_up = loop.time() + STOP_WAIT
+        await _poll(
+            lambda: (not self._busy_sessions() and self.agent.settled) or loop.time() >= give_up
+        )
+        if self.deliverer is not None:
+            try:
+                await asyncio.wait_for(self.deliverer.wait_idle(), max(give_up - loop.time(), 0.1))
+            except TimeoutError:
+                log.warning("some messages were not sent before the shutdown; sent after restart")
+            await self.deliverer.aclose()
+        if self._pruner is not None:
+            self._pruner.cancel()
+            await asyncio.gather(self._pruner, return_exceptions=True)
+        chores = set(self._chores)
+        for task in chores:
             task.cancel()
-        if pending:
-            await asyncio.gather(*pending, return_exceptions=True)
+        if chores:
+            await asyncio.gather(*chores, return_exceptions=True)
         if self.agent.outbox.callbacks_for == self.callbacks_for:
             self.agent.outbox.callbacks_for = self._previous
+
+
+async def _poll(done: Callable[[], bool], *, every: float = IDLE_POLL) -> None:
+    """Return once ``done()``: the Agent's sessions and the port have no change events."""
+    while not done():  # noqa: ASYNC110 - nothing to wait on but the state itself
+        await asyncio.sleep(every)
 
 
 def drop_loaded_tools(state: Session) -> list[str]:

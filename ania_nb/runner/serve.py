@@ -2,11 +2,13 @@
 
 Wiring, in order: load the config (``ania.toml`` or ``--config``, then ``ANIA_*``), open the
 Agent (store, MCP, skills; the clock starts with it and takes the clock lease), build the
-adapter from the ``runner`` section and the `Router` on top of it, subscribe the router to the
-outbox (clock and background results), start the adapter. On the first signal: stop accepting
-messages, let running replies finish for ``runner.grace_seconds``, stop the rest (their run
-records end ``stopped``), close the adapter, then the Agent (clock, MCP sessions, store). A
-second signal skips the rest of the grace period.
+adapter from the ``runner`` section and the `Router` on top of it, start the router (it becomes
+the durable outbox's deliverer and recovers what a previous process left: pending messages are
+answered, cut-off replies re-run or announced), start the adapter. On the first signal: stop
+queueing messages (new ones are stored and answered after the restart), let running replies
+finish for ``runner.grace_seconds``, stop the rest (their run records end ``stopped``), close
+the adapter, then the Agent (clock, MCP sessions, store). A second signal skips the rest of the
+grace period.
 
 If the adapter's connection loop stops by itself (a bug: no frame and no network failure may
 end it), the runner logs why and shuts down the same way, exiting 1, so a supervisor
@@ -163,7 +165,7 @@ async def serve(
         check_model(agent.config)
         adapter = _make_adapter(settings)
         router = Router(agent, adapter)
-        unsubscribe = agent.outbox.subscribe(router.deliver)
+        await router.start()  # the durable outbox, and what a previous process left
         try:
             await adapter.start(router.handle)
         except OSError as exc:  # the port is taken, the address is not ours, …
@@ -182,7 +184,6 @@ async def serve(
             )
         log.info("stopping: no new messages; running replies get %gs", settings.grace_seconds)
         await _close_router(router, settings.grace_seconds, hurry)
-        unsubscribe()
     finally:
         if adapter is not None:
             await adapter.aclose()

@@ -2,9 +2,11 @@
 
 ``store = await Store.open(data_dir)`` opens ``<data_dir>/ania.db`` and exposes KV namespaces
 (``store.kv(name)``), chat history (``store.history``), the run log (``store.runs``), the run
-journal (``store.journal``), the op log (``store.oplog``) and the usage ledger with its
-counters (``store.usage``). `ania_nb.store.db` is the database underneath (for code that
-keeps its own tables here); `ania_nb.store.owner` says which process owns a running record.
+journal (``store.journal``), the op log (``store.oplog``), the usage ledger with its counters
+(``store.usage``) and the durable inbox and outbox of chat front ends (``store.inbox``,
+``store.outbox``, see `ania_nb.store.mailbox`). `ania_nb.store.db` is the database underneath
+(for code that keeps its own tables here); `ania_nb.store.owner` says which process owns a
+running record.
 """
 
 from __future__ import annotations
@@ -16,6 +18,16 @@ from .db import DB_FILENAME, Database
 from .history import ChatHistory
 from .journal import RunJournal
 from .kv import KVNamespace
+from .mailbox import (
+    Effect,
+    Inbox,
+    InboxEntry,
+    InboxRow,
+    InboxState,
+    OutboxEntry,
+    OutboxLog,
+    OutboxRow,
+)
 from .oplog import OpLog, OpRecord
 from .runlog import RunLog, RunRecord, ToolCallRecord
 from .usage import DayCount, UsageLedger
@@ -24,9 +36,17 @@ __all__ = [
     "ChatHistory",
     "Database",
     "DayCount",
+    "Effect",
+    "Inbox",
+    "InboxEntry",
+    "InboxRow",
+    "InboxState",
     "KVNamespace",
     "OpLog",
     "OpRecord",
+    "OutboxEntry",
+    "OutboxLog",
+    "OutboxRow",
     "RunJournal",
     "RunLog",
     "RunRecord",
@@ -57,6 +77,8 @@ class Store:
         )
         self.oplog = OpLog(db)
         self.usage = UsageLedger(db)
+        self.inbox = Inbox(db)
+        self.outbox = OutboxLog(db)
 
     @classmethod
     async def open(

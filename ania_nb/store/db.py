@@ -204,6 +204,42 @@ MIGRATIONS: tuple[tuple[str, ...], ...] = (
             total_tokens, CAST(strftime('%s', 'now') AS REAL) FROM usage_counters
             ORDER BY day, session""",
     ),
+    # The durable inbox and outbox of chat front ends (``mailbox.py``), and what a run's
+    # recovery needs to know: whether a tool with side effects had started, how it was resumed.
+    (
+        """CREATE TABLE IF NOT EXISTS inbox (
+            id INTEGER PRIMARY KEY AUTOINCREMENT,
+            source TEXT NOT NULL,
+            account TEXT NOT NULL,
+            message_key TEXT NOT NULL,
+            session TEXT NOT NULL,
+            sender TEXT,
+            kind TEXT NOT NULL,
+            payload TEXT NOT NULL,
+            received_at REAL NOT NULL,
+            state TEXT NOT NULL,
+            run_id INTEGER,
+            updated_at REAL NOT NULL,
+            UNIQUE (source, account, message_key)
+        )""",
+        "CREATE INDEX IF NOT EXISTS inbox_session ON inbox (session, state, id)",
+        "CREATE INDEX IF NOT EXISTS inbox_state ON inbox (state, received_at)",
+        """CREATE TABLE IF NOT EXISTS outbox (
+            id INTEGER PRIMARY KEY AUTOINCREMENT,
+            session TEXT NOT NULL,
+            kind TEXT NOT NULL,
+            payload TEXT NOT NULL,
+            state TEXT NOT NULL,
+            created_at REAL NOT NULL,
+            updated_at REAL NOT NULL,
+            attempts INTEGER NOT NULL DEFAULT 0,
+            error TEXT,
+            run_id INTEGER
+        )""",
+        "CREATE INDEX IF NOT EXISTS outbox_state ON outbox (state, session, id)",
+        "ALTER TABLE runs ADD COLUMN side_effects_started INTEGER NOT NULL DEFAULT 0",
+        "ALTER TABLE runs ADD COLUMN resumed TEXT",
+    ),
 )
 
 # Several processes may open one directory at once; a writer waits this long for the lock.
@@ -222,6 +258,8 @@ _OWN_TABLES = frozenset(
         "usage_counters",
         "usage_daily",
         "usage_ledger",
+        "inbox",
+        "outbox",
     }
 )
 

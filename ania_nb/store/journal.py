@@ -28,6 +28,7 @@ from ania_nb.errors import UsageError
 
 from .db import transaction
 from .history import check_session, encode_messages, insert_rows, load_rows
+from .mailbox import Effect, apply_effects, check_effects
 from .runlog import (
     FINAL_STATUSES,
     RUNNING,
@@ -93,16 +94,20 @@ class RunJournal:
         sender: str | None,
         message: Message,
         load_history: bool,
+        effects: Sequence[Effect] = (),
     ) -> tuple[int, list[Message] | None]:
         """Start the run record and store the user's message, in one transaction.
 
         Returns the run id and, when ``load_history``, the history as it was before the message.
+        ``effects`` (e.g. the batch's inbox rows now ``running``) are written in the same
+        transaction, bound to the new run.
         """
         started = prepare_start(session, input, sender)
         encoded = encode_messages([message])
+        checked = check_effects(effects)
         now = time.time()
         run_id, history = await self._db.run(
-            _begin, started, encoded, now, self._retention, load_history
+            _begin, started, encoded, now, self._retention, load_history, checked
         )
         self._begun[run_id] = _Begun(*started, now)
         return run_id, history
@@ -157,14 +162,17 @@ class RunJournal:
         reply: str | None = None,
         error: str | None = None,
         counted: Counted | None = None,
+        effects: Sequence[Effect] = (),
     ) -> None:
         """Store the last messages (final answer) and (best effort) close the run record.
 
         ``counted`` (the run's calls not counted by an earlier step: the final answer's, by
         model or call by call) goes to the usage ledger of the current quota day in the same
-        transaction, and is noted on the record.
+        transaction, and is noted on the record. ``effects`` (the batch's inbox rows
+        ``answered``, the reply's outbox row) are written in it too.
         """
         encoded = encode_messages(messages)
+        checked = check_effects(effects)
         outcome = _outcome(status, usage, reply, error)
         try:
             await self._db.run(
@@ -177,9 +185,18 @@ class RunJournal:
                 self._retention,
                 time.time(),
                 self._counting(counted),
+                checked,
             )
         finally:
             self._begun.pop(run_id, None)
+
+    async def mark_side_effects(self, run_id: int) -> None:
+        """Note on the run's record that a tool with side effects is about to start.
+
+        Committed before the tool runs, so recovery never re-runs a turn whose effects may
+        have happened (``runner.resume = "rerun"``).
+        """
+        await self._db.run(_mark_side_effects, run_id)
 
     async def count(self, session: str, counted: Counted) -> None:
         """Count tokens whose run has no record (it could not be written) on the current day."""
@@ -259,13 +276,20 @@ def _begin(
     now: float,
     retention: Retention,
     load_history: bool,
+    effects: list[Effect],
 ) -> tuple[int, list[Message] | None]:
     session, sender, text = started
     with transaction(conn):
         history = [json.loads(raw) for raw in load_rows(conn, session)] if load_history else None
         run_id = insert_run(conn, session, sender, text, now, retention)
         insert_rows(conn, session, encoded, now, replace=False)
+        apply_effects(conn, effects, run_id, now)
     return run_id, history
+
+
+def _mark_side_effects(conn: sqlite3.Connection, run_id: int) -> None:
+    with transaction(conn):
+        conn.execute("UPDATE runs SET side_effects_started = 1 WHERE id = ?", (run_id,))
 
 
 def _start(
@@ -314,10 +338,12 @@ def _finish(
     retention: Retention,
     now: float,
     counting: Counting | None,
+    effects: list[Effect],
 ) -> None:
     with transaction(conn):
         if encoded:
             insert_rows(conn, session, encoded, now, replace=False)
+        apply_effects(conn, effects, run_id, now)
         # Counted whatever becomes of the record: a quota must not depend on bookkeeping.
         added = _count(conn, session, run_id, counting, now)
 

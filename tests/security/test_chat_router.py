@@ -33,7 +33,6 @@ async def served(
     await agent.start()
     adapter = MemoryAdapter()
     router = Router(agent, adapter)
-    agent.outbox.subscribe(router.deliver)
     await adapter.start(router.handle)
     yield agent, adapter, router
     await router.close(0)
@@ -45,10 +44,14 @@ async def test_clock_deliveries_mention_only_a_real_creator(served: Any) -> None
         await router.deliver(Delivery("g:501", "tick", "clock", meta={"created_by": creator}))
     await router.deliver(Delivery("g:501", "tock", "clock", meta={"created_by": "qq:55"}))
     await router.deliver(Delivery("f:55", "private", "clock", meta={"created_by": "qq:55"}))
-    assert [(m.text, m.mentions) for m in adapter.sent] == [
-        *[("tick", ())] * 7,
-        ("tock", ("55",)),
-        ("private", ()),
+    await router.wait_idle()
+    # one chat's messages in order; chats are sent to concurrently
+    assert [(m.chat.session, m.text, m.mentions) for m in adapter.sent if m.text != "private"] == [
+        *[("g:501", "tick", ())] * 7,
+        ("g:501", "tock", ("55",)),
+    ]
+    assert [(m.chat.session, m.mentions) for m in adapter.sent if m.text == "private"] == [
+        ("f:55", ())
     ]
 
 

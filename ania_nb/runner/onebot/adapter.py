@@ -358,8 +358,13 @@ class OneBotAdapter:
         if not batches:
             return None
         first: str | None = None
-        for segments in batches:
-            sent = await self._send_segments(message.chat, segments)
+        for number, segments in enumerate(batches):
+            try:
+                sent = await self._send_segments(message.chat, segments)
+            except AdapterError as exc:
+                if number and not exc.written:  # part of the message went: resending duplicates
+                    raise AdapterError(f"{exc} (after part of the message was sent)") from exc
+                raise
             first = first or sent
         return first
 

@@ -42,6 +42,7 @@ from websockets.exceptions import (
     WebSocketException,
 )
 from websockets.http11 import Request, Response
+from websockets.protocol import State
 from websockets.uri import parse_uri
 
 from ...addresses import ip_of, is_loopback
@@ -55,6 +56,8 @@ log = logging.getLogger("ania_nb.runner.onebot")
 
 class ActionFailed(AdapterError):
     """The implementation answered an action with a failure status [action, status, retcode]."""
+
+    refused = True
 
     def __init__(self, message: str, *, action: str, status: str, retcode: int) -> None:
         super().__init__(message)
@@ -139,6 +142,18 @@ class _Link:
                 future.set_exception(AdapterError(f"OneBot action {action} failed: {reason}"))
 
 
+def _settle(future: asyncio.Future[Any]) -> None:
+    """A call's answer future is done with: cancel it, or retrieve the failure it holds.
+
+    A dropped link fails its waiting futures; one whose call already gave up (the send raised
+    first) would otherwise log "Future exception was never retrieved".
+    """
+    if not future.done():
+        future.cancel()
+    elif not future.cancelled():
+        future.exception()
+
+
 class Transport:
     """What both connection styles share: the current link, action calls, lifecycle."""
 
@@ -194,18 +209,24 @@ class Transport:
         frame = ActionRequest(action=action, params=params or {}, echo="")
         while True:
             link = await self._wait_link(action, deadline)
+            if link.ws.protocol.state is not State.OPEN:
+                # Closing already: websockets would refuse the frame without writing it, so the
+                # next connection cannot get a duplicate.
+                self._drop_link(link, "the OneBot connection closed")
+                continue
             echo = f"ania:{next(self._echoes)}"
             future: asyncio.Future[ActionResponse] = loop.create_future()
             link.pending[echo] = (future, action)
             try:
+                # The state was OPEN just now and nothing ran since: this call hands the frame
+                # to the socket before it can fail, so from here on the frame was *written*.
                 await link.ws.send(frame.model_copy(update={"echo": echo}).model_dump_json())
-            except ConnectionClosed:
-                # The frame never left, so trying the next connection cannot duplicate it.
-                link.pending.pop(echo, None)
-                self._drop_link(link, "the OneBot connection closed")
-                continue
-            try:
                 response = await asyncio.wait_for(future, max(deadline - loop.time(), 0.001))
+            except ConnectionClosed:
+                raise AdapterError(
+                    f"OneBot action {action} failed: the connection closed while it was sent",
+                    written=True,
+                ) from None
             except TimeoutError:
                 raise AdapterError(
                     f"OneBot action {action} timed out after {self.action_timeout:g} s "
@@ -213,6 +234,7 @@ class Transport:
                 ) from None
             finally:
                 link.pending.pop(echo, None)
+                _settle(future)
             break
         if not response.ok:
             why = response.wording or response.message
@@ -232,10 +254,14 @@ class Transport:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._linked.wait(), max(remaining, 0))
         if self._closed:
-            raise AdapterError(f"OneBot action {action} failed: the adapter is closed")
+            raise AdapterError(
+                f"OneBot action {action} failed: the adapter is closed", written=False
+            )
         if self._link is None:
             reason = f" ({self.last_error})" if self.last_error else ""
-            raise AdapterError(f"OneBot action {action} failed: not connected{reason}")
+            raise AdapterError(
+                f"OneBot action {action} failed: not connected{reason}", written=False
+            )
         return self._link
 
     def _drop_link(self, link: _Link, reason: str) -> None:

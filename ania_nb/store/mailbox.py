@@ -1,0 +1,557 @@
+"""The durable inbox and outbox of chat front ends, and the *effects* other steps write with them.
+
+**Inbox.** Every message a durable front end (the chat runner) accepts is one ``inbox`` row,
+keyed ``(source, account, message_key)`` — e.g. ``("onebot", <bot id>, <message id>)`` — and
+unique: a re-sent event finds its key taken and is ignored. A row is ``pending`` (accepted, no
+run yet), ``running`` (a run answers it: ``run_id``), then final: ``answered`` (its reply is an
+outbox row), ``notified`` (its run died in a crash and the chat was told), ``ignored`` (stored
+only: an unaddressed group message) or ``dropped`` (a full queue or ``/stop``).
+
+**Outbox.** Every message a durable front end sends is one ``outbox`` row holding a neutral
+delivery (JSON; the front end renders it at send time). A row goes ``pending`` → ``sending``
+(committed before the frame is written) → ``sent``; ``uncertain`` when it may have been written
+but was never confirmed (never sent again); ``failed`` when the platform refused it.
+
+**Effects** are the writes that ride in another step's transaction (a run's begin and finish):
+`InboxState`, `OutboxRow`, `InboxRow`. `apply_effects` turns them into SQL on the store thread.
+Final rows older than the window (``runner.inbox_window``) are pruned by `prune`.
+"""
+
+from __future__ import annotations
+
+import builtins
+import json
+import sqlite3
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Literal
+
+from ania_nb.errors import UsageError
+
+from .db import clean_text, to_json, transaction
+
+if TYPE_CHECKING:
+    from .db import Database
+
+InboxStateName = Literal["pending", "running", "answered", "notified", "ignored", "dropped"]
+OutboxStateName = Literal["pending", "sending", "sent", "uncertain", "failed"]
+
+INBOX_STATES = frozenset({"pending", "running", "answered", "notified", "ignored", "dropped"})
+INBOX_FINAL = ("answered", "notified", "ignored", "dropped")
+OUTBOX_STATES = frozenset({"pending", "sending", "sent", "uncertain", "failed"})
+OUTBOX_FINAL = ("sent", "uncertain", "failed")
+PRUNE_BATCH = 5000  # rows deleted per prune statement, so a prune never holds the lock long
+
+_INBOX_COLUMNS = (
+    "id, source, account, message_key, session, sender, kind, payload, received_at, state, run_id"
+)
+_OUTBOX_COLUMNS = (
+    "id, session, kind, payload, state, created_at, updated_at, attempts, error, run_id"
+)
+
+
+# ------------------------------------------------------------------ rows
+
+
+@dataclass(frozen=True)
+class InboxEntry:
+    """One stored inbox row."""
+
+    id: int
+    source: str
+    account: str
+    message_key: str
+    session: str
+    sender: str | None
+    kind: str
+    payload: dict[str, Any]
+    received_at: float
+    state: str
+    run_id: int | None
+
+
+@dataclass(frozen=True)
+class OutboxEntry:
+    """One stored outbox row (``payload`` is the neutral delivery the front end renders)."""
+
+    id: int
+    session: str
+    kind: str
+    payload: dict[str, Any]
+    state: str
+    created_at: float
+    updated_at: float
+    attempts: int
+    error: str | None
+    run_id: int | None
+
+
+# ------------------------------------------------------------------ effects
+
+
+@dataclass(frozen=True)
+class InboxRow:
+    """Effect: insert an inbox row (ignored when its key is taken)."""
+
+    source: str
+    account: str
+    message_key: str
+    session: str
+    sender: str | None
+    payload: dict[str, Any]
+    kind: str = "message"
+    state: InboxStateName = "pending"
+
+
+@dataclass(frozen=True)
+class InboxState:
+    """Effect: move inbox rows ``ids`` to ``state``; ``run_id`` None means the step's own run.
+
+    Rows already in a final state keep it (a late step never reopens an answered message).
+    """
+
+    ids: tuple[int, ...]
+    state: InboxStateName
+    run_id: int | None = None
+
+
+@dataclass(frozen=True)
+class OutboxRow:
+    """Effect: insert an outbox row; ``run_id`` None means the step's own run (if any)."""
+
+    session: str
+    kind: str
+    payload: dict[str, Any] = field(default_factory=dict)
+    run_id: int | None = None
+
+
+Effect = InboxRow | InboxState | OutboxRow
+
+
+def check_effects(effects: Sequence[Effect]) -> list[Effect]:
+    """Validate effects before they reach the store thread (a clear error, nothing written)."""
+    checked: list[Effect] = []
+    for effect in effects:
+        if isinstance(effect, InboxState):
+            if effect.state not in INBOX_STATES:
+                raise UsageError(
+                    f"inbox state must be one of {sorted(INBOX_STATES)}, got {effect.state!r}"
+                )
+            if not all(isinstance(i, int) and not isinstance(i, bool) for i in effect.ids):
+                raise UsageError(f"inbox ids must be integers, got {effect.ids!r}")
+        elif isinstance(effect, OutboxRow | InboxRow):
+            if not isinstance(effect.session, str) or not effect.session:
+                raise UsageError(
+                    f"an {type(effect).__name__} needs a session, got {effect.session!r}"
+                )
+            if not isinstance(effect.payload, dict):
+                raise UsageError(f"an {type(effect).__name__} payload must be a dict")
+        else:
+            raise UsageError(f"not a store effect: {effect!r}")
+        checked.append(effect)
+    return checked
+
+
+def apply_effects(
+    conn: sqlite3.Connection, effects: Sequence[Effect], run_id: int | None, now: float
+) -> list[int]:
+    """Write ``effects`` inside the caller's transaction; returns the new outbox row ids."""
+    outbox_ids: list[int] = []
+    for effect in effects:
+        if isinstance(effect, InboxState):
+            _set_inbox_state(conn, effect.ids, effect.state, effect.run_id or run_id, now)
+        elif isinstance(effect, OutboxRow):
+            outbox_ids.append(_insert_outbox(conn, effect, effect.run_id or run_id, now))
+        else:
+            _insert_inbox(conn, effect, now)
+    return outbox_ids
+
+
+# ------------------------------------------------------------------ the inbox
+
+
+class Inbox:
+    """The durable inbox (see the module docstring); every call runs on the store thread."""
+
+    def __init__(self, db: Database) -> None:
+        """Read and write the ``inbox`` table of ``db``."""
+        self._db = db
+
+    async def accept(self, row: InboxRow, effects: Sequence[Effect] = ()) -> int | None:
+        """Insert ``row`` (and ``effects``) in one transaction; None when its key is taken.
+
+        A duplicate writes nothing, its effects neither.
+        """
+        check_effects([row, *effects])
+        return await self._db.run(_accept, row, list(effects), time.time())
+
+    async def update(self, effects: Sequence[Effect]) -> list[int]:
+        """Write ``effects`` in one transaction; returns the new outbox row ids."""
+        checked = check_effects(effects)
+        return await self._db.run(_update, checked, time.time())
+
+    async def settle(self, ids: Sequence[int], reply: OutboxRow) -> int | None:
+        """Answer rows ``ids`` that are still open (``pending``/``running``) with ``reply``.
+
+        One transaction: when none is open any more (their run's finish step answered them)
+        nothing is written and None returned; else the reply row's id.
+        """
+        check_effects([reply])
+        return await self._db.run(_settle, tuple(ids), reply, time.time())
+
+    async def orphans(self) -> builtins.list[tuple[InboxEntry, bool]]:
+        """``running`` rows whose run is not running any more (a crash cut it off).
+
+        Each with whether a tool with side effects had started in that run. Call after the
+        store marked orphaned runs ``interrupted`` (opening it does).
+        """
+        return await self._db.run(_orphans)
+
+    async def resume(
+        self,
+        ids: Sequence[int],
+        run_ids: Sequence[int],
+        how: Literal["rerun", "notified"],
+        notice: OutboxRow | None = None,
+    ) -> None:
+        """Resolve orphaned rows: ``rerun`` makes them ``pending`` again, ``notified`` final.
+
+        The runs' records note ``how`` (column ``resumed``); ``notice`` is the chat's notice
+        row, written in the same transaction.
+        """
+        if notice is not None:
+            check_effects([notice])
+        await self._db.run(_resume, tuple(ids), tuple(run_ids), how, notice, time.time())
+
+    async def get(self, inbox_id: int) -> InboxEntry | None:
+        """One row by id."""
+        return await self._db.run(_get_inbox, inbox_id)
+
+    async def list(
+        self, *, states: Sequence[str] = (), session: str | None = None, limit: int = 10_000
+    ) -> builtins.list[InboxEntry]:
+        """Rows in ``states`` (all when empty), optionally of one session, oldest first."""
+        for state in states:
+            if state not in INBOX_STATES:
+                raise UsageError(
+                    f"inbox state must be one of {sorted(INBOX_STATES)}, got {state!r}"
+                )
+        return await self._db.run(_list_inbox, tuple(states), session, limit)
+
+    async def prune(self, window: float) -> int:
+        """Delete final rows received more than ``window`` seconds ago; returns how many."""
+        return await self._db.run(_prune, "inbox", "received_at", INBOX_FINAL, time.time() - window)
+
+
+class OutboxLog:
+    """The durable outbox (see the module docstring); every call runs on the store thread."""
+
+    def __init__(self, db: Database) -> None:
+        """Read and write the ``outbox`` table of ``db``."""
+        self._db = db
+
+    async def add(self, row: OutboxRow, effects: Sequence[Effect] = ()) -> int:
+        """Insert ``row`` (with ``effects``) in one transaction; returns its id."""
+        check_effects([row, *effects])
+        return (await self._db.run(_update, [row, *effects], time.time()))[0]
+
+    async def claim(self, session: str) -> OutboxEntry | None:
+        """The session's oldest ``pending`` row, now ``sending`` (committed); None when none."""
+        return await self._db.run(_claim, session, time.time())
+
+    async def mark(
+        self,
+        row_id: int,
+        state: OutboxStateName,
+        error: str | None = None,
+        *,
+        claim_next: str | None = None,
+    ) -> OutboxEntry | None:
+        """Move a ``sending`` row to ``state`` (``pending`` again: it was provably not sent).
+
+        With ``claim_next`` (a session), the same transaction claims that session's next
+        pending row (see `claim`) and returns it: one store round trip per row sent.
+        """
+        if state not in OUTBOX_STATES:
+            raise UsageError(f"outbox state must be one of {sorted(OUTBOX_STATES)}, got {state!r}")
+        return await self._db.run(_mark, row_id, state, error, time.time(), claim_next)
+
+    async def recover(self) -> builtins.list[OutboxEntry]:
+        """After a crash: every ``sending`` row becomes ``uncertain``; returns those rows."""
+        return await self._db.run(_recover, time.time())
+
+    async def sessions_pending(self) -> builtins.list[str]:
+        """Sessions that have ``pending`` rows, by their oldest row."""
+        return await self._db.run(_sessions_pending)
+
+    async def get(self, row_id: int) -> OutboxEntry | None:
+        """One row by id."""
+        return await self._db.run(_get_outbox, row_id)
+
+    async def list(
+        self, *, states: Sequence[str] = (), session: str | None = None, limit: int = 10_000
+    ) -> builtins.list[OutboxEntry]:
+        """Rows in ``states`` (all when empty), optionally of one session, oldest first."""
+        for state in states:
+            if state not in OUTBOX_STATES:
+                raise UsageError(
+                    f"outbox state must be one of {sorted(OUTBOX_STATES)}, got {state!r}"
+                )
+        return await self._db.run(_list_outbox, tuple(states), session, limit)
+
+    async def prune(self, window: float) -> int:
+        """Delete final rows created more than ``window`` seconds ago; returns how many."""
+        return await self._db.run(
+            _prune, "outbox", "created_at", OUTBOX_FINAL, time.time() - window
+        )
+
+
+# ------------------------------------------------------------------ store-thread functions
+
+
+def _payload(payload: dict[str, Any]) -> str:
+    try:
+        return to_json(payload)
+    except (TypeError, ValueError) as exc:
+        raise UsageError(f"a mailbox payload must be JSON-serialisable: {exc}") from exc
+
+
+def _insert_inbox(conn: sqlite3.Connection, row: InboxRow, now: float) -> int | None:
+    cursor = conn.execute(
+        "INSERT OR IGNORE INTO inbox (source, account, message_key, session, sender, kind, "
+        "payload, received_at, state, updated_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+        (
+            clean_text(row.source),
+            clean_text(row.account),
+            clean_text(row.message_key),
+            clean_text(row.session),
+            None if row.sender is None else clean_text(row.sender),
+            row.kind,
+            _payload(row.payload),
+            now,
+            row.state,
+            now,
+        ),
+    )
+    return cursor.lastrowid if cursor.rowcount == 1 else None
+
+
+def _set_inbox_state(
+    conn: sqlite3.Connection, ids: Sequence[int], state: str, run_id: int | None, now: float
+) -> None:
+    if not ids:
+        return
+    marks = ",".join("?" * len(ids))
+    final = ",".join("?" * len(INBOX_FINAL))
+    conn.execute(
+        f"UPDATE inbox SET state = ?, run_id = coalesce(?, run_id), updated_at = ? "
+        f"WHERE id IN ({marks}) AND state NOT IN ({final})",
+        (state, run_id, now, *ids, *INBOX_FINAL),
+    )
+
+
+def _insert_outbox(conn: sqlite3.Connection, row: OutboxRow, run_id: int | None, now: float) -> int:
+    cursor = conn.execute(
+        "INSERT INTO outbox (session, kind, payload, state, created_at, updated_at, attempts, "
+        "run_id) VALUES (?, ?, ?, 'pending', ?, ?, 0, ?)",
+        (clean_text(row.session), row.kind, _payload(row.payload), now, now, run_id),
+    )
+    assert cursor.lastrowid is not None
+    return cursor.lastrowid
+
+
+def _accept(
+    conn: sqlite3.Connection, row: InboxRow, effects: list[Effect], now: float
+) -> int | None:
+    with transaction(conn):
+        inbox_id = _insert_inbox(conn, row, now)
+        if inbox_id is not None and effects:
+            apply_effects(conn, _bound(effects, inbox_id), None, now)
+    return inbox_id
+
+
+def _bound(effects: list[Effect], inbox_id: int) -> list[Effect]:
+    """Effects of an accept: an `InboxState` without ids means the accepted row."""
+    return [
+        InboxState((inbox_id,), e.state, e.run_id) if isinstance(e, InboxState) and not e.ids else e
+        for e in effects
+    ]
+
+
+def _update(conn: sqlite3.Connection, effects: list[Effect], now: float) -> list[int]:
+    with transaction(conn):
+        return apply_effects(conn, effects, None, now)
+
+
+def _settle(
+    conn: sqlite3.Connection, ids: tuple[int, ...], reply: OutboxRow, now: float
+) -> int | None:
+    if not ids:
+        return None
+    marks = ",".join("?" * len(ids))
+    with transaction(conn):
+        cursor = conn.execute(
+            f"UPDATE inbox SET state = 'answered', updated_at = ? "
+            f"WHERE id IN ({marks}) AND state IN ('pending', 'running')",
+            (now, *ids),
+        )
+        if cursor.rowcount == 0:
+            return None
+        return _insert_outbox(conn, reply, reply.run_id, now)
+
+
+def _orphans(conn: sqlite3.Connection) -> list[tuple[InboxEntry, bool]]:
+    columns = ", ".join(f"i.{c.strip()}" for c in _INBOX_COLUMNS.split(","))
+    rows = conn.execute(
+        f"SELECT {columns}, coalesce(r.side_effects_started, 0) FROM inbox i "
+        "LEFT JOIN runs r ON r.id = i.run_id "
+        "WHERE i.state = 'running' AND (r.id IS NULL OR r.status != 'running') ORDER BY i.id"
+    )
+    return [(_inbox_entry(r[:-1]), bool(r[-1])) for r in rows]
+
+
+def _resume(
+    conn: sqlite3.Connection,
+    ids: tuple[int, ...],
+    run_ids: tuple[int, ...],
+    how: str,
+    notice: OutboxRow | None,
+    now: float,
+) -> None:
+    state = "pending" if how == "rerun" else "notified"
+    with transaction(conn):
+        if ids:
+            conn.execute(
+                f"UPDATE inbox SET state = ?, updated_at = ? "
+                f"WHERE id IN ({','.join('?' * len(ids))}) AND state = 'running'",
+                (state, now, *ids),
+            )
+        if run_ids:
+            conn.execute(
+                f"UPDATE runs SET resumed = ? WHERE id IN ({','.join('?' * len(run_ids))})",
+                (how, *run_ids),
+            )
+        if notice is not None:
+            _insert_outbox(conn, notice, notice.run_id, now)
+
+
+def _inbox_entry(row: tuple[Any, ...]) -> InboxEntry:
+    values = list(row)
+    values[7] = json.loads(values[7])
+    return InboxEntry(*values)
+
+
+def _outbox_entry(row: tuple[Any, ...]) -> OutboxEntry:
+    values = list(row)
+    values[3] = json.loads(values[3])
+    return OutboxEntry(*values)
+
+
+def _get_inbox(conn: sqlite3.Connection, inbox_id: int) -> InboxEntry | None:
+    row = conn.execute(f"SELECT {_INBOX_COLUMNS} FROM inbox WHERE id = ?", (inbox_id,)).fetchone()
+    return None if row is None else _inbox_entry(row)
+
+
+def _where(states: tuple[str, ...], session: str | None) -> tuple[str, list[Any]]:
+    clauses: list[str] = []
+    params: list[Any] = []
+    if states:
+        clauses.append(f"state IN ({','.join('?' * len(states))})")
+        params.extend(states)
+    if session is not None:
+        clauses.append("session = ?")
+        params.append(session)
+    return (f"WHERE {' AND '.join(clauses)}" if clauses else ""), params
+
+
+def _list_inbox(
+    conn: sqlite3.Connection, states: tuple[str, ...], session: str | None, limit: int
+) -> list[InboxEntry]:
+    where, params = _where(states, session)
+    rows = conn.execute(
+        f"SELECT {_INBOX_COLUMNS} FROM inbox {where} ORDER BY id LIMIT ?", (*params, limit)
+    )
+    return [_inbox_entry(r) for r in rows]
+
+
+def _get_outbox(conn: sqlite3.Connection, row_id: int) -> OutboxEntry | None:
+    row = conn.execute(f"SELECT {_OUTBOX_COLUMNS} FROM outbox WHERE id = ?", (row_id,)).fetchone()
+    return None if row is None else _outbox_entry(row)
+
+
+def _list_outbox(
+    conn: sqlite3.Connection, states: tuple[str, ...], session: str | None, limit: int
+) -> list[OutboxEntry]:
+    where, params = _where(states, session)
+    rows = conn.execute(
+        f"SELECT {_OUTBOX_COLUMNS} FROM outbox {where} ORDER BY id LIMIT ?", (*params, limit)
+    )
+    return [_outbox_entry(r) for r in rows]
+
+
+def _claim_row(conn: sqlite3.Connection, session: str, now: float) -> OutboxEntry | None:
+    row = conn.execute(
+        f"UPDATE outbox SET state = 'sending', attempts = attempts + 1, updated_at = ? "
+        f"WHERE id = (SELECT id FROM outbox WHERE session = ? AND state = 'pending' "
+        f"ORDER BY id LIMIT 1) RETURNING {_OUTBOX_COLUMNS}",
+        (now, session),
+    ).fetchone()
+    return None if row is None else _outbox_entry(row)
+
+
+def _claim(conn: sqlite3.Connection, session: str, now: float) -> OutboxEntry | None:
+    with transaction(conn):
+        return _claim_row(conn, session, now)
+
+
+def _mark(
+    conn: sqlite3.Connection,
+    row_id: int,
+    state: str,
+    error: str | None,
+    now: float,
+    claim_next: str | None,
+) -> OutboxEntry | None:
+    with transaction(conn):
+        conn.execute(
+            "UPDATE outbox SET state = ?, error = ?, updated_at = ? WHERE id = ?",
+            (state, None if error is None else clean_text(error), now, row_id),
+        )
+        return _claim_row(conn, claim_next, now) if claim_next is not None else None
+
+
+def _recover(conn: sqlite3.Connection, now: float) -> list[OutboxEntry]:
+    with transaction(conn):
+        rows = conn.execute(
+            f"UPDATE outbox SET state = 'uncertain', updated_at = ?, "
+            f"error = 'the process ended while it was being sent' "
+            f"WHERE state = 'sending' RETURNING {_OUTBOX_COLUMNS}",
+            (now,),
+        ).fetchall()
+    return sorted((_outbox_entry(r) for r in rows), key=lambda e: e.id)
+
+
+def _sessions_pending(conn: sqlite3.Connection) -> list[str]:
+    rows = conn.execute(
+        "SELECT session, min(id) AS first FROM outbox WHERE state = 'pending' "
+        "GROUP BY session ORDER BY first"
+    )
+    return [r[0] for r in rows]
+
+
+def _prune(
+    conn: sqlite3.Connection, table: str, column: str, final: tuple[str, ...], before: float
+) -> int:
+    removed = 0
+    marks = ",".join("?" * len(final))
+    while True:
+        with transaction(conn):
+            cursor = conn.execute(
+                f"DELETE FROM {table} WHERE id IN (SELECT id FROM {table} "
+                f"WHERE {column} < ? AND state IN ({marks}) LIMIT ?)",
+                (before, *final, PRUNE_BATCH),
+            )
+        removed += cursor.rowcount
+        if cursor.rowcount < PRUNE_BATCH:
+            return removed
