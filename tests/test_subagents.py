@@ -19,7 +19,7 @@ from _waits import until
 
 from ania_nb import Callbacks, RunEvent, RunResult, ToolContext, tool
 from ania_nb.agents import Agents
-from ania_nb.agents.background import Child, completion_text
+from ania_nb.agents.background import PREVIEW_CHARS, Child, completion_text
 from ania_nb.agents.clock_children import REPORT_HEADER, ClockChildren
 from ania_nb.agents.subagent import (
     MAX_TIMEOUT,
@@ -203,6 +203,19 @@ async def test_long_result_is_cut_with_the_original_length_noted(
     assert meta.endswith(" · result truncated")
     note = "\n… (result too long, cut; the original has 250 characters)"
     assert body == "x" * (100 - len(note)) + note  # 100 characters, the note included
+
+
+async def test_a_result_of_exactly_the_limit_is_whole_and_not_called_truncated(
+    llm: Any, make_agent: Callable[..., Any]
+) -> None:
+    agent = sub_agent(make_agent, **{"subagent.max_result_chars": 100})
+    llm.route(CHILD, reply("y" * 100))
+    llm.route(PARENT, reply(tool_calls=[run("write exactly enough")]), reply("ok"))
+    await agent.chat("go", session=SESSION)
+    [text] = tool_results(llm.requests[-1])
+    meta, body = text.split("\n", 1)
+    assert "truncated" not in meta
+    assert body == "y" * 100
 
 
 async def test_subagent_stop_hook_gets_the_task_and_a_failed_child_is_a_tool_error(
@@ -447,6 +460,35 @@ async def test_list_and_cancel_a_background_child(llm: Any, make_agent: Callable
     ]
     await events.wait_for(lambda: "child_end" in events.kinds("1"))
     assert events.end("1")["status"] == "stopped"
+
+
+async def test_subagent_list_shows_a_task_of_exactly_the_preview_length_in_full(
+    llm: Any, make_agent: Callable[..., Any]
+) -> None:
+    agent = sub_agent(make_agent)
+    release = threading.Event()
+
+    def slow_child(request: RecordedRequest) -> Any:
+        release.wait(10)
+        return reply("too late")
+
+    exact, longer = "e" * PREVIEW_CHARS, "l" * (PREVIEW_CHARS + 1)
+    llm.responder = slow_child
+    llm.route(
+        PARENT,
+        reply(tool_calls=[run(exact, background=True), run(longer, background=True)]),
+        reply(tool_calls=[tool_call("subagent_list")]),
+        reply("listed"),
+    )
+    try:
+        result = await agent.chat("go", session=SESSION)
+        assert agent.stop(SESSION)  # both children cancelled: nothing is injected afterwards
+    finally:
+        release.set()
+    assert result.text == "listed"
+    listing = tool_results([r for r in llm.requests if PARENT(r)][2])[-1]
+    assert f"1. ID: 1 (background) / task: {exact} / " in listing  # exactly the limit: whole
+    assert f"2. ID: 2 (background) / task: {'l' * (PREVIEW_CHARS - 1)}… / " in listing
 
 
 async def test_subagent_cancel_of_a_waited_child_fails_only_that_call(

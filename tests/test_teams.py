@@ -509,6 +509,33 @@ async def test_stopping_the_session_stops_every_member_and_keeps_their_tokens(ll
     assert sorted(r.status for r in runs) == ["stopped", "stopped", "stopped"]
 
 
+async def test_tokens_a_stopped_member_already_used_are_in_the_callers_tally(llm, make_agent):
+    import asyncio
+
+    agent = team_agent(make_agent)
+    release = threading.Event()
+
+    def member(request: Any) -> Any:
+        if request.messages[-1]["role"] != "tool":  # first call: tokens spent, then a tool call
+            return reply(tool_calls=[tool_call("no_such_tool", {})], usage=usage(10, 5))
+        release.wait(20)  # second call: still waiting when the session is stopped
+        return reply("too late", usage=usage(1000, 1000))
+
+    script = Scripted(run_team("t", {"name": "a", "role": "r"}, {"name": "b", "role": "r"}), member)
+    llm.responder = script
+    chat = asyncio.create_task(agent.chat("go", session=SESSION))
+    try:
+        await asyncio.to_thread(llm.wait_for_requests, 5, 10)  # parent + 2 calls of each member
+        assert agent.stop(SESSION)
+        result = await asyncio.wait_for(chat, 10)
+    finally:
+        release.set()
+    assert result.status == "stopped"
+    runs = await (await agent.host.open_store()).runs.list(session=SESSION)
+    parent = min(runs, key=lambda r: r.id)  # the parent's run started first
+    assert parent.total_tokens == 55 + 2 * 15  # its own call and each member's first call
+
+
 async def test_a_member_gets_only_the_time_the_parent_has_left_minus_30_seconds(llm, make_agent):
     import time
 
