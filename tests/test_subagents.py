@@ -749,6 +749,114 @@ async def test_clock_drain_stops_after_five_rounds_and_cancels_the_rest(
     assert children._children[-1].outcome.cancelled
 
 
+def task_of(request: RecordedRequest) -> str:
+    """The task a child was given (its last message, after the time stamp)."""
+    return said(request)
+
+
+async def test_clock_drain_reports_how_many_still_run_and_a_cancelled_child_not_at_all(
+    llm: Any, make_agent: Callable[..., Any]
+) -> None:
+    agent = sub_agent(make_agent)
+    tally = Usage()
+    children = ClockChildren(agent.host, SESSION, time.monotonic() + 120, tally)
+    conversation = Conversation(history=[])
+    hold_slow, hold_dropped = threading.Event(), threading.Event()
+
+    def child(request: RecordedRequest) -> Any:
+        if "dropped" in task_of(request):
+            hold_dropped.wait(10)  # cancelled by the run before it answers
+        if "slow" in task_of(request):
+            hold_slow.wait(10)  # still running at the first report
+        return reply(f"done: {task_of(request)[-12:]}")
+
+    llm.responder = child
+    llm.route(
+        PARENT,
+        reply(tool_calls=[run("dropped job"), run("quick job"), run("slow job")]),
+        reply(tool_calls=[tool_call("subagent_cancel", {"id": "1"})]),
+        reply("waiting"),
+        reply("half the answer"),
+        reply("the whole answer"),
+    )
+    reports: list[str] = []
+
+    async def continue_with(text: str) -> Any:
+        reports.append(text)
+        result = await agent.host.run_one_shot(
+            clock_job(agent, children, tally, conversation, text)
+        )
+        hold_slow.set()  # the slow child ends after the first report
+        await until(lambda: children._children[2].handle.done(), "the slow child to end")
+        return result
+
+    try:
+        first = await agent.host.run_one_shot(
+            clock_job(agent, children, tally, conversation, "tick")
+        )
+        await until(lambda: children._children[1].handle.done(), "the quick child to end")
+        # The first round waits until just before the reserve: the slow child is still held.
+        children.deadline = time.monotonic() + PARENT_RESERVE + 0.5
+        final = await children.drain(first, continue_with)
+    finally:
+        hold_slow.set()
+        hold_dropped.set()
+    assert final.text == "the whole answer"
+    assert len(reports) == 2
+    assert "(ID: 2)" in reports[0] and reports[0].endswith("\n\n1 more still running…")
+    assert "(ID: 3)" in reports[1] and "still running" not in reports[1]
+    assert all("(ID: 1)" not in report for report in reports)  # cancelled on purpose: silent
+    assert children._children[0].outcome.cancelled
+
+
+async def test_clock_drain_stops_at_a_failed_round(
+    llm: Any, make_agent: Callable[..., Any]
+) -> None:
+    agent = sub_agent(make_agent)
+    tally = Usage()
+    children = ClockChildren(agent.host, SESSION, time.monotonic() + 120, tally)
+    conversation = Conversation(history=[])
+    hold_slow = threading.Event()
+
+    def child(request: RecordedRequest) -> Any:
+        if "slow" in task_of(request):
+            hold_slow.wait(10)
+        return reply("a result")
+
+    llm.responder = child
+    llm.route(
+        PARENT,
+        reply(tool_calls=[run("quick job"), run("slow job")]),
+        reply("waiting"),
+        error(400, "the model refused the report"),
+        reply("an answer after the failure"),
+    )
+    reports: list[str] = []
+
+    async def continue_with(text: str) -> Any:
+        reports.append(text)
+        result = await agent.host.run_one_shot(
+            clock_job(agent, children, tally, conversation, text)
+        )
+        hold_slow.set()  # the slow child ends now: a drain that goes on would report it
+        await until(lambda: children._children[1].handle.done(), "the slow child to end")
+        return result
+
+    try:
+        first = await agent.host.run_one_shot(
+            clock_job(agent, children, tally, conversation, "tick")
+        )
+        await until(lambda: children._children[0].handle.done(), "the quick child to end")
+        # The first round waits until just before the reserve: the slow child is still held.
+        children.deadline = time.monotonic() + PARENT_RESERVE + 0.5
+        final = await children.drain(first, continue_with)
+    finally:
+        hold_slow.set()
+    assert len(reports) == 1 and "(ID: 1)" in reports[0]  # no round after the failed one
+    assert final.status == "error" and "refused the report" in (final.error or "")
+    assert children.running == []
+
+
 async def test_clock_children_refuse_to_start_with_30_s_or_less_left(make_agent: Any) -> None:
     agent = sub_agent(make_agent)
     children = ClockChildren(agent.host, SESSION, time.monotonic() + 20, Usage())

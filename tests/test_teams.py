@@ -210,6 +210,16 @@ async def test_saved_teams_survive_an_agent_restart(llm, make_agent, tmp_path):
 # ------------------------------------------------------------------ team_run validation
 
 
+def test_a_team_has_at_most_ten_members_whatever_max_members_says():
+    from ania_nb.agents.team import HARD_MAX_MEMBERS, MemberRequest, check_request
+    from ania_nb.errors import ToolError
+
+    members = [MemberRequest(f"m{i}") for i in range(HARD_MAX_MEMBERS + 1)]
+    with pytest.raises(ToolError, match=r"too many members: 11 \(at most 10\)"):
+        check_request("t", members, 50)  # the config caps it at 10 too; this is the last guard
+    assert len(check_request("t", members[:HARD_MAX_MEMBERS], 50)[1]) == HARD_MAX_MEMBERS
+
+
 @pytest.mark.parametrize(
     ("arguments", "message"),
     [
@@ -478,6 +488,20 @@ async def test_ania_team_manages_global_and_session_teams(llm, tmp_path, capsys,
         assert [t.name for t in await teams.list("nb:default")] == ["mine"]
     finally:
         await state.close_agent()
+
+
+async def test_built_in_roles_are_found_whatever_the_case_of_the_name(llm, make_agent):
+    agent = team_agent(make_agent)
+    script = Scripted(run_team("Compare A and B.", {"name": "  Researcher "}, {"name": "EDITOR"}))
+    llm.responder = script
+    events: list[RunEvent] = []
+    result = await agent.chat("go", session=SESSION, callbacks=Callbacks(on_event=events.append))
+    assert result.ok
+    starts = [e.data for e in events if e.kind == "child" and e.data["kind"] == "child_start"]
+    assert sorted(c["data"]["role"] for c in starts) == sorted(["研究员", "编辑"])
+    prompts = [system_of(r) for r in script.member_requests]
+    assert any(builtin_role("researcher").description in p for p in prompts)
+    assert any(builtin_role("editor").description in p for p in prompts)
 
 
 async def test_stopping_the_session_stops_every_member_and_keeps_their_tokens(llm, make_agent):
