@@ -297,6 +297,26 @@ def test_session_option_picks_the_conversation(shell, llm):
     assert third[1]["content"].endswith("remember A") and third[2]["content"] == "noted A"
 
 
+def test_a_notebook_session_saved_by_config_set_is_used_from_the_first_cell_on(
+    shell, llm, tmp_path
+):
+    from ania_nb.config import SAVED_CONFIG_NAMESPACE
+    from ania_nb.store import Store
+
+    async def save() -> None:  # as config_set saved it in an earlier kernel: only in the store
+        store = await Store.open(tmp_path / "data")
+        await store.kv(SAVED_CONFIG_NAMESPACE).set("notebook.session", "nb:shared")
+        await store.close()
+
+    asyncio.run(save())
+    llm.script(reply("first"), reply("second"))
+    first, _ = run(shell, "%%agent -q\nhello")
+    second, _ = run(shell, "%%agent -q\nagain")
+    assert (first.session, second.session) == ("nb:shared", "nb:shared")
+    _, captured = run(shell, "%ania plan status")
+    assert captured.stdout.strip() == "plan mode is off for nb:shared"
+
+
 def test_new_option_starts_a_fresh_conversation(shell, llm):
     llm.script(reply("hi"), reply("fresh"))
     run(shell, "%%agent -q\nhello")
@@ -661,6 +681,27 @@ def test_a_first_run_that_cannot_work_says_why_at_once(shell, llm, settings, sai
     assert said in captured.stderr and "%ania config set llm." in captured.stderr
     assert "Traceback" not in captured.stderr and widgets(captured) == []
     assert llm.requests == []
+
+
+def test_a_config_change_cancels_the_background_runs_of_the_closed_agent(shell, llm):
+    from ania_nb.notebook.widgets import RunView
+
+    release = held(llm)
+    shell.user_ns["first_request"] = lambda: llm.wait_for_requests(1)
+    try:
+        run(shell, "%%agent --bg\nslow task of the old agent")
+        run(shell, "import asyncio\nseen = await asyncio.to_thread(first_request)")
+        run(shell, "tasks = background()")
+        run(shell, "%ania config set agent.max_iterations=7")  # closes the Agent it ran on
+        run(shell, "done, pending = await asyncio.wait(tasks, timeout=20)")
+    finally:
+        release.set()
+    [task] = shell.user_ns["done"]
+    assert task.cancelled()  # cancelled with its Agent, not left to end on its own
+    assert "_" not in shell.user_ns  # no result of the closed Agent's run lands in _
+    views = [o for o in gc.get_objects() if isinstance(o, RunView)]
+    [view] = [v for v in views if v.prompt == "slow task of the old agent"]
+    assert view.status == "stopped" and not view.live
 
 
 def test_a_background_run_stopped_by_ania_stop_ends_its_view(shell, llm):

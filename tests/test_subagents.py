@@ -19,7 +19,7 @@ from _waits import until
 
 from ania_nb import Callbacks, RunEvent, RunResult, ToolContext, tool
 from ania_nb.agents import Agents
-from ania_nb.agents.background import Child, completion_text
+from ania_nb.agents.background import PREVIEW_CHARS, Child, completion_text
 from ania_nb.agents.clock_children import REPORT_HEADER, ClockChildren
 from ania_nb.agents.subagent import (
     MAX_TIMEOUT,
@@ -203,6 +203,19 @@ async def test_long_result_is_cut_with_the_original_length_noted(
     assert meta.endswith(" · result truncated")
     note = "\n… (result too long, cut; the original has 250 characters)"
     assert body == "x" * (100 - len(note)) + note  # 100 characters, the note included
+
+
+async def test_a_result_of_exactly_the_limit_is_whole_and_not_called_truncated(
+    llm: Any, make_agent: Callable[..., Any]
+) -> None:
+    agent = sub_agent(make_agent, **{"subagent.max_result_chars": 100})
+    llm.route(CHILD, reply("y" * 100))
+    llm.route(PARENT, reply(tool_calls=[run("write exactly enough")]), reply("ok"))
+    await agent.chat("go", session=SESSION)
+    [text] = tool_results(llm.requests[-1])
+    meta, body = text.split("\n", 1)
+    assert "truncated" not in meta
+    assert body == "y" * 100
 
 
 async def test_subagent_stop_hook_gets_the_task_and_a_failed_child_is_a_tool_error(
@@ -447,6 +460,35 @@ async def test_list_and_cancel_a_background_child(llm: Any, make_agent: Callable
     ]
     await events.wait_for(lambda: "child_end" in events.kinds("1"))
     assert events.end("1")["status"] == "stopped"
+
+
+async def test_subagent_list_shows_a_task_of_exactly_the_preview_length_in_full(
+    llm: Any, make_agent: Callable[..., Any]
+) -> None:
+    agent = sub_agent(make_agent)
+    release = threading.Event()
+
+    def slow_child(request: RecordedRequest) -> Any:
+        release.wait(10)
+        return reply("too late")
+
+    exact, longer = "e" * PREVIEW_CHARS, "l" * (PREVIEW_CHARS + 1)
+    llm.responder = slow_child
+    llm.route(
+        PARENT,
+        reply(tool_calls=[run(exact, background=True), run(longer, background=True)]),
+        reply(tool_calls=[tool_call("subagent_list")]),
+        reply("listed"),
+    )
+    try:
+        result = await agent.chat("go", session=SESSION)
+        assert agent.stop(SESSION)  # both children cancelled: nothing is injected afterwards
+    finally:
+        release.set()
+    assert result.text == "listed"
+    listing = tool_results([r for r in llm.requests if PARENT(r)][2])[-1]
+    assert f"1. ID: 1 (background) / task: {exact} / " in listing  # exactly the limit: whole
+    assert f"2. ID: 2 (background) / task: {'l' * (PREVIEW_CHARS - 1)}… / " in listing
 
 
 async def test_subagent_cancel_of_a_waited_child_fails_only_that_call(
@@ -705,6 +747,114 @@ async def test_clock_drain_stops_after_five_rounds_and_cancels_the_rest(
     assert len(reports) == 5
     assert children.running == []
     assert children._children[-1].outcome.cancelled
+
+
+def task_of(request: RecordedRequest) -> str:
+    """The task a child was given (its last message, after the time stamp)."""
+    return said(request)
+
+
+async def test_clock_drain_reports_how_many_still_run_and_a_cancelled_child_not_at_all(
+    llm: Any, make_agent: Callable[..., Any]
+) -> None:
+    agent = sub_agent(make_agent)
+    tally = Usage()
+    children = ClockChildren(agent.host, SESSION, time.monotonic() + 120, tally)
+    conversation = Conversation(history=[])
+    hold_slow, hold_dropped = threading.Event(), threading.Event()
+
+    def child(request: RecordedRequest) -> Any:
+        if "dropped" in task_of(request):
+            hold_dropped.wait(10)  # cancelled by the run before it answers
+        if "slow" in task_of(request):
+            hold_slow.wait(10)  # still running at the first report
+        return reply(f"done: {task_of(request)[-12:]}")
+
+    llm.responder = child
+    llm.route(
+        PARENT,
+        reply(tool_calls=[run("dropped job"), run("quick job"), run("slow job")]),
+        reply(tool_calls=[tool_call("subagent_cancel", {"id": "1"})]),
+        reply("waiting"),
+        reply("half the answer"),
+        reply("the whole answer"),
+    )
+    reports: list[str] = []
+
+    async def continue_with(text: str) -> Any:
+        reports.append(text)
+        result = await agent.host.run_one_shot(
+            clock_job(agent, children, tally, conversation, text)
+        )
+        hold_slow.set()  # the slow child ends after the first report
+        await until(lambda: children._children[2].handle.done(), "the slow child to end")
+        return result
+
+    try:
+        first = await agent.host.run_one_shot(
+            clock_job(agent, children, tally, conversation, "tick")
+        )
+        await until(lambda: children._children[1].handle.done(), "the quick child to end")
+        # The first round waits until just before the reserve: the slow child is still held.
+        children.deadline = time.monotonic() + PARENT_RESERVE + 0.5
+        final = await children.drain(first, continue_with)
+    finally:
+        hold_slow.set()
+        hold_dropped.set()
+    assert final.text == "the whole answer"
+    assert len(reports) == 2
+    assert "(ID: 2)" in reports[0] and reports[0].endswith("\n\n1 more still running…")
+    assert "(ID: 3)" in reports[1] and "still running" not in reports[1]
+    assert all("(ID: 1)" not in report for report in reports)  # cancelled on purpose: silent
+    assert children._children[0].outcome.cancelled
+
+
+async def test_clock_drain_stops_at_a_failed_round(
+    llm: Any, make_agent: Callable[..., Any]
+) -> None:
+    agent = sub_agent(make_agent)
+    tally = Usage()
+    children = ClockChildren(agent.host, SESSION, time.monotonic() + 120, tally)
+    conversation = Conversation(history=[])
+    hold_slow = threading.Event()
+
+    def child(request: RecordedRequest) -> Any:
+        if "slow" in task_of(request):
+            hold_slow.wait(10)
+        return reply("a result")
+
+    llm.responder = child
+    llm.route(
+        PARENT,
+        reply(tool_calls=[run("quick job"), run("slow job")]),
+        reply("waiting"),
+        error(400, "the model refused the report"),
+        reply("an answer after the failure"),
+    )
+    reports: list[str] = []
+
+    async def continue_with(text: str) -> Any:
+        reports.append(text)
+        result = await agent.host.run_one_shot(
+            clock_job(agent, children, tally, conversation, text)
+        )
+        hold_slow.set()  # the slow child ends now: a drain that goes on would report it
+        await until(lambda: children._children[1].handle.done(), "the slow child to end")
+        return result
+
+    try:
+        first = await agent.host.run_one_shot(
+            clock_job(agent, children, tally, conversation, "tick")
+        )
+        await until(lambda: children._children[0].handle.done(), "the quick child to end")
+        # The first round waits until just before the reserve: the slow child is still held.
+        children.deadline = time.monotonic() + PARENT_RESERVE + 0.5
+        final = await children.drain(first, continue_with)
+    finally:
+        hold_slow.set()
+    assert len(reports) == 1 and "(ID: 1)" in reports[0]  # no round after the failed one
+    assert final.status == "error" and "refused the report" in (final.error or "")
+    assert children.running == []
 
 
 async def test_clock_children_refuse_to_start_with_30_s_or_less_left(make_agent: Any) -> None:

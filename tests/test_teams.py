@@ -210,6 +210,16 @@ async def test_saved_teams_survive_an_agent_restart(llm, make_agent, tmp_path):
 # ------------------------------------------------------------------ team_run validation
 
 
+def test_a_team_has_at_most_ten_members_whatever_max_members_says():
+    from ania_nb.agents.team import HARD_MAX_MEMBERS, MemberRequest, check_request
+    from ania_nb.errors import ToolError
+
+    members = [MemberRequest(f"m{i}") for i in range(HARD_MAX_MEMBERS + 1)]
+    with pytest.raises(ToolError, match=r"too many members: 11 \(at most 10\)"):
+        check_request("t", members, 50)  # the config caps it at 10 too; this is the last guard
+    assert len(check_request("t", members[:HARD_MAX_MEMBERS], 50)[1]) == HARD_MAX_MEMBERS
+
+
 @pytest.mark.parametrize(
     ("arguments", "message"),
     [
@@ -480,6 +490,20 @@ async def test_ania_team_manages_global_and_session_teams(llm, tmp_path, capsys,
         await state.close_agent()
 
 
+async def test_built_in_roles_are_found_whatever_the_case_of_the_name(llm, make_agent):
+    agent = team_agent(make_agent)
+    script = Scripted(run_team("Compare A and B.", {"name": "  Researcher "}, {"name": "EDITOR"}))
+    llm.responder = script
+    events: list[RunEvent] = []
+    result = await agent.chat("go", session=SESSION, callbacks=Callbacks(on_event=events.append))
+    assert result.ok
+    starts = [e.data for e in events if e.kind == "child" and e.data["kind"] == "child_start"]
+    assert sorted(c["data"]["role"] for c in starts) == sorted(["研究员", "编辑"])
+    prompts = [system_of(r) for r in script.member_requests]
+    assert any(builtin_role("researcher").description in p for p in prompts)
+    assert any(builtin_role("editor").description in p for p in prompts)
+
+
 async def test_stopping_the_session_stops_every_member_and_keeps_their_tokens(llm, make_agent):
     import asyncio
 
@@ -507,6 +531,40 @@ async def test_stopping_the_session_stops_every_member_and_keeps_their_tokens(ll
     assert [(e["status"], e["error"]) for e in ends] == [("stopped", "cancelled")] * 2
     runs = await (await agent.host.open_store()).runs.list(session=SESSION)
     assert sorted(r.status for r in runs) == ["stopped", "stopped", "stopped"]
+
+
+@pytest.mark.xfail(
+    reason="known race (open): about every second run, one stopped member's tokens miss the "
+    "caller's record (70 of 85); the record closes before that member's tokens join the tally",
+    strict=False,
+)
+async def test_tokens_a_stopped_member_already_used_are_in_the_callers_tally(llm, make_agent):
+    import asyncio
+
+    agent = team_agent(make_agent)
+    release = threading.Event()
+    both_waiting = threading.Barrier(3, timeout=20)  # both members' second calls and the test
+
+    def member(request: Any) -> Any:
+        if request.messages[-1]["role"] != "tool":  # first call: tokens spent, then a tool call
+            return reply(tool_calls=[tool_call("no_such_tool", {})], usage=usage(10, 5))
+        both_waiting.wait()  # a member asks again only after it counted its first answer
+        release.wait(20)  # second call: still waiting when the session is stopped
+        return reply("too late", usage=usage(1000, 1000))
+
+    script = Scripted(run_team("t", {"name": "a", "role": "r"}, {"name": "b", "role": "r"}), member)
+    llm.responder = script
+    chat = asyncio.create_task(agent.chat("go", session=SESSION))
+    try:
+        await asyncio.to_thread(both_waiting.wait)  # each member is in its second call
+        assert agent.stop(SESSION)
+        result = await asyncio.wait_for(chat, 10)
+    finally:
+        release.set()
+    assert result.status == "stopped"
+    runs = await (await agent.host.open_store()).runs.list(session=SESSION)
+    parent = min(runs, key=lambda r: r.id)  # the parent's run started first
+    assert parent.total_tokens == 55 + 2 * 15  # its own call and each member's first call
 
 
 async def test_a_member_gets_only_the_time_the_parent_has_left_minus_30_seconds(llm, make_agent):

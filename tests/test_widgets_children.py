@@ -188,6 +188,21 @@ async def test_a_team_call_nests_one_live_row_per_member_under_its_tool_row(make
     assert text.endswith("The team found: cats purr.")
 
 
+async def test_an_expanded_childs_task_is_cut_to_its_limit_the_marker_included(make_agent):
+    from ania_nb.notebook.widgets.children import TASK_CHARS
+
+    view = RunView(make_agent(), session=SESSION, prompt="p")
+    on = view.on_event
+    on(event("run_start", run_id=1, text="p"))
+    on(event("tool_start", id=TEAM_CALL, name="team_run", arguments='{"task": "t"}'))
+    exact, longer = "e" * TASK_CHARS, "l" * (TASK_CHARS + 1)
+    on(child(TEAM_CALL, f"{TEAM_CALL}:0", "a", "child_start", task=exact))
+    on(child(TEAM_CALL, f"{TEAM_CALL}:1", "b", "child_start", task=longer))
+    whole, cut = view.children[TEAM_CALL].rows.values()
+    assert f">{exact}</pre>" in whole.info.value  # exactly the limit: shown whole
+    assert f">{'l' * (TASK_CHARS - 1)}…</pre>" in cut.info.value  # one more: cut to the limit
+
+
 async def test_a_running_childs_elapsed_time_and_streamed_text_update_without_events(make_agent):
     view = RunView(make_agent(), session=SESSION)
     view.on_event(event("tool_start", id="call_s", name="subagent_run", arguments="{}"))

@@ -103,6 +103,18 @@ async def test_streamed_run_shows_deltas_tool_rows_usage_and_the_reply(llm, make
     assert view.error_html.value == ""
 
 
+async def test_raw_html_in_the_models_reply_is_shown_as_text_not_markup(llm, make_agent):
+    agent = make_agent()
+    llm.script(reply('See <img src=x onerror="alert(1)"> and <script>steal()</script> **now**'))
+    view = RunView(agent, session="nb:x", prompt="hi")
+    result = await agent.chat("hi", session="nb:x", callbacks=view.callbacks)
+    view.finish(result)
+    shown = view.reply.value
+    assert "<img" not in shown and "<script" not in shown
+    assert "&lt;img src=x onerror=" in shown and "&lt;script&gt;steal()&lt;/script&gt;" in shown
+    assert "<strong>now</strong>" in shown  # the Markdown itself still renders
+
+
 async def test_usage_header_follows_usage_events_while_running(llm, make_agent):
     agent = make_agent(tools=[add])
     llm.script(

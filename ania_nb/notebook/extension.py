@@ -77,6 +77,8 @@ class NotebookState:
         from . import _identity as ident
 
         agent = self.agent()
+        # A notebook.session saved by config_set is in agent.config once the store is open.
+        store = await agent.host.open_store()
         if agent.config.notebook.session:
             return agent.config.notebook.session
         first = self._session is None
@@ -84,7 +86,7 @@ class NotebookState:
         if not facts.path:
             self._session = notebook_session()
             return self._session
-        kv = (await agent.host.open_store()).kv(ident.NAMESPACE)
+        kv = store.kv(ident.NAMESPACE)
         session = self._session
         record = await kv.get(session, None) if session is not None else None
         if session is None or not isinstance(record, dict):

@@ -218,7 +218,9 @@ async def serve_http(server: MCPServer, kind: str) -> None:
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.bind(("127.0.0.1", 0))
-    sock.listen(128)  # connections queue from now on: the PORT line means "ready", not "soon"
+    # Listening before the port is announced: a client that connects while uvicorn still starts
+    # waits in the backlog instead of being refused (seen on a loaded machine).
+    sock.listen(128)
     app = server.sse_app() if kind == "sse" else server.streamable_http_app()
     config = uvicorn.Config(app, log_level="warning")
     print(f"PORT {sock.getsockname()[1]}", flush=True)

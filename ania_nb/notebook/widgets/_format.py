@@ -70,15 +70,6 @@ def _brief_value(value: Any) -> str:
     return f"{cut(lines[0].strip(), 40)} …({len(value.split(chr(10)))} lines)"
 
 
-def pretty_arguments(arguments: str, limit: int = 2000) -> str:
-    """Tool arguments as indented JSON when they parse, else verbatim; truncated."""
-    try:
-        text = json.dumps(json.loads(arguments), ensure_ascii=False, indent=2)
-    except (TypeError, ValueError):
-        text = arguments
-    return cut(text, limit)
-
-
 def pre(text: str) -> str:
     """Escaped text in a wrapping ``<pre>`` block."""
     style = "white-space:pre-wrap;word-break:break-word;margin:2px 0"
