@@ -11,13 +11,13 @@ the caller's front end as ``child`` events (a nested transcript per member).
 
 from __future__ import annotations
 
-import asyncio
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from ..engine.callbacks import RunEvent
+from ..engine.concurrency import gather_all
 from ..engine.usage import Usage
 from ..errors import ToolError
 from ..session_keys import read_scopes
@@ -154,7 +154,8 @@ async def team_run(
             {"role": outcome.role.role, "task": outcome.run.task},
         )
     started = time.monotonic()
-    await asyncio.gather(*(_run_member(host, ctx, i, o, budget) for i, o in enumerate(outcomes)))
+    # Every member ends (and adds its tokens to the caller's tally) before the team's call does.
+    await gather_all(*(_run_member(host, ctx, i, o, budget) for i, o in enumerate(outcomes)))
     return report(outcomes, time.monotonic() - started, settings.max_result_chars)
 
 

@@ -25,6 +25,7 @@ from typing import Any, Literal, Protocol
 
 from ..text import cut
 from .callbacks import NO_CALLBACKS, Callbacks, RunEvent
+from .concurrency import gather_all
 from .llm import Completion, LLMClient, RetryNotice
 from .messages import EMPTY_REPLY_MESSAGE, LIMIT_MESSAGE, Message, strip_think, user_message
 from .repair import clean_text
@@ -318,7 +319,7 @@ class ToolLoop:
         # Claimed in call order before any runs, so parallel duplicates are counted as well.
         claims = [self._repeats.claim(call.name, call.arguments) for call in calls]
         results = list(
-            await asyncio.gather(*(self._run_one(c, k) for c, k in zip(calls, claims, strict=True)))
+            await gather_all(*(self._run_one(c, k) for c, k in zip(calls, claims, strict=True)))
         )
         self.results.extend(results)
         return results
