@@ -2,9 +2,10 @@
 
 ``store = await Store.open(data_dir)`` opens ``<data_dir>/ania.db`` and exposes KV namespaces
 (``store.kv(name)``), chat history (``store.history``), the run log (``store.runs``), the run
-journal (``store.journal``), the op log (``store.oplog``) and the usage counters
-(``store.usage``). `ania_nb.store.db` is the database underneath (for code that keeps its own
-tables here); `ania_nb.store.owner` says which process owns a running record.
+journal (``store.journal``), the op log (``store.oplog``), the usage counters (``store.usage``)
+and the pending approvals (``store.approvals``). `ania_nb.store.db` is the database underneath
+(for code that keeps its own tables here); `ania_nb.store.owner` says which process owns a
+running record.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from __future__ import annotations
 from os import PathLike
 from pathlib import Path
 
+from .approvals import ApprovalLog, ApprovalRow
 from .db import DB_FILENAME, Database
 from .history import ChatHistory
 from .journal import RunJournal
@@ -21,6 +23,8 @@ from .runlog import RunLog, RunRecord, ToolCallRecord
 from .usage import DayCount, UsageLedger
 
 __all__ = [
+    "ApprovalLog",
+    "ApprovalRow",
     "ChatHistory",
     "Database",
     "DayCount",
@@ -47,6 +51,7 @@ class Store:
         self.journal = RunJournal(db, max_entries=self.runs.max_entries)
         self.oplog = OpLog(db)
         self.usage = UsageLedger(db)
+        self.approvals = ApprovalLog(db)
 
     @classmethod
     async def open(cls, data_dir: str | PathLike[str], *, run_log_max_entries: int = 200) -> Store:
