@@ -15,19 +15,22 @@ from typing import TYPE_CHECKING, Any
 from ._http import HttpClients
 from .agents import Agents
 from .config import Config
-from .engine.callbacks import NO_CALLBACKS, ApprovalRequest, Callbacks
+from .engine.callbacks import NO_CALLBACKS, ApprovalRequest, Callbacks, Verdict
 from .engine.context import BeforeCompact
 from .engine.loop import Gate, GateDecision, ToolCall
 from .engine.messages import Message
 from .errors import UsageError
 from .governance import ApprovalManager, Governance, PythonHook
+from .governance.approval import request_from_record
 from .governance.commands import parse_slash
 from .knowledge import Knowledge
 from .orchestration import (
     AgentHost,
+    ApprovalSuspension,
     Conversation,
     Outbox,
     Pending,
+    Resumption,
     RunLimits,
     RunServices,
     RunSpec,
@@ -37,6 +40,7 @@ from .orchestration import (
     SessionTable,
     TurnContext,
     answer_batch,
+    answer_resumed,
     resolve_config,
 )
 from .orchestration.outbox import reply_delivery
@@ -45,7 +49,7 @@ from .quota import Quota
 from .quota.command import HELP as QUOTA_HELP
 from .quota.command import quota_command
 from .result import RunResult
-from .store import RunRecord
+from .store import ApprovalRow, RunRecord
 from .tools import SessionToolExecutor, Tool, ToolExecutor
 from .tools.builtin import HttpSource, ImageViewer, default_tools, gated_tools, image_viewer
 
@@ -88,6 +92,8 @@ class Agent:
         for t in tools:
             self.add_tool(t, replace=True)
         self.approvals = ApprovalManager(timeout=self.config.approval.timeout)
+        self._suspension = ApprovalSuspension()  # main runs' checkpoints (approvals at shutdown)
+        self._resumed: set[asyncio.Task[None]] = set()  # approvals asked again after a restart
         # Where governance plugs into every run; replaceable (e.g. by tests or embedders).
         self.tool_gate: Gate | None = None
         self.before_compact: BeforeCompact | None = None
@@ -296,6 +302,7 @@ class Agent:
             after_run=self._after_run,
             price=self.quota.cost,
             security=self.config.security,
+            suspension=self._suspension,
         )
 
     async def start(self) -> Agent:
@@ -421,7 +428,9 @@ class Agent:
         Returns False when nothing was running.
         """
         stopped_background = self.host.stop(session)  # clock runs, background subagents
-        return self._queues.stop(session) or stopped_background
+        # Approvals asked again after a restart have no run yet: a stop ends them too.
+        stopped_approvals = self.approvals.cancel(session) > 0
+        return self._queues.stop(session) or stopped_background or stopped_approvals
 
     def answer_approval(
         self,
@@ -441,8 +450,103 @@ class Agent:
             request_id, session=session, allow=allow, approver=approver, reason=reason
         )
 
+    # ------------------------------------------------------------------ approvals across restarts
+
+    async def suspend_approvals(self) -> int:
+        """Suspend every run blocked only on an approval, now and from now on (shutdown).
+
+        Such a run ends at once: its record ``interrupted`` ("suspended waiting for an
+        approval"), no tool result written, the approval's row ``suspended``; a run that
+        becomes blocked so later is suspended then. `resume_approvals` (the next start) asks
+        again. `aclose` calls this first; returns how many runs were suspended now.
+        """
+        suspended = self._suspension.begin()
+        if suspended:
+            await asyncio.wait(suspended)
+        return len(suspended)
+
+    async def resume_approvals(self) -> list[ApprovalRequest]:
+        """Ask again the approvals a restart left open; returns the requests posted again.
+
+        Each stored request that is ``suspended``, or ``pending`` with its process gone, is
+        claimed (never by two processes), registered under the same id and posted again
+        through ``outbox.callbacks_for(session)``'s ``request_approval`` (``resent`` set), for
+        what is left of its original deadline. The verdict — `answer_approval`, same rules —
+        queues a resumed run in the session (`answer_resumed`): the pending call runs (allowed)
+        or gets the refusal as its result (denied, timed out), and the loop goes on; the reply
+        is published on the outbox. A request whose deadline passed is not posted: it times
+        out at once and its run goes on with the refusal. Requests of sessions this front end
+        cannot ask in (no ``request_approval``) are left for one that can.
+        """
+        rt = await self._ensure_open()
+        approvals = rt.store.approvals
+        asked = {r.id for r in self.approvals.pending()}
+        posted: list[ApprovalRequest] = []
+        for row, live in await approvals.open_rows():
+            callbacks = self.outbox.callbacks_for(row.session)
+            if live or row.id in asked or not callbacks.has("request_approval"):
+                continue
+            claimed = await approvals.claim(row)
+            if claimed is None:  # another process took it over meanwhile
+                continue
+            try:
+                request = request_from_record(claimed.id, claimed.session, claimed.request)
+                Resumption.from_checkpoint(  # checked now: a broken row is said at once
+                    claimed.id, claimed.checkpoint, Verdict(True), admin_only=request.admin_only
+                )
+            except UsageError as exc:
+                log.warning("approval %s cannot be resumed: %s", claimed.id, exc)
+                await approvals.settle(claimed.id, "error", str(exc))
+                continue
+            task = asyncio.create_task(
+                self._continue_approval(claimed, request, callbacks),
+                name=f"ania-approval-{claimed.id}",
+            )
+            self._resumed.add(task)
+            task.add_done_callback(self._resumed.discard)
+            if not claimed.expired:
+                posted.append(request)
+        if posted:
+            log.info("asked again %d approval(s) left open by a restart", len(posted))
+        return posted
+
+    async def _continue_approval(
+        self, row: ApprovalRow, request: ApprovalRequest, callbacks: Callbacks
+    ) -> None:
+        """Wait for the verdict on a re-posted request, then queue its run's continuation."""
+        verdict = await self.approvals.resume(request, callbacks, deadline=row.deadline)
+        if verdict.outcome == "stopped" or self._closed:  # /stop: the run stays where it was
+            return
+        resumption = Resumption.from_checkpoint(
+            row.id, row.checkpoint, verdict, admin_only=request.admin_only
+        )
+        state = self.session(row.session)
+        pending = Pending(
+            resumption.text,
+            resumption.sender,
+            (),
+            callbacks,
+            asyncio.get_running_loop().create_future(),
+            resumption.model,
+            resumption.plan_mode,
+            synthetic=True,  # nobody awaits it: the reply is published
+            role=resumption.role,
+            resume=resumption,
+        )
+        self._queues.offer(state, pending)
+
     async def _answer(self, state: Session, batch: list[Pending]) -> RunResult:
         rt, services = await self._opened()
+        if batch[0].resume is not None:
+            return await answer_resumed(
+                state,
+                batch[0],
+                governance=self.governance,
+                services=services,
+                store=rt.store,
+                system_prompt=self.system_prompt,
+                run_timeout=self.config.agent.run_timeout,
+            )
         return await answer_batch(
             state,
             batch,
@@ -462,7 +566,8 @@ class Agent:
 
     def _publish_reply(self, state: Session, batch: list[Pending], result: RunResult) -> None:
         """Publish the reply to injected messages (nobody awaits it) on the outbox."""
-        self.outbox.publish_soon(reply_delivery(state.name, batch[0].sender or "synthetic", result))
+        source = "approval" if batch[0].resume is not None else batch[0].sender or "synthetic"
+        self.outbox.publish_soon(reply_delivery(state.name, source, result))
 
     # ------------------------------------------------------------------ records
 
@@ -504,6 +609,13 @@ class Agent:
         self._closed = True
         self.host.close()  # background work reports into a closing agent no more
         await self.clock.aclose()  # no task fires into a closing agent
+        # Runs blocked only on an approval are suspended (asked again after a restart), not
+        # stopped; so are approvals asked again that are still open.
+        await self.suspend_approvals()
+        for task in list(self._resumed):
+            task.cancel()
+        if self._resumed:
+            await asyncio.gather(*self._resumed, return_exceptions=True)
         for state in self.sessions:
             self.stop(state.name)  # background work too
         await self._queues.aclose()

@@ -16,8 +16,9 @@ from typing import TYPE_CHECKING, Any
 from ..engine.callbacks import RunEvent
 from ..governance.roles import highest
 from ..result import RunResult, RunStatus
+from .checkpoint import resumed_input
 from .queues import resolve
-from .records import StoreRecord
+from .records import ResumedRecord, StoreRecord
 from .run import RunServices, execute_run
 from .sessions import Pending, Session, merge_batch, senders_of
 from .spec import RunSpec
@@ -95,6 +96,48 @@ async def answer_batch(
         model=batch[-1].model,
         plan_mode=plan,
         usage=state.take_derived(),  # tokens of background work since the last run count here
+    )
+    return await execute_run(spec, services)
+
+
+async def answer_resumed(
+    state: Session,
+    pending: Pending,
+    *,
+    governance: Governance,
+    services: RunServices,
+    store: Store,
+    system_prompt: str,
+    run_timeout: float,
+) -> RunResult:
+    """Continue a stored run from its pending call (``pending.resume``) as a new main run.
+
+    No quota check and no prompt preparation: the run was admitted and prepared when it
+    started; its role, requesters and plan mode are the stored ones. Its record is new; its
+    input links the original run (`resumed_input`).
+    """
+    resume = pending.resume
+    assert resume is not None
+    callbacks = pending.callbacks
+    allowed = governance.roles.tool_filter(resume.role)
+    spec = RunSpec(
+        kind="main",
+        session=state.name,
+        text=resumed_input(resume),
+        system_prompt=system_prompt,
+        tools=front_end_view(state.executor, callbacks, allowed=allowed),
+        record=ResumedRecord(store, state.name),
+        conversation=state.conversation,
+        sender=resume.sender,
+        requester=resume.requester,
+        requesters=resume.requesters,
+        role=resume.role,
+        callbacks=callbacks,
+        timeout=run_timeout,
+        model=resume.model,
+        plan_mode=resume.plan_mode,
+        usage=state.take_derived(),
+        resume=resume,
     )
     return await execute_run(spec, services)
 

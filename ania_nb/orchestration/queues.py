@@ -57,8 +57,13 @@ class SessionQueues:
             )
 
     def offer(self, state: Session, pending: Pending) -> bool:
-        """Queue a message unless the queue is full; start the worker of an idle session."""
-        if state.busy and len(state.queue) >= self._queue_size():
+        """Queue a message unless the queue is full; start the worker of an idle session.
+
+        A resumed run (``pending.resume``) is always queued: it is no new message but work
+        already accepted before a restart.
+        """
+        full = len(state.queue) >= self._queue_size()
+        if state.busy and full and pending.resume is None:
             return False
         state.queue.append(pending)
         if not state.busy:
@@ -141,7 +146,7 @@ class SessionQueues:
         """Answer what waits now as one batch (nothing, if a stop emptied the queue meanwhile)."""
         if not state.queue:
             return
-        batch, state.queue = state.queue, []
+        batch, state.queue = _next_batch(state.queue)
         state.batch = batch
         run = asyncio.create_task(self._answer(state, batch), name=f"ania-run-{state.name}")
         state.current = run
@@ -159,6 +164,14 @@ class SessionQueues:
             resolve(pending, result)
         if all(p.synthetic for p in batch):  # nobody awaits this reply
             self._unawaited(state, batch, result)
+
+
+def _next_batch(queue: list[Pending]) -> tuple[list[Pending], list[Pending]]:
+    """The next batch and what stays queued: a resumed run alone, messages up to the next one."""
+    if queue[0].resume is not None:
+        return queue[:1], queue[1:]
+    cut = next((i for i, p in enumerate(queue) if p.resume is not None), len(queue))
+    return queue[:cut], queue[cut:]
 
 
 def resolve(pending: Pending, result: RunResult) -> None:

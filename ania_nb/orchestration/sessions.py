@@ -23,6 +23,7 @@ from .spec import Conversation
 if TYPE_CHECKING:  # pragma: no cover
     from ..result import RunResult
     from ..tools import Role, SessionToolExecutor
+    from .checkpoint import Resumption
 
 
 @dataclass(eq=False)  # compared by identity: each is one caller's message
@@ -38,6 +39,7 @@ class Pending:
     plan: bool = False  # plan mode for this message's run only
     synthetic: bool = False  # injected by the agent (a background result): nobody awaits it
     role: Role | None = None  # an injected message's: whoever started the work; None: the sender's
+    resume: Resumption | None = None  # a stored run to continue (answered alone, never batched)
 
 
 @dataclass

@@ -181,9 +181,7 @@ def _holds(owner: Owner | None, me: Owner) -> bool:
     return is_alive(owner)
 
 
-def _claim(
-    conn: sqlite3.Connection, row: ApprovalRow, me: Owner, now: float
-) -> ApprovalRow | None:
+def _claim(conn: sqlite3.Connection, row: ApprovalRow, me: Owner, now: float) -> ApprovalRow | None:
     # Conditional on the state and owner read before: a second claimer finds them changed.
     old = _owner(row.owner) if row.owner is not None else (None, None, None)
     with transaction(conn):
