@@ -62,8 +62,11 @@ class Checkpoint(Protocol):
         """The run's state with ``call_id`` pending, as JSON data; None: it cannot be resumed."""
         ...
 
-    def stored(self, call_id: str) -> None:
-        """The row of ``call_id``'s request is written (the run may be suspended from now)."""
+    def stored(self, call_id: str, save: Callable[[dict[str, Any]], Awaitable[object]]) -> None:
+        """``call_id``'s request is written; ``save(snapshot)`` rewrites its stored state.
+
+        The run may be suspended from now; it saves again when another call of the round ends.
+        """
         ...
 
     def asking(self, call_id: str, on: bool) -> None:
@@ -256,7 +259,15 @@ class ApprovalManager:
         except Exception:  # the question is still asked; it just will not survive a restart
             log.exception("could not store approval request %s of %s", request.id, request.tool)
             return False
-        checkpoint.stored(call_id)
+        store = self.store
+
+        async def save(snapshot: dict[str, Any]) -> None:
+            try:
+                await store.update_checkpoint(request.id, snapshot)
+            except Exception:
+                log.exception("could not update the stored state of approval %s", request.id)
+
+        checkpoint.stored(call_id, save)
         return True
 
     async def _settle(self, request: ApprovalRequest, verdict: Verdict, outcome: str) -> None:

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -33,6 +34,7 @@ if TYPE_CHECKING:  # pragma: no cover
 
 __all__ = ["SUSPENDED", "ApprovalSuspension", "Resumption", "RunCheckpoint", "resumed_input"]
 
+Save = Callable[[dict[str, Any]], Awaitable[object]]
 CHECKPOINT_VERSION = 1
 ROLES: frozenset[str] = frozenset({"member", "trusted", "admin"})
 RESUMED_INPUT = "[resumed run {run}: {tool} {outcome}] {text}"
@@ -68,7 +70,10 @@ class RunCheckpoint:
         self.run_id: int | None = None
         self.task: asyncio.Task[Any] | None = None  # the run's task, cancelled to suspend it
         self._suspension = suspension
-        self._stored: set[str] = set()  # calls whose request is in the store
+        self._stored: dict[str, Save] = {}  # calls whose request is in the store → its saver
+        self._saving: set[asyncio.Task[object]] = set()
+        self._finished = 0  # finished calls of the round, to notice a newly ended one
+        self._snapped: dict[str, int] = {}  # call → finished calls in its first snapshot
         self._suspended = False
 
     @property
@@ -83,6 +88,7 @@ class RunCheckpoint:
             return None
         if call_id not in {c.id for c in progress.calls}:
             return None
+        self._snapped.setdefault(call_id, len(progress.finished))
         conversation = progress.messages
         if conversation and conversation[0].get("role") == "system":
             conversation = conversation[1:]  # the system prompt is rebuilt when it resumes
@@ -103,9 +109,11 @@ class RunCheckpoint:
             "pending": call_id,
         }
 
-    def stored(self, call_id: str) -> None:
-        """``call_id``'s request is in the store."""
-        self._stored.add(call_id)
+    def stored(self, call_id: str, save: Save) -> None:
+        """``call_id``'s request is in the store; ``save`` rewrites the state stored with it."""
+        self._stored[call_id] = save
+        if self._snapped.pop(call_id, None) != len(self.progress.finished):
+            self._save(call_id)  # a sibling ended while the row was being written
         self._changed()
 
     def asking(self, call_id: str, on: bool) -> None:
@@ -118,15 +126,35 @@ class RunCheckpoint:
         if self._suspended or task is None or task.done():
             return False
         progress = self.progress
-        if not progress.blocked_on_approval or not self._stored & progress.waiting:
+        if not progress.blocked_on_approval or not self._stored.keys() & progress.waiting:
             return False
         self._suspended = True
         task.cancel()
         return True
 
     def _changed(self) -> None:
+        if len(self.progress.finished) != self._finished:
+            self._finished = len(self.progress.finished)
+            self._save()
         if self._suspension.on:
             self.try_suspend()
+
+    def _save(self, only: str | None = None) -> None:
+        """A call of the round ended: store it with every request still waiting (in order).
+
+        After a kill -9 the resumed run must not run it again. The writes start now, before
+        anything a suspension would write next (the store runs statements in order).
+        """
+        if self.progress.assistant is None:
+            self._stored.clear()  # a new round: the old questions are over
+            return
+        waiting = self._stored.keys() & self.progress.waiting
+        for call_id in waiting if only is None else waiting & {only}:
+            snapshot = self.snapshot(call_id)
+            if snapshot is not None:
+                task = asyncio.ensure_future(self._stored[call_id](snapshot))
+                self._saving.add(task)
+                task.add_done_callback(self._saving.discard)
 
 
 @dataclass(frozen=True)

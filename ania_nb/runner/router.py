@@ -23,8 +23,12 @@ Clock results and the replies to background subagents arrive through `deliver` (
 ``agent.outbox``); clock results in groups @ the task's creator. Only real numeric user ids are
 ever mentioned (`mentionable`; never ``all`` nor the bot), and nobody in private chats.
 Creating a Router makes it the outbox's ``callbacks_for``, so clock runs of chat sessions can
-send media and ask approvals in their chat. `close` stops accepting messages, lets running
-replies finish within a grace period and stops the rest.
+send media and ask approvals in their chat. `close` stops accepting messages, suspends the runs
+blocked only on an approval at once (`Agent.suspend_approvals`: the chat is told the request
+will be posted again after the restart), lets running replies finish within a grace period and
+stops the rest. After a restart the runner calls `Agent.resume_approvals` once connected: the
+cards come back marked re-sent and a verdict continues the run; its reply arrives like a
+background reply, through `deliver`.
 """
 
 from __future__ import annotations
@@ -55,7 +59,13 @@ STOPPED_TEXT = "AI 响应已被停止"
 TIMEOUT_TEXT = "请求超时"
 ERROR_TEXT = "无法解析的错误信息，请查看日志"
 SHUTDOWN_TEXT = "服务正在关闭，这次的回复已停止，请稍后再发一次~"
-STATUS_TEXTS = {"stopped": STOPPED_TEXT, "timeout": TIMEOUT_TEXT, "error": ERROR_TEXT}
+SUSPENDED_TEXT = "服务正在重启：待审批的工具调用已保存，重启后会重新发送审批请求，批准后继续回复"
+STATUS_TEXTS = {
+    "stopped": STOPPED_TEXT,
+    "timeout": TIMEOUT_TEXT,
+    "error": ERROR_TEXT,
+    "interrupted": SUSPENDED_TEXT,  # suspended waiting for an approval (shutdown)
+}
 MAX_LINKS = 10_000  # chats remembered at once; idle ones beyond are forgotten first
 STOP_WAIT = 10.0  # after the grace period: how long stopped replies get to report
 RESEND_WINDOW = 60.0  # how long a reply waits for a dropped connection to come back
@@ -404,6 +414,11 @@ class Router:
     async def _shutdown(self) -> None:
         loop = asyncio.get_running_loop()
         assert self._hurry is not None
+        # Nobody can answer an approval after the restart's cut: such runs end now (their
+        # approval is asked again after the restart) instead of holding the grace period.
+        suspended = await self.agent.suspend_approvals()
+        if suspended:
+            log.info("suspended %d run(s) waiting for an approval", suspended)
         while self._replies:
             assert self._deadline is not None
             left = self._deadline - loop.time()

@@ -3,10 +3,12 @@
 Wiring, in order: load the config (``ania.toml`` or ``--config``, then ``ANIA_*``), open the
 Agent (store, MCP, skills; the clock starts with it and takes the clock lease), build the
 adapter from the ``runner`` section and the `Router` on top of it, subscribe the router to the
-outbox (clock and background results), start the adapter. On the first signal: stop accepting
-messages, let running replies finish for ``runner.grace_seconds``, stop the rest (their run
-records end ``stopped``), close the adapter, then the Agent (clock, MCP sessions, store). A
-second signal skips the rest of the grace period.
+outbox (clock and background results), start the adapter; once it is connected, post again the
+approvals a previous process left open (`Agent.resume_approvals`). On the first signal: stop
+accepting messages, suspend the runs blocked only on an approval at once (record
+``interrupted``, asked again after the restart), let running replies finish for
+``runner.grace_seconds``, stop the rest (their run records end ``stopped``), close the adapter,
+then the Agent (clock, MCP sessions, store). A second signal skips the rest of the grace period.
 
 If the adapter's connection loop stops by itself (a bug: no frame and no network failure may
 end it), the runner logs why and shuts down the same way, exiting 1, so a supervisor
@@ -34,6 +36,7 @@ from .model import AdapterError
 from .redact import MCPSecrets, SecretRedactor, config_secrets
 
 if TYPE_CHECKING:
+    from ..agent import Agent
     from ..config import Config, RunnerSettings
     from .onebot import OneBotAdapter
     from .router import Router
@@ -172,7 +175,11 @@ async def serve(
             raise StartError(str(exc)) from exc
         log.info("serving %s", describe(settings, adapter.listen_url))
         log.info("ready (model %s, data in %s)", agent.config.llm.model, agent.data_dir)
-        broken = await _wait_stop_or_broken(stop, adapter)
+        resuming = asyncio.ensure_future(_resume_approvals(agent, adapter))
+        try:
+            broken = await _wait_stop_or_broken(stop, adapter)
+        finally:
+            resuming.cancel()
         if broken is not None:
             log.error(
                 "%s: the runner cannot reach the chat platform any more and exits with code %d "
@@ -189,6 +196,18 @@ async def serve(
         await agent.aclose()
     log.info("stopped")
     return EXIT_OK if broken is None else EXIT_CRASH
+
+
+async def _resume_approvals(agent: Agent, adapter: OneBotAdapter) -> None:
+    """Once connected, ask again the approvals the last run of the bot left open.
+
+    Posted before a connection, a card would fail and deny its call at once.
+    """
+    await adapter.wait_connected()
+    try:
+        await agent.resume_approvals()
+    except Exception:  # the bot still serves; the rows stay open for the next start
+        log.exception("could not ask again the approvals left open by the last run")
 
 
 async def _wait_stop_or_broken(stop: asyncio.Event, adapter: OneBotAdapter) -> str | None:

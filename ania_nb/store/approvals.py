@@ -101,6 +101,10 @@ class ApprovalLog:
             raise UsageError("settle moves a row out of pending; use claim to take it over")
         return await self._db.run(_settle, request_id, state, reason, approver, time.time())
 
+    async def update_checkpoint(self, request_id: str, checkpoint: dict[str, Any]) -> bool:
+        """Replace an open row's checkpoint (a sibling call ended); False if it is not open."""
+        return await self._db.run(_update_checkpoint, request_id, to_json(checkpoint), time.time())
+
     async def open_rows(self) -> list[tuple[ApprovalRow, bool]]:
         """Open rows, oldest first, each with whether its owner still holds it (live)."""
         return await self._db.run(_open_rows)
@@ -154,6 +158,16 @@ def _settle(
             "UPDATE approvals SET state = ?, reason = ?, approver = ?, updated_at = ? "
             "WHERE id = ? AND state IN ('pending', 'suspended')",
             (state, reason or None, approver, now, request_id),
+        )
+    return cursor.rowcount > 0
+
+
+def _update_checkpoint(conn: sqlite3.Connection, request_id: str, raw: str, now: float) -> bool:
+    with transaction(conn):
+        cursor = conn.execute(
+            "UPDATE approvals SET checkpoint = ?, updated_at = ? "
+            "WHERE id = ? AND state IN ('pending', 'suspended')",
+            (raw, now, request_id),
         )
     return cursor.rowcount > 0
 
