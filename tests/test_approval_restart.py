@@ -285,7 +285,7 @@ async def test_a_broken_stored_row_is_refused_clearly_and_the_others_still_resum
         db.execute(
             "INSERT INTO approvals (id, session, state, created_at, updated_at, deadline, "
             "request, checkpoint) VALUES ('bad1', 'g:1', 'suspended', 0, 0, ?, "
-            "'{\"tool\": \"write_note\", \"summary\": \"s\"}', '{\"version\": 1}')",
+            '\'{"tool": "write_note", "summary": "s"}\', \'{"version": 1}\')',
             (time.time() + 60,),
         )
     second = approval_agent(make_agent)
