@@ -230,7 +230,7 @@ async def test_a_run_blocked_only_later_is_suspended_once_its_sibling_ends(
 async def test_while_suspending_a_new_question_suspends_its_run_without_a_card(
     make_agent: Any, llm: Any
 ) -> None:
-    agent = approval_agent(make_agent)
+    agent = approval_agent(make_agent, **{"approval.timeout": 10})  # a break fails sooner
     front = FrontEnd(agent)
     await agent.start()
     assert await agent.suspend_approvals() == 0  # shutdown began; nothing waits yet

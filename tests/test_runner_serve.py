@@ -788,10 +788,14 @@ REQUEST_ID = re.compile(r"请求 ([0-9a-f]+)）")
 
 
 async def restarted(launch: Any, impl: OneBotImpl) -> OneBotImpl:
-    """A new OneBot side and a new ``ania-nb serve`` on the same data dir (forward mode)."""
+    """A new OneBot side and a new ``ania-nb serve`` on the same data dir.
+
+    Reverse mode: the implementation connects only after serve has started, so a card posted
+    before the connection would fail.
+    """
     await impl.aclose()
     again = OneBotImpl(self_id="10000", access_token=TOKEN)
-    await connect(launch, again, "forward", approval=APPROVE_TIME)
+    await connect(launch, again, "reverse", approval=APPROVE_TIME)
     return again
 
 
