@@ -21,7 +21,7 @@ from .engine.loop import Gate, GateDecision, ToolCall
 from .engine.messages import Message
 from .errors import UsageError
 from .governance import ApprovalManager, Governance, PythonHook
-from .governance.approval import request_from_record
+from .governance.approval import SUSPENDED, VERDICT_OUTCOMES, request_from_record
 from .governance.commands import parse_slash
 from .knowledge import Knowledge
 from .orchestration import (
@@ -513,9 +513,23 @@ class Agent:
     async def _continue_approval(
         self, row: ApprovalRow, request: ApprovalRequest, callbacks: Callbacks
     ) -> None:
-        """Wait for the verdict on a re-posted request, then queue its run's continuation."""
+        """Wait for the verdict on a re-posted request, then queue its run's continuation.
+
+        The row is settled when the resumed run starts (`_answer`): closed before that, the
+        Agent leaves it ``suspended``, to be asked again after the next start.
+        """
+        try:
+            await self._resume_approval(row, request, callbacks)
+        except asyncio.CancelledError:
+            raise
+        except Exception:  # a bug must not leave a task exception nobody retrieves
+            log.exception("approval %s could not be continued", row.id)
+
+    async def _resume_approval(
+        self, row: ApprovalRow, request: ApprovalRequest, callbacks: Callbacks
+    ) -> None:
         verdict = await self.approvals.resume(request, callbacks, deadline=row.deadline)
-        if verdict.outcome == "stopped" or self._closed:  # /stop: the run stays where it was
+        if verdict.outcome not in VERDICT_OUTCOMES:  # /stop (settled): the run stays where it was
             return
         resumption = Resumption.from_checkpoint(
             row.id, row.checkpoint, verdict, admin_only=request.admin_only
@@ -534,10 +548,20 @@ class Agent:
             resume=resumption,
         )
         self._queues.offer(state, pending)
+        try:
+            await asyncio.shield(pending.future)
+        except asyncio.CancelledError:  # closing before the resumed run started: ask again later
+            if pending in state.queue:
+                state.queue.remove(pending)
+                suspended = Verdict(False, SUSPENDED, None, "suspended")
+                await asyncio.shield(self.approvals.settle(row.id, suspended))
+            raise
 
     async def _answer(self, state: Session, batch: list[Pending]) -> RunResult:
         rt, services = await self._opened()
-        if batch[0].resume is not None:
+        resume = batch[0].resume
+        if resume is not None:
+            await self.approvals.settle(resume.request_id, resume.verdict)  # the run goes on now
             return await answer_resumed(
                 state,
                 batch[0],

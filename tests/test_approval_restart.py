@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import sqlite3
+import threading
 import time
 from typing import Any
 
@@ -296,3 +297,38 @@ async def test_a_broken_stored_row_is_refused_clearly_and_the_others_still_resum
     bad = await store.approvals.get("bad1")
     assert bad is not None and bad.state == "error"
     assert bad.reason == "approval row bad1: the stored run state has no conversation"
+
+
+async def test_a_verdict_whose_run_had_not_started_at_close_is_asked_again(
+    make_agent: Any, llm: Any
+) -> None:
+    request_id, _, _ = await suspended_run(make_agent, llm)
+    second = approval_agent(make_agent)
+    front = FrontEnd(second)
+    held = threading.Event()
+
+    def hold(request: Any) -> Any:
+        held.wait(10)  # on the server's thread: keeps the session busy until released
+        return reply("busy reply")
+
+    llm.responder = hold
+    try:
+        busy = asyncio.create_task(second.chat("keep busy", session=SESSION))
+        await asyncio.to_thread(llm.wait_for_requests, 2, 10)
+        await second.resume_approvals()
+        await until(lambda: front.requests, "the card posted again")
+        second.answer_approval(request_id, allow=True, approver="qq:7")
+        await until(lambda: second.session(SESSION).queue, "the resumed run waiting its turn")
+        assert await rows(second) == [(request_id, "pending")]  # settled when it starts
+        closing = asyncio.create_task(second.aclose())
+        held.set()
+        await closing
+        await busy
+    finally:
+        held.set()
+        llm.responder = None
+    assert await rows(approval_agent(make_agent)) == [(request_id, "suspended")]
+    third = approval_agent(make_agent)
+    FrontEnd(third)
+    assert [r.id for r in await third.resume_approvals()] == [request_id]
+    assert written == []

@@ -48,6 +48,7 @@ SESSION_ALLOWED = "allowed for the rest of this session"
 STOPPED = "stopped by the user"
 ENDED_KEPT = 256  # ended requests remembered to answer late replies precisely
 SUSPENDED = "suspended waiting for an approval"
+VERDICT_OUTCOMES = frozenset({"allowed", "denied", "timeout"})  # a resumed run goes on with these
 
 
 class Checkpoint(Protocol):
@@ -186,17 +187,23 @@ class ApprovalManager:
     ) -> Verdict:
         """Ask a stored request again after a restart: same id and rules, the original deadline.
 
-        A deadline already past ends it as ``timeout`` without showing it again. Cancelled (the
-        Agent closes), it ends ``suspended`` and its row stays open for the next start.
+        A deadline already past ends it as ``timeout`` without showing it again. A verdict
+        (allowed, denied, timeout) leaves the row open: the caller settles it with `settle`
+        once the run goes on, so a verdict whose run never started is asked again after the
+        next restart. Cancelled (the Agent closes), it ends ``suspended``.
         """
         async with self._locks[request.session]:
             left = deadline - time.time()
             if left <= 0:
                 verdict = Verdict(False, _timed_out(self.timeout), None, "timeout")
                 await self._audit(request, verdict, "超时自动拒绝 (timed out)")
-                await self._settle(request, verdict, "timeout")
+                await _resolved(callbacks, request, verdict, "timeout")
                 return verdict
             return await self._ask(request, callbacks, left, True, _never, resumed=True)
+
+    async def settle(self, request_id: str, verdict: Verdict) -> None:
+        """Record how a stored request ended (its ``outcome``), e.g. once its run goes on."""
+        await self._settle(request_id, verdict, verdict.outcome or "error")
 
     async def _ask(
         self,
@@ -221,7 +228,7 @@ class ApprovalManager:
             outcome = "suspended" if stored and (resumed or suspended()) else "stopped"
             ended = Verdict(False, SUSPENDED if outcome == "suspended" else STOPPED)
             if stored:
-                await _shielded(self._settle(request, ended, outcome))
+                await _shielded(self._settle(request.id, ended, outcome))
             await _resolved(callbacks, request, ended, outcome)
             raise
         finally:
@@ -232,8 +239,8 @@ class ApprovalManager:
             await self._audit(request, verdict, "超时自动拒绝 (timed out)")
         elif outcome in ("allowed", "denied"):
             await self._audit(request, verdict, "允许" if verdict.allowed else "拒绝")
-        if stored:
-            await self._settle(request, verdict, outcome)
+        if stored and not (resumed and outcome in VERDICT_OUTCOMES):
+            await self._settle(request.id, verdict, outcome)
         await _resolved(callbacks, request, verdict, outcome)
         return replace(verdict, outcome=outcome)
 
@@ -270,14 +277,14 @@ class ApprovalManager:
         checkpoint.stored(call_id, save)
         return True
 
-    async def _settle(self, request: ApprovalRequest, verdict: Verdict, outcome: str) -> None:
+    async def _settle(self, request_id: str, verdict: Verdict, outcome: str) -> None:
         """Move the request's row to how it ended (best effort: the verdict stands anyway)."""
         if self.store is None:
             return
         try:
-            await self.store.settle(request.id, outcome, verdict.reason, verdict.approver)  # type: ignore[arg-type]
+            await self.store.settle(request_id, outcome, verdict.reason, verdict.approver)  # type: ignore[arg-type]
         except Exception:
-            log.exception("could not record how approval request %s ended", request.id)
+            log.exception("could not record how approval request %s ended", request_id)
 
     async def _wait(
         self,

@@ -165,6 +165,8 @@ class Resumption:
     allowed it; PreToolUse hooks and the approval stage already ran), else its refusal.
     """
 
+    request_id: str
+    verdict: Verdict  # with its outcome: recorded on the row when the resumed run starts
     original_run: int | None
     text: str  # the original run's input
     sender: str | None
@@ -209,6 +211,8 @@ class Resumption:
         requesters = data.get("requesters") or []
         run_id = data.get("run_id")
         return cls(
+            request_id=request_id,
+            verdict=verdict,
             original_run=run_id if isinstance(run_id, int) else None,
             text=str(data.get("text") or ""),
             sender=_text_or_none(data.get("sender")),
