@@ -558,8 +558,13 @@ class Agent:
             raise
 
     async def _answer(self, state: Session, batch: list[Pending]) -> RunResult:
-        rt, services = await self._opened()
         resume = batch[0].resume
+        if resume is not None and self._closed:  # its turn came while closing: ask again later
+            await self.approvals.settle(
+                resume.request_id, Verdict(False, SUSPENDED, None, "suspended")
+            )
+            return RunResult("", "stopped", state.name, error=SUSPENDED)
+        rt, services = await self._opened()
         if resume is not None:
             await self.approvals.settle(resume.request_id, resume.verdict)  # the run goes on now
             return await answer_resumed(

@@ -320,10 +320,8 @@ async def test_a_verdict_whose_run_had_not_started_at_close_is_asked_again(
         second.answer_approval(request_id, allow=True, approver="qq:7")
         await until(lambda: second.session(SESSION).queue, "the resumed run waiting its turn")
         assert await rows(second) == [(request_id, "pending")]  # settled when it starts
-        closing = asyncio.create_task(second.aclose())
-        held.set()
-        await closing
-        await busy
+        await second.aclose()  # the busy run is stopped; the resumed one never started
+        assert (await busy).status == "stopped"
     finally:
         held.set()
         llm.responder = None
