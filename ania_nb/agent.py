@@ -59,6 +59,7 @@ if TYPE_CHECKING:  # pragma: no cover
 
 log = logging.getLogger(__name__)
 CLOCK_HELP = "/clock list|add|del|on|off|info|timeout|run|log|help: scheduled tasks"
+APPROVAL_ROWS_KEPT = 7 * 86400.0  # seconds an ended approval row is kept (pruned at resume)
 
 
 class Agent:
@@ -476,10 +477,12 @@ class Agent:
         or gets the refusal as its result (denied, timed out), and the loop goes on; the reply
         is published on the outbox. A request whose deadline passed is not posted: it times
         out at once and its run goes on with the refusal. Requests of sessions this front end
-        cannot ask in (no ``request_approval``) are left for one that can.
+        cannot ask in (no ``request_approval``) are left for one that can. Ended rows older
+        than a week are pruned first.
         """
         rt = await self._ensure_open()
         approvals = rt.store.approvals
+        await approvals.prune(APPROVAL_ROWS_KEPT)
         asked = {r.id for r in self.approvals.pending()}
         posted: list[ApprovalRequest] = []
         for row, live in await approvals.open_rows():

@@ -5,6 +5,7 @@ the same data dir, and the verdict continues the same conversation from the pend
 from __future__ import annotations
 
 import asyncio
+import json
 import sqlite3
 import threading
 import time
@@ -285,18 +286,22 @@ async def test_a_broken_stored_row_is_refused_clearly_and_the_others_still_resum
     with sqlite3.connect(tmp_path / "data" / "ania.db") as db:  # hand-edited: a broken row
         db.execute(
             "INSERT INTO approvals (id, session, state, created_at, updated_at, deadline, "
-            "request, checkpoint) VALUES ('bad1', 'g:1', 'suspended', 0, 0, ?, "
-            '\'{"tool": "write_note", "summary": "s"}\', \'{"version": 1}\')',
-            (time.time() + 60,),
+            "request, checkpoint) VALUES ('bad1', 'g:1', 'suspended', 0, 0, ?, ?, ?)",
+            (time.time() + 60, json.dumps({"tool": "write_note", "summary": "s"}), "{}"),
+        )
+        db.execute(  # an ended row past the week rows are kept
+            "INSERT INTO approvals (id, session, state, created_at, updated_at, deadline, "
+            "request, checkpoint) VALUES ('old1', 'g:1', 'allowed', 0, 0, 0, '{}', '{}')"
         )
     second = approval_agent(make_agent)
     FrontEnd(second)
     posted = await second.resume_approvals()
     assert [r.id for r in posted] == [request_id]
+    assert "old1" not in {row_id for row_id, _ in await rows(second)}
     store: Store = await second.host.open_store()
     bad = await store.approvals.get("bad1")
     assert bad is not None and bad.state == "error"
-    assert bad.reason == "approval row bad1: the stored run state has no conversation"
+    assert bad.reason == "approval row bad1: the stored run state has version None, not 1"
 
 
 async def test_a_verdict_whose_run_had_not_started_at_close_is_asked_again(
