@@ -335,3 +335,25 @@ async def test_a_verdict_whose_run_had_not_started_at_close_is_asked_again(
     FrontEnd(third)
     assert [r.id for r in await third.resume_approvals()] == [request_id]
     assert written == []
+
+
+async def test_the_approval_log_refuses_bad_states_clearly_and_keeps_the_row(
+    make_agent: Any, llm: Any
+) -> None:
+    request_id, _, _ = await suspended_run(make_agent, llm)
+    store: Store = await approval_agent(make_agent).host.open_store()
+    with pytest.raises(UsageError, match="pending or suspended, not 'allowed'"):
+        await store.approvals.add(
+            request_id="new1",
+            session=SESSION,
+            run_id=None,
+            deadline=time.time(),
+            request={},
+            checkpoint={},
+            state="allowed",
+        )
+    with pytest.raises(UsageError, match="use claim to take it over"):
+        await store.approvals.settle(request_id, "pending")
+    row = await store.approvals.get(request_id)
+    assert row is not None and row.state == "suspended" and row.checkpoint["pending"]
+    assert await store.approvals.get("new1") is None

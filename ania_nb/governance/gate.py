@@ -9,7 +9,10 @@ the requester is not enough) → a person's approval for the tools in ``approval
 ``bash`` outside its lists, ``python``). A call is asked about at most once, and when nobody
 stands behind the run (clock, subagent, team member: ``ctx.admin_only_approval``) only an admin
 may answer, whatever the tool. The first stage that stops a call returns a `GateDecision` whose
-text becomes the call's result; the loop goes on with the other calls. Because the gate runs
+text becomes the call's result; the loop goes on with the other calls. A run that can be resumed
+after a restart (a main run) leaves its checkpoint in ``ctx.run_state[CHECKPOINT]``; the gate
+marks the call as waiting for a person and hands the checkpoint to the approval manager, which
+stores it with the request (`governance.approval`). Because the gate runs
 inside each call's task, a call waiting for a person never delays its siblings.
 
 A PreToolUse hook's permission decision (Claude Code's JSON output): ``deny`` blocks; ``ask``
