@@ -38,6 +38,7 @@ from .redact import MCPSecrets, SecretRedactor, config_secrets
 if TYPE_CHECKING:
     from ..agent import Agent
     from ..config import Config, RunnerSettings
+    from .model import Adapter
     from .onebot import OneBotAdapter
     from .router import Router
 
@@ -175,7 +176,7 @@ async def serve(
             raise StartError(str(exc)) from exc
         log.info("serving %s", describe(settings, adapter.listen_url))
         log.info("ready (model %s, data in %s)", agent.config.llm.model, agent.data_dir)
-        resuming = asyncio.ensure_future(_resume_approvals(agent, adapter))
+        resuming = asyncio.ensure_future(resume_approvals_when_connected(agent, adapter))
         try:
             broken = await _wait_stop_or_broken(stop, adapter)
         finally:
@@ -198,7 +199,7 @@ async def serve(
     return EXIT_OK if broken is None else EXIT_CRASH
 
 
-async def _resume_approvals(agent: Agent, adapter: OneBotAdapter) -> None:
+async def resume_approvals_when_connected(agent: Agent, adapter: Adapter) -> None:
     """Once connected, ask again the approvals the last run of the bot left open.
 
     Posted before a connection, a card would fail and deny its call at once.
