@@ -15,20 +15,23 @@ from typing import TYPE_CHECKING, Any
 from ._http import HttpClients
 from .agents import Agents
 from .config import Config
-from .engine.callbacks import NO_CALLBACKS, ApprovalRequest, Callbacks
+from .engine.callbacks import NO_CALLBACKS, ApprovalRequest, Callbacks, Verdict
 from .engine.context import BeforeCompact
 from .engine.loop import Gate, GateDecision, ToolCall
 from .engine.messages import Message
 from .errors import UsageError
 from .governance import ApprovalManager, Governance, PythonHook
+from .governance.approval import SUSPENDED, VERDICT_OUTCOMES, request_from_record
 from .governance.commands import parse_slash
 from .governance.plan import PLAN_BLOCKED_TOOLS
 from .knowledge import Knowledge
 from .orchestration import (
     AgentHost,
+    ApprovalSuspension,
     Conversation,
     Outbox,
     Pending,
+    Resumption,
     RunLimits,
     RunServices,
     RunSpec,
@@ -38,6 +41,7 @@ from .orchestration import (
     SessionTable,
     TurnContext,
     answer_batch,
+    answer_resumed,
     resolve_config,
 )
 from .orchestration.inbox import Accepted, Inbound, Recovery, inbound_of, restart_notice
@@ -48,7 +52,7 @@ from .quota import Quota
 from .quota.command import HELP as QUOTA_HELP
 from .quota.command import quota_command
 from .result import RunResult
-from .store import InboxEntry, InboxState, OutboxRow, RunRecord
+from .store import ApprovalRow, InboxEntry, InboxState, OutboxRow, RunRecord
 from .tools import SessionToolExecutor, Tool, ToolExecutor
 from .tools.builtin import HttpSource, ImageViewer, default_tools, gated_tools, image_viewer
 
@@ -58,6 +62,7 @@ if TYPE_CHECKING:  # pragma: no cover
 
 log = logging.getLogger(__name__)
 CLOCK_HELP = "/clock list|add|del|on|off|info|timeout|run|log|help: scheduled tasks"
+APPROVAL_ROWS_KEPT = 7 * 86400.0  # seconds an ended approval row is kept (pruned at resume)
 
 
 class Agent:
@@ -91,6 +96,8 @@ class Agent:
         for t in tools:
             self.add_tool(t, replace=True)
         self.approvals = ApprovalManager(timeout=self.config.approval.timeout)
+        self._suspension = ApprovalSuspension()  # main runs' checkpoints (approvals at shutdown)
+        self._resumed: set[asyncio.Task[None]] = set()  # approvals asked again after a restart
         # Where governance plugs into every run; replaceable (e.g. by tests or embedders).
         self.tool_gate: Gate | None = None
         self.before_compact: BeforeCompact | None = None
@@ -303,6 +310,7 @@ class Agent:
             after_run=self._after_run,
             price=self.quota.cost,
             security=self.config.security,
+            suspension=self._suspension,
         )
 
     async def start(self) -> Agent:
@@ -564,7 +572,10 @@ class Agent:
         await store.inbox.prune(window)
         await store.outbox.prune(window)
         rerun = notified = 0
-        orphans = await store.inbox.orphans()
+        # A run that waits for an approval is not cut off: its card is posted again and the
+        # verdict continues it (`resume_approvals`), which answers its rows.
+        waiting = {row.run_id for row, live in await store.approvals.open_rows() if not live}
+        orphans = [(e, side) for e, side in await store.inbox.orphans() if e.run_id not in waiting]
         for session in dict.fromkeys(entry.session for entry, _ in orphans):
             rows = [(e, side) for e, side in orphans if e.session == session]
             ids = tuple(e.id for e, _ in rows)
@@ -591,6 +602,20 @@ class Agent:
             await self._dispatch(entry.id, inbound, callbacks, recovered=True)
             queued += 1
         return Recovery(queued, rerun, notified, len(uncertain))
+
+    async def _answered_by_resumed_run(self, session: str, original_run: int | None) -> None:
+        """The inbox rows of a run that waited for an approval are answered by its continuation.
+
+        Until then they stay ``running`` (recovery leaves them alone while the approval is open,
+        so the chat gets the re-sent card, not a "cut off" notice as well).
+        """
+        if original_run is None or self._rt is None:
+            return
+        inbox = self._rt.store.inbox
+        rows = await inbox.list(states=["running"], session=session)
+        ids = tuple(e.id for e in rows if e.run_id == original_run)
+        if ids:
+            await inbox.update([InboxState(ids, "answered")])
 
     def _batch_finished(self, state: Session, batch: list[Pending], result: RunResult) -> None:
         """Settle a batch's inbox rows that its run did not (a refusal, a stop before it began)."""
@@ -627,7 +652,9 @@ class Agent:
         Returns False when nothing was running.
         """
         stopped_background = self.host.stop(session)  # clock runs, background subagents
-        return self._queues.stop(session) or stopped_background
+        # Approvals asked again after a restart have no run yet: a stop ends them too.
+        stopped_approvals = self.approvals.cancel(session) > 0
+        return self._queues.stop(session) or stopped_background or stopped_approvals
 
     def answer_approval(
         self,
@@ -647,8 +674,136 @@ class Agent:
             request_id, session=session, allow=allow, approver=approver, reason=reason
         )
 
+    # ------------------------------------------------------------------ approvals across restarts
+
+    async def suspend_approvals(self) -> int:
+        """Suspend every run blocked only on an approval, now and from now on (shutdown).
+
+        Such a run ends at once: its record ``interrupted`` ("suspended waiting for an
+        approval"), no tool result written, the approval's row ``suspended``; a run that
+        becomes blocked so later is suspended then. `resume_approvals` (the next start) asks
+        again. `aclose` calls this first; returns how many runs were suspended now.
+        """
+        suspended = self._suspension.begin()
+        if suspended:
+            await asyncio.wait(suspended)
+        return len(suspended)
+
+    async def resume_approvals(self) -> list[ApprovalRequest]:
+        """Ask again the approvals a restart left open; returns the requests posted again.
+
+        Each stored request that is ``suspended``, or ``pending`` with its process gone, is
+        claimed (never by two processes), registered under the same id and posted again
+        through ``outbox.callbacks_for(session)``'s ``request_approval`` (``resent`` set), for
+        what is left of its original deadline. The verdict — `answer_approval`, same rules —
+        queues a resumed run in the session (`answer_resumed`): the pending call runs (allowed)
+        or gets the refusal as its result (denied, timed out), and the loop goes on; the reply
+        is published on the outbox. A request whose deadline passed is not posted: it times
+        out at once and its run goes on with the refusal. Requests of sessions this front end
+        cannot ask in (no ``request_approval``) are left for one that can. Ended rows older
+        than a week are pruned first.
+        """
+        rt = await self._ensure_open()
+        approvals = rt.store.approvals
+        await approvals.prune(APPROVAL_ROWS_KEPT)
+        asked = {r.id for r in self.approvals.pending()}
+        posted: list[ApprovalRequest] = []
+        for row, live in await approvals.open_rows():
+            callbacks = self.outbox.callbacks_for(row.session)
+            if live or row.id in asked or not callbacks.has("request_approval"):
+                continue
+            claimed = await approvals.claim(row)
+            if claimed is None:  # another process took it over meanwhile
+                continue
+            try:
+                request = request_from_record(claimed.id, claimed.session, claimed.request)
+                Resumption.from_checkpoint(  # checked now: a broken row is said at once
+                    claimed.id, claimed.checkpoint, Verdict(True), admin_only=request.admin_only
+                )
+            except UsageError as exc:
+                log.warning("approval %s cannot be resumed: %s", claimed.id, exc)
+                await approvals.settle(claimed.id, "error", str(exc))
+                continue
+            task = asyncio.create_task(
+                self._continue_approval(claimed, request, callbacks),
+                name=f"ania-approval-{claimed.id}",
+            )
+            self._resumed.add(task)
+            task.add_done_callback(self._resumed.discard)
+            if not claimed.expired:
+                posted.append(request)
+        if posted:
+            log.info("asked again %d approval(s) left open by a restart", len(posted))
+        return posted
+
+    async def _continue_approval(
+        self, row: ApprovalRow, request: ApprovalRequest, callbacks: Callbacks
+    ) -> None:
+        """Wait for the verdict on a re-posted request, then queue its run's continuation.
+
+        The row is settled when the resumed run starts (`_answer`): closed before that, the
+        Agent leaves it ``suspended``, to be asked again after the next start.
+        """
+        try:
+            await self._resume_approval(row, request, callbacks)
+        except asyncio.CancelledError:
+            raise
+        except Exception:  # a bug must not leave a task exception nobody retrieves
+            log.exception("approval %s could not be continued", row.id)
+
+    async def _resume_approval(
+        self, row: ApprovalRow, request: ApprovalRequest, callbacks: Callbacks
+    ) -> None:
+        verdict = await self.approvals.resume(request, callbacks, deadline=row.deadline)
+        if verdict.outcome not in VERDICT_OUTCOMES:  # /stop (settled): the run stays where it was
+            return
+        resumption = Resumption.from_checkpoint(
+            row.id, row.checkpoint, verdict, admin_only=request.admin_only
+        )
+        state = self.session(row.session)
+        pending = Pending(
+            resumption.text,
+            resumption.sender,
+            (),
+            callbacks,
+            asyncio.get_running_loop().create_future(),
+            resumption.model,
+            resumption.plan_mode,
+            synthetic=True,  # nobody awaits it: the reply is published
+            role=resumption.role,
+            resume=resumption,
+        )
+        self._queues.offer(state, pending)
+        try:
+            await asyncio.shield(pending.future)
+        except asyncio.CancelledError:  # closing before the resumed run started: ask again later
+            if pending in state.queue:
+                state.queue.remove(pending)
+                suspended = Verdict(False, SUSPENDED, None, "suspended")
+                await asyncio.shield(self.approvals.settle(row.id, suspended))
+            raise
+
     async def _answer(self, state: Session, batch: list[Pending]) -> RunResult:
+        resume = batch[0].resume
+        if resume is not None and self._closed:  # its turn came while closing: ask again later
+            await self.approvals.settle(
+                resume.request_id, Verdict(False, SUSPENDED, None, "suspended")
+            )
+            return RunResult("", "stopped", state.name, error=SUSPENDED)
         rt, services = await self._opened()
+        if resume is not None:
+            await self.approvals.settle(resume.request_id, resume.verdict)  # the run goes on now
+            result = await answer_resumed(
+                state,
+                batch[0],
+                governance=self.governance,
+                services=services,
+                store=rt.store,
+                system_prompt=self.system_prompt,
+                run_timeout=self.config.agent.run_timeout,
+            )
+            await self._answered_by_resumed_run(state.name, resume.original_run)
+            return result
         return await answer_batch(
             state,
             batch,
@@ -669,7 +824,8 @@ class Agent:
 
     def _publish_reply(self, state: Session, batch: list[Pending], result: RunResult) -> None:
         """Publish the reply to injected messages (nobody awaits it) on the outbox."""
-        self.outbox.publish_soon(reply_delivery(state.name, batch[0].sender or "synthetic", result))
+        source = "approval" if batch[0].resume is not None else batch[0].sender or "synthetic"
+        self.outbox.publish_soon(reply_delivery(state.name, source, result))
 
     # ------------------------------------------------------------------ records
 
@@ -711,6 +867,13 @@ class Agent:
         self._closed = True
         self.host.close()  # background work reports into a closing agent no more
         await self.clock.aclose()  # no task fires into a closing agent
+        # Runs blocked only on an approval are suspended (asked again after a restart), not
+        # stopped; so are approvals asked again that are still open.
+        await self.suspend_approvals()
+        for task in list(self._resumed):
+            task.cancel()
+        if self._resumed:
+            await asyncio.gather(*self._resumed, return_exceptions=True)
         for state in self.sessions:
             self.stop(state.name)  # background work too
         await self._queues.aclose()

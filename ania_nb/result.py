@@ -9,15 +9,17 @@ from .engine.loop import ToolCallResult
 from .engine.usage import Usage
 from .errors import RunError
 
-RunStatus = Literal["success", "stopped", "timeout", "error", "denied"]
+RunStatus = Literal["success", "stopped", "timeout", "error", "denied", "interrupted"]
 
 
 @dataclass
 class RunResult:
     """The outcome of one `Agent.chat` request.
 
-    ``status`` is ``success``, ``stopped`` (cancelled), ``timeout``, ``error`` or ``denied`` (a
-    daily token quota is used up; nothing ran); ``error`` says why for all but ``success``.
+    ``status`` is ``success``, ``stopped`` (cancelled), ``timeout``, ``error``, ``denied`` (a
+    daily token quota is used up; nothing ran) or ``interrupted`` (suspended waiting for an
+    approval at shutdown: it is asked again after a restart); ``error`` says why for all but
+    ``success``.
     Several messages that queued while the session was busy are answered by one run, and every
     one of their callers receives the same result.
     """

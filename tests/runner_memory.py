@@ -52,6 +52,7 @@ class MemoryAdapter:
         self._seqs: dict[ChatRef, itertools.count[int]] = {}
         self._on_message: MessageHandler | None = None
         self._connected = False
+        self._up = asyncio.Event()  # set while connected
         self._fail_sends = 0
         self._changed: asyncio.Condition | None = None
 
@@ -71,6 +72,7 @@ class MemoryAdapter:
         """Connect: messages go to ``on_message`` from now on."""
         self._on_message = on_message
         self._connected = True
+        self._up.set()
 
     async def send(self, message: Outgoing) -> str | None:
         """Record and keep the message; returns its id."""
@@ -126,9 +128,14 @@ class MemoryAdapter:
         await asyncio.Event().wait()
         raise AssertionError("unreachable")
 
+    async def wait_connected(self) -> None:
+        """Return once actions work (at once if they do)."""
+        await self._up.wait()
+
     async def aclose(self) -> None:
         """Disconnect."""
         self._connected = False
+        self._up.clear()
         self._on_message = None
 
     # ------------------------------------------------------------------ for tests
@@ -182,10 +189,12 @@ class MemoryAdapter:
     def disconnect(self) -> None:
         """Every action fails until `reconnect`."""
         self._connected = False
+        self._up.clear()
 
     def reconnect(self) -> None:
         """Actions work again."""
         self._connected = True
+        self._up.set()
 
     # ------------------------------------------------------------------ internals
 

@@ -675,3 +675,42 @@ async def test_close_stops_what_outlasts_the_grace_and_a_second_close_hurries(ll
     assert s.texts() == [SHUTDOWN_TEXT]
     [run] = await s.agent.runs(session=G1.session)
     assert run.status == "stopped"
+
+
+# ------------------------------------------------------------------ approvals across restarts
+
+
+async def test_close_suspends_a_waiting_approval_and_the_next_router_asks_again_once_connected(
+    llm, serve
+):
+    from ania_nb.runner.chat import RESENT_MARK
+    from ania_nb.runner.router import SUSPENDED_TEXT
+    from ania_nb.runner.serve import resume_approvals_when_connected
+
+    llm.script(reply(tool_calls=[tool_call("danger", {"what": "it"})]))
+    first = await serve(tools=[danger_tool()], overrides=APPROVAL)
+    await first.say(first.adapter.group(G1.id, "1", "please do it", mentioned=True))
+    await first.adapter.wait_sent(lambda m: m.text.startswith("【工具审批】"))
+    [request] = first.agent.approvals.pending(G1.session)
+    await first.router.close(30)  # returns without waiting the grace: the run is suspended
+    suspended = await first.adapter.wait_sent(lambda m: m.text == SUSPENDED_TEXT)
+    assert suspended.mentions == ("1",)
+    [run] = await first.agent.runs(session=G1.session)
+    assert (run.status, run.error) == ("interrupted", "suspended waiting for an approval")
+    await first.agent.aclose()
+
+    llm.script(reply("did it after the restart"))
+    second = await serve(tools=[danger_tool()], overrides=APPROVAL)
+    second.adapter.disconnect()  # not connected yet: nothing may be posted, nor denied
+    resuming = asyncio.create_task(resume_approvals_when_connected(second.agent, second.adapter))
+    await asyncio.sleep(0.05)  # room for a wrong early post to happen (its absence is checked)
+    assert second.adapter.failed == [] and not resuming.done()
+    second.adapter.reconnect()
+    await resuming
+    card = await second.adapter.wait_sent(lambda m: m.text.startswith("【工具审批】"))
+    assert RESENT_MARK in card.text and f"请求 {request.id}" in card.text
+    await second.say(second.adapter.group(G1.id, "2", "允许"))  # a stranger: same rules
+    await second.adapter.wait_sent(lambda m: m.text.startswith("无法审批"))
+    await second.say(second.adapter.group(G1.id, "1", "允许"))
+    await second.adapter.wait_sent(lambda m: m.text == "did it after the restart")
+    assert llm.requests[-1].messages[-1]["content"] == "did it"

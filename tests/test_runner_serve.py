@@ -779,3 +779,81 @@ async def test_a_killed_runner_leaves_an_interrupted_run_and_a_usable_history(
     finally:
         await again.aclose()
     assert runs(tmp_path / "data") == [(f"f:{user}", "interrupted"), (f"f:{user}", "success")]
+
+
+# ------------------------------------------------------------------ approvals across restarts
+
+APPROVE_TIME = {"enable": True, "tools": ["time"]}
+REQUEST_ID = re.compile(r"请求 ([0-9a-f]+)）")
+
+
+async def restarted(launch: Any, impl: OneBotImpl) -> OneBotImpl:
+    """A new OneBot side and a new ``ania-nb serve`` on the same data dir.
+
+    Reverse mode: the implementation connects only after serve has started, so a card posted
+    before the connection would fail.
+    """
+    await impl.aclose()
+    again = OneBotImpl(self_id="10000", access_token=TOKEN)
+    await connect(launch, again, "reverse", approval=APPROVE_TIME)
+    return again
+
+
+async def test_kill_9_while_the_card_waits_then_the_card_comes_back_and_allow_continues(
+    launch: Any, impl: OneBotImpl, llm: ScriptedLLM, tmp_path: Path
+) -> None:
+    user = uid()
+    llm.script(reply(tool_calls=[tool_call("time", {})]))
+    proc = await connect(launch, impl, "reverse", approval=APPROVE_TIME)
+    await impl.private_message(user, "what time is it?")
+    card = await impl.wait_for_action("send_private_msg", to_user(user, "工具审批"))
+    match = REQUEST_ID.search(card.text)
+    assert match is not None and "re-sent" not in card.text
+    assert await proc.stop(signal.SIGKILL) == -signal.SIGKILL
+    llm.script(reply("it is late"))
+    again = await restarted(launch, impl)
+    try:
+        resent = await again.wait_for_action("send_private_msg", to_user(user, "re-sent"))
+        assert match.group(0) in resent.text  # the same request, asked again
+        await again.private_message(user, "允许")
+        await again.wait_for_action("send_private_msg", to_user(user, "it is late"))
+    finally:
+        await again.aclose()
+    resumed = llm.requests[-1].messages
+    assert "what time is it?" in resumed[1]["content"]  # the same conversation, not a new turn
+    assert resumed[-1]["role"] == "tool" and "current time is" in resumed[-1]["content"]
+    assert runs(tmp_path / "data") == [(f"f:{user}", "interrupted"), (f"f:{user}", "success")]
+
+
+async def test_sigterm_with_an_approval_pending_exits_at_once_and_the_card_comes_back(
+    launch: Any, impl: OneBotImpl, llm: ScriptedLLM, tmp_path: Path
+) -> None:
+    user = uid()
+    llm.script(reply(tool_calls=[tool_call("time", {})]))
+    # A grace far longer than the test waits: only suspending the run lets it exit in time.
+    proc = await connect(
+        launch, impl, "reverse", approval=APPROVE_TIME, runner={"grace_seconds": 600}
+    )
+    await impl.private_message(user, "what time is it?")
+    await impl.wait_for_action("send_private_msg", to_user(user, "工具审批"))
+    assert await proc.stop() == 0
+    assert "suspended 1 run(s) waiting for an approval" in proc.log
+    await impl.wait_for_action("send_private_msg", to_user(user, "重启后会重新发送审批请求"))
+    with sqlite3.connect(tmp_path / "data" / "ania.db") as db:
+        [(status, error)] = db.execute("SELECT status, error FROM runs").fetchall()
+        [(state,)] = db.execute("SELECT state FROM approvals").fetchall()
+    assert (status, error, state) == (
+        "interrupted",
+        "suspended waiting for an approval",
+        "suspended",
+    )
+    llm.script(reply("no time then"))
+    again = await restarted(launch, impl)
+    try:
+        await again.wait_for_action("send_private_msg", to_user(user, "re-sent"))
+        await again.private_message(user, "拒绝")
+        await again.wait_for_action("send_private_msg", to_user(user, "no time then"))
+    finally:
+        await again.aclose()
+    refusal = llm.requests[-1].messages[-1]
+    assert refusal["role"] == "tool" and refusal["content"].startswith("Tool call not approved")

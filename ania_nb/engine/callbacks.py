@@ -40,9 +40,10 @@ class ApprovalRequest:
     ``summary`` is a one-line headline; ``details`` is the whole call (every argument in full,
     control characters visible, shell lines split into commands) and is what a person must be
     able to read before answering. ``requesters`` are the senders whose messages the run
-    answers (any of them may answer, besides admins). Front ends show `headline` and
-    `tool_label`, never ``summary`` and ``tool`` raw: a right-to-left override or a zero-width
-    character in them would reorder or hide what the person reads.
+    answers (any of them may answer, besides admins); ``resent`` marks a request posted again
+    after a restart (its front end says so). Front ends show `headline` and `tool_label`, never
+    ``summary`` and ``tool`` raw: a right-to-left override or a zero-width character in them
+    would reorder or hide what the person reads.
     """
 
     id: str
@@ -53,6 +54,7 @@ class ApprovalRequest:
     admin_only: bool = False
     details: str = ""
     requesters: tuple[str, ...] = ()
+    resent: bool = False  # posted again after a restart (the run waits in the store)
 
     @property
     def headline(self) -> str:

@@ -134,6 +134,74 @@ Gate = Callable[[ToolCall, Any], Awaitable[GateDecision | None]]
 
 
 @dataclass
+class RoundProgress:
+    """The tool round in flight, as a checkpoint would store it (see `ToolLoop.progress`).
+
+    ``messages`` is the conversation before the round (the loop's own list: read, never kept
+    past the round), ``assistant`` the message with the round's ``calls``, ``finished`` the
+    results of the calls that ended so far. ``waiting`` holds the calls waiting for a person
+    (the approval manager marks them); ``on_change`` is told of every change, so an owner can
+    act when the run becomes blocked only on approvals.
+    """
+
+    messages: list[Message] = field(default_factory=list)
+    assistant: Message | None = None
+    calls: list[ToolCall] = field(default_factory=list)
+    finished: dict[str, ToolCallResult] = field(default_factory=dict)
+    waiting: set[str] = field(default_factory=set)
+    on_change: Callable[[], None] | None = None
+
+    @property
+    def blocked_on_approval(self) -> bool:
+        """Every call of the round that has not ended waits for a person (and one does)."""
+        unfinished = {c.id for c in self.calls} - set(self.finished)
+        return bool(unfinished) and unfinished <= self.waiting
+
+    def start(self, messages: list[Message], assistant: Message, calls: list[ToolCall]) -> None:
+        """A round begins."""
+        self.messages, self.assistant, self.calls = messages, assistant, calls
+        self.finished, self.waiting = {}, set()
+        self._changed()
+
+    def ended(self, result: ToolCallResult) -> None:
+        """One call of the round ended."""
+        self.finished[result.id] = result
+        self.waiting.discard(result.id)
+        self._changed()
+
+    def asking(self, call_id: str, on: bool) -> None:
+        """A call starts (``on``) or stops waiting for a person."""
+        if on:
+            self.waiting.add(call_id)
+        else:
+            self.waiting.discard(call_id)
+        self._changed()
+
+    def clear(self) -> None:
+        """The round is over (its messages are part of the conversation now)."""
+        self.messages, self.assistant, self.calls = [], None, []
+        self.finished, self.waiting = {}, set()
+
+    def _changed(self) -> None:
+        if self.on_change is not None:
+            self.on_change()
+
+
+@dataclass(frozen=True)
+class ResumedRound:
+    """A tool round to finish before the loop asks the model again (a run resumed later).
+
+    ``assistant`` is the stored message with the round's ``calls``; ``finished`` the results of
+    the calls that had ended. The other calls are run now (through the gate, which decides
+    what was already decided).
+    """
+
+    assistant: Message
+    calls: list[ToolCall]
+    finished: dict[str, ToolCallResult] = field(default_factory=dict)
+
+
+@dataclass
 class LoopResult:
     """The outcome of one loop: final text, usage and every tool call in order.
 
@@ -176,37 +244,41 @@ class ToolLoop:
     """Run tool calls the model wrote as text (see `find_text_calls`)."""
     stream: bool = False
     usage: Usage = field(default_factory=Usage)
+    progress: RoundProgress | None = None
+    """Kept up to date with the round in flight (checkpoints of approvals; see `RoundProgress`)."""
     results: list[ToolCallResult] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
     _repeats: RepeatGuard = field(default_factory=RepeatGuard, init=False, repr=False)
 
-    async def run(self, messages: list[Message]) -> LoopResult:
-        """Run rounds until the model answers without tools (or the iteration limit)."""
+    async def run(self, messages: list[Message], resume: ResumedRound | None = None) -> LoopResult:
+        """Run rounds until the model answers without tools (or the iteration limit).
+
+        With ``resume``, its round is finished first (its text was shown when it was asked).
+        """
         self._repeats = RepeatGuard(self.max_repeat_calls)
         names: set[str] = set()
         for _ in range(self.max_iterations):
+            if resume is not None:
+                await self._round(messages, resume.assistant, resume.calls, resume.finished)
+                resume = None
+                continue
             definitions = self.tools.definitions() if self.tools is not None else []
             names = {d["function"]["name"] for d in definitions}
             completion = await self._call(messages, definitions)
             message = self._text_calls(completion, len(messages), names)
             if not message.get("tool_calls"):
                 return await self._final(messages, [], completion, ask=bool(self.results))
-            round_messages = [message]
             text = strip_think(message.get("content"))
             if text:
                 await self._emit("assistant_text", text=text)
                 await self.callbacks.deliver("send_text", text)
-            results = await self._run_tools(message["tool_calls"], completion)
-            round_messages += [
-                {"role": "tool", "tool_call_id": r.id, "content": r.result} for r in results
+            # The client normalised ids and names; wrapped arguments run as the model sent
+            # them so the executor can name the real parse error.
+            calls = [
+                ToolCall(c["id"], c["function"]["name"], completion.arguments_for(c))
+                for c in message["tool_calls"]
             ]
-            images = list(self.take_images() if self.take_images else ())
-            images += await self.callbacks.call("take_loaded_images") or ()
-            if images:
-                round_messages.append(user_message(LOADED_IMAGES_TEXT, list(images)))
-            messages.extend(round_messages)
-            if self.on_round is not None:
-                await self.on_round(round_messages, results)
+            await self._round(messages, message, calls, {})
         limit = user_message(LIMIT_MESSAGE)
         messages.append(limit)
         completion = await self._call(messages, [])
@@ -308,23 +380,49 @@ class ToolLoop:
             text, self.usage, self.results, [*before, final], truncated, False, warnings
         )
 
-    async def _run_tools(
-        self, raw_calls: list[dict[str, Any]], completion: Completion
-    ) -> list[ToolCallResult]:
-        # The client normalised ids and names; wrapped arguments run as the model sent them
-        # so the executor can name the real parse error.
-        calls = [
-            ToolCall(c["id"], c["function"]["name"], completion.arguments_for(c)) for c in raw_calls
+    async def _round(
+        self,
+        messages: list[Message],
+        message: Message,
+        calls: list[ToolCall],
+        finished: dict[str, ToolCallResult],
+    ) -> None:
+        """Run one tool round (``finished``: calls that already ended) and append it."""
+        if self.progress is not None:
+            self.progress.start(messages, message, calls)
+            for result in finished.values():
+                self.progress.ended(result)
+        results = await self._run_tools(calls, finished)
+        round_messages = [message]
+        round_messages += [
+            {"role": "tool", "tool_call_id": r.id, "content": r.result} for r in results
         ]
+        images = list(self.take_images() if self.take_images else ())
+        images += await self.callbacks.call("take_loaded_images") or ()
+        if images:
+            round_messages.append(user_message(LOADED_IMAGES_TEXT, list(images)))
+        messages.extend(round_messages)
+        if self.progress is not None:
+            self.progress.clear()
+        if self.on_round is not None:
+            await self.on_round(round_messages, results)
+
+    async def _run_tools(
+        self, calls: list[ToolCall], finished: dict[str, ToolCallResult]
+    ) -> list[ToolCallResult]:
         # Claimed in call order before any runs, so parallel duplicates are counted as well.
         claims = [self._repeats.claim(call.name, call.arguments) for call in calls]
-        results = list(
-            await gather_all(*(self._run_one(c, k) for c, k in zip(calls, claims, strict=True)))
-        )
+        runs = (self._run_one(c, k, finished.get(c.id)) for c, k in zip(calls, claims, strict=True))
+        results = list(await gather_all(*runs))
         self.results.extend(results)
         return results
 
-    async def _run_one(self, call: ToolCall, claim: Claim) -> ToolCallResult:
+    async def _run_one(
+        self, call: ToolCall, claim: Claim, done: ToolCallResult | None = None
+    ) -> ToolCallResult:
+        if done is not None:  # ended before the run was suspended: not run again
+            self._repeats.ran(claim, done.result)
+            return done
         if self.callbacks.on_event is not None:
             await self._emit("tool_start", id=call.id, name=call.name, arguments=call.arguments)
         if claim.repeat:
@@ -336,6 +434,8 @@ class ToolLoop:
                 self._repeats.abandon(claim)  # repeats waiting on this call must not hang
                 raise
             self._repeats.ran(claim, result.result)
+        if self.progress is not None:
+            self.progress.ended(result)
         if self.callbacks.on_event is not None:
             await self._emit(
                 "tool_end",

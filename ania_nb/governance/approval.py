@@ -5,8 +5,16 @@ Allow/Deny buttons, a chat bot posts a message) and answers with `Agent.answer_a
 button click and a chat reply take the same path. No answer within the timeout, or a stop,
 denies. However a request ends, ``RunEvent("approval_resolved", session, {id, tool, allowed,
 reason, outcome})`` is emitted through its callbacks so the front end can close its card
-(outcome: allowed, denied, timeout, stopped or error). `ApprovalManager.allow_for_session` lets a
-tool through for the rest of a session without asking (the "always allow" button).
+(outcome: allowed, denied, timeout, stopped, error or suspended).
+`ApprovalManager.allow_for_session` lets a tool through for the rest of a session without
+asking (the "always allow" button).
+
+**Surviving a restart.** With the store attached (``store``) and a `Checkpoint` from the run
+(main runs give one), the request and the run's state are written to the ``approvals`` table
+before the front end is told, and the row follows the verdict. When the run is being suspended
+(shutdown: the run is blocked only on approvals), the question ends at once as ``suspended``,
+its row too, and the run ends without a tool result. After a restart `resume` asks the stored
+request again under the same id, until its original wall-clock deadline, with the same rules.
 
 Who may answer: ``approver=None`` is the trusted local front end (a notebook button, code in
 the same process) and may answer anything. A named approver (a chat user) must be an admin, or,
@@ -20,16 +28,17 @@ from __future__ import annotations
 import asyncio
 import logging
 import secrets
+import time
 from collections import OrderedDict, defaultdict
-from collections.abc import Iterable
+from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import replace
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, Protocol
 
 from ..engine.callbacks import ApprovalRequest, Callbacks, RunEvent, Verdict
 from ..errors import UsageError
 
 if TYPE_CHECKING:  # pragma: no cover
-    from ..store import OpLog
+    from ..store import ApprovalLog, OpLog
 
 log = logging.getLogger(__name__)
 
@@ -38,6 +47,68 @@ DENY_WORDS = frozenset({"拒绝", "deny", "reject", "no", "n"})
 SESSION_ALLOWED = "allowed for the rest of this session"
 STOPPED = "stopped by the user"
 ENDED_KEPT = 256  # ended requests remembered to answer late replies precisely
+SUSPENDED = "suspended waiting for an approval"
+VERDICT_OUTCOMES = frozenset({"allowed", "denied", "timeout"})  # a resumed run goes on with these
+
+
+class Checkpoint(Protocol):
+    """The run behind a request, as far as it can be stored and resumed after a restart."""
+
+    @property
+    def suspended(self) -> bool:
+        """Whether the run is being suspended (its questions end as ``suspended``)."""
+        ...
+
+    def snapshot(self, call_id: str) -> dict[str, Any] | None:
+        """The run's state with ``call_id`` pending, as JSON data; None: it cannot be resumed."""
+        ...
+
+    def stored(self, call_id: str, save: Callable[[dict[str, Any]], Awaitable[object]]) -> None:
+        """``call_id``'s request is written; ``save(snapshot)`` rewrites its stored state.
+
+        The run may be suspended from now; it saves again when another call of the round ends.
+        """
+        ...
+
+    def asking(self, call_id: str, on: bool) -> None:
+        """``call_id`` starts (``on``) or stops waiting for a person's verdict."""
+        ...
+
+
+def request_record(request: ApprovalRequest) -> dict[str, Any]:
+    """What the ``approvals`` row keeps of a request (its id and session have columns)."""
+    return {
+        "tool": request.tool,
+        "summary": request.summary,
+        "details": request.details,
+        "requester": request.requester,
+        "requesters": list(request.requesters),
+        "admin_only": request.admin_only,
+    }
+
+
+def request_from_record(request_id: str, session: str, data: dict[str, Any]) -> ApprovalRequest:
+    """The request a stored row describes, marked re-sent; `UsageError` names a broken field."""
+    tool, summary = data.get("tool"), data.get("summary")
+    if not isinstance(tool, str) or not tool or not isinstance(summary, str):
+        raise UsageError(f"approval row {request_id}: the request has no tool name or summary")
+    requester = data.get("requester")
+    requesters = data.get("requesters") or []
+    if requester is not None and not isinstance(requester, str):
+        raise UsageError(f"approval row {request_id}: requester is not a string")
+    if not isinstance(requesters, list) or not all(isinstance(r, str) for r in requesters):
+        raise UsageError(f"approval row {request_id}: requesters is not a list of strings")
+    return ApprovalRequest(
+        id=request_id,
+        session=session,
+        tool=tool,
+        summary=summary,
+        requester=requester,
+        admin_only=bool(data.get("admin_only", True)),  # a lost flag asks an admin: the safe side
+        details=str(data.get("details") or ""),
+        requesters=tuple(requesters),
+        resent=True,
+    )
 
 
 def parse_verdict_word(word: str) -> bool | None:
@@ -59,6 +130,7 @@ class ApprovalManager:
         self.timeout = timeout
         self.admins = frozenset(admins)
         self.oplog = oplog  # attached once the store is open
+        self.store: ApprovalLog | None = None  # ditto: requests with a checkpoint are stored
         self._answered: set[str] = set()  # ids answered by a human (audited; stops are not)
         self._locks: defaultdict[str, asyncio.Lock] = defaultdict(asyncio.Lock)
         self._pending: dict[str, tuple[ApprovalRequest, asyncio.Future[Verdict]]] = {}
@@ -76,8 +148,14 @@ class ApprovalManager:
         admin_only: bool = False,
         details: str = "",
         requesters: tuple[str, ...] = (),
+        call_id: str = "",
+        checkpoint: Checkpoint | None = None,
     ) -> Verdict:
-        """Ask a human and wait for the verdict (denied on timeout, stop or no front end)."""
+        """Ask a human and wait for the verdict (denied on timeout, stop or no front end).
+
+        With a ``checkpoint`` (and the store attached) the request is stored with the run's
+        state before the front end is told (see the module docstring).
+        """
         requesters = requesters or ((requester,) if requester else ())
         # Admin-only requests (config changes, background runs) are asked every time.
         if not admin_only and tool in self._session_allowed.get(session, ()):
@@ -100,41 +178,136 @@ class ApprovalManager:
                 details=details,
                 requesters=requesters,
             )
-            future: asyncio.Future[Verdict] = asyncio.get_running_loop().create_future()
-            self._pending[request.id] = (request, future)
-            try:
-                verdict, outcome = await self._wait(request, future, callbacks)
-            except asyncio.CancelledError:  # the run was cancelled while the question was open
-                await _resolved(callbacks, request, Verdict(False, STOPPED), "stopped")
-                raise
-            finally:
-                self._pending.pop(request.id, None)
-                self._answered.discard(request.id)
-                self._remember(request.id, future)
-            if outcome == "timeout":
+            stored = await self._store(request, call_id, checkpoint)
+            suspended = (lambda: checkpoint.suspended) if stored and checkpoint else _never
+            return await self._ask(request, callbacks, self.timeout, stored, suspended)
+
+    async def resume(
+        self, request: ApprovalRequest, callbacks: Callbacks, *, deadline: float
+    ) -> Verdict:
+        """Ask a stored request again after a restart: same id and rules, the original deadline.
+
+        A deadline already past ends it as ``timeout`` without showing it again. A verdict
+        (allowed, denied, timeout) leaves the row open: the caller settles it with `settle`
+        once the run goes on, so a verdict whose run never started is asked again after the
+        next restart. Cancelled (the Agent closes), it ends ``suspended``.
+        """
+        async with self._locks[request.session]:
+            left = deadline - time.time()
+            if left <= 0:
+                verdict = Verdict(False, _timed_out(self.timeout), None, "timeout")
                 await self._audit(request, verdict, "超时自动拒绝 (timed out)")
-            elif outcome in ("allowed", "denied"):
-                await self._audit(request, verdict, "允许" if verdict.allowed else "拒绝")
-            await _resolved(callbacks, request, verdict, outcome)
-            return replace(verdict, outcome=outcome)
+                await _resolved(callbacks, request, verdict, "timeout")
+                return verdict
+            return await self._ask(request, callbacks, left, True, _never, resumed=True)
+
+    async def settle(self, request_id: str, verdict: Verdict) -> None:
+        """Record how a stored request ended (its ``outcome``), e.g. once its run goes on."""
+        await self._settle(request_id, verdict, verdict.outcome or "error")
+
+    async def _ask(
+        self,
+        request: ApprovalRequest,
+        callbacks: Callbacks,
+        seconds: float,
+        stored: bool,
+        suspended: Callable[[], bool],
+        *,
+        resumed: bool = False,
+    ) -> Verdict:
+        """Register ``request``, show it and wait; audit, settle its row and tell the front end.
+
+        ``suspended()`` says the run is being suspended; a ``resumed`` request has no run yet,
+        so only closing the Agent cancels it, which suspends it too.
+        """
+        future: asyncio.Future[Verdict] = asyncio.get_running_loop().create_future()
+        self._pending[request.id] = (request, future)
+        try:
+            verdict, outcome = await self._wait(request, future, callbacks, seconds, suspended)
+        except asyncio.CancelledError:  # the run was cancelled while the question was open
+            outcome = "suspended" if stored and (resumed or suspended()) else "stopped"
+            ended = Verdict(False, SUSPENDED if outcome == "suspended" else STOPPED)
+            if stored:
+                await _shielded(self._settle(request.id, ended, outcome))
+            await _resolved(callbacks, request, ended, outcome)
+            raise
+        finally:
+            self._pending.pop(request.id, None)
+            self._answered.discard(request.id)
+            self._remember(request.id, future)
+        if outcome == "timeout":
+            await self._audit(request, verdict, "超时自动拒绝 (timed out)")
+        elif outcome in ("allowed", "denied"):
+            await self._audit(request, verdict, "允许" if verdict.allowed else "拒绝")
+        if stored and not (resumed and outcome in VERDICT_OUTCOMES):
+            await self._settle(request.id, verdict, outcome)
+        await _resolved(callbacks, request, verdict, outcome)
+        return replace(verdict, outcome=outcome)
+
+    async def _store(
+        self, request: ApprovalRequest, call_id: str, checkpoint: Checkpoint | None
+    ) -> bool:
+        """Write the request with the run's checkpoint; False when it is not stored."""
+        if self.store is None or checkpoint is None:
+            return False
+        snapshot = checkpoint.snapshot(call_id)
+        if snapshot is None:
+            return False
+        run_id = snapshot.get("run_id")
+        try:
+            await self.store.add(
+                request_id=request.id,
+                session=request.session,
+                run_id=run_id if isinstance(run_id, int) else None,
+                deadline=time.time() + self.timeout,
+                request=request_record(request),
+                checkpoint=snapshot,
+            )
+        except Exception:  # the question is still asked; it just will not survive a restart
+            log.exception("could not store approval request %s of %s", request.id, request.tool)
+            return False
+        store = self.store
+
+        async def save(snapshot: dict[str, Any]) -> None:
+            try:
+                await store.update_checkpoint(request.id, snapshot)
+            except Exception:
+                log.exception("could not update the stored state of approval %s", request.id)
+
+        checkpoint.stored(call_id, save)
+        return True
+
+    async def _settle(self, request_id: str, verdict: Verdict, outcome: str) -> None:
+        """Move the request's row to how it ended (best effort: the verdict stands anyway)."""
+        if self.store is None:
+            return
+        try:
+            await self.store.settle(request_id, outcome, verdict.reason, verdict.approver)  # type: ignore[arg-type]
+        except Exception:
+            log.exception("could not record how approval request %s ended", request_id)
 
     async def _wait(
-        self, request: ApprovalRequest, future: asyncio.Future[Verdict], callbacks: Callbacks
+        self,
+        request: ApprovalRequest,
+        future: asyncio.Future[Verdict],
+        callbacks: Callbacks,
+        seconds: float,
+        suspended: Callable[[], bool],
     ) -> tuple[Verdict, str]:
         """Show the request and wait; returns the verdict and how the request ended."""
         try:
             # The timeout also bounds a front end that is slow to show the question.
-            async with asyncio.timeout(self.timeout):
-                try:
-                    await callbacks.call("request_approval", request)
-                except Exception as exc:
-                    log.warning("request_approval callback failed", exc_info=True)
-                    reason = f"the approval request could not be shown: {exc}"
-                    return Verdict(False, reason), "error"
+            async with asyncio.timeout(seconds):
+                if not suspended():  # a run being suspended ends before anyone is asked
+                    try:
+                        await callbacks.call("request_approval", request)
+                    except Exception as exc:
+                        log.warning("request_approval callback failed", exc_info=True)
+                        reason = f"the approval request could not be shown: {exc}"
+                        return Verdict(False, reason), "error"
                 verdict = await future
         except TimeoutError:
-            reason = f"no answer within {self.timeout:g} s, denied automatically"
-            return Verdict(False, reason), "timeout"
+            return Verdict(False, _timed_out(self.timeout)), "timeout"
         if request.id in self._answered:
             return verdict, "allowed" if verdict.allowed else "denied"
         return verdict, "stopped"  # only cancel() sets a verdict without answering
@@ -263,6 +436,23 @@ class ApprovalManager:
         if len(matches) > 1:
             raise UsageError("several approval requests are pending; answer one by its id")
         return matches[0]
+
+
+def _never() -> bool:
+    return False
+
+
+def _timed_out(timeout: float) -> str:
+    return f"no answer within {timeout:g} s, denied automatically"
+
+
+async def _shielded(work: Awaitable[None]) -> None:
+    """Finish ``work`` although the caller is being cancelled (a row must not stay pending)."""
+    task = asyncio.ensure_future(work)
+    try:
+        await asyncio.shield(task)
+    except asyncio.CancelledError:
+        await task
 
 
 def _already(request_id: str, verdict: Verdict) -> str:

@@ -123,6 +123,7 @@ class Governance:
         """Bind the parts that persist to the opened store."""
         self.todos.kv = store.kv("todos")
         self.approvals.oplog = store.oplog
+        self.approvals.store = store.approvals
         if self.center is not None:
             self.center.store = store
 

@@ -9,7 +9,10 @@ the requester is not enough) → a person's approval for the tools in ``approval
 ``bash`` outside its lists, ``python``). A call is asked about at most once, and when nobody
 stands behind the run (clock, subagent, team member: ``ctx.admin_only_approval``) only an admin
 may answer, whatever the tool. The first stage that stops a call returns a `GateDecision` whose
-text becomes the call's result; the loop goes on with the other calls. Because the gate runs
+text becomes the call's result; the loop goes on with the other calls. A run that can be resumed
+after a restart (a main run) leaves its checkpoint in ``ctx.run_state[CHECKPOINT]``; the gate
+marks the call as waiting for a person and hands the checkpoint to the approval manager, which
+stores it with the request (`governance.approval`). Because the gate runs
 inside each call's task, a call waiting for a person never delays its siblings.
 
 A PreToolUse hook's permission decision (Claude Code's JSON output): ``deny`` blocks; ``ask``
@@ -34,9 +37,10 @@ from .secrets import SECRET_CONTAINERS, mask_json
 
 if TYPE_CHECKING:  # pragma: no cover
     from ..config import ApprovalSettings
+    from ..engine.callbacks import Verdict
     from ..engine.loop import ToolCall
     from ..tools import Tool
-    from .approval import ApprovalManager
+    from .approval import ApprovalManager, Checkpoint
     from .hooks import HookRunner
     from .plan import PlanMode
     from .roles import Roles
@@ -47,6 +51,7 @@ LONG_SUMMARY_CHARS = 4000  # config_file_set: the admin should see the whole fil
 HOOK_BLOCKED = "Tool call blocked by a hook: "
 NOT_APPROVED = "Tool call not approved: "
 NOT_APPROVED_BY_ADMIN = "Tool call not approved by an admin: "
+CHECKPOINT = "approval_checkpoint"  # ToolContext.run_state key of a resumable run's checkpoint
 
 # How an approval request ended → the call's outcome.
 _VERDICT_OUTCOMES: dict[str, ToolOutcomeKind] = {"timeout": "timeout", "stopped": "stopped"}
@@ -116,26 +121,41 @@ class ToolGate:
     async def _ask(
         self, call: ToolCall, tool: Tool | None, ctx: ToolContext, *, admin_only: bool
     ) -> GateDecision | None:
-        # Off the loop: a tool's summary may read the file it would change (bounded).
-        summary, details = await asyncio.to_thread(_describe, call, tool)
-        verdict = await self.approvals.request(
-            session=ctx.session,
-            tool=call.name,
-            summary=summary,
-            callbacks=ctx.callbacks,
-            requester=ctx.sender,
-            admin_only=admin_only,
-            details=details,
-            requesters=ctx.requesters,
-        )
+        # A run that can be resumed after a restart (a main run) left its checkpoint here.
+        checkpoint: Checkpoint | None = ctx.run_state.get(CHECKPOINT)
+        if checkpoint is not None:
+            checkpoint.asking(call.id, True)
+        try:
+            # Off the loop: a tool's summary may read the file it would change (bounded).
+            summary, details = await asyncio.to_thread(_describe, call, tool)
+            verdict = await self.approvals.request(
+                session=ctx.session,
+                tool=call.name,
+                summary=summary,
+                callbacks=ctx.callbacks,
+                requester=ctx.sender,
+                admin_only=admin_only,
+                details=details,
+                requesters=ctx.requesters,
+                call_id=call.id,
+                checkpoint=checkpoint,
+            )
+        finally:
+            if checkpoint is not None:
+                checkpoint.asking(call.id, False)
         if verdict.allowed:
             ctx.approved = True
             return None
-        prefix = NOT_APPROVED_BY_ADMIN if admin_only else NOT_APPROVED
-        kind = _VERDICT_OUTCOMES.get(verdict.outcome, "denied")
-        return GateDecision(
-            prefix + (verdict.reason or "denied"), kind, "admin" if admin_only else "human"
-        )
+        return refusal(verdict, admin_only=admin_only)
+
+
+def refusal(verdict: Verdict, *, admin_only: bool) -> GateDecision:
+    """The decision of a call a person did not allow (denied, timed out, stopped, …)."""
+    prefix = NOT_APPROVED_BY_ADMIN if admin_only else NOT_APPROVED
+    kind = _VERDICT_OUTCOMES.get(verdict.outcome, "denied")
+    return GateDecision(
+        prefix + (verdict.reason or "denied"), kind, "admin" if admin_only else "human"
+    )
 
 
 def _arguments(raw: str) -> Mapping[str, Any] | None:

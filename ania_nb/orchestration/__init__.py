@@ -8,8 +8,9 @@ agents packages build the other kinds as `OneShotJob`s, run through the Agent's 
 (tools, MCP, skills) and governance, and below the front ends; it never imports them.
 """
 
+from .checkpoint import ApprovalSuspension, Resumption, RunCheckpoint
 from .host import AgentHost
-from .main_turn import ContextSource, TurnContext, answer_batch
+from .main_turn import ContextSource, TurnContext, answer_batch, answer_resumed
 from .oneshot import HIDDEN_BY_KIND, SUBAGENT_TOOLS, TEAM_TOOLS, OneShotJob, OneShotKind
 from .outbox import Delivery, Outbox
 from .queues import SessionQueues
@@ -29,6 +30,7 @@ __all__ = [
     "TEAM_TOOLS",
     "AgentHost",
     "AgentKind",
+    "ApprovalSuspension",
     "ContextSource",
     "Conversation",
     "Delivery",
@@ -36,6 +38,8 @@ __all__ = [
     "OneShotKind",
     "Outbox",
     "Pending",
+    "Resumption",
+    "RunCheckpoint",
     "RunLimits",
     "RunRecorder",
     "RunServices",
@@ -48,6 +52,7 @@ __all__ = [
     "ToolView",
     "TurnContext",
     "answer_batch",
+    "answer_resumed",
     "callbacks_for",
     "execute_run",
     "merge_batch",

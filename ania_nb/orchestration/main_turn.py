@@ -17,9 +17,10 @@ from ..engine.callbacks import RunEvent
 from ..governance.roles import highest
 from ..result import RunResult, RunStatus
 from ..store import OutboxRow
+from .checkpoint import resumed_input
 from .outbox import Delivery, delivery_payload
 from .queues import resolve
-from .records import StoreRecord
+from .records import ResumedRecord, StoreRecord
 from .run import RunServices, execute_run
 from .sessions import Pending, Session, merge_batch, senders_of
 from .spec import RunSpec
@@ -145,6 +146,48 @@ def durable_record(
             pending.settled = True
 
     return StoreRecord(store, session, inbox=inbox, reply=reply, finished=finished)
+
+
+async def answer_resumed(
+    state: Session,
+    pending: Pending,
+    *,
+    governance: Governance,
+    services: RunServices,
+    store: Store,
+    system_prompt: str,
+    run_timeout: float,
+) -> RunResult:
+    """Continue a stored run from its pending call (``pending.resume``) as a new main run.
+
+    No quota check and no prompt preparation: the run was admitted and prepared when it
+    started; its role, requesters and plan mode are the stored ones. Its record is new; its
+    input links the original run (`resumed_input`).
+    """
+    resume = pending.resume
+    assert resume is not None
+    callbacks = pending.callbacks
+    allowed = governance.roles.tool_filter(resume.role)
+    spec = RunSpec(
+        kind="main",
+        session=state.name,
+        text=resumed_input(resume),
+        system_prompt=system_prompt,
+        tools=front_end_view(state.executor, callbacks, allowed=allowed),
+        record=ResumedRecord(store, state.name),
+        conversation=state.conversation,
+        sender=resume.sender,
+        requester=resume.requester,
+        requesters=resume.requesters,
+        role=resume.role,
+        callbacks=callbacks,
+        timeout=run_timeout,
+        model=resume.model,
+        plan_mode=resume.plan_mode,
+        usage=state.take_derived(),
+        resume=resume,
+    )
+    return await execute_run(spec, services)
 
 
 def batch_role(roles: Roles, session: str, batch: list[Pending]) -> Role:

@@ -66,8 +66,10 @@ class SessionQueues:
         """Queue a message unless the queue is full; start the worker of an idle session.
 
         ``limit=False`` queues past ``queue_size`` (messages recovered after a restart were
-        accepted once already).
+        accepted once already), and so is a resumed run (``pending.resume``): it is no new
+        message but work accepted before a restart.
         """
+        limit = limit and pending.resume is None
         if limit and state.busy and len(state.queue) >= self._queue_size():
             return False
         state.queue.append(pending)
@@ -153,7 +155,7 @@ class SessionQueues:
         """Answer what waits now as one batch (nothing, if a stop emptied the queue meanwhile)."""
         if not state.queue:
             return
-        batch, state.queue = state.queue, []
+        batch, state.queue = _next_batch(state.queue)
         state.batch = batch
         run = asyncio.create_task(self._answer(state, batch), name=f"ania-run-{state.name}")
         state.current = run
@@ -173,6 +175,14 @@ class SessionQueues:
             self._finished(state, batch, result)
         if all(p.synthetic for p in batch):  # nobody awaits this reply
             self._unawaited(state, batch, result)
+
+
+def _next_batch(queue: list[Pending]) -> tuple[list[Pending], list[Pending]]:
+    """The next batch and what stays queued: a resumed run alone, messages up to the next one."""
+    if queue[0].resume is not None:
+        return queue[:1], queue[1:]
+    cut = next((i for i, p in enumerate(queue) if p.resume is not None), len(queue))
+    return queue[:cut], queue[cut:]
 
 
 def resolve(pending: Pending, result: RunResult) -> None:

@@ -158,3 +158,16 @@ class StoreRecord:
         """Replace the session's stored history (nothing is kept without history)."""
         if self.history:
             await self.store.history.replace(self.session, list(messages))
+
+
+class ResumedRecord(StoreRecord):
+    """A resumed run's record: a new run record, no new user turn; rounds go to the history.
+
+    The run continues a turn that is already stored (its rounds up to the pending one).
+    """
+
+    async def begin(
+        self, text: str, sender: str | None, turn: Message, *, load_history: bool
+    ) -> tuple[int | None, list[Message] | None]:
+        """Start the record only (the turn it continues is in the history already)."""
+        return await self.store.journal.start(self.session, text, sender=sender), None

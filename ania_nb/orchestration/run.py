@@ -25,13 +25,15 @@ from ..config import SecuritySettings
 from ..engine.callbacks import RunEvent
 from ..engine.context import ContextWindow
 from ..engine.llm import LLMClient
-from ..engine.loop import Gate, ToolCall, ToolCallResult, ToolLoop
+from ..engine.loop import Gate, GateDecision, ToolCall, ToolCallResult, ToolLoop
 from ..engine.messages import Message, estimate_tokens, for_storage, timestamped, user_message
 from ..engine.repair import clean_text, repair_history
 from ..engine.usage import Usage
 from ..errors import ResourceError, RunError
+from ..governance.gate import CHECKPOINT
 from ..result import RunResult, RunStatus
 from ..tools import ToolContext
+from .checkpoint import SUSPENDED, ApprovalSuspension, RunCheckpoint
 from .spec import ONE_SHOT_KINDS, RunSpec
 from .tool_view import ToolView
 
@@ -85,6 +87,7 @@ class RunServices:
     after_run: Callable[[RunSpec, RunResult], Awaitable[None]] | None = None
     price: Callable[[Usage], float | None] | None = None  # sets ``usage.cost`` at the end
     security: SecuritySettings | None = None  # what tools' child processes inherit
+    suspension: ApprovalSuspension | None = None  # main runs keep approval checkpoints here
 
 
 async def execute_run(spec: RunSpec, services: RunServices) -> RunResult:
@@ -120,9 +123,27 @@ class _Run:
         self.run_state: dict[str, Any] = {"usage": self.usage, "deadline": spec.deadline}
         self.older = 0  # how many messages of the history came before this run's turn
         self.sent = 0  # length of the message list at the last model call
+        self.checkpoint: RunCheckpoint | None = None
+        resumable = spec.kind == "main" and spec.conversation is not None
+        if services.suspension is not None and resumable:
+            self.checkpoint = RunCheckpoint(spec, services.suspension)
+            self.run_state[CHECKPOINT] = self.checkpoint
 
     async def execute(self) -> RunResult:
+        """Run to the end (see the module docstring); a main run keeps its checkpoint."""
+        checkpoint, suspension = self.checkpoint, self.services.suspension
+        if checkpoint is None or suspension is None:
+            return await self._execute()
+        checkpoint.task = asyncio.current_task()
+        suspension.track(checkpoint)
+        try:
+            return await self._execute()
+        finally:
+            suspension.untrack(checkpoint)
+
+    async def _execute(self) -> RunResult:
         spec = self.spec
+        resume = spec.resume
         text = clean_text(spec.text)
         now = datetime.now().astimezone()
         turn = user_message(timestamped(clean_text(spec.prompt or text), now), list(spec.images))
@@ -133,14 +154,16 @@ class _Run:
                 text,
                 spec.sender,
                 stored_turn,
-                load_history=conv is not None and conv.history is None,
+                load_history=conv is not None and conv.history is None and resume is None,
             )
         except Exception as exc:  # nothing was stored: the run cannot start
             log.exception("could not start the record of a %s run", spec.kind)
             return await self._end(self._failed("error", f"could not record the run: {exc}"))
         self.run_state["run_id"] = self.run_id  # the gate marks side effects on the record
+        if self.checkpoint is not None:
+            self.checkpoint.run_id = self.run_id
         history: list[Message] = []
-        if conv is not None:
+        if conv is not None and resume is None:
             if loaded is not None:
                 conv.history = await self._repaired(loaded)
             conv.history = conv.history or []
@@ -152,11 +175,15 @@ class _Run:
         final: list[Message] = []
         try:
             async with asyncio.timeout(spec.seconds_left):
-                history = await self._fit(history, turn)
-                self.older = len(history)
-                messages = [{"role": "system", "content": spec.system_prompt}, *history, turn]
+                system = {"role": "system", "content": spec.system_prompt}
+                if resume is None:
+                    history = await self._fit(history, turn)
+                    self.older = len(history)
+                    messages = [system, *history, turn]
+                else:  # the stored conversation, as the model saw it when the run stopped
+                    messages = [system, *resume.conversation]
                 loop = await self._loop()
-                result = await loop.run(messages)
+                result = await loop.run(messages, resume.round if resume is not None else None)
             final = [for_storage(m) for m in result.final_messages]
             outcome = RunResult(result.text, "success", spec.session, self.usage, self.calls)
             outcome.warnings = result.warnings
@@ -167,6 +194,8 @@ class _Run:
         except TimeoutError:
             outcome = self._failed("timeout", f"the request took longer than {spec.timeout:g} s")
         except asyncio.CancelledError:
+            if self.checkpoint is not None and self.checkpoint.suspended:
+                return await self._suspended()
             stopped = self._failed("stopped", "stopped by the user")
             await _uncancellable(self._close(stopped, []))
             if spec.kind in ONE_SHOT_KINDS:  # SubagentStop follows every child, stopped too
@@ -181,10 +210,26 @@ class _Run:
             outcome = self._failed("error", f"internal error: {type(exc).__name__}: {exc}")
         outcome.run_id = self.run_id
         await self._close(outcome, final)
-        if conv is not None and conv.history is not None:
+        if resume is not None and conv is not None:  # its context was not the cached history
+            conv.history, conv.last_prompt_tokens, conv.pending_tokens = None, 0, 0
+        elif conv is not None and conv.history is not None:
             conv.history.extend(final)
             conv.last_prompt_tokens = self.usage.last_prompt_tokens
             conv.pending_tokens = estimate_tokens(final)
+        return await self._end(outcome)
+
+    async def _suspended(self) -> RunResult:
+        """The run was suspended waiting for an approval: record it, end without raising.
+
+        The stored round stays unfinished (no tool result is written); the approval's row
+        keeps the checkpoint to resume from after a restart. Suspending is the Agent's own
+        cancellation, so it is taken back; any other cancellation meanwhile still stops.
+        """
+        outcome = self._failed("interrupted", SUSPENDED)
+        await _uncancellable(self._close(outcome, []))
+        task = asyncio.current_task()
+        if task is not None and task.uncancel() > 0:
+            raise asyncio.CancelledError
         return await self._end(outcome)
 
     def _failed(self, status: RunStatus, error: str) -> RunResult:
@@ -339,7 +384,7 @@ class _Run:
             make_context=make_context,
             session=spec.session,
             callbacks=spec.callbacks,
-            gate=services.gate,
+            gate=self._gate(),
             after_tool=services.after_tool,
             on_round=on_round,
             take_images=lambda: self.run_state.pop("images", []),
@@ -350,10 +395,26 @@ class _Run:
             text_tool_calls=services.limits.text_tool_calls,
             stream=services.limits.stream,
             usage=self.usage,
+            progress=self.checkpoint.progress if self.checkpoint is not None else None,
         )
         llm = await services.llm.with_model(spec.model) if spec.model else services.llm
         loop.llm = llm.for_run()  # once the fallback answered, this run asks it first
         return loop
+
+    def _gate(self) -> Gate | None:
+        """The services' gate; a resumed run's pending call is decided already."""
+        gate, resume = self.services.gate, self.spec.resume
+        if resume is None:
+            return gate
+
+        async def resumed_gate(call: ToolCall, ctx: Any) -> GateDecision | None:
+            if call.id != resume.call_id:
+                return await gate(call, ctx) if gate is not None else None
+            if resume.decision is None:  # allowed: the gate ran up to the person's verdict
+                ctx.approved = True
+            return resume.decision
+
+        return resumed_gate
 
     async def _emit(self, kind: str, **data: Any) -> None:
         await self.spec.callbacks.emit(RunEvent(kind, self.spec.session, data))

@@ -23,6 +23,7 @@ from .spec import Conversation
 if TYPE_CHECKING:  # pragma: no cover
     from ..result import RunResult
     from ..tools import Role, SessionToolExecutor
+    from .checkpoint import Resumption
 
 
 @dataclass(eq=False)  # compared by identity: each is one caller's message
@@ -41,6 +42,7 @@ class Pending:
     inbox_id: int | None = None  # its durable inbox row (accepted by a front end), if any
     meta: dict[str, Any] = field(default_factory=dict)  # the front end's data of the message
     settled: bool = False  # its inbox row was answered by its run's own finish step
+    resume: Resumption | None = None  # a stored run to continue (answered alone, never batched)
 
 
 @dataclass

@@ -18,6 +18,7 @@ from ..engine.usage import Usage
 if TYPE_CHECKING:  # pragma: no cover
     from ..engine.messages import Message
     from ..tools import Role, SessionToolExecutor
+    from .checkpoint import Resumption
     from .records import RunRecorder
     from .tool_view import ToolView
 
@@ -44,6 +45,8 @@ class RunSpec:
     run may use (the highest of its requesters', or its creator's); ``callbacks`` are what
     reaches the front end (see `callbacks_for`); ``usage`` is the tally the run adds to (pass a
     shared one to account derived work); ``record`` writes the run's history and/or record.
+    ``resume`` makes it a resumed run: no new user turn, the stored conversation, the stored
+    round finished first (`orchestration.checkpoint`).
     """
 
     kind: AgentKind
@@ -67,6 +70,7 @@ class RunSpec:
     usage: Usage = field(default_factory=Usage)
     deadline: float = 0.0  # time.monotonic() by which the run must end; 0 = now + timeout
     injected: dict[str, Any] | None = None  # auto-injected context, shown as a "knowledge" event
+    resume: Resumption | None = None  # continue a stored run from its pending call instead
 
     def __post_init__(self) -> None:
         if not self.deadline:

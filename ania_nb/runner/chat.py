@@ -46,6 +46,7 @@ log = logging.getLogger("ania_nb.runner")
 
 REPLY_DEPTH = 3  # how far load_images follows a chain of replies
 
+RESENT_MARK = "（重启后重新发送 · re-sent after a restart）"  # a card posted again
 NAME_LIMIT = 32  # characters of a sender's name the model sees
 ID_LIMIT = 32
 CONTINUATION = "| "  # starts every line of a message after its first
@@ -136,9 +137,11 @@ def approval_text(request: ApprovalRequest, limit: int, timeout: float, prefix: 
         askers = [request.requester.removeprefix(mark)]
     shown = "、".join(reveal(asker) for asker in askers)
     who = "管理员" if request.admin_only or not askers else f"发起人（{shown}）或管理员"
+    within = f"在 {timeout:g} 秒内" if not request.resent else "在原定时限内"
+    resent = RESENT_MARK if request.resent else ""
     return (
-        f"【工具审批】AI 请求执行工具：{request.tool_label}\n{request.text(limit)}\n"
-        f"请{who}在 {timeout:g} 秒内回复「允许」或「拒绝」（请求 {request.id}）"
+        f"【工具审批】{resent}AI 请求执行工具：{request.tool_label}\n{request.text(limit)}\n"
+        f"请{who}{within}回复「允许」或「拒绝」（请求 {request.id}）"
     )
 
 

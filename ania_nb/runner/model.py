@@ -152,6 +152,10 @@ class Adapter(Protocol):
         """Connect or listen; messages go to ``on_message`` from then on."""
         ...
 
+    async def wait_connected(self) -> None:
+        """Return once the platform is reachable (at once if it is)."""
+        ...
+
     async def wait_broken(self) -> str:
         """Return (why) only if the adapter stopped connecting for good by itself (a bug).
 

@@ -34,8 +34,11 @@ sessions can send media and ask approvals in their chat.
 
 `start` (also on the first message) registers the deliverer and recovers what a previous
 process left (`Agent.recover`). `close` stops queueing messages (those arriving now are stored
-and answered after the restart; each chat hears the shutdown notice once), lets running replies
-finish within a grace period and stops the rest.
+and answered after the restart; each chat hears the shutdown notice once), suspends the runs
+blocked only on an approval at once (`Agent.suspend_approvals`: the chat is told the request
+will be posted again after the restart), lets running replies finish within a grace period and
+stops the rest. After a restart the runner calls `Agent.resume_approvals` once connected: the
+cards come back marked re-sent and a verdict continues the run.
 """
 
 from __future__ import annotations
@@ -71,7 +74,13 @@ TIMEOUT_TEXT = "请求超时"
 ERROR_TEXT = "无法解析的错误信息，请查看日志"
 SHUTDOWN_TEXT = "服务正在关闭，这次的回复已停止，请稍后再发一次~"
 HELD_TEXT = "服务正在重启，你的消息已保存，重启后回复你~"
-STATUS_TEXTS = {"stopped": STOPPED_TEXT, "timeout": TIMEOUT_TEXT, "error": ERROR_TEXT}
+SUSPENDED_TEXT = "服务正在重启：待审批的工具调用已保存，重启后会重新发送审批请求，批准后继续回复"
+STATUS_TEXTS = {
+    "stopped": STOPPED_TEXT,
+    "timeout": TIMEOUT_TEXT,
+    "error": ERROR_TEXT,
+    "interrupted": SUSPENDED_TEXT,  # suspended waiting for an approval (shutdown)
+}
 MAX_LINKS = 10_000  # chats remembered at once; idle ones beyond are forgotten first
 STOP_WAIT = 10.0  # after the grace period: how long stopped replies get to report
 IDLE_POLL = 0.02  # how often waits for "nothing runs any more" look
@@ -475,6 +484,11 @@ class Router:
 
     async def _shutdown(self) -> None:
         loop = asyncio.get_running_loop()
+        # Nobody can answer an approval after the restart's cut: such runs end now (their
+        # approval is asked again after the restart) instead of holding the grace period.
+        suspended = await self.agent.suspend_approvals()
+        if suspended:
+            log.info("suspended %d run(s) waiting for an approval", suspended)
         # A second close may move the deadline closer: it is read on every look.
         await _poll(lambda: not self._busy_sessions() or loop.time() >= (self._deadline or 0))
         for session in self._busy_sessions():

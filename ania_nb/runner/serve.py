@@ -4,11 +4,13 @@ Wiring, in order: load the config (``ania.toml`` or ``--config``, then ``ANIA_*`
 Agent (store, MCP, skills; the clock starts with it and takes the clock lease), build the
 adapter from the ``runner`` section and the `Router` on top of it, start the router (it becomes
 the durable outbox's deliverer and recovers what a previous process left: pending messages are
-answered, cut-off replies re-run or announced), start the adapter. On the first signal: stop
-queueing messages (new ones are stored and answered after the restart), let running replies
-finish for ``runner.grace_seconds``, stop the rest (their run records end ``stopped``), close
-the adapter, then the Agent (clock, MCP sessions, store). A second signal skips the rest of the
-grace period.
+answered, cut-off replies re-run or announced), start the adapter; once it is connected, post
+again the approvals a previous process left open (`Agent.resume_approvals`). On the first
+signal: stop queueing messages (new ones are stored and answered after the restart), suspend the
+runs blocked only on an approval at once (record ``interrupted``, asked again after the
+restart), let running replies finish for ``runner.grace_seconds``, stop the rest (their run
+records end ``stopped``), close the adapter, then the Agent (clock, MCP sessions, store). A
+second signal skips the rest of the grace period.
 
 If the adapter's connection loop stops by itself (a bug: no frame and no network failure may
 end it), the runner logs why and shuts down the same way, exiting 1, so a supervisor
@@ -36,7 +38,9 @@ from .model import AdapterError
 from .redact import MCPSecrets, SecretRedactor, config_secrets
 
 if TYPE_CHECKING:
+    from ..agent import Agent
     from ..config import Config, RunnerSettings
+    from .model import Adapter
     from .onebot import OneBotAdapter
     from .router import Router
 
@@ -174,7 +178,11 @@ async def serve(
             raise StartError(str(exc)) from exc
         log.info("serving %s", describe(settings, adapter.listen_url))
         log.info("ready (model %s, data in %s)", agent.config.llm.model, agent.data_dir)
-        broken = await _wait_stop_or_broken(stop, adapter)
+        resuming = asyncio.ensure_future(resume_approvals_when_connected(agent, adapter))
+        try:
+            broken = await _wait_stop_or_broken(stop, adapter)
+        finally:
+            resuming.cancel()
         if broken is not None:
             log.error(
                 "%s: the runner cannot reach the chat platform any more and exits with code %d "
@@ -190,6 +198,18 @@ async def serve(
         await agent.aclose()
     log.info("stopped")
     return EXIT_OK if broken is None else EXIT_CRASH
+
+
+async def resume_approvals_when_connected(agent: Agent, adapter: Adapter) -> None:
+    """Once connected, ask again the approvals the last run of the bot left open.
+
+    Posted before a connection, a card would fail and deny its call at once.
+    """
+    await adapter.wait_connected()
+    try:
+        await agent.resume_approvals()
+    except Exception:  # the bot still serves; the rows stay open for the next start
+        log.exception("could not ask again the approvals left open by the last run")
 
 
 async def _wait_stop_or_broken(stop: asyncio.Event, adapter: OneBotAdapter) -> str | None:

@@ -3,10 +3,10 @@
 ``store = await Store.open(data_dir)`` opens ``<data_dir>/ania.db`` and exposes KV namespaces
 (``store.kv(name)``), chat history (``store.history``), the run log (``store.runs``), the run
 journal (``store.journal``), the op log (``store.oplog``), the usage ledger with its counters
-(``store.usage``) and the durable inbox and outbox of chat front ends (``store.inbox``,
-``store.outbox``, see `ania_nb.store.mailbox`). `ania_nb.store.db` is the database underneath
-(for code that keeps its own tables here); `ania_nb.store.owner` says which process owns a
-running record.
+(``store.usage``), the durable inbox and outbox of chat front ends (``store.inbox``,
+``store.outbox``, see `ania_nb.store.mailbox`) and the pending approvals (``store.approvals``).
+`ania_nb.store.db` is the database underneath (for code that keeps its own tables here);
+`ania_nb.store.owner` says which process owns a running record.
 """
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ from __future__ import annotations
 from os import PathLike
 from pathlib import Path
 
+from .approvals import ApprovalLog, ApprovalRow
 from .db import DB_FILENAME, Database
 from .history import ChatHistory
 from .journal import RunJournal
@@ -33,6 +34,8 @@ from .runlog import RunLog, RunRecord, ToolCallRecord
 from .usage import DayCount, UsageLedger
 
 __all__ = [
+    "ApprovalLog",
+    "ApprovalRow",
     "ChatHistory",
     "Database",
     "DayCount",
@@ -79,6 +82,7 @@ class Store:
         self.usage = UsageLedger(db)
         self.inbox = Inbox(db)
         self.outbox = OutboxLog(db)
+        self.approvals = ApprovalLog(db)
 
     @classmethod
     async def open(

@@ -240,6 +240,28 @@ MIGRATIONS: tuple[tuple[str, ...], ...] = (
         "ALTER TABLE runs ADD COLUMN side_effects_started INTEGER NOT NULL DEFAULT 0",
         "ALTER TABLE runs ADD COLUMN resumed TEXT",
     ),
+    # Pending tool approvals with the run's state at that point (``approvals.py``), so that a
+    # restart can post the question again and continue the run from the pending call.
+    (
+        """CREATE TABLE IF NOT EXISTS approvals (
+            id TEXT PRIMARY KEY,
+            session TEXT NOT NULL,
+            run_id INTEGER,
+            state TEXT NOT NULL,
+            created_at REAL NOT NULL,
+            updated_at REAL NOT NULL,
+            deadline REAL NOT NULL,
+            request TEXT NOT NULL,
+            checkpoint TEXT NOT NULL,
+            reason TEXT,
+            approver TEXT,
+            resent INTEGER NOT NULL DEFAULT 0,
+            owner_host TEXT,
+            owner_pid INTEGER,
+            owner_start TEXT
+        )""",
+        "CREATE INDEX IF NOT EXISTS approvals_state ON approvals (state, created_at)",
+    ),
 )
 
 # Several processes may open one directory at once; a writer waits this long for the lock.
@@ -260,6 +282,7 @@ _OWN_TABLES = frozenset(
         "usage_ledger",
         "inbox",
         "outbox",
+        "approvals",
     }
 )
 

@@ -46,6 +46,7 @@ STATES = {
     "timeout": ("clock", GREY),
     "stopped": ("stop", GREY),
     "interrupted": ("stop", GREY),
+    "suspended": ("stop", GREY),  # an approval given up at shutdown, asked again later
     "pending": ("hourglass", "#e0a800"),
     "waiting": ("hourglass", "#e0a800"),
 }

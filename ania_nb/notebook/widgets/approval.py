@@ -36,11 +36,25 @@ VERDICTS = {
     "denied": "denied",
     "timeout": "timed out",
     "stopped": "stopped",
+    "suspended": "suspended: asked again after a restart",
     "error": "not answered",
 }
-GLYPHS = {"pending": "⚠", "allowed": "✓", "denied": "✗", "timeout": "◷", "stopped": "■"}
+GLYPHS = {
+    "pending": "⚠",
+    "allowed": "✓",
+    "denied": "✗",
+    "timeout": "◷",
+    "stopped": "■",
+    "suspended": "■",
+}
 USER_REASONS = {True: "approved by the user", False: "denied by the user"}
-COLORS = {"pending": "#e0a800", "allowed": "#2e7d32", "timeout": "#757575", "stopped": "#757575"}
+COLORS = {
+    "pending": "#e0a800",
+    "allowed": "#2e7d32",
+    "timeout": "#757575",
+    "stopped": "#757575",
+    "suspended": "#757575",
+}
 
 
 class ApprovalCard:
@@ -173,7 +187,7 @@ class ApprovalCard:
             self._loop.call_soon_threadsafe(fn)
 
     def resolve(self, outcome: str, reason: str = "") -> None:
-        """Show how the request ended (allowed, denied, timeout, stopped, error)."""
+        """Show how the request ended (allowed, denied, timeout, stopped, suspended, error)."""
         if self.waited is None:
             self.waited = time.monotonic() - self._asked
         self.state = outcome if outcome in VERDICTS else "error"

@@ -1,0 +1,259 @@
+"""Pending tool approvals that survive a restart: the request and the run's state at that point.
+
+A row is written when the gate asks a person, before the front end is told (`ApprovalLog.add`),
+and follows the request to its end: ``pending`` (asked; its owner is the process that holds the
+question) → ``allowed`` | ``denied`` | ``timeout`` | ``stopped`` | ``error``; or ``suspended``
+(given up at shutdown, the run ended without a tool result). After a restart, ``suspended``
+rows and ``pending`` rows whose owner is gone (a kill -9) are *open*: the front end claims each
+(`ApprovalLog.claim`, atomic, so two processes never both re-post it), posts the card again and
+continues the conversation from the stored checkpoint once the verdict comes.
+
+``deadline`` is wall-clock time (``time.time()``): a restart does not reset the timeout.
+``request`` and ``checkpoint`` are JSON objects; this module does not interpret them (the
+governance and orchestration layers do): the request (tool, summary, details, requester,
+requesters, admin_only) and the checkpoint (the conversation up to and including the assistant
+message with the tool calls, the round's finished results, the pending call, who ran the run).
+Final rows older than the prune window are deleted (`ApprovalLog.prune`).
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import time
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Literal
+
+from ania_nb.errors import UsageError
+
+from .db import to_json, transaction
+from .owner import Owner, current_owner, is_alive
+
+if TYPE_CHECKING:
+    from .db import Database
+
+ApprovalState = Literal["pending", "suspended", "allowed", "denied", "timeout", "stopped", "error"]
+OPEN_STATES: frozenset[str] = frozenset({"pending", "suspended"})
+FINAL_STATES: frozenset[str] = frozenset({"allowed", "denied", "timeout", "stopped", "error"})
+
+_COLUMNS = (
+    "id, session, run_id, state, created_at, deadline, request, checkpoint, reason, approver, "
+    "resent, owner_host, owner_pid, owner_start"
+)
+
+
+@dataclass(frozen=True)
+class ApprovalRow:
+    """One stored approval request (see the module docstring)."""
+
+    id: str
+    session: str
+    run_id: int | None
+    state: str
+    created_at: float
+    deadline: float
+    request: dict[str, Any]
+    checkpoint: dict[str, Any]
+    reason: str | None = None
+    approver: str | None = None
+    resent: int = 0  # how many times the card was posted again after a restart
+    owner: Owner | None = None
+
+    @property
+    def expired(self) -> bool:
+        """Whether the deadline has passed (wall clock)."""
+        return time.time() >= self.deadline
+
+
+class ApprovalLog:
+    """The ``approvals`` table; every call runs on the store thread."""
+
+    def __init__(self, db: Database) -> None:
+        self._db = db
+
+    async def add(
+        self,
+        *,
+        request_id: str,
+        session: str,
+        run_id: int | None,
+        deadline: float,
+        request: dict[str, Any],
+        checkpoint: dict[str, Any],
+        state: ApprovalState = "pending",
+    ) -> None:
+        """Store a new request (owned by this process) in one transaction.
+
+        Seam for the durable outbox: the approval card's outbox row belongs in this transaction.
+        """
+        if state not in OPEN_STATES:
+            raise UsageError(f"a new approval row is pending or suspended, not {state!r}")
+        encoded = (to_json(request), to_json(checkpoint))
+        await self._db.run(
+            _add, request_id, session, run_id, state, deadline, encoded, current_owner()
+        )
+
+    async def settle(
+        self, request_id: str, state: ApprovalState, reason: str = "", approver: str | None = None
+    ) -> bool:
+        """Move an open row to ``state`` (final or ``suspended``); False if it was not open."""
+        if state == "pending":
+            raise UsageError("settle moves a row out of pending; use claim to take it over")
+        return await self._db.run(_settle, request_id, state, reason, approver, time.time())
+
+    async def update_checkpoint(self, request_id: str, checkpoint: dict[str, Any]) -> bool:
+        """Replace an open row's checkpoint (a sibling call ended); False if it is not open."""
+        return await self._db.run(_update_checkpoint, request_id, to_json(checkpoint), time.time())
+
+    async def open_rows(self) -> list[tuple[ApprovalRow, bool]]:
+        """Open rows, oldest first, each with whether its owner still holds it (live)."""
+        return await self._db.run(_open_rows)
+
+    async def claim(self, row: ApprovalRow) -> ApprovalRow | None:
+        """Take an open row over for this process (re-posted); None if someone else did."""
+        return await self._db.run(_claim, row, current_owner(), time.time())
+
+    async def get(self, request_id: str) -> ApprovalRow | None:
+        """The row of ``request_id``, or None."""
+        return await self._db.run(_get, request_id)
+
+    async def prune(self, window: float) -> int:
+        """Delete final rows not updated for ``window`` seconds; returns how many."""
+        return await self._db.run(_prune, time.time() - window)
+
+
+# Store-thread functions: each receives the connection first (see ``Database.run``).
+
+
+def _add(
+    conn: sqlite3.Connection,
+    request_id: str,
+    session: str,
+    run_id: int | None,
+    state: str,
+    deadline: float,
+    encoded: tuple[str, str],
+    owner: Owner,
+) -> None:
+    now = time.time()
+    with transaction(conn):
+        conn.execute(
+            "INSERT INTO approvals (id, session, run_id, state, created_at, updated_at, deadline, "
+            "request, checkpoint, owner_host, owner_pid, owner_start) "
+            "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            (request_id, session, run_id, state, now, now, deadline, *encoded, *_owner(owner)),
+        )
+
+
+def _settle(
+    conn: sqlite3.Connection,
+    request_id: str,
+    state: str,
+    reason: str,
+    approver: str | None,
+    now: float,
+) -> bool:
+    with transaction(conn):
+        cursor = conn.execute(
+            "UPDATE approvals SET state = ?, reason = ?, approver = ?, updated_at = ? "
+            "WHERE id = ? AND state IN ('pending', 'suspended')",
+            (state, reason or None, approver, now, request_id),
+        )
+    return cursor.rowcount > 0
+
+
+def _update_checkpoint(conn: sqlite3.Connection, request_id: str, raw: str, now: float) -> bool:
+    with transaction(conn):
+        cursor = conn.execute(
+            "UPDATE approvals SET checkpoint = ?, updated_at = ? "
+            "WHERE id = ? AND state IN ('pending', 'suspended')",
+            (raw, now, request_id),
+        )
+    return cursor.rowcount > 0
+
+
+def _open_rows(conn: sqlite3.Connection) -> list[tuple[ApprovalRow, bool]]:
+    rows = conn.execute(
+        f"SELECT {_COLUMNS} FROM approvals WHERE state IN ('pending', 'suspended') "
+        "ORDER BY created_at, id"
+    ).fetchall()
+    me = current_owner()
+    found: list[tuple[ApprovalRow, bool]] = []
+    for raw in rows:
+        row = _row(raw)
+        live = row.state == "pending" and _holds(row.owner, me)
+        found.append((row, live))
+    return found
+
+
+def _holds(owner: Owner | None, me: Owner) -> bool:
+    """Whether ``owner`` still holds a pending question (another host's: assume so)."""
+    if owner is None:
+        return False
+    if owner.host != me.host:
+        return True
+    return is_alive(owner)
+
+
+def _claim(conn: sqlite3.Connection, row: ApprovalRow, me: Owner, now: float) -> ApprovalRow | None:
+    # Conditional on the state and owner read before: a second claimer finds them changed.
+    old = _owner(row.owner) if row.owner is not None else (None, None, None)
+    with transaction(conn):
+        cursor = conn.execute(
+            "UPDATE approvals SET state = 'pending', resent = resent + 1, updated_at = ?, "
+            "owner_host = ?, owner_pid = ?, owner_start = ? "
+            "WHERE id = ? AND state = ? AND owner_host IS ? AND owner_pid IS ? "
+            "AND owner_start IS ?",
+            (now, *_owner(me), row.id, row.state, *old),
+        )
+        if cursor.rowcount == 0:
+            return None
+        raw = conn.execute(f"SELECT {_COLUMNS} FROM approvals WHERE id = ?", (row.id,)).fetchone()
+    return _row(raw)
+
+
+def _get(conn: sqlite3.Connection, request_id: str) -> ApprovalRow | None:
+    raw = conn.execute(f"SELECT {_COLUMNS} FROM approvals WHERE id = ?", (request_id,)).fetchone()
+    return _row(raw) if raw is not None else None
+
+
+def _prune(conn: sqlite3.Connection, before: float) -> int:
+    with transaction(conn):
+        cursor = conn.execute(
+            "DELETE FROM approvals WHERE state NOT IN ('pending', 'suspended') AND updated_at < ?",
+            (before,),
+        )
+    return cursor.rowcount
+
+
+def _owner(owner: Owner) -> tuple[str, int, str | None]:
+    return owner.host, owner.pid, owner.start
+
+
+def _row(raw: tuple[Any, ...]) -> ApprovalRow:
+    (rid, session, run_id, state, created, deadline, request, checkpoint) = raw[:8]
+    reason, approver, resent, host, pid, start = raw[8:]
+    owner = Owner(host, pid, start) if host is not None and pid is not None else None
+    return ApprovalRow(
+        rid,
+        session,
+        run_id,
+        state,
+        created,
+        deadline,
+        _object(request),
+        _object(checkpoint),
+        reason,
+        approver,
+        resent,
+        owner,
+    )
+
+
+def _object(raw: str) -> dict[str, Any]:
+    """A stored JSON object; anything else (a hand-edited row) reads as empty."""
+    try:
+        value = json.loads(raw)
+    except (TypeError, ValueError):
+        return {}
+    return value if isinstance(value, dict) else {}
