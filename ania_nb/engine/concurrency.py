@@ -18,12 +18,15 @@ __all__ = ["gather_all"]
 
 
 async def gather_all(*awaitables: Awaitable[T]) -> list[T]:
-    """Results in order once every awaitable has ended; then the first child's error is raised.
+    """Results in order once every awaitable has ended; else the first child's error is raised.
 
-    Cancelling the caller cancels every child and still waits for all of them to end.
+    A child's failure wins over a sibling's cancellation (a failing call may have cancelled its
+    siblings on purpose, e.g. a hook's ``continue: false``). Cancelling the caller cancels every
+    child and still waits for all of them to end.
     """
     results = await asyncio.gather(*awaitables, return_exceptions=True)
-    for result in results:
-        if isinstance(result, BaseException):
-            raise result
+    errors = [r for r in results if isinstance(r, BaseException)]
+    failures = [e for e in errors if not isinstance(e, asyncio.CancelledError)]
+    if failures or errors:
+        raise (failures or errors)[0]
     return results  # type: ignore[return-value]
