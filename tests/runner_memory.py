@@ -13,7 +13,9 @@ import asyncio
 import itertools
 from collections.abc import Callable
 from dataclasses import replace
+from typing import Any
 
+from ania_nb import tool
 from ania_nb.runner.model import (
     Adapter,
     AdapterError,
@@ -240,3 +242,17 @@ class MemoryAdapter:
 
 def _conforms(adapter: MemoryAdapter) -> Adapter:
     return adapter  # mypy checks that MemoryAdapter implements the port
+
+
+def blocker() -> tuple[Any, asyncio.Event, asyncio.Event]:
+    """A tool that waits until released, and the events: started, release."""
+    started, release = asyncio.Event(), asyncio.Event()
+
+    @tool
+    async def wait_here() -> str:
+        """Block until released."""
+        started.set()
+        await release.wait()
+        return "released"
+
+    return wait_here, started, release

@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 from _waits import until
-from runner_memory import MemoryAdapter
+from runner_memory import MemoryAdapter, blocker
 
 from ania_nb import tool
 from ania_nb.orchestration import Delivery
@@ -58,19 +58,6 @@ async def serve(make_agent: Any) -> Any:
     yield factory
     for router in routers:
         await router.close(0)
-
-
-def blocker() -> tuple[Any, asyncio.Event, asyncio.Event]:
-    started, release = asyncio.Event(), asyncio.Event()
-
-    @tool
-    async def wait_here() -> str:
-        """Block until released."""
-        started.set()
-        await release.wait()
-        return "released"
-
-    return wait_here, started, release
 
 
 # ------------------------------------------------------------------ accept

@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 from mcp_servers.support import stdio_entry, write_config
-from runner_memory import MemoryAdapter
+from runner_memory import MemoryAdapter, blocker
 
 from ania_nb import tool
 from ania_nb.engine.messages import image_marker
@@ -79,20 +79,6 @@ def user_turn(request: Any) -> str:
     """The text of a request's last user message."""
     content = request.messages[-1]["content"]
     return content if isinstance(content, str) else str(content)
-
-
-def blocker() -> tuple[Any, asyncio.Event, asyncio.Event]:
-    """A tool that waits until released, and the events: started, release."""
-    started, release = asyncio.Event(), asyncio.Event()
-
-    @tool
-    async def wait_here() -> str:
-        """Block until released."""
-        started.set()
-        await release.wait()
-        return "released"
-
-    return wait_here, started, release
 
 
 # ------------------------------------------------------------------ routing
