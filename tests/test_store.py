@@ -16,10 +16,12 @@ import pytest
 
 import ania_nb.store as store_pkg
 from ania_nb.errors import StoreError, UsageError
-from ania_nb.store import Database, RunLog, Store, ToolCallRecord
+from ania_nb.store import RunLog, Store, ToolCallRecord
 from ania_nb.store import history as history_mod
-from ania_nb.store.db import BUSY_TIMEOUT_S, MIGRATIONS
+from ania_nb.store.db import Conn
 from ania_nb.store.runlog import INTERRUPTED_ERROR
+from ania_nb.store.schema import MIGRATIONS
+from ania_nb.store.sqlite import BUSY_TIMEOUT_S, SqliteDatabase
 
 
 @pytest.fixture
@@ -30,8 +32,8 @@ async def store(tmp_path: Path) -> AsyncIterator[Store]:
 
 
 def _scalar(sql: str):
-    def fn(conn: sqlite3.Connection):
-        return conn.execute(sql).fetchone()[0]
+    async def fn(conn: Conn):
+        return await conn.fetchval(sql)
 
     fn.__qualname__ = f"scalar({sql})"
     return fn
@@ -67,8 +69,8 @@ async def test_pragmas_wal_and_schema_version(store: Store) -> None:
 
 
 async def test_statements_run_on_the_store_thread(store: Store) -> None:
-    def where(conn: sqlite3.Connection) -> tuple[int, str]:
-        conn.execute("SELECT 1")
+    async def where(conn: Conn) -> tuple[int, str]:
+        await conn.execute("SELECT 1")
         return threading.get_ident(), threading.current_thread().name
 
     first = await store.db.run(where)
@@ -92,7 +94,7 @@ async def test_non_sqlite_file_is_refused_and_left_untouched(tmp_path: Path) -> 
     content = b"these are my notes, not a database\n" * 200
     path.write_bytes(content)
     with pytest.raises(StoreError) as info:
-        await Database.open(path)
+        await SqliteDatabase.open(path)
     assert "not an ania-nb database" in str(info.value)
     assert str(path) in str(info.value)
     assert path.read_bytes() == content
@@ -107,7 +109,7 @@ async def test_foreign_sqlite_database_is_refused_and_left_untouched(tmp_path: P
     )
     before = path.read_bytes()
     with pytest.raises(StoreError, match="not an ania-nb database"):
-        await Database.open(path)
+        await SqliteDatabase.open(path)
     assert path.read_bytes() == before
 
 
@@ -115,7 +117,7 @@ async def test_newer_schema_is_refused(tmp_path: Path) -> None:
     path = tmp_path / "ania.db"
     await asyncio.to_thread(_write_sqlite, path, "PRAGMA user_version = 99")
     with pytest.raises(StoreError, match="newer than this ania-nb understands"):
-        await Database.open(path)
+        await SqliteDatabase.open(path)
 
 
 async def test_close_is_idempotent_and_closed_store_raises(tmp_path: Path) -> None:
@@ -406,10 +408,10 @@ async def test_runlog_list_filters_and_order(store: Store) -> None:
         ids.append(run_id)
     running_id = await runs.start("a", "still going")
 
-    def set_started(conn: sqlite3.Connection) -> None:
+    async def set_started(conn: Conn) -> None:
         for run_id, (_, _, started) in zip(ids, plan, strict=True):
-            conn.execute("UPDATE runs SET started_at = ? WHERE id = ?", (started, run_id))
-        conn.execute("UPDATE runs SET started_at = 4000 WHERE id = ?", (running_id,))
+            await conn.execute("UPDATE runs SET started_at = ? WHERE id = ?", (started, run_id))
+        await conn.execute("UPDATE runs SET started_at = 4000 WHERE id = ?", (running_id,))
 
     await store.db.run(set_started)
     all_ids = [*ids, running_id]

@@ -21,7 +21,8 @@ import pytest
 from ania_nb import tool
 from ania_nb.engine.usage import Tokens
 from ania_nb.store import Store
-from ania_nb.store.db import DB_FILENAME, MIGRATIONS
+from ania_nb.store.db import DB_FILENAME
+from ania_nb.store.schema import MIGRATIONS
 from ania_nb.testing import RecordedRequest, reply, tool_call, usage
 
 SESSION = "nb:ledger"
