@@ -8,6 +8,7 @@ import socket
 from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit, urlunsplit
 
 import pytest
 
@@ -133,3 +134,40 @@ class ApprovalInbox:
 def inbox() -> ApprovalInbox:
     """An approval inbox; pass ``Callbacks(request_approval=inbox)`` to chat()."""
     return ApprovalInbox()
+
+
+# --- store backends (see tests/_backends.py) --------------------------------------------------
+
+
+@pytest.fixture(scope="session")
+def pg_admin_url() -> str:
+    """A PostgreSQL URL with the right to create databases (stand-in until the test cluster)."""
+    url = os.environ.get("ANIA_TEST_PG_URL", "")
+    if not url:
+        pytest.skip("no PostgreSQL for the tests: set ANIA_TEST_PG_URL")
+    return url
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def backend(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
+    """Run the test on each store backend (SQLite files; fresh PostgreSQL databases)."""
+    if request.param == "sqlite":
+        yield "sqlite"
+        return
+    if request.node.get_closest_marker("sqlite_only"):
+        pytest.skip("about SQLite files")
+    import psycopg
+    from _backends import use_postgres
+
+    admin = request.getfixturevalue("pg_admin_url")
+
+    def create(name: str) -> str:
+        with psycopg.connect(admin, autocommit=True) as conn:
+            conn.execute(f'CREATE DATABASE "{name}" TEMPLATE template0')
+        return urlunsplit(urlsplit(admin)._replace(path=f"/{name}"))
+
+    def drop(name: str) -> None:
+        with psycopg.connect(admin, autocommit=True) as conn:
+            conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+    yield from use_postgres(monkeypatch, create, drop)

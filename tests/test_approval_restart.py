@@ -20,6 +20,8 @@ from ania_nb.orchestration import Delivery
 from ania_nb.store import Store
 from ania_nb.testing import reply, tool_call
 
+pytestmark = pytest.mark.usefixtures("backend")  # every test on both store backends
+
 SESSION = "g:1"
 written: list[str] = []
 quick_runs: list[str] = []
@@ -274,6 +276,7 @@ async def test_a_live_verdict_settles_the_row_and_a_front_end_without_cards_resu
     assert (request_id, "suspended") in await rows(other)
 
 
+@pytest.mark.sqlite_only
 async def test_a_broken_stored_row_is_refused_clearly_and_the_others_still_resume(
     make_agent: Any, llm: Any, tmp_path: Any
 ) -> None:

@@ -14,6 +14,8 @@ from ania_nb.store import OpLog, OpRecord, Store
 from ania_nb.store.db import DB_FILENAME, Conn
 from ania_nb.store.schema import MIGRATIONS
 
+pytestmark = pytest.mark.usefixtures("backend")  # every test on both store backends
+
 
 @pytest.fixture
 async def store(tmp_path: Path) -> AsyncIterator[Store]:
@@ -113,6 +115,7 @@ async def test_entries_survive_reopening(tmp_path: Path) -> None:
         await s.close()
 
 
+@pytest.mark.sqlite_only
 async def test_a_schema_1_database_is_migrated_and_keeps_its_data(tmp_path: Path) -> None:
     path = tmp_path / DB_FILENAME
     conn = sqlite3.connect(path)

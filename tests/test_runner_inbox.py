@@ -25,6 +25,8 @@ from ania_nb.store import InboxRow, InboxState, OutboxRow, Store
 from ania_nb.store.db import Conn
 from ania_nb.testing import reply, tool_call
 
+pytestmark = pytest.mark.usefixtures("backend")  # every test on both store backends
+
 OVERFLOW = "排队消息太多啦，稍后再试试吧~"
 
 

@@ -12,6 +12,8 @@ from ania_nb.errors import UsageError
 from ania_nb.store import InboxRow, InboxState, OutboxRow, Store
 from ania_nb.store.db import Conn
 
+pytestmark = pytest.mark.usefixtures("backend")  # every test on both store backends
+
 USER = {"role": "user", "content": "hi"}
 
 

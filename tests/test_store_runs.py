@@ -19,6 +19,8 @@ from ania_nb.store import RunJournal, Store, ToolCallRecord
 from ania_nb.store.db import Conn
 from ania_nb.store.owner import Owner, current_owner, is_alive, start_token
 
+pytestmark = pytest.mark.usefixtures("backend")  # every test on both store backends
+
 USER = {"role": "user", "content": "hi"}
 
 
@@ -326,6 +328,7 @@ def test_is_alive_sees_exit_zombies_and_pid_reuse() -> None:
     assert is_alive(current_owner())
 
 
+@pytest.mark.sqlite_only
 async def test_an_old_schema_is_upgraded_and_its_running_rows_count_as_orphaned(
     tmp_path: Path,
 ) -> None:

@@ -254,6 +254,8 @@ def _prefix(scope: str) -> str:
 # (parallel tool calls, another process) can neither overwrite each other nor pass the limit.
 async def _insert(conn: Conn, key: str, prefix: str, raw: str) -> str:
     async with transaction(conn):
+        # Per scope: on PostgreSQL two creations would otherwise both count 19 and both insert.
+        await conn.lock(f"teams:{prefix}")
         if await conn.fetchone("SELECT 1 FROM kv WHERE ns = ? AND key = ?", (NAMESPACE, key)):
             return "exists"
         rows = await conn.fetchall(

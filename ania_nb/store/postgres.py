@@ -77,12 +77,27 @@ class PostgresConn:
         await self.raw.execute("SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))", (key,))
 
 
+_PLACEHOLDER = re.compile(r"'(?:[^']|'')*'|\"(?:[^\"]|\"\")*\"|::|\?|(?<![\w:]):([A-Za-z_]\w*)|%")
+
+
 @lru_cache(maxsize=2048)
 def _pg_sql(sql: str) -> str:
-    """``sql`` with SQLite placeholders (``?``, ``:name``) in psycopg's form; ``%`` escaped."""
-    sql = sql.replace("%", "%%")
-    sql = re.sub(r"(?<![:\w]):([A-Za-z_]\w*)", r"%(\1)s", sql)
-    return sql.replace("?", "%s")
+    """``sql`` with SQLite placeholders (``?``, ``:name``) in psycopg's form; ``%`` escaped.
+
+    Quoted literals and identifiers keep their ``?`` and ``:``; ``::`` casts stay casts.
+    """
+
+    def convert(match: re.Match[str]) -> str:
+        token = match.group(0)
+        if token == "?":
+            return "%s"
+        if token == "%":
+            return "%%"
+        if match.group(1):
+            return f"%({match.group(1)})s"
+        return token.replace("%", "%%")  # a literal, an identifier or a cast
+
+    return _PLACEHOLDER.sub(convert, sql)
 
 
 def _storable(params: Params) -> Params:

@@ -29,12 +29,13 @@ if TYPE_CHECKING:
     from .db import Conn, Database
 
 COUNTS = "prompt_tokens, completion_tokens, cached_tokens, total_tokens"
+# One atomic upsert per counter row: concurrent adds from many processes never lose one.
 _ADD = (
     "ON CONFLICT ({key}) DO UPDATE SET "
-    "prompt_tokens = prompt_tokens + excluded.prompt_tokens, "
-    "completion_tokens = completion_tokens + excluded.completion_tokens, "
-    "cached_tokens = cached_tokens + excluded.cached_tokens, "
-    "total_tokens = total_tokens + excluded.total_tokens"
+    "prompt_tokens = {table}.prompt_tokens + excluded.prompt_tokens, "
+    "completion_tokens = {table}.completion_tokens + excluded.completion_tokens, "
+    "cached_tokens = {table}.cached_tokens + excluded.cached_tokens, "
+    "total_tokens = {table}.total_tokens + excluded.total_tokens"
 )
 
 
@@ -105,12 +106,12 @@ async def add_counts(
         )
         await conn.execute(
             f"INSERT INTO usage_daily (day, model, {COUNTS}) VALUES (?, ?, ?, ?, ?, ?) "
-            + _ADD.format(key="day, model"),
+            + _ADD.format(key="day, model", table="usage_daily"),
             (day, model, *counts),
         )
         await conn.execute(
             f"INSERT INTO usage_counters (day, session, {COUNTS}) VALUES (?, ?, ?, ?, ?, ?) "
-            + _ADD.format(key="day, session"),
+            + _ADD.format(key="day, session", table="usage_counters"),
             (day, session, *counts),
         )
         added += t.total
@@ -227,10 +228,12 @@ class UsageLedger:
         counts = COUNTS
         group = ""
         if grouped:  # the ledger: sum its rows; a day and session summing to nothing has none
-            counts = ", ".join(f"SUM({c}) AS {c}" for c in COUNTS.split(", "))
+            # CAST: PostgreSQL sums integers as numeric.
+            counts = ", ".join(f"CAST(SUM({c}) AS BIGINT) AS {c}" for c in COUNTS.split(", "))
             group = (
-                f" GROUP BY day, {key} HAVING SUM(prompt_tokens) OR SUM(completion_tokens) "
-                "OR SUM(cached_tokens) OR SUM(total_tokens)"
+                f" GROUP BY day, {key} HAVING SUM(prompt_tokens) <> 0 "
+                "OR SUM(completion_tokens) <> 0 OR SUM(cached_tokens) <> 0 "
+                "OR SUM(total_tokens) <> 0"
             )
         sql = (
             f"SELECT day, {key}, {counts} FROM {table} WHERE day >= ? AND day <= ?{group} "
