@@ -1,4 +1,4 @@
-"""Run a test module against both store backends: ``pytestmark = pytest.mark.usefixtures("backend")``.
+"""Run a test module on both store backends: ``pytestmark = pytest.mark.usefixtures("backend")``.
 
 On ``postgres`` every data directory a test opens without a URL (``Store.open(tmp_path)``, an
 Agent's ``store.data_dir``) gets a fresh PostgreSQL database of its own for the test, so
@@ -29,7 +29,7 @@ class FreshDatabases:
 
     async def url_for(self, data_dir: str | PathLike[str]) -> str:
         """The database of ``data_dir`` (created the first time it is asked for)."""
-        key = Path(data_dir).expanduser().absolute()
+        key = Path(data_dir).expanduser().absolute()  # noqa: ASYNC240 (no I/O: cwd only)
         if key not in self.urls:
             name = f"t_{secrets.token_hex(6)}"
             self.urls[key] = await asyncio.to_thread(self._create, name)

@@ -20,10 +20,10 @@ from ania_nb.store import RunLog, Store, ToolCallRecord
 from ania_nb.store import history as history_mod
 from ania_nb.store.db import Conn
 from ania_nb.store.runlog import INTERRUPTED_ERROR
-
-pytestmark = pytest.mark.usefixtures("backend")  # every test on both store backends
 from ania_nb.store.schema import MIGRATIONS
 from ania_nb.store.sqlite import BUSY_TIMEOUT_S, SqliteDatabase
+
+pytestmark = pytest.mark.usefixtures("backend")  # every test on both store backends
 
 
 @pytest.fixture
