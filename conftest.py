@@ -65,6 +65,9 @@ SLOW_MODULES = {
 # Tests that start a process in modules that are otherwise fast (by function name: every
 # parametrisation of it).
 SLOW_TESTS = {
+    "tests/test_store_backends.py": {
+        "test_pg_several_processes_opening_a_fresh_database_migrate_it_once"
+    },
     "tests/security/test_approvals.py": {"test_bash_listed_in_approval_tools_asks_once"},
     "tests/security/test_bash.py": {
         "test_a_setsid_child_cannot_hold_the_run_and_its_pipes_are_closed",

@@ -83,8 +83,8 @@ def check_session(session: object) -> str:
         raise UsageError(f"session must be a non-empty string, got {session!r}")
     if clean_text(session) != session:
         raise UsageError(
-            f"session {session!r} holds a lone surrogate (not valid Unicode text); "
-            "use a valid string as the session id"
+            f"session {session!r} holds a NUL or a lone surrogate, which no store can hold "
+            "exactly; use a valid string without NUL as the session id"
         )
     return session
 
