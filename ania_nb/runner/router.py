@@ -167,11 +167,13 @@ class Router:
         if recovery != type(recovery)():
             log.info(
                 "recovered after a restart: %d message(s) queued again (%d re-run), "
-                "%d cut-off repl(ies) announced, %d message(s) whose sending was cut off",
+                "%d cut-off repl(ies) announced, %d message(s) whose sending was cut off, "
+                "%d cut-off background subagent(s) announced",
                 recovery.queued,
                 recovery.rerun,
                 recovery.notified,
                 recovery.uncertain,
+                recovery.children,
             )
 
     async def _prune_periodically(self) -> None:
@@ -489,8 +491,18 @@ class Router:
         suspended = await self.agent.suspend_approvals()
         if suspended:
             log.info("suspended %d run(s) waiting for an approval", suspended)
-        # A second close may move the deadline closer: it is read on every look.
-        await _poll(lambda: not self._busy_sessions() or loop.time() >= (self._deadline or 0))
+        # A second close may move the deadline closer: it is read on every look. Background
+        # subagents share the deadline with the replies.
+        await _poll(
+            lambda: (
+                (not self._busy_sessions() and not self.agent.background_running)
+                or loop.time() >= (self._deadline or 0)
+            )
+        )
+        # Still running: stopped, each chat told in the step that records it (sent below).
+        stopped = await self.agent.stop_background()
+        if stopped:
+            log.info("stopped %d background subagent(s) still running (shutdown)", stopped)
         for session in self._busy_sessions():
             log.info("%s: stopping the reply (shutdown)", session)
             self.agent.stop(session)
