@@ -359,6 +359,20 @@ async def test_cancel_and_stop_end_the_row_stopped_without_a_notice(llm: Any, se
     assert [e for e in await store.inbox.list() if e.source == AGENT_SOURCE] == []
 
 
+async def test_a_waited_for_child_has_a_row_too_that_ends_with_it(llm: Any, serve: Any) -> None:
+    llm.route(
+        PARENT,
+        reply(tool_calls=[tool_call("subagent_run", {"task": "quick sum"})]),
+        reply("it is 4"),
+    )
+    llm.route(CHILD, reply("4"))
+    s = await serve()
+    await say(s, "add 2 and 2")
+    await sent(s, "it is 4")
+    [child] = await (await s.store()).children.list()
+    assert (child.background, child.state, child.outcome) == (False, "finished", "success")
+
+
 # ------------------------------------------------------------------ restarts
 
 
@@ -381,6 +395,28 @@ async def test_a_shutdown_stops_a_running_child_with_one_notice_and_a_restart_ad
     assert [(o.kind, o.state) for o in notices] == [("notice", "sent")]
     await s.agent.aclose()
     await nothing_sent(await serve())  # the restart: nothing more to tell
+
+
+async def test_closing_the_agent_alone_stops_a_child_as_a_restart_does(
+    llm: Any, serve: Any
+) -> None:
+    held = HeldChild("never used")
+    s = await serve()
+    await launched(s, llm, held)
+    store = await s.store()
+    [child] = await store.children.list()
+    try:
+        await asyncio.wait_for(s.agent.aclose(), 20)  # no router shutdown first
+    finally:
+        held.go.set()
+    reopened = await open_store(store.db.path.parent)
+    try:
+        row = await reopened.children.get(child.id)
+        assert row is not None and (row.state, row.outcome) == ("stopped", "restart")
+        notices = [o.payload["text"] for o in await reopened.outbox.list(session=SESSION)]
+        assert notices.count(stopped_text(child.id)) == 1  # sent now or after the restart
+    finally:
+        await reopened.close()
 
 
 async def test_the_grace_waits_for_a_running_child_and_its_result_is_answered_after_restart(
