@@ -218,6 +218,20 @@ async def test_finish_queues_the_result_in_the_same_transaction_and_never_twice(
         await store.close()
 
 
+async def test_a_result_that_cannot_be_stored_leaves_the_child_running(tmp_path: Path) -> None:
+    store = await open_store(tmp_path)
+    try:
+        child = await store.children.start("f:1", "job", "member", background=True)
+        broken = InboxRow(AGENT_SOURCE, "", f"bg:{child}", "f:1", "subagent", {"x": object()})
+        with pytest.raises(UsageError, match="JSON-serialisable"):
+            await store.children.finish(child, "success", broken)
+        row = await store.children.get(child)  # one transaction: the end rolled back too
+        assert row is not None and row.state == "running"
+        assert await store.inbox.list() == []
+    finally:
+        await store.close()
+
+
 async def test_orphans_are_the_running_rows_whose_owner_is_gone(tmp_path: Path) -> None:
     store = await open_store(tmp_path)
     try:
