@@ -141,8 +141,8 @@ def stored_role(inbound: Inbound) -> Role | None:
     """
     if inbound.source != AGENT_SOURCE:
         return None
-    role = inbound.meta.get("role")
-    return role if role in get_args(Role) else "member"  # type: ignore[no-any-return]
+    stored = inbound.meta.get("role")
+    return next((role for role in get_args(Role) if role == stored), "member")
 
 
 def restart_notice(session: str, entries: list[InboxEntry]) -> OutboxRow:
