@@ -38,8 +38,9 @@ and answered after the restart; each chat hears the shutdown notice once), suspe
 blocked only on an approval at once (`Agent.suspend_approvals`: the chat is told the request
 will be posted again after the restart), lets running replies and background subagents finish
 within one grace period and stops the rest (each stopped background subagent's chat is told
-once, "background task N was stopped by a restart"). After a restart the runner calls `Agent.resume_approvals` once connected: the
-cards come back marked re-sent and a verdict continues the run.
+once, "background task N was stopped by a restart"). After a restart the runner calls
+`Agent.resume_approvals` once connected: the cards come back marked re-sent and a verdict
+continues the run.
 """
 
 from __future__ import annotations
