@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from ._http import HttpClients
 from .agents import Agents
+from .agents.background import stopped_notice
 from .config import Config
 from .engine.callbacks import NO_CALLBACKS, ApprovalRequest, Callbacks, Verdict
 from .engine.context import BeforeCompact
@@ -44,7 +45,14 @@ from .orchestration import (
     answer_resumed,
     resolve_config,
 )
-from .orchestration.inbox import Accepted, Inbound, Recovery, inbound_of, restart_notice
+from .orchestration.inbox import (
+    Accepted,
+    Inbound,
+    Recovery,
+    inbound_of,
+    restart_notice,
+    stored_role,
+)
 from .orchestration.main_turn import reply_row
 from .orchestration.outbox import Delivery, reply_delivery
 from .prompts import DEFAULT_SYSTEM_PROMPT
@@ -135,6 +143,7 @@ class Agent:
             queues=self._queues,
             outbox=self.outbox,
             admit=self._quota_denial,
+            queue_stored=self._queue_stored,
         )
         from .clock import Clock  # APScheduler: imported with the first Agent, not the package
 
@@ -512,6 +521,7 @@ class Agent:
             asyncio.get_running_loop().create_future(),
             inbound.model,
             inbound.plan,
+            role=stored_role(inbound),  # a background result: the role of whoever started it
             inbox_id=inbox_id,
             meta=inbound.meta,
         )
@@ -521,6 +531,13 @@ class Agent:
             )
             return Accepted(inbox_id, "dropped")
         return Accepted(inbox_id, "queued")
+
+    async def _queue_stored(self, inbox_id: int, inbound: Inbound) -> bool:
+        """Queue a message the Agent's own work stored (`AgentHost.queue_stored`)."""
+        if self._closed or not self._accepting:
+            return False  # stored: answered after the restart (`recover`)
+        accepted = await self._dispatch(inbox_id, inbound, None, recovered=True)
+        return accepted.state == "queued"
 
     async def _answer_now(self, session: str, inbox_id: int, reply: str) -> None:
         """A command's answer: an outbox row answering its inbox row, in one transaction."""
@@ -563,7 +580,9 @@ class Agent:
         sent, once a deliverer serves them. Inbox rows whose run a crash cut off are re-run
         (``runner.resume = "rerun"``, only if no tool with side effects had started in that
         run) or announced with one notice per chat (``"notify"``); their run records say
-        which. Then every pending row is queued again in order, batched per session.
+        which. Background subagents whose process died end ``interrupted``, each with one
+        notice to its chat. Then every pending row is queued again in order, batched per
+        session (background results included).
         ``callbacks_of(entry)`` gives a row's run its callbacks (default: the outbox's).
         """
         store = (await self._ensure_open()).store
@@ -571,6 +590,8 @@ class Agent:
         window = self.config.runner.inbox_window
         await store.inbox.prune(window)
         await store.outbox.prune(window)
+        await store.children.prune(window)
+        children = await self._interrupt_orphaned_children()
         rerun = notified = 0
         # A run that waits for an approval is not cut off: its card is posted again and the
         # verdict continues it (`resume_approvals`), which answers its rows.
@@ -601,7 +622,26 @@ class Agent:
             callbacks = callbacks_of(entry) if callbacks_of is not None else None
             await self._dispatch(entry.id, inbound, callbacks, recovered=True)
             queued += 1
-        return Recovery(queued, rerun, notified, len(uncertain))
+        return Recovery(queued, rerun, notified, len(uncertain), children)
+
+    async def _interrupt_orphaned_children(self) -> int:
+        """End ``interrupted`` the subagents whose process died; returns how many chats heard.
+
+        A background child of a durable session gets its chat's notice in the transaction that
+        ends its row, so exactly one process tells the chat, once. A synchronous child ended
+        with its parent's run (whose own recovery speaks for it).
+        """
+        store = (await self._ensure_open()).store
+        told = 0
+        for row in await store.children.orphans():
+            notice = []
+            if row.background and self.outbox.durable(row.session):
+                notice = [stopped_notice(row.session, row.id, "interrupted")]
+            if await store.children.end(row.id, "interrupted", "restart", notice) and notice:
+                log.info("%s: background subagent %d was cut off by a restart", row.session, row.id)
+                told += 1
+                self.outbox.woken(row.session)
+        return told
 
     async def _answered_by_resumed_run(self, session: str, original_run: int | None) -> None:
         """The inbox rows of a run that waited for an approval are answered by its continuation.
@@ -675,6 +715,23 @@ class Agent:
         )
 
     # ------------------------------------------------------------------ approvals across restarts
+
+    # ------------------------------------------------------------------ background work
+
+    @property
+    def background_running(self) -> int:
+        """How many background subagents are still running (all sessions)."""
+        return self.agents.subagents.background_running
+
+    async def stop_background(self) -> int:
+        """Stop every background subagent still running, as a restart does; returns how many.
+
+        Each one's row ends ``stopped`` with one notice to its chat ("background task N was
+        stopped by a restart") in the same transaction: sent now if the front end is connected,
+        else after the restart. The runner calls this when its grace period ends; `aclose`
+        does for what is left.
+        """
+        return await self.agents.subagents.stop_background()
 
     async def suspend_approvals(self) -> int:
         """Suspend every run blocked only on an approval, now and from now on (shutdown).
@@ -874,6 +931,7 @@ class Agent:
             task.cancel()
         if self._resumed:
             await asyncio.gather(*self._resumed, return_exceptions=True)
+        await self.stop_background()  # before the stops below: a restart, not the user's /stop
         for state in self.sessions:
             self.stop(state.name)  # background work too
         await self._queues.aclose()

@@ -527,8 +527,12 @@ async def test_a_background_child_cancelled_before_it_started_still_ends_properl
 
     @tool
     def cancel_at_once(ctx: ToolContext) -> str:
-        """Cancel subagent 1 in the same round that launched it."""
-        return "cancelled" if subagents(agent).cancel(ctx.session, "1") else "not found"
+        """Cancel subagent 1 in the same round that launched it, as soon as it is launched."""
+        registry, deadline = subagents(agent), time.monotonic() + 10
+        # In a worker thread, racing the launch (the child's row is written first).
+        while registry.get(ctx.session, "1") is None and time.monotonic() < deadline:
+            time.sleep(0.001)
+        return "cancelled" if registry.cancel(ctx.session, "1") else "not found"
 
     agent.add_tool(cancel_at_once)
     llm.route(

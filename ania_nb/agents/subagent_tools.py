@@ -17,7 +17,7 @@ from pydantic import BaseModel, Field
 from ..engine.usage import Usage
 from ..errors import ToolError
 from ..tools import BaseTool, Tool, ToolContext
-from .background import Child, SubagentRegistry, cancel_text, running_text
+from .background import SubagentRegistry, cancel_text, running_text
 from .subagent import MAX_TIMEOUT, check_quota, child_budget, failure_text, format_result
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -79,11 +79,10 @@ class SubagentRunTool(BaseTool[SubagentRunParams]):
         timeout = child_budget(
             params.timeout_sec, settings.timeout, deadline, shrink=not params.background
         )
-        child = Child(
-            id=self.registry.new_id(),
-            session=ctx.session,
-            task=task,
-            timeout=timeout,
+        child = await self.registry.create(  # stored first: its id is unique across restarts
+            ctx.session,
+            task,
+            timeout,
             background=params.background,
             call_id=ctx.call_id,
             callbacks=ctx.callbacks,
@@ -91,7 +90,11 @@ class SubagentRunTool(BaseTool[SubagentRunParams]):
         )
         await child.emit("child_start", {"task": task, "timeout": timeout})
         if params.background:
-            self.registry.launch(child)
+            try:
+                self.registry.launch(child)
+            except RuntimeError:  # the Agent closed meanwhile
+                await self.registry.abandon(child)
+                raise
             return (
                 f"✅ subagent started (ID: {child.id}), running in the background for up to "
                 f"{timeout:.0f} s; its result will arrive as a new message in this chat"

@@ -25,6 +25,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from ..result import RunResult
     from ..store import Store
     from ..tools import Role, SessionToolExecutor
+    from .inbox import Inbound
     from .main_turn import Admission
     from .outbox import Outbox
     from .queues import SessionQueues
@@ -35,6 +36,7 @@ if TYPE_CHECKING:  # pragma: no cover
 log = logging.getLogger("ania_nb.agent")
 
 Opener = Callable[[], Awaitable["tuple[Runtime, RunServices]"]]
+QueueStored = Callable[[int, "Inbound"], Awaitable[bool]]
 
 
 class AgentHost:
@@ -44,7 +46,8 @@ class AgentHost:
     config and governance are replaced when saved settings change): ``open`` opens the Agent
     and returns its runtime and run services; ``tools(session)`` builds a fresh table of a
     session's tools; ``system_prompt()`` is the prompt every session's runs get; ``admit``
-    says why new work is refused today (a quota), or None.
+    says why new work is refused today (a quota), or None; ``queue_stored`` queues a message
+    already in the durable inbox (see `queue_stored`).
     """
 
     def __init__(
@@ -59,6 +62,7 @@ class AgentHost:
         queues: SessionQueues,
         outbox: Outbox,
         admit: Admission | None = None,
+        queue_stored: QueueStored | None = None,
     ) -> None:
         """Serve the Agent whose parts these are; nothing opens until a method needs it."""
         self._config = config
@@ -69,6 +73,7 @@ class AgentHost:
         self._sessions = sessions
         self._queues = queues
         self._admit = admit
+        self._queue_stored = queue_stored
         self.outbox = outbox  # where the final results of background work go
         self._stop_listeners: list[Callable[[str], object]] = []
         self._closed = False
@@ -138,6 +143,17 @@ class AgentHost:
             return True
         log.warning("queue of %s is full: a %s message was dropped", session, sender)
         return False
+
+    async def queue_stored(self, inbox_id: int, inbound: Inbound) -> bool:
+        """Queue a message the work itself stored in the durable inbox (a background result).
+
+        Answered like a platform's message (batched, the run's steps settle the row and write
+        the reply to the outbox), never dropped for a full queue. False when the Agent stopped
+        queueing (closing, or a front end shutting down): the row waits for the next start.
+        """
+        if self._closed or self._queue_stored is None:
+            return False
+        return await self._queue_stored(inbox_id, inbound)
 
     def add_derived_usage(self, session: str, usage: Usage) -> None:
         """Show tokens of background work in ``session``'s next run record.

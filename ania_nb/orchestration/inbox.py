@@ -13,6 +13,10 @@ there is a re-sent event and nothing more happens. Then, by ``kind``:
   ``answers=(inbox_id,)`` (`Outbox.post`);
 - ``ignored``: stored only (an unaddressed group message).
 
+Work of the Agent itself writes inbox rows too: a background subagent's result is a row of
+source `AGENT_SOURCE` (key ``bg:<id>``), carrying the role of the run that started the work
+(`stored_role`).
+
 `Agent.recover` (at start) answers what a previous process left: pending rows are queued again,
 rows whose run died are re-run or announced (``runner.resume``).
 """
@@ -20,14 +24,16 @@ rows whose run died are re-run or announced (``runner.resume``).
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
 from ..store import InboxEntry, InboxRow, OutboxRow
 from ..store.mailbox import InboxStateName
 from ..text import cut
+from ..tools import Role
 from .outbox import Delivery, delivery_payload
 
 RESTART_NOTICE = "刚才对{what}的回复被重启打断了，请再发一次~"
+AGENT_SOURCE = "agent"  # inbox rows the Agent's own work writes (background results)
 EXCERPT_CHARS = 30  # of each cut-off message quoted in the restart notice
 
 InboundKind = Literal["message", "command", "approval", "ignored"]
@@ -106,6 +112,7 @@ class Recovery:
     rerun: int = 0  # rows of runs a crash cut off, answered again
     notified: int = 0  # rows of runs a crash cut off, whose chat was told
     uncertain: int = 0  # outbox rows that may or may not have been sent (not sent again)
+    children: int = 0  # background subagents a crash cut off, whose chat was told
 
 
 def inbound_of(entry: InboxEntry) -> Inbound:
@@ -125,6 +132,17 @@ def inbound_of(entry: InboxEntry) -> Inbound:
         plan=bool(payload.get("plan")),
         meta=dict(payload.get("meta") or {}),
     )
+
+
+def stored_role(inbound: Inbound) -> Role | None:
+    """The role an Agent-written message carries (its launcher's); None for a platform's.
+
+    Only rows of `AGENT_SOURCE` may carry one: a platform's message gets its sender's role.
+    """
+    if inbound.source != AGENT_SOURCE:
+        return None
+    stored = inbound.meta.get("role")
+    return next((role for role in get_args(Role) if role == stored), "member")
 
 
 def restart_notice(session: str, entries: list[InboxEntry]) -> OutboxRow:

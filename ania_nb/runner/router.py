@@ -36,9 +36,11 @@ sessions can send media and ask approvals in their chat.
 process left (`Agent.recover`). `close` stops queueing messages (those arriving now are stored
 and answered after the restart; each chat hears the shutdown notice once), suspends the runs
 blocked only on an approval at once (`Agent.suspend_approvals`: the chat is told the request
-will be posted again after the restart), lets running replies finish within a grace period and
-stops the rest. After a restart the runner calls `Agent.resume_approvals` once connected: the
-cards come back marked re-sent and a verdict continues the run.
+will be posted again after the restart), lets running replies and background subagents finish
+within one grace period and stops the rest (each stopped background subagent's chat is told
+once, "background task N was stopped by a restart"). After a restart the runner calls
+`Agent.resume_approvals` once connected: the cards come back marked re-sent and a verdict
+continues the run.
 """
 
 from __future__ import annotations
@@ -167,11 +169,13 @@ class Router:
         if recovery != type(recovery)():
             log.info(
                 "recovered after a restart: %d message(s) queued again (%d re-run), "
-                "%d cut-off repl(ies) announced, %d message(s) whose sending was cut off",
+                "%d cut-off repl(ies) announced, %d message(s) whose sending was cut off, "
+                "%d cut-off background subagent(s) announced",
                 recovery.queued,
                 recovery.rerun,
                 recovery.notified,
                 recovery.uncertain,
+                recovery.children,
             )
 
     async def _prune_periodically(self) -> None:
@@ -489,8 +493,18 @@ class Router:
         suspended = await self.agent.suspend_approvals()
         if suspended:
             log.info("suspended %d run(s) waiting for an approval", suspended)
-        # A second close may move the deadline closer: it is read on every look.
-        await _poll(lambda: not self._busy_sessions() or loop.time() >= (self._deadline or 0))
+        # A second close may move the deadline closer: it is read on every look. Background
+        # subagents share the deadline with the replies.
+        await _poll(
+            lambda: (
+                (not self._busy_sessions() and not self.agent.background_running)
+                or loop.time() >= (self._deadline or 0)
+            )
+        )
+        # Still running: stopped, each chat told in the step that records it (sent below).
+        stopped = await self.agent.stop_background()
+        if stopped:
+            log.info("stopped %d background subagent(s) still running (shutdown)", stopped)
         for session in self._busy_sessions():
             log.info("%s: stopping the reply (shutdown)", session)
             self.agent.stop(session)

@@ -8,8 +8,9 @@ answered, cut-off replies re-run or announced), start the adapter; once it is co
 again the approvals a previous process left open (`Agent.resume_approvals`). On the first
 signal: stop queueing messages (new ones are stored and answered after the restart), suspend the
 runs blocked only on an approval at once (record ``interrupted``, asked again after the
-restart), let running replies finish for ``runner.grace_seconds``, stop the rest (their run
-records end ``stopped``), close the adapter, then the Agent (clock, MCP sessions, store). A
+restart), let running replies and background subagents finish for ``runner.grace_seconds``,
+stop the rest (their run records end ``stopped``; each stopped background subagent's chat gets
+one notice), close the adapter, then the Agent (clock, MCP sessions, store). A
 second signal skips the rest of the grace period.
 
 If the adapter's connection loop stops by itself (a bug: no frame and no network failure may

@@ -5,7 +5,8 @@ server instead: `ania_nb.store.postgres`) and exposes KV namespaces
 (``store.kv(name)``), chat history (``store.history``), the run log (``store.runs``), the run
 journal (``store.journal``), the op log (``store.oplog``), the usage ledger with its counters
 (``store.usage``), the durable inbox and outbox of chat front ends (``store.inbox``,
-``store.outbox``, see `ania_nb.store.mailbox`) and the pending approvals (``store.approvals``).
+``store.outbox``, see `ania_nb.store.mailbox`), the pending approvals (``store.approvals``) and
+the subagents from launch to end (``store.children``).
 `ania_nb.store.db` is the backend seam underneath (for code that keeps its own tables here),
 `ania_nb.store.schema` the tables of both backends; `ania_nb.store.owner` says which process
 owns a running record.
@@ -17,6 +18,7 @@ from os import PathLike
 from pathlib import Path
 
 from .approvals import ApprovalLog, ApprovalRow
+from .children import ChildLog, ChildRow
 from .db import Database, open_database
 from .history import ChatHistory
 from .journal import RunJournal
@@ -39,6 +41,8 @@ __all__ = [
     "ApprovalLog",
     "ApprovalRow",
     "ChatHistory",
+    "ChildLog",
+    "ChildRow",
     "Database",
     "DayCount",
     "Effect",
@@ -87,6 +91,7 @@ class Store:
         self.inbox = Inbox(db)
         self.outbox = OutboxLog(db)
         self.approvals = ApprovalLog(db)
+        self.children = ChildLog(db)
 
     @classmethod
     async def open(

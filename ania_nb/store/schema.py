@@ -239,6 +239,26 @@ MIGRATIONS: tuple[tuple[str, ...], ...] = (
         )""",
         "CREATE INDEX IF NOT EXISTS approvals_state ON approvals (state, created_at)",
     ),
+    # Subagents from launch to end (``children.py``): the ids users see (never reused: a
+    # background result's inbox key is ``bg:<id>``), and who runs each, so that a restart can
+    # tell the chat about a background task a kill -9 cut off.
+    (
+        """CREATE TABLE IF NOT EXISTS children (
+            id INTEGER PRIMARY KEY AUTOINCREMENT,
+            session TEXT NOT NULL,
+            task TEXT NOT NULL,
+            role TEXT NOT NULL,
+            background INTEGER NOT NULL,
+            state TEXT NOT NULL,
+            outcome TEXT,
+            started_at REAL NOT NULL,
+            ended_at REAL,
+            owner_host TEXT,
+            owner_pid INTEGER,
+            owner_start TEXT
+        )""",
+        "CREATE INDEX IF NOT EXISTS children_state ON children (state, id)",
+    ),
 )
 
 OWN_TABLES = frozenset(
@@ -256,6 +276,7 @@ OWN_TABLES = frozenset(
         "inbox",
         "outbox",
         "approvals",
+        "children",
     }
 )
 
