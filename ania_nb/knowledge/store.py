@@ -106,8 +106,7 @@ class KnowledgeStore:
 
                 self.tables.clear()
                 raise KnowledgeError(
-                    f"cannot open the knowledge tables at {uri} (kb.uri): "
-                    f"{flatten(str(exc), 400)}"
+                    f"cannot open the knowledge tables at {uri} (kb.uri): {flatten(str(exc), 400)}"
                 ) from exc
             await self._attach_embedder()
             self._opened = True
