@@ -1,0 +1,135 @@
+"""Where the store and the knowledge base live: ``store.url`` and ``kb.uri``, checked and masked.
+
+Pure string work: no database driver or LanceDB is imported here. A ``store.url`` is a libpq
+URL (``postgresql://user:password@host:5432/db?sslmode=…``); its password may sit in the
+userinfo or in a ``password``/``sslpassword`` query parameter, and `mask_url` hides both. libpq
+also reads a password from ``PGPASSFILE`` (or ``~/.pgpass``, or the URL's ``passfile``), so the
+URL needs none.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Literal
+from urllib.parse import parse_qsl, unquote
+
+STORE_URL_SCHEMES = ("postgresql", "postgres")
+KB_URI_SCHEMES = ("s3", "s3+ddb", "gs", "az", "file")
+MASK = "***"
+# Query parameters of a libpq URL holding a secret, and those naming a secret file.
+SECRET_QUERY_KEYS = frozenset({"password", "sslpassword"})
+SECRET_FILE_QUERY_KEYS = frozenset({"passfile", "sslkey"})
+DEFAULT_SOCKET_DIRS = (Path("/run/postgresql"), Path("/var/run/postgresql"))  # Debian's libpq
+_SCHEME = re.compile(r"^([A-Za-z][A-Za-z0-9+.\-]*)://")
+
+
+def url_scheme(text: str) -> str:
+    """The lower-case scheme of ``scheme://…`` text, or "" when it has none."""
+    match = _SCHEME.match(text.strip())
+    return match.group(1).lower() if match else ""
+
+
+def check_store_url(text: str) -> str:
+    """``text`` stripped if empty or a PostgreSQL URL; a ValueError naming only the scheme."""
+    text = text.strip()
+    if not text:
+        return ""
+    scheme = url_scheme(text)
+    if scheme not in STORE_URL_SCHEMES:
+        got = f"a {scheme}:// URL" if scheme else "text that is not a URL"
+        raise ValueError(
+            "store.url must be empty (SQLite in store.data_dir) or a postgresql:// (or "
+            f"postgres://) URL such as postgresql://user@host:5432/dbname, not {got}"
+        )
+    return text
+
+
+def store_backend(url: str) -> Literal["sqlite", "postgresql"]:
+    """Which store ``url`` (a checked ``store.url``) selects: empty is SQLite."""
+    return "postgresql" if url.strip() else "sqlite"
+
+
+def mask_url(url: str) -> str:
+    """``url`` for a message: its password (userinfo or query) as ``***``, the rest as written.
+
+    ``postgresql://bob:s3cret@host:5432/db`` → ``postgresql://bob:***@host:5432/db``. Text
+    that is not a URL is masked whole (it may be a mistyped secret).
+    """
+    scheme = url_scheme(url)
+    if not scheme:
+        return MASK if url.strip() else ""
+    head, rest = url.split("://", 1)
+    cut = min((i for i in (rest.find(c) for c in "/?#") if i >= 0), default=len(rest))
+    netloc, tail = rest[:cut], rest[cut:]
+    userinfo, at, hosts = netloc.rpartition("@")
+    if at and ":" in userinfo:
+        userinfo = userinfo.split(":", 1)[0] + ":" + MASK
+    path, question, query = tail.partition("?")
+    if question:
+        query, hash_mark, fragment = query.partition("#")
+        query = "&".join(_masked_parameter(p) for p in query.split("&")) + hash_mark + fragment
+    return f"{head}://{userinfo}{at}{hosts}{path}{question}{query}"
+
+
+def _masked_parameter(parameter: str) -> str:
+    name, equals, value = parameter.partition("=")
+    if equals and unquote(name).strip().lower() in SECRET_QUERY_KEYS and value:
+        return f"{name}={MASK}"
+    return parameter
+
+
+def url_parameters(url: str) -> dict[str, str]:
+    """The query parameters of a libpq URL (decoded; the last of a repeated one wins)."""
+    _, _, query = url.partition("?")
+    return {name.strip().lower(): value for name, value in parse_qsl(query.partition("#")[0])}
+
+
+def store_url_secret_files(url: str) -> list[Path]:
+    """Files a ``store.url`` names that hold secrets: its ``passfile`` and ``sslkey``."""
+    found = url_parameters(url)
+    return [
+        Path(found[key]).expanduser() for key in sorted(SECRET_FILE_QUERY_KEYS) if found.get(key)
+    ]
+
+
+def store_url_socket_dirs(url: str) -> list[Path]:
+    """Folders holding the Unix socket a ``store.url`` connects through (none over TCP only).
+
+    A host that is a path (``?host=/run/postgresql`` or ``postgresql://%2Frun%2Fpostgresql/db``)
+    is a socket folder; no host at all means libpq's default socket folder.
+    """
+    if not url.strip():
+        return []
+    rest = url.split("://", 1)[1] if "://" in url else url
+    cut = min((i for i in (rest.find(c) for c in "/?#") if i >= 0), default=len(rest))
+    hosts = [unquote(host) for host in rest[:cut].rpartition("@")[2].split(",") if host]
+    hosts += [host for host in url_parameters(url).get("host", "").split(",") if host]
+    if not hosts:
+        return list(DEFAULT_SOCKET_DIRS)
+    return [Path(host) for host in hosts if host.startswith("/")]
+
+
+def check_kb_uri(text: str) -> str:
+    """``text`` stripped if empty, a folder or an object-store URI LanceDB opens; else an error."""
+    text = text.strip()
+    scheme = url_scheme(text)
+    if scheme and scheme not in KB_URI_SCHEMES:
+        raise ValueError(
+            "kb.uri must be empty (the knowledge folder in store.data_dir), a folder, or an "
+            f"object-store URI (s3://bucket/prefix, gs://bucket/prefix, az://container/prefix), "
+            f"not a {scheme}:// URI"
+        )
+    return text
+
+
+def kb_folder(uri: str, data_dir: Path) -> Path | None:
+    """The local folder of the knowledge tables for ``kb.uri``, or None for an object store."""
+    scheme = url_scheme(uri)
+    if not uri.strip():
+        return data_dir / "knowledge"
+    if scheme == "file":
+        return Path(unquote(uri.strip().split("://", 1)[1])).expanduser()
+    if scheme:
+        return None
+    return Path(uri.strip()).expanduser()
