@@ -11,6 +11,10 @@ Slow tests are listed here — whole modules in `SLOW_MODULES`, single tests of 
 modules in `SLOW_TESTS` — and every test that is not marked slow but starts a process fails
 (see `_ProcessWatch`), so the lists stay true as tests are added.
 
+One exception, by name: a server in `SESSION_SERVERS` is started once for the whole run by a
+session-scoped fixture (and stopped at its end), inside ``session_server_processes(name)``. Its
+start is paid once per run, not per test, so the tests using it stay in the fast loop.
+
 This is the root conftest because it is loaded early enough (before the command line is parsed
 for good) to register nbval, and for ``notebooks/`` as well as ``tests/``.
 """
@@ -19,7 +23,8 @@ from __future__ import annotations
 
 import platform
 import sys
-from collections.abc import Generator
+from collections.abc import Callable, Generator, Iterator
+from contextlib import AbstractContextManager, contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -120,6 +125,11 @@ SLOW_TESTS = {
         "test_load_ext_without_the_notebook_extra_names_the_pip_install",
         "test_usage_errors_in_magics_print_one_line_without_a_traceback",
     },
+    "tests/test_pg_cluster.py": {  # clusters of their own (the session's one is not slow)
+        "test_a_durable_cluster_keeps_committed_rows_through_a_crash",
+        "test_a_killed_test_process_leaves_no_postmaster_behind",
+        "test_stop_ends_the_postmaster_and_removes_the_folder",
+    },
     "tests/test_onebot_impl.py": {
         "test_standalone_script_reverse_mode_sigterm_and_unreachable",
         "test_standalone_script_serves_and_obeys_stdin",
@@ -143,6 +153,13 @@ SLOW_TESTS = {
         "test_nbconvert_html_of_the_executed_quickstart_contains_the_runs",
     },
     "tests/test_widgets_todo_log.py": {"test_importing_the_widgets_does_not_import_ipywidgets"},
+}
+
+
+# Session-scoped fixtures that may start processes for tests that are not slow: each starts one
+# server for the whole run (see the module docstring).
+SESSION_SERVERS = {
+    "pg_cluster": "the PostgreSQL test cluster (tests/pg_cluster.py: initdb, pg_ctl, a watchdog)",
 }
 
 
@@ -269,6 +286,27 @@ _WATCH = _ProcessWatch()
 # The standard library runs `uname -p` once per process, when something first asks for the
 # processor (openai does, for its headers): ask now, not inside whichever test is first.
 platform.processor()
+
+
+@pytest.fixture(scope="session")
+def session_server_processes() -> Callable[[str], AbstractContextManager[None]]:
+    """A context manager under which a `SESSION_SERVERS` fixture may start its server.
+
+    ``with session_server_processes(name):`` only around starting and stopping that one server:
+    the processes a test itself starts are watched as always.
+    """
+
+    @contextmanager
+    def unwatched(name: str) -> Iterator[None]:
+        if name not in SESSION_SERVERS:
+            raise pytest.UsageError(f"{name!r} is not listed in SESSION_SERVERS (conftest.py)")
+        watching, _WATCH.watching = _WATCH.watching, False
+        try:
+            yield
+        finally:
+            _WATCH.watching = watching
+
+    return unwatched
 
 
 @pytest.hookimpl(wrapper=True)

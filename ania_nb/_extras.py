@@ -9,6 +9,7 @@ from .errors import MissingExtraError
 # What each extra provides that ania-nb imports (top-level module names).
 EXTRAS: dict[str, tuple[str, ...]] = {
     "notebook": ("IPython", "ipykernel", "ipywidgets"),
+    "postgres": ("psycopg", "psycopg_pool"),  # store.url = postgresql://…
 }
 
 

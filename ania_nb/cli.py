@@ -147,10 +147,11 @@ async def _read_store(
 
     config = Config.load(args.file)
     data_dir = Path(config.store.data_dir)
-    if not (data_dir / DB_FILENAME).is_file():
+    url = config.store.url_in_clear()
+    if not url and not (data_dir / DB_FILENAME).is_file():
         print(f"{nothing}: no store in {data_dir}")
         return None
-    store = await Store.open(data_dir)
+    store = await Store.open(data_dir, url=url)
     try:
         return await read(config, store)
     finally:

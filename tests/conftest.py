@@ -1,4 +1,5 @@
-"""Shared fixtures: the scripted LLM server, agents wired to it, a guard against real networks."""
+"""Shared fixtures: the scripted LLM server, agents wired to it, a guard against real networks,
+the PostgreSQL test cluster."""
 
 from __future__ import annotations
 
@@ -11,6 +12,10 @@ from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
 import pytest
+
+# CI sets it: without PostgreSQL the PG half of the store tests fails instead of being skipped.
+# Read before the loop below clears every ANIA_* variable.
+REQUIRE_POSTGRES = os.environ.get("ANIA_REQUIRE_POSTGRES", "") == "1"
 
 for _key in [k for k in os.environ if k.startswith("ANIA_") and not k.startswith("ANIA_TEST_")]:
     del os.environ[_key]  # a developer's own settings must not leak into tests (ANIA_TEST_*
@@ -136,16 +141,58 @@ def inbox() -> ApprovalInbox:
     return ApprovalInbox()
 
 
+# ------------------------------------------------------------------ PostgreSQL
+
+
+@pytest.fixture(scope="session")
+def pg_required() -> bool:
+    """Whether a missing PostgreSQL fails the tests that need it (ANIA_REQUIRE_POSTGRES=1)."""
+    return REQUIRE_POSTGRES
+
+
+@pytest.fixture(scope="session")
+def pg_cluster(session_server_processes: Callable[[str], Any], pg_required: bool) -> Iterator[Any]:
+    """One throwaway PostgreSQL cluster for the whole run (`pg_cluster.PgCluster`).
+
+    Skipped with how to install it when the binaries or psycopg are missing, failed instead
+    when ANIA_REQUIRE_POSTGRES=1 (CI). Started once, so the tests using it are not slow (the
+    root conftest.py's `SESSION_SERVERS`).
+    """
+    from pg_cluster import PgServer, find_bindir, skip_unless_available
+
+    with session_server_processes("pg_cluster"):  # pg_config --bindir, initdb, pg_ctl
+        skip_unless_available(pg_required)
+        bindir = find_bindir()
+        assert bindir is not None
+        server = PgServer(bindir)
+        server.start()
+    try:
+        yield server.cluster
+    finally:
+        with session_server_processes("pg_cluster"):
+            server.stop()
+
+
+@pytest.fixture
+def pg_url(pg_cluster: Any) -> Iterator[str]:
+    """A ``postgresql://`` URL (TCP, with the password) of a fresh empty database, dropped after."""
+    import uuid
+
+    name = f"t_{uuid.uuid4().hex[:16]}"
+    pg_cluster.server.create_database(name)
+    try:
+        yield pg_cluster.url(name)
+    finally:
+        pg_cluster.server.drop_database(name)
+
+
 # --- store backends (see tests/_backends.py) --------------------------------------------------
 
 
 @pytest.fixture(scope="session")
-def pg_admin_url() -> str:
-    """A PostgreSQL URL with the right to create databases (stand-in until the test cluster)."""
-    url = os.environ.get("ANIA_TEST_PG_URL", "")
-    if not url:
-        pytest.skip("no PostgreSQL for the tests: set ANIA_TEST_PG_URL")
-    return url
+def pg_admin_url(pg_cluster: Any) -> str:
+    """A URL of the test cluster whose role may create databases (the race and bench tests)."""
+    return str(pg_cluster.url(pg_cluster.database))
 
 
 @pytest.fixture(params=["sqlite", "postgres"])

@@ -1,7 +1,9 @@
 """Every third-party package the code imports is declared in pyproject.toml, in the right list.
 
 The package may import only its core dependencies, except `ania_nb.notebook`, which may also use
-the ``notebook`` extra; tests, notebooks and benchmarks may use the test and dev extras too.
+the ``notebook`` extra, and `ania_nb.store`, which may also use the ``postgres`` extra (psycopg,
+imported lazily when ``store.url`` names a PostgreSQL server); tests, notebooks and benchmarks may
+use the test and dev extras too (the test extra includes both).
 Imports are read from the source (function-level and ``TYPE_CHECKING`` ones included, and
 ``importlib.import_module("name")``), so a lazy import of an undeclared package is caught as well.
 
@@ -36,8 +38,9 @@ OPTIONAL = {
 # Which dependency lists each part of the tree may use.
 CORE = ("core",)
 NOTEBOOK = ("core", "notebook")
-TESTS = ("core", "notebook", "test")
-EVERYTHING = ("core", "notebook", "test", "dev")
+STORE = ("core", "postgres")
+TESTS = ("core", "notebook", "postgres", "test")
+EVERYTHING = ("core", "notebook", "postgres", "test", "dev")
 
 # Test-only packages whose lower bounds `--pins` includes (the rest of the test extra is tooling).
 PINNED_TEST_PACKAGES = ("pytest", "pytest-asyncio", "mcp-server-time", "nbclient", "nbformat")
@@ -133,7 +136,9 @@ def undeclared(folder: str, groups_for: dict[str, tuple[str, ...]]) -> list[str]
 
 
 def test_the_package_imports_only_declared_dependencies():
-    problems = undeclared("ania_nb", {"ania_nb/": CORE, "ania_nb/notebook/": NOTEBOOK})
+    problems = undeclared(
+        "ania_nb", {"ania_nb/": CORE, "ania_nb/notebook/": NOTEBOOK, "ania_nb/store/": STORE}
+    )
     assert problems == [], "\n".join(problems)
 
 
@@ -177,6 +182,21 @@ def test_the_missing_extra_check_names_modules_of_that_extra():
         for module in modules:
             providers = {canonicalize_name(d) for d in dists.get(module, [])}
             assert providers & declared((extra,)), f"{module} is not provided by the {extra} extra"
+
+
+def test_psycopg_is_allowed_in_the_store_only_and_the_test_extra_installs_it():
+    dists = md.packages_distributions()
+    for module in ("psycopg", "psycopg_pool"):
+        providers = {canonicalize_name(d) for d in dists.get(module, [])}
+        assert providers & declared(STORE), f"{module} is not declared in the postgres extra"
+        assert not providers & declared(CORE), f"{module} must stay out of the core list"
+    extras = {
+        extra
+        for r in requirements()["test"]
+        if canonicalize_name(r.name) == "ania-nb"
+        for extra in r.extras
+    }
+    assert {"notebook", "postgres"} <= extras  # `.[dev]` brings the PostgreSQL half of the tests
 
 
 def test_the_scanner_sees_lazy_and_type_checking_imports():

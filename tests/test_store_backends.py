@@ -13,7 +13,7 @@ from _sql import fetch, scalar
 from ania_nb.errors import StoreError, UsageError
 from ania_nb.store import Store, ToolCallRecord
 from ania_nb.store.db import POSTGRES, SQLITE, Conn, clean_text, to_json
-from ania_nb.store.postgres import PostgresDatabase, _pg_sql, masked_url
+from ania_nb.store.postgres import PostgresDatabase, _pg_sql
 from ania_nb.store.schema import MIGRATIONS, statement_for
 from ania_nb.store.sqlite import SqliteDatabase
 
@@ -150,13 +150,6 @@ def test_placeholders_are_rewritten_outside_literals_only() -> None:
     assert _pg_sql(sql) == (
         "SELECT %s, %(now)s - x, y::json, '^-?(0|1)$', '50%%', 'it''s ?' WHERE a = %(a2)s"
     )
-
-
-def test_the_password_is_masked_in_urls() -> None:
-    assert masked_url("postgresql://bob:s3cr%40t@db.example:5432/ania") == (
-        "postgresql://bob:***@db.example:5432/ania"
-    )
-    assert masked_url("postgresql://db.example/ania") == "postgresql://db.example/ania"
 
 
 # --- PostgreSQL only: opening ---------------------------------------------------------------

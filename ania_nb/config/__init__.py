@@ -1,6 +1,13 @@
 """Configuration: `Config` and its sections."""
 
+from ..addresses import mask_url, url_scheme
 from ._layers import SAVED_CONFIG_NAMESPACE, UNSAVABLE_KEYS, ConfigLayers
+from ._locations import (
+    kb_folder,
+    store_backend,
+    store_url_secret_files,
+    store_url_socket_dirs,
+)
 from ._model_check import (
     MODEL_KEY_EXAMPLES,
     api_key_set,
@@ -95,7 +102,13 @@ __all__ = [
     "env_name",
     "is_local",
     "join_keys",
+    "kb_folder",
     "mask",
+    "mask_url",
     "missing_model_keys",
     "require_endpoint",
+    "store_backend",
+    "store_url_secret_files",
+    "store_url_socket_dirs",
+    "url_scheme",
 ]

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import Field, SecretStr
+from pydantic import Field, SecretStr, field_validator
 
+from ._locations import check_kb_uri
 from ._sections import Endpoint, Section, _secret
 
 
@@ -37,6 +38,20 @@ class KbSettings(Section):
     """The knowledge base: documents cut into chunks, searched by keywords and meaning."""
 
     enable: bool = Field(True, description="Give sessions kb_search/kb_add/kb_list/kb_delete.")
+    uri: str = Field(
+        "",
+        description="Where the knowledge tables (kb chunks and long-term memories) live: empty "
+        "= the 'knowledge' folder in store.data_dir; a folder; or an object-store URI "
+        "(s3://bucket/prefix, gs://bucket/prefix, az://container/prefix) with "
+        "kb.storage_options for its endpoint and credentials.",
+    )
+    storage_options: dict[str, SecretStr] = Field(
+        default_factory=dict,
+        description="Options of the object store at kb.uri, passed to LanceDB as they are "
+        "(e.g. aws_endpoint, aws_region, aws_access_key_id, aws_secret_access_key, "
+        "allow_http); values masked wherever shown.",
+        json_schema_extra={"sensitive": "mapping"},
+    )
     max_docs: int = Field(500, ge=1, description="Documents per scope (kb_add refuses beyond).")
     max_content_chars: int = Field(
         8000, ge=100, description="Characters of one kb_add document (longer is cut with …)."
@@ -65,6 +80,12 @@ class KbSettings(Section):
     ann_threshold: int = Field(
         20000, ge=1000, description="Rows with vectors past which an ANN index is built."
     )
+
+    @field_validator("uri")
+    @classmethod
+    def _folder_or_object_store(cls, value: str) -> str:
+        """A folder or a URI LanceDB opens (s3, gs, az, file)."""
+        return check_kb_uri(value)
 
 
 class MemorySettings(Section):

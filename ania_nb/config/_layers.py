@@ -26,8 +26,8 @@ log = logging.getLogger(__name__)
 
 SAVED_CONFIG_NAMESPACE = "config"
 """The store's KV namespace where ``config_set`` keeps its values."""
-UNSAVABLE_KEYS = frozenset({"store.data_dir"})
-"""Keys ``config_set`` may not save: the saved values live in the data directory itself."""
+UNSAVABLE_KEYS = frozenset({"store.data_dir", "store.url"})
+"""Keys ``config_set`` may not save: the saved values live in the store itself."""
 
 
 @dataclass(frozen=True)

@@ -10,6 +10,7 @@ from urllib.parse import urlsplit
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator
 
 from .._env import DEFAULT_SECRET_ENV
+from ._locations import check_store_url, store_backend
 
 
 def _secret(description: str) -> Any:
@@ -180,9 +181,17 @@ class AgentSettings(Section):
 
 
 class StoreSettings(Section):
-    """The embedded store."""
+    """The store: SQLite in the data directory, or a PostgreSQL server (``store.url``)."""
 
     data_dir: Path = Field(Path(".ania"), description="Folder for the database and vectors.")
+    url: SecretStr | None = Field(
+        default=None,
+        description="Where the store lives: empty = SQLite in store.data_dir; "
+        "postgresql://user@host:5432/dbname (or postgres://) = that PostgreSQL server (the "
+        "postgres extra). Give the password in the URL through ANIA_STORE__URL, or keep it "
+        "out of the URL in a PGPASSFILE / ~/.pgpass; the password is masked wherever shown.",
+        json_schema_extra={"sensitive": "url"},
+    )
     run_log_max_entries: int = Field(
         10_000,
         ge=1,
@@ -195,6 +204,22 @@ class StoreSettings(Section):
         description="Run records kept per session (its oldest evicted); token counting "
         "does not depend on it.",
     )
+
+    @field_validator("url")
+    @classmethod
+    def _empty_or_postgresql(cls, value: SecretStr | None) -> SecretStr | None:
+        """Only PostgreSQL URLs; the error names the scheme, never the URL (its password)."""
+        text = check_store_url(value.get_secret_value()) if value is not None else ""
+        return SecretStr(text) if text else None
+
+    @property
+    def backend(self) -> Literal["sqlite", "postgresql"]:
+        """Which store `url` selects."""
+        return store_backend(self.url_in_clear())
+
+    def url_in_clear(self) -> str:
+        """`url` with its password ("" for SQLite): for opening the store only, never to show."""
+        return self.url.get_secret_value() if self.url is not None else ""
 
 
 class VisionSettings(Endpoint):

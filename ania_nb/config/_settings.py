@@ -27,6 +27,7 @@ from pydantic_settings import (
     TomlConfigSettingsSource,
 )
 
+from ..addresses import mask_url
 from ..errors import ConfigError
 from ._knowledge_sections import EmbeddingSettings, KbSettings, MemorySettings
 from ._model_check import env_name
@@ -299,6 +300,10 @@ def _iter_keys(config: Config) -> Iterator[KeyInfo]:
             default = getattr(default_section, key)
             if extra.get("sensitive") == "values":  # KEY=VALUE entries: names stay readable
                 value, default = _mask_entries(value), _mask_entries(default)
+            elif extra.get("sensitive") == "url":  # the password only: where it points shows
+                value, default = _mask_url_setting(value), _mask_url_setting(default)
+            elif extra.get("sensitive") == "mapping":  # option names stay readable
+                value, default = _mask_mapping(value), _mask_mapping(default)
             elif sensitive:
                 value, default = mask(value), mask(default)
             elif isinstance(value, Path):
@@ -356,6 +361,14 @@ def _mask_entries(entries: list[str]) -> list[str]:
         key, sep, value = entry.partition("=")
         out.append(f"{key}={mask(value)}" if sep else mask(entry))
     return out
+
+
+def _mask_url_setting(value: SecretStr | None) -> str:
+    return mask_url(value.get_secret_value()) if value is not None else ""
+
+
+def _mask_mapping(values: Mapping[str, Any]) -> dict[str, str]:
+    return {key: mask(value) for key, value in values.items()}
 
 
 def _known() -> str:

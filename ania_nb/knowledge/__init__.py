@@ -55,13 +55,13 @@ class Knowledge:
     """The knowledge base (``kb``) and long-term memory (``memory``) of one data directory.
 
     ``config`` is a `Config` or a callable returning the current one (an Agent passes its
-    own, so saved settings apply). Stored in ``<data_dir>/knowledge``.
+    own, so saved settings apply). Stored where ``kb.uri`` says: by default the folder
+    ``<data_dir>/knowledge``, else another folder or an object store (``s3://…``).
     """
 
     def __init__(self, config: Config | Callable[[], Config], data_dir: str | Path) -> None:
         settings = config if callable(config) else (lambda: config)
-        self.path = Path(data_dir) / "knowledge"
-        self.store = KnowledgeStore(settings, self.path)
+        self.store = KnowledgeStore(settings, Path(data_dir))
         self.kb = KnowledgeBase(self.store)
         self.memory = MemoryBook(self.store)
 

@@ -1,4 +1,9 @@
-"""`KnowledgeStore`: the LanceDB folder, its tables and the embedder that fills their vectors.
+"""`KnowledgeStore`: the LanceDB database, its tables and the embedder that fills their vectors.
+
+The database is where ``kb.uri`` points when the store opens: the ``knowledge`` folder of the
+data directory by default, another folder, or an object store (``s3://bucket/prefix``, ``gs://``,
+``az://``) opened with ``kb.storage_options``. The kb chunks and the memories are two tables of
+that one database, so both move together.
 
 Opening imports lancedb in a worker thread (it takes seconds) so the event loop keeps running.
 When the configured embedder differs from the one recorded on a table, the table's vectors are
@@ -16,6 +21,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from ..text import flatten
 from .model import ReembedProgress
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -33,9 +39,9 @@ class KnowledgeStore:
 
     retry_seconds = 30.0  # wait after the embedder failed before trying it again
 
-    def __init__(self, settings: Callable[[], Config], path: Path) -> None:
+    def __init__(self, settings: Callable[[], Config], data_dir: Path) -> None:
         self.settings = settings
-        self.path = path
+        self.data_dir = data_dir
         self.embedder: Embedder | None = None
         self.queries: QueryVectorCache | None = None
         self.dim: int | None = None
@@ -53,9 +59,24 @@ class KnowledgeStore:
         """The current settings."""
         return self.settings()
 
+    def location(self) -> tuple[str, Path | None]:
+        """Where the tables live now: the URI LanceDB opens and its local folder (None remote)."""
+        from ..config import kb_folder
+
+        uri = self.config.kb.uri.strip()
+        folder = kb_folder(uri, self.data_dir)
+        return (str(folder) if folder is not None else uri), folder
+
     def exists(self) -> bool:
-        """Whether anything was ever stored here (checked without importing lancedb)."""
-        return self.path.is_dir() and any(self.path.glob("*.lance"))
+        """Whether anything may be stored (checked without importing lancedb).
+
+        A local folder is looked at; an object store is assumed to hold something (looking would
+        need a request), so the first main turn opens it.
+        """
+        _, folder = self.location()
+        if folder is None:
+            return True
+        return folder.is_dir() and any(folder.glob("*.lance"))
 
     async def open(self) -> None:
         """Connect, create missing tables and attach the embedder (idempotent)."""
@@ -69,14 +90,24 @@ class KnowledgeStore:
 
                 raise KnowledgeError("the knowledge store was closed")
             tables = await asyncio.to_thread(importlib.import_module, "ania_nb.knowledge.tables")
-            db = await tables.connect(self.path)
+            uri, folder = self.location()
+            options = {k: v.get_secret_value() for k, v in self.config.kb.storage_options.items()}
             ann = self.config.kb.ann_threshold
-            self.tables[KB_TABLE] = await tables.LanceTable.open(
-                db, KB_TABLE, tables.kb_fields(), ann
-            )
-            self.tables[MEMORY_TABLE] = await tables.LanceTable.open(
-                db, MEMORY_TABLE, tables.memory_fields(), ann
-            )
+            try:
+                db = await tables.connect(uri, folder, options)
+                self.tables[KB_TABLE] = await tables.LanceTable.open(
+                    db, KB_TABLE, tables.kb_fields(), ann
+                )
+                self.tables[MEMORY_TABLE] = await tables.LanceTable.open(
+                    db, MEMORY_TABLE, tables.memory_fields(), ann
+                )
+            except (OSError, ValueError, RuntimeError) as exc:  # lance's errors of the store
+                from .model import KnowledgeError
+
+                self.tables.clear()
+                raise KnowledgeError(
+                    f"cannot open the knowledge tables at {uri} (kb.uri): {flatten(str(exc), 400)}"
+                ) from exc
             await self._attach_embedder()
             self._opened = True
 

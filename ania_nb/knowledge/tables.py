@@ -1,6 +1,7 @@
 """LanceDB tables of the knowledge store: schemas, the embedder's identity, indices, queries.
 
-Each kind of content (kb chunks, memories) is one table in ``<data_dir>/knowledge``. The
+Each kind of content (kb chunks, memories) is one table of the LanceDB database at ``kb.uri``
+(by default the folder ``<data_dir>/knowledge``). The
 ``vector`` column's field metadata records which embedder made its vectors (``embedder``,
 ``dim``) and whether every row has been embedded since the last switch (``complete``), so
 vectors of two embedders are never compared. lancedb and pyarrow are imported here, lazily by
@@ -288,7 +289,8 @@ class LanceTable:
         log.info("built the ANN index of %s", self.name)
 
 
-async def connect(path: Path) -> Any:
-    """Open (creating) the LanceDB database folder."""
-    await asyncio.to_thread(path.mkdir, parents=True, exist_ok=True)
-    return await lancedb.connect_async(str(path))
+async def connect(uri: str, folder: Path | None, storage_options: dict[str, str]) -> Any:
+    """Open the LanceDB database at ``uri``: a local ``folder`` (created) or an object store."""
+    if folder is not None:
+        await asyncio.to_thread(folder.mkdir, parents=True, exist_ok=True)
+    return await lancedb.connect_async(uri, storage_options=storage_options or None)

@@ -7,8 +7,9 @@ formatter of the log handler, blanks every known secret in every formatted recor
 traceback alike, whatever logger made it:
 
 - every ``SecretStr`` setting of the config (the model, fallback, vision, one-shot and
-  embedding API keys, the web token, the meme key, ``runner.access_token``), and the password
-  and secret-looking query values (``access_token=…``, ``api_key=…``) of any URL setting;
+  embedding API keys, the web token, the meme key, ``runner.access_token``, ``store.url``, the
+  values of ``kb.storage_options``), and the password and secret-looking query values
+  (``access_token=…``, ``api_key=…``, ``password=…``) of any URL setting, secret or not;
 - the MCP servers' header and env values, as written and as expanded from the environment, the
   credential of an ``Authorization``-style value alone, and the secrets of their URLs.
 
@@ -25,7 +26,7 @@ import json
 import logging
 from collections.abc import Callable, Iterable, Iterator
 from typing import TYPE_CHECKING, Any
-from urllib.parse import parse_qsl, quote, quote_plus, urlsplit
+from urllib.parse import parse_qsl, quote, quote_plus, unquote, urlsplit
 
 from pydantic import BaseModel, SecretStr
 
@@ -68,7 +69,7 @@ def url_secrets(url: str) -> list[str]:
         password = parts.password
     except ValueError:
         return []
-    found = [password] if password else []
+    found = [password, unquote(password)] if password else []  # as written and as decoded
     found += [value for name, value in parse_qsl(parts.query) if value and secret_key(name)]
     return found
 
@@ -86,6 +87,7 @@ def config_secrets(node: Any) -> Iterator[str]:
     """Every ``SecretStr`` value of a settings tree, and the secrets of its URL values."""
     if isinstance(node, SecretStr):
         yield node.get_secret_value()
+        yield from url_secrets(node.get_secret_value())  # store.url's password on its own
     elif isinstance(node, BaseModel):
         for name in type(node).model_fields:
             yield from config_secrets(getattr(node, name, None))

@@ -13,8 +13,8 @@ import re
 from collections.abc import Awaitable, Callable, Iterable
 from functools import lru_cache
 from typing import TYPE_CHECKING, Any, Concatenate, ParamSpec, TypeVar
-from urllib.parse import urlsplit, urlunsplit
 
+from ania_nb.addresses import mask_url
 from ania_nb.errors import StoreError
 
 from .db import POSTGRES, Params, transaction
@@ -24,7 +24,7 @@ if TYPE_CHECKING:
     import psycopg
     import psycopg_pool
 
-__all__ = ["PostgresConn", "PostgresDatabase", "masked_url"]
+__all__ = ["PostgresConn", "PostgresDatabase"]
 
 P = ParamSpec("P")
 T = TypeVar("T")
@@ -116,22 +116,6 @@ def _no_nul(value: Any) -> Any:
     return value.replace("\x00", "\ufffd") if isinstance(value, str) else value
 
 
-def masked_url(url: str) -> str:
-    """``url`` with its password (if any) shown as ``***``, for messages and logs."""
-    try:
-        parts = urlsplit(url)
-    except ValueError:
-        return "<an unparsable store URL>"
-    if parts.password is None:
-        return url
-    user = parts.username or ""
-    host = parts.hostname or ""
-    if ":" in host:
-        host = f"[{host}]"
-    port = f":{parts.port}" if parts.port else ""
-    return urlunsplit(parts._replace(netloc=f"{user}:***@{host}{port}"))
-
-
 class PostgresDatabase:
     """An open PostgreSQL store: a connection pool; operations run on the event loop."""
 
@@ -146,7 +130,7 @@ class PostgresDatabase:
     @property
     def location(self) -> str:
         """The server and database, without the password."""
-        return masked_url(self._url)
+        return mask_url(self._url)
 
     @property
     def closed(self) -> bool:
@@ -161,7 +145,7 @@ class PostgresDatabase:
         schema from a newer ania-nb, a database holding other tables) — never a bare traceback.
         """
         psycopg, psycopg_pool = _import_driver()
-        where = masked_url(url)
+        where = mask_url(url)
         try:
             first = await psycopg.AsyncConnection.connect(
                 url, autocommit=True, connect_timeout=CONNECT_TIMEOUT_S

@@ -341,3 +341,24 @@ async def test_the_loaded_config_and_named_secret_files_are_refused(
     result = await agent.chat("fetch them", callbacks=Callbacks(send_file=outbox))
     assert [c.error for c in result.tool_calls] == [f"refused: {n} may hold secrets" for n in names]
     assert_nothing_leaked(llm, outbox)
+
+
+@pytest.mark.parametrize("target", ["kb", "passfile"])
+async def test_the_kb_folder_and_the_password_file_store_url_names_are_refused(
+    attack, llm, work, tmp_path, pg_cluster, target
+):
+    kb = tmp_path / "kb-elsewhere"  # kb.uri outside the data directory
+    kb.mkdir()
+    (kb / "notes.txt").write_text(SECRET)
+    passfile = work / "store-login.txt"  # store.url's passfile: libpq reads the password there
+    login = f"{pg_cluster.host}:{pg_cluster.port}:*:{pg_cluster.user}:{pg_cluster.password}"
+    passfile.write_text(f"# {SECRET}\n{login}\n")
+    passfile.chmod(0o600)
+    url = (
+        f"postgresql://{pg_cluster.user}@{pg_cluster.host}:{pg_cluster.port}/"
+        f"{pg_cluster.database}?passfile={passfile}"
+    )
+    path = kb / "notes.txt" if target == "kb" else passfile
+    seen, outbox = await attack("file", str(path), **{"kb.uri": str(kb), "store.url": url})
+    assert seen == refused(f"refused: {path.name} may hold secrets")
+    assert_nothing_leaked(llm, outbox, pg_cluster.password)

@@ -359,3 +359,25 @@ async def test_kernel_connection_files_and_session_sockets_are_out_of_reach(
         server.close()
     assert "hmac-key-0041" not in call.result
     assert "refused: No such file or directory" in call.result
+
+
+async def test_the_kb_folder_and_the_passfile_store_url_names_are_hidden(
+    make_agent, run_tool, layout, elsewhere, llm, pg_cluster, pg_url
+):
+    kb = elsewhere / "kb"  # kb.uri outside the data directory: every group's documents
+    kb.mkdir()
+    (kb / "notes.txt").write_text("kb-secret-0014")
+    passfile = elsewhere / "store.pgpass"  # store.url's passfile, outside every listed folder
+    login = f"{pg_cluster.host}:{pg_cluster.port}:*:{pg_cluster.user}:{pg_cluster.password}"
+    passfile.write_text(login + "\n")
+    passfile.chmod(0o600)
+    url = pg_url.replace(f":{pg_cluster.password}@", "@") + f"?passfile={passfile}"
+    agent = agent_for(make_agent, layout, **{"kb.uri": str(kb), "store.url": url})
+    command = f"cat {kb}/notes.txt; cat {passfile}; ls -a {kb}; echo attack-ran"
+    call = await run_tool(agent, "bash", {"command": command})
+    assert "attack-ran" in call.result  # the command ran; neither file was there to read
+    assert "kb-secret-0014" not in call.result
+    assert "notes.txt" not in call.result.splitlines()  # ls -a sees an empty folder
+    assert pg_cluster.password not in call.result
+    assert pg_cluster.password not in json.dumps([r.messages for r in llm.requests])
+    assert (kb / "notes.txt").read_text() == "kb-secret-0014"  # and nothing changed them

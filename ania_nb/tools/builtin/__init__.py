@@ -22,7 +22,7 @@ from ..._env import secret_file_paths
 from ..base import Tool
 from ._http import HttpSource
 from ._paths import FileGuard
-from .bash import BashTool, sandbox_hidden
+from .bash import BashTool, sandbox_hidden, store_paths
 from .current_time import TimeTool
 from .files import SendFileTool
 from .images import ImageViewer, LoadImagesTool, LocalImageTool
@@ -127,7 +127,13 @@ def gated_tools(config: Config, viewer: ImageViewer) -> list[Tool]:
     guard = FileGuard(
         data_dir=Path(config.store.data_dir),
         max_bytes=config.file.max_bytes,
-        extra_protected=(*obeyed, *loaded, *config.security.secret_files, *secret_file_paths()),
+        extra_protected=(
+            *obeyed,
+            *loaded,
+            *config.security.secret_files,
+            *secret_file_paths(),
+            *(path for path, _, _ in store_paths(config)),
+        ),
         roots=tuple(Path(r) for r in config.file.roots),
         protected_names=tuple(p.name for p in obeyed),
     )

@@ -24,13 +24,19 @@ import os
 import re
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 from pydantic import BaseModel, Field
 
 from ..._env import child_env
 from ..._subprocess import run_capped
-from ...config import BashSettings, SecuritySettings
+from ...config import (
+    BashSettings,
+    SecuritySettings,
+    kb_folder,
+    store_url_secret_files,
+    store_url_socket_dirs,
+)
 from ...errors import ConfigError, ToolError
 from ...text import cut, flatten
 from ..base import BaseTool, ToolContext
@@ -56,8 +62,9 @@ SUMMARY_LIMIT = 300
 def sandbox_hidden(config: Config) -> tuple[Protected, ...]:
     """What the sandbox hides whether or not it exists yet.
 
-    The data directory, the skills folder, the files ania-nb obeys or reads keys from, and
-    ``security.secret_files``.
+    The data directory, the skills folder, the files ania-nb obeys or reads keys from,
+    ``security.secret_files``, the knowledge folder (`kb.uri`) and the files and sockets of the
+    store's PostgreSQL server (`store.url`).
     """
     from ...config import DEFAULT_CONFIG_FILE
 
@@ -72,11 +79,29 @@ def sandbox_hidden(config: Config) -> tuple[Protected, ...]:
     if config.source_file is not None:
         found.append(Protected(config.source_file, "the config file loaded"))
     found += [Protected(p, "security.secret_files") for p in config.security.secret_files]
+    found += [Protected(path, setting, create) for path, setting, create in store_paths(config)]
     # The store expands ~, the other loaders open a path as written: hide both.
     found += [
         Protected(p.path.expanduser(), p.setting, p.create) for p in found if "~" in str(p.path)
     ]
     return tuple(found)
+
+
+def store_paths(config: Config) -> list[tuple[Path, str, Literal["file", "folder"] | None]]:
+    """Where the model must not reach the stored data outside the data directory.
+
+    The knowledge folder of ``kb.uri``; the password and key files ``store.url`` names; and the
+    Unix socket folders it connects through (a trusted or peer-authenticated socket would let
+    a command read the whole store, credentials or not).
+    """
+    found: list[tuple[Path, str, Literal["file", "folder"] | None]] = []
+    folder = kb_folder(config.kb.uri, Path(config.store.data_dir))
+    if config.kb.uri.strip() and folder is not None:
+        found.append((folder, "kb.uri", "folder"))
+    url = config.store.url.get_secret_value() if config.store.url is not None else ""
+    found += [(path, "a file store.url names", "file") for path in store_url_secret_files(url)]
+    found += [(path, "store.url's socket folder", None) for path in store_url_socket_dirs(url)]
+    return found
 
 
 class BashParams(BaseModel):
