@@ -72,7 +72,8 @@ SLOW_MODULES = {
 # parametrisation of it).
 SLOW_TESTS = {
     "tests/test_store_backends.py": {
-        "test_pg_several_processes_opening_a_fresh_database_migrate_it_once"
+        "test_pg_several_processes_opening_a_fresh_database_migrate_it_once",
+        "test_serve_says_in_one_line_why_the_store_cannot_be_opened",
     },
     "tests/security/test_approvals.py": {"test_bash_listed_in_approval_tools_asks_once"},
     "tests/security/test_bash.py": {

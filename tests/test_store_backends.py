@@ -167,17 +167,14 @@ async def _pg_columns(db: Any) -> list[tuple[Any, ...]]:
 
 
 @pytest.fixture
-def pg_url(backend: str, tmp_path: Path) -> Any:
-    """A fresh PostgreSQL database of this test (PostgreSQL half only)."""
+def on_postgres(backend: str) -> None:
+    """Only the PostgreSQL half (each data dir a fresh database: the backend fixture)."""
     if backend != "postgres":
         pytest.skip("about PostgreSQL")
-    import ania_nb.store as store_pkg
-
-    return store_pkg.open_database  # patched by the backend fixture: keyed by data dir
 
 
 async def test_pg_a_store_upgraded_from_each_version_ends_identical(
-    pg_url: Any, tmp_path: Path
+    on_postgres: None, tmp_path: Path
 ) -> None:
     fresh = await Store.open(tmp_path / "fresh")
     expected = await _pg_columns(fresh.db)
@@ -210,7 +207,9 @@ async def test_pg_a_store_upgraded_from_each_version_ends_identical(
             await reopened.close()
 
 
-async def test_pg_newer_schema_and_foreign_tables_are_refused(pg_url: Any, tmp_path: Path) -> None:
+async def test_pg_newer_schema_and_foreign_tables_are_refused(
+    on_postgres: None, tmp_path: Path
+) -> None:
     s = await Store.open(tmp_path / "a")
     from _sql import execute
 
@@ -250,7 +249,7 @@ async def test_an_unreachable_server_is_one_clear_error(tmp_path: Path) -> None:
 
 
 async def test_pg_several_processes_opening_a_fresh_database_migrate_it_once(
-    pg_url: Any, tmp_path: Path
+    on_postgres: None, tmp_path: Path
 ) -> None:
     s = await Store.open(tmp_path / "m")
     url = s.db._url  # type: ignore[attr-defined]
@@ -291,3 +290,71 @@ async def test_pg_several_processes_opening_a_fresh_database_migrate_it_once(
         assert await fetch(s.db, "SELECT version FROM schema_version") == [(len(MIGRATIONS),)]
     finally:
         await s.close()
+
+
+# --- store.url: the Agent, the CLI and serve on PostgreSQL ----------------------------------
+
+
+@pytest.mark.sqlite_only  # once: it names its own database
+async def test_an_agent_with_store_url_keeps_everything_in_postgresql(
+    make_agent: Any, llm: Any, pg_url: str, tmp_path: Path
+) -> None:
+    from ania_nb.testing import reply
+
+    llm.script(reply("hello from the store"))
+    agent = make_agent(overrides={"store.url": pg_url})
+    assert (await agent.chat("hi", session="s1")).text == "hello from the store"
+    await agent.aclose()
+    assert not (tmp_path / "data" / "ania.db").exists()  # nothing went to SQLite
+    store = await Store.open(tmp_path / "elsewhere", url=pg_url)
+    try:
+        user, answer = await store.history.load("s1")
+        assert user["content"].endswith("] hi")  # stamped with the time it was sent
+        assert answer["content"] == "hello from the store"
+        [run] = await store.runs.list(session="s1")
+        assert (run.status, run.reply) == ("success", "hello from the store")
+    finally:
+        await store.close()
+
+
+@pytest.mark.sqlite_only  # once: it needs a server or none, not the fixture's
+@pytest.mark.parametrize("case", ["unreachable", "wrong password"])
+async def test_serve_says_in_one_line_why_the_store_cannot_be_opened(
+    case: str, pg_cluster: Any, tmp_path: Path, llm: Any
+) -> None:
+    import os
+    import socket
+    import sys
+
+    if case == "unreachable":
+        with socket.socket() as probe:
+            probe.bind(("127.0.0.1", 0))
+            port = probe.getsockname()[1]
+        url = f"postgresql://ania:hunter2@127.0.0.1:{port}/ania"
+    else:
+        url = pg_cluster.url().replace(pg_cluster.password, "hunter2")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("ANIA_")} | {
+        "ANIA_STORE__URL": url,
+        "ANIA_STORE__DATA_DIR": str(tmp_path / "data"),
+        "ANIA_LLM__BASE_URL": llm.base_url,
+        "ANIA_LLM__MODEL": "scripted",
+        "ANIA_LLM__API_KEY": "k",
+        "ANIA_SKILLS__DIR": str(tmp_path / "no-skills"),
+        "ANIA_MCP__CONFIG_FILE": str(tmp_path / "no-mcp.json"),
+        "ANIA_RUNNER__PORT": "0",
+    }
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "ania_nb",
+        "serve",
+        env=env,
+        cwd=tmp_path,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
+    out, err = await asyncio.wait_for(proc.communicate(), 60)
+    text = (out + err).decode()
+    assert proc.returncode == 2, text
+    assert "cannot start: cannot connect to the store at postgresql://ania:***@" in text, text
+    assert "hunter2" not in text and "Traceback" not in text
