@@ -289,8 +289,7 @@ async def _begin(
 
 
 async def _mark_side_effects(conn: Conn, run_id: int) -> None:
-    async with transaction(conn):
-        await conn.execute("UPDATE runs SET side_effects_started = 1 WHERE id = ?", (run_id,))
+    await conn.execute("UPDATE runs SET side_effects_started = 1 WHERE id = ?", (run_id,))
 
 
 async def _start(

@@ -488,17 +488,18 @@ async def _list_outbox(
 
 async def _claim_row(conn: Conn, session: str, now: float) -> OutboxEntry | None:
     row = await conn.fetchone(
+        # The outer state check: on PostgreSQL two claimers may pick the same id; the second
+        # then finds it claimed (the row is re-checked after the first commits) and gets none.
         f"UPDATE outbox SET state = 'sending', attempts = attempts + 1, updated_at = ? "
         f"WHERE id = (SELECT id FROM outbox WHERE session = ? AND state = 'pending' "
-        f"ORDER BY id LIMIT 1) RETURNING {_OUTBOX_COLUMNS}",
+        f"ORDER BY id LIMIT 1) AND state = 'pending' RETURNING {_OUTBOX_COLUMNS}",
         (now, session),
     )
     return None if row is None else _outbox_entry(row)
 
 
 async def _claim(conn: Conn, session: str, now: float) -> OutboxEntry | None:
-    async with transaction(conn):
-        return await _claim_row(conn, session, now)
+    return await _claim_row(conn, session, now)  # one statement: atomic without BEGIN
 
 
 async def _mark(
