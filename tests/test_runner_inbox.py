@@ -112,6 +112,31 @@ async def test_a_flood_gets_one_overflow_notice_per_busy_period(llm, serve):
     assert states.count("dropped") == 29 and states.count("answered") == 2
 
 
+async def test_each_busy_period_gets_its_own_overflow_notice(llm, serve):
+    wait_here, started, release = blocker()
+    llm.script(
+        reply(tool_calls=[tool_call("wait_here")]),
+        reply("first"),
+        reply("queued one"),
+        reply(tool_calls=[tool_call("wait_here")]),
+        reply("second"),
+        reply("queued two"),
+    )
+    s = await serve(tools=[wait_here], overrides={"agent.queue_size": 1})
+    chat = ChatRef("private", "5")
+    for period in range(2):
+        started.clear()
+        release.clear()
+        await s.adapter.receive(s.adapter.private("5", f"work {period}"))
+        await asyncio.wait_for(started.wait(), 10)
+        for n in range(3):
+            await s.adapter.receive(s.adapter.private("5", f"flood {period}.{n}"))
+        release.set()
+        await s.settle()
+    assert s.texts(chat).count(OVERFLOW) == 2  # one per busy period, not one per chat
+    assert s.texts(chat)[-2:] == ["second", "queued two"]
+
+
 # ------------------------------------------------------------------ recovery
 
 
@@ -284,20 +309,26 @@ async def test_messages_during_the_shutdown_grace_are_kept_and_answered_after_re
     await asyncio.sleep(0)
     for n in range(3):
         await adapter.receive(adapter.private("6", f"while closing {n}"))
+    await adapter.receive(adapter.private("7", "me too"))
     release.set()
     await asyncio.wait_for(closing, 10)
     await agent.aclose()
-    assert [m.text for m in adapter.sent_to(ChatRef("private", "6"))] == [HELD_TEXT]
+    for chat in (ChatRef("private", "6"), ChatRef("private", "7")):  # each chat told once
+        assert [m.text for m in adapter.sent_to(chat)] == [HELD_TEXT]
 
-    llm.script(reply("answered after the restart"))
+    def answer(request: Any) -> Any:
+        asked = str(request.messages[-1])
+        return reply("answered 6" if "while closing 2" in asked else "answered 7")
+
+    llm.responder = answer
     again = make_agent()
     adapter2 = MemoryAdapter()
     router2 = Router(again, adapter2)
     await router2.start()
     await adapter2.start(router2.handle)
     await asyncio.wait_for(router2.wait_idle(), 10)
-    assert [m.text for m in adapter2.sent] == ["answered after the restart"]
-    assert "while closing 2" in str(llm.requests[-1].messages[-1])
+    assert sorted(m.text for m in adapter2.sent) == ["answered 6", "answered 7"]  # once each
+    assert [m.text for m in adapter2.sent_to(ChatRef("private", "6"))] == ["answered 6"]
     await router2.close(0)
 
 
