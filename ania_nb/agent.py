@@ -626,8 +626,7 @@ class Agent:
         """Settle a batch's inbox rows that its run did not (a refusal, a stop before it began)."""
         ids = tuple(p.inbox_id for p in batch if p.inbox_id is not None and not p.settled)
         if not ids or self._rt is None:  # the run's finish step answered them (the usual case)
-            self.outbox.woken(state.name)
-            return
+            return  # and handed its reply row to the outbox (`Outbox.handoff`)
         row = reply_row(state.name, batch, result, shutdown=not self._accepting)
         self._track(self._settle(state.name, ids, row))
 
@@ -849,6 +848,7 @@ class Agent:
             context=self._turn_context,
             admit=self._quota_denial,
             shutting_down=lambda: not self._accepting,
+            outbox=self.outbox,
         )
 
     async def _quota_denial(self, session: str) -> str | None:

@@ -165,6 +165,7 @@ class Router:
             self._send_row,
             serves=lambda session: ChatRef.from_session(session) is not None,
             ready=self._wait_connected,
+            connected=lambda: self.adapter.connected,
         )
         self.agent.outbox.serve(self.deliverer)
         recovery = await self.agent.recover(self._callbacks_of)  # prunes the mailbox too

@@ -118,12 +118,17 @@ class InboxState:
 
 @dataclass(frozen=True)
 class OutboxRow:
-    """Effect: insert an outbox row; ``run_id`` None means the step's own run (if any)."""
+    """Effect: insert an outbox row; ``run_id`` None means the step's own run (if any).
+
+    ``claimed``: inserted ``sending`` — the step's front end writes it right after the commit
+    (`OutboxLog.entry` is the row it sends), instead of claiming it in a transaction of its own.
+    """
 
     session: str
     kind: str
     payload: dict[str, Any] = field(default_factory=dict)
     run_id: int | None = None
+    claimed: bool = False
 
 
 Effect = InboxRow | InboxState | OutboxRow
@@ -277,6 +282,21 @@ class OutboxLog:
             raise UsageError(f"outbox state must be one of {sorted(OUTBOX_STATES)}, got {state!r}")
         return await self._db.run(_mark, row_id, state, error, time.time(), claim_next)
 
+    async def mark_sent(self, row_ids: Sequence[int]) -> None:
+        """Mark ``sending`` rows ``sent``, all in one transaction (the deliverer's batch)."""
+        if row_ids:
+            await self._db.run(_mark_sent, tuple(row_ids), time.time())
+
+    @staticmethod
+    def entry(row: OutboxRow, row_id: int) -> OutboxEntry:
+        """The stored entry of a ``claimed`` row its step wrote as ``row_id``."""
+        if not row.claimed:
+            raise UsageError("only a claimed outbox row is written as an entry to send")
+        now = time.time()
+        return OutboxEntry(
+            row_id, row.session, row.kind, row.payload, "sending", now, now, 1, None, row.run_id
+        )
+
     async def recover(self) -> builtins.list[OutboxEntry]:
         """After a crash: every ``sending`` row becomes ``uncertain``; returns those rows."""
         return await self._db.run(_recover, time.time())
@@ -352,10 +372,20 @@ def _set_inbox_state(
 
 
 def _insert_outbox(conn: sqlite3.Connection, row: OutboxRow, run_id: int | None, now: float) -> int:
+    state, attempts = ("sending", 1) if row.claimed else ("pending", 0)
     cursor = conn.execute(
         "INSERT INTO outbox (session, kind, payload, state, created_at, updated_at, attempts, "
-        "run_id) VALUES (?, ?, ?, 'pending', ?, ?, 0, ?)",
-        (clean_text(row.session), row.kind, _payload(row.payload), now, now, run_id),
+        "run_id) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+        (
+            clean_text(row.session),
+            row.kind,
+            _payload(row.payload),
+            state,
+            now,
+            now,
+            attempts,
+            run_id,
+        ),
     )
     assert cursor.lastrowid is not None
     return cursor.lastrowid
@@ -519,6 +549,15 @@ def _mark(
             (state, None if error is None else clean_text(error), now, row_id),
         )
         return _claim_row(conn, claim_next, now) if claim_next is not None else None
+
+
+def _mark_sent(conn: sqlite3.Connection, row_ids: tuple[int, ...], now: float) -> None:
+    with transaction(conn):
+        conn.execute(
+            f"UPDATE outbox SET state = 'sent', error = NULL, updated_at = ? "
+            f"WHERE id IN ({','.join('?' * len(row_ids))}) AND state = 'sending'",
+            (now, *row_ids),
+        )
 
 
 def _recover(conn: sqlite3.Connection, now: float) -> list[OutboxEntry]:
