@@ -147,7 +147,9 @@ class Outbox:
         if row.claimed:
             entry = OutboxLog.entry(row, row_id) if row_id is not None else None
             self.deliverer.handoff(row.session, entry)
-        elif row_id is not None:
+            return
+        self.deliverer.handoff(row.session, None)  # a reservation not used: look in the store
+        if row_id is not None:
             self.woken(row.session)
 
     def woken(self, session: str) -> None:
