@@ -217,6 +217,7 @@ async def test_start_answers_pending_messages_batched_and_announces_a_cut_off_re
     # the row being sent when the process died is never sent again; the next one is, once
     # the adapter is connected (the router started before it)
     await until(lambda: s.texts(ChatRef("private", "3")) == ["never sent"], "the pending row")
+    await s.settle()  # sent rows are marked a moment after the send
     store = await s.store()
     states = {e.id: e.state for e in await store.inbox.list()}
     assert [states[i] for i in pending] == ["answered", "answered"]

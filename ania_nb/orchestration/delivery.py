@@ -21,8 +21,9 @@ is idle while the front end is connected may write it already claimed (`reserve`
 the row over after the commit (`handoff`): it is written at once, with no claim of its own.
 A crash between that commit and the write leaves the row ``sending`` → ``uncertain``: not sent
 again, exactly like a crash between a claim and its write (the window is the same: one hop of
-the event loop). Rows confirmed ``sent`` are marked in batches (`OutboxLog.mark_sent`, one
-transaction for every row confirmed meanwhile); one confirmed but not marked yet when the
+the event loop). Rows confirmed ``sent`` are marked without a transaction of their own when
+an event is accepted within `MARK_DELAY` (`OutboxLog.confirm`: the accept's transaction marks
+them), else in one batch (`OutboxLog.mark_sent`); one confirmed but not marked yet when the
 process dies is ``uncertain`` after the restart: it was written, and is not written again.
 Every step that adds a row must `wake` its chat (or hand the row over): a worker looks for
 more rows only when woken.
@@ -42,6 +43,7 @@ log = logging.getLogger(__name__)
 
 SendOutcome = Literal["sent", "unsent", "uncertain", "failed"]
 CLOSE_WAIT = 5.0  # seconds `Deliverer.aclose` lets workers write the rows they hold
+MARK_DELAY = 0.05  # seconds a sent row waits to be marked with an accepted event's transaction
 Send = Callable[[OutboxEntry], Awaitable[tuple[SendOutcome, "str | None"]]]
 
 
@@ -82,7 +84,6 @@ class Deliverer:
         self._connected = connected
         self._workers: dict[str, asyncio.Task[None]] = {}
         self._handed: dict[str, asyncio.Future[OutboxEntry | None]] = {}  # reserved chats
-        self._confirmed: list[int] = []  # rows sent, to be marked with the next batch
         self._marking: asyncio.Task[None] | None = None
         self._dirty: set[str] = set()  # sessions with rows added since their worker last looked
         self._waiters: dict[int, asyncio.Future[Posted]] = {}  # row id -> its final state
@@ -165,17 +166,21 @@ class Deliverer:
         await self._idle.wait()
 
     def _confirm(self, row_id: int) -> None:
-        """Row ``row_id`` was sent: mark it with the next batch (started now if none runs)."""
-        self._confirmed.append(row_id)
+        """Row ``row_id`` was sent: marked by the next accept, else by a batch of its own."""
+        self.log.confirm(row_id)
         if self._marking is None:
             self._idle.clear()
             self._marking = asyncio.create_task(self._mark_confirmed(), name="ania-outbox-sent")
 
     async def _mark_confirmed(self) -> None:
-        """Mark confirmed rows ``sent``, one transaction per batch, until none is left."""
+        """Mark what no accept marked within `MARK_DELAY`, one transaction per batch."""
         try:
-            while self._confirmed:
-                batch, self._confirmed = self._confirmed, []
+            while True:
+                if not self._closed:
+                    await asyncio.sleep(MARK_DELAY)
+                batch = self.log.take_confirmed()
+                if not batch:
+                    break
                 try:
                     await self.log.mark_sent(batch)
                 except Exception:  # they stay "sending": uncertain after a restart, never resent

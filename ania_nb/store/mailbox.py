@@ -179,17 +179,29 @@ def apply_effects(
 class Inbox:
     """The durable inbox (see the module docstring); every call runs on the store thread."""
 
-    def __init__(self, db: Database) -> None:
-        """Read and write the ``inbox`` table of ``db``."""
+    def __init__(self, db: Database, outbox: OutboxLog | None = None) -> None:
+        """Read and write the ``inbox`` table of ``db``.
+
+        ``outbox``'s rows confirmed sent are marked in the next accept's transaction.
+        """
         self._db = db
+        self._outbox = outbox
 
     async def accept(self, row: InboxRow, effects: Sequence[Effect] = ()) -> int | None:
         """Insert ``row`` (and ``effects``) in one transaction; None when its key is taken.
 
-        A duplicate writes nothing, its effects neither.
+        A duplicate writes nothing, its effects neither. The outbox rows confirmed sent since
+        the last transaction that marked them are marked ``sent`` in it too (no commit of
+        their own: `OutboxLog.confirm`).
         """
         check_effects([row, *effects])
-        return await self._db.run(_accept, row, list(effects), time.time())
+        sent = self._outbox.take_confirmed() if self._outbox is not None else []
+        try:
+            return await self._db.run(_accept, row, list(effects), time.time(), sent)
+        except BaseException:
+            if self._outbox is not None:  # marked by a later transaction (idempotent)
+                self._outbox.confirm(*sent)
+            raise
 
     async def update(self, effects: Sequence[Effect]) -> list[int]:
         """Write ``effects`` in one transaction; returns the new outbox row ids."""
@@ -255,6 +267,20 @@ class OutboxLog:
     def __init__(self, db: Database) -> None:
         """Read and write the ``outbox`` table of ``db``."""
         self._db = db
+        self._confirmed: builtins.list[int] = []
+
+    def confirm(self, *row_ids: int) -> None:
+        """Rows ``row_ids`` (``sending``) were sent: the next accept or `mark_sent` marks them.
+
+        Until then they are ``sending`` in the store (``uncertain`` after a crash: written,
+        and never written again).
+        """
+        self._confirmed.extend(row_ids)
+
+    def take_confirmed(self) -> builtins.list[int]:
+        """The rows confirmed and not marked yet (the caller marks them)."""
+        taken, self._confirmed = self._confirmed, []
+        return taken
 
     async def add(self, row: OutboxRow, effects: Sequence[Effect] = ()) -> int:
         """Insert ``row`` (with ``effects``) in one transaction; returns its id."""
@@ -392,9 +418,11 @@ def _insert_outbox(conn: sqlite3.Connection, row: OutboxRow, run_id: int | None,
 
 
 def _accept(
-    conn: sqlite3.Connection, row: InboxRow, effects: list[Effect], now: float
+    conn: sqlite3.Connection, row: InboxRow, effects: list[Effect], now: float, sent: list[int]
 ) -> int | None:
     with transaction(conn):
+        if sent:
+            _set_sent(conn, sent, now)
         inbox_id = _insert_inbox(conn, row, now)
         if inbox_id is not None and effects:
             apply_effects(conn, _bound(effects, inbox_id), None, now)
@@ -553,11 +581,15 @@ def _mark(
 
 def _mark_sent(conn: sqlite3.Connection, row_ids: tuple[int, ...], now: float) -> None:
     with transaction(conn):
-        conn.execute(
-            f"UPDATE outbox SET state = 'sent', error = NULL, updated_at = ? "
-            f"WHERE id IN ({','.join('?' * len(row_ids))}) AND state = 'sending'",
-            (now, *row_ids),
-        )
+        _set_sent(conn, row_ids, now)
+
+
+def _set_sent(conn: sqlite3.Connection, row_ids: Sequence[int], now: float) -> None:
+    conn.execute(
+        f"UPDATE outbox SET state = 'sent', error = NULL, updated_at = ? "
+        f"WHERE id IN ({','.join('?' * len(row_ids))}) AND state = 'sending'",
+        (now, *row_ids),
+    )
 
 
 def _recover(conn: sqlite3.Connection, now: float) -> list[OutboxEntry]:
