@@ -145,30 +145,34 @@ class StoreRecord:
         reply = self.reply(outcome) if self.reply is not None else None
         if reply is not None:
             effects.append(reply)
-        finishing = asyncio.ensure_future(
-            self.store.journal.finish(
-                self.session,
-                run_id,
-                outcome.status,
-                messages=messages if self.history else (),
-                usage=usage,
-                reply=outcome.text or None,
-                error=outcome.error,
-                counted=tokens,  # the run's own calls; included work has its records
-                effects=effects,
-            )
+        finishing = self.store.journal.finish(
+            self.session,
+            run_id,
+            outcome.status,
+            messages=messages if self.history else (),
+            usage=usage,
+            reply=outcome.text or None,
+            error=outcome.error,
+            counted=tokens,  # the run's own calls; included work has its records
+            effects=effects,
         )
         written = self.written
+        if reply is None or written is None:  # nothing to hand over: the plain path
+            await finishing
+            if self.finished is not None:
+                self.finished()
+            return
+
+        handed = reply  # for the callback: bound, not None
 
         def over(done: asyncio.Future[list[int]]) -> None:
-            row_id = _first_id(done)  # retrieves a failure even if nobody awaits it any more
-            if reply is not None and written is not None:
-                written(reply, row_id)
+            written(handed, _first_id(done))  # retrieves a failure even if nobody awaits it
 
         # Told when the transaction is over, even if this run is cancelled meanwhile: a
         # claimed reply is sent right after its commit, before the after-run hooks.
-        finishing.add_done_callback(over)
-        await asyncio.shield(finishing)
+        task = asyncio.ensure_future(finishing)
+        task.add_done_callback(over)
+        await asyncio.shield(task)
         if self.finished is not None:
             self.finished()
 
