@@ -22,7 +22,12 @@ from .engine.loop import Gate, GateDecision, ToolCall
 from .engine.messages import Message
 from .errors import UsageError
 from .governance import ApprovalManager, Governance, PythonHook
-from .governance.approval import SUSPENDED, VERDICT_OUTCOMES, request_from_record
+from .governance.approval import (
+    SUSPENDED,
+    VERDICT_OUTCOMES,
+    request_from_record,
+    stored_verdict,
+)
 from .governance.commands import parse_slash
 from .governance.plan import PLAN_BLOCKED_TOOLS
 from .knowledge import Knowledge
@@ -661,8 +666,7 @@ class Agent:
         """Settle a batch's inbox rows that its run did not (a refusal, a stop before it began)."""
         ids = tuple(p.inbox_id for p in batch if p.inbox_id is not None and not p.settled)
         if not ids or self._rt is None:  # the run's finish step answered them (the usual case)
-            self.outbox.woken(state.name)
-            return
+            return  # and handed its reply row to the outbox (`Outbox.handoff`)
         row = reply_row(state.name, batch, result, shutdown=not self._accepting)
         self._track(self._settle(state.name, ids, row))
 
@@ -714,6 +718,26 @@ class Agent:
             request_id, session=session, allow=allow, approver=approver, reason=reason
         )
 
+    async def answer_suspended(
+        self,
+        request_id: str | None = None,
+        *,
+        session: str | None = None,
+        allow: bool | str,
+        approver: str | None = None,
+        reason: str = "",
+    ) -> ApprovalRequest:
+        """Answer an approval suspended by this shutdown (`suspend_approvals`); returns it.
+
+        For a front end still taking messages during its shutdown grace: the same words and
+        rules as `answer_approval`, but the verdict is kept on the stored request and the next
+        start continues the run with it (`resume_approvals`) instead of posting the card again.
+        Suspended requests of a session are ``approvals.suspended(session)``.
+        """
+        return await self.approvals.answer_suspended(
+            request_id, session=session, allow=allow, approver=approver, reason=reason
+        )
+
     # ------------------------------------------------------------------ approvals across restarts
 
     # ------------------------------------------------------------------ background work
@@ -756,15 +780,17 @@ class Agent:
         queues a resumed run in the session (`answer_resumed`): the pending call runs (allowed)
         or gets the refusal as its result (denied, timed out), and the loop goes on; the reply
         is published on the outbox. A request whose deadline passed is not posted: it times
-        out at once and its run goes on with the refusal. Requests of sessions this front end
-        cannot ask in (no ``request_approval``) are left for one that can. Ended rows older
-        than a week are pruned first.
+        out at once and its run goes on with the refusal; nor is one answered during the last
+        shutdown (`answer_suspended`): its run goes on with that verdict. Requests of sessions
+        this front end cannot ask in (no ``request_approval``) are left for one that can.
+        Ended rows older than a week are pruned first.
         """
         rt = await self._ensure_open()
         approvals = rt.store.approvals
         await approvals.prune(APPROVAL_ROWS_KEPT)
         asked = {r.id for r in self.approvals.pending()}
         posted: list[ApprovalRequest] = []
+        decided = 0
         for row, live in await approvals.open_rows():
             callbacks = self.outbox.callbacks_for(row.session)
             if live or row.id in asked or not callbacks.has("request_approval"):
@@ -787,10 +813,14 @@ class Agent:
             )
             self._resumed.add(task)
             task.add_done_callback(self._resumed.discard)
-            if not claimed.expired:
+            if claimed.verdict is not None:
+                decided += 1
+            elif not claimed.expired:
                 posted.append(request)
         if posted:
             log.info("asked again %d approval(s) left open by a restart", len(posted))
+        if decided:
+            log.info("continuing %d run(s) with the verdict given during the shutdown", decided)
         return posted
 
     async def _continue_approval(
@@ -811,7 +841,10 @@ class Agent:
     async def _resume_approval(
         self, row: ApprovalRow, request: ApprovalRequest, callbacks: Callbacks
     ) -> None:
-        verdict = await self.approvals.resume(request, callbacks, deadline=row.deadline)
+        # Answered while the last process shut down: no card, the run goes on with it.
+        verdict = stored_verdict(row)
+        if verdict is None:
+            verdict = await self.approvals.resume(request, callbacks, deadline=row.deadline)
         if verdict.outcome not in VERDICT_OUTCOMES:  # /stop (settled): the run stays where it was
             return
         resumption = Resumption.from_checkpoint(
@@ -872,6 +905,7 @@ class Agent:
             context=self._turn_context,
             admit=self._quota_denial,
             shutting_down=lambda: not self._accepting,
+            outbox=self.outbox,
         )
 
     async def _quota_denial(self, session: str) -> str | None:

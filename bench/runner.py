@@ -207,6 +207,73 @@ async def engine_block(agent: Any, chats: int, messages: int, base: int, wait: f
 _snapshot: list[Any] = []
 
 
+class Profiler:
+    """``--profile DIR``: cProfile of the loop thread and the store thread, and each thread's CPU.
+
+    Switched on for one side's measured blocks at a time (``profile`` commands); what each side
+    gathered is dumped as ``<side>-loop.prof`` / ``<side>-store.prof`` and ``<side>-threads.json``
+    (CPU seconds per thread name) in DIR at the end.
+    """
+
+    def __init__(self, folder: Path, agent: Any) -> None:
+        self.folder = folder
+        self.agent = agent
+        self.side: str | None = None
+        self.loop: dict[str, Any] = {}
+        self.store: dict[str, Any] = {}
+        self.threads: dict[str, dict[str, float]] = {}
+        self._cpu0: dict[str, float] = {}
+
+    @staticmethod
+    def thread_cpu() -> dict[str, float]:
+        """CPU seconds (utime + stime) of each live thread of this process, by thread name."""
+        import threading
+
+        tick = os.sysconf("SC_CLK_TCK")
+        found: dict[str, float] = {}
+        for thread in threading.enumerate():
+            try:
+                raw = Path(f"/proc/self/task/{thread.native_id}/stat").read_text()
+            except OSError:
+                continue
+            fields = raw.rsplit(")", 1)[1].split()
+            name = thread.name.split("_")[0]
+            found[name] = found.get(name, 0.0) + (int(fields[11]) + int(fields[12])) / tick
+        return found
+
+    async def switch(self, side: str | None) -> None:
+        """Profile ``side`` from now on (None: stop)."""
+        import cProfile
+
+        db = (await self.agent.host.open_store()).db
+        if self.side is not None:
+            self.loop[self.side].disable()
+            await asyncio.get_running_loop().run_in_executor(
+                db._executor, self.store[self.side].disable
+            )
+            now = self.thread_cpu()
+            spent = self.threads.setdefault(self.side, {})
+            for name, cpu in now.items():
+                spent[name] = spent.get(name, 0.0) + cpu - self._cpu0.get(name, 0.0)
+        self.side = side
+        if side is None:
+            return
+        self._cpu0 = self.thread_cpu()
+        self.loop.setdefault(side, cProfile.Profile()).enable()
+        store = self.store.setdefault(side, cProfile.Profile())
+        await asyncio.get_running_loop().run_in_executor(db._executor, store.enable)
+
+    def dump(self) -> None:
+        """Write what was gathered."""
+        self.folder.mkdir(parents=True, exist_ok=True)
+        for side, prof in self.loop.items():
+            prof.dump_stats(self.folder / f"{side}-loop.prof")
+        for side, prof in self.store.items():
+            prof.dump_stats(self.folder / f"{side}-store.prof")
+        for side, spent in self.threads.items():
+            (self.folder / f"{side}-threads.json").write_text(json.dumps(spent, indent=2))
+
+
 def trace_step() -> dict[str, Any]:
     """tracemalloc: 1st call starts it, 2nd takes a snapshot, 3rd: the 12 largest growths since.
 
@@ -255,6 +322,7 @@ async def child_main(args: argparse.Namespace) -> None:
         }
     )
     loop = asyncio.get_running_loop()
+    profiler = Profiler(args.profile, agent) if args.profile else None
     try:
         while True:
             line = await loop.run_in_executor(None, sys.stdin.readline)
@@ -277,9 +345,15 @@ async def child_main(args: argparse.Namespace) -> None:
                 emit(sample)
             elif cmd["cmd"] == "trace":  # tracemalloc: start, then the top growth since
                 emit(trace_step())
+            elif cmd["cmd"] == "profile":
+                if profiler is not None:
+                    await profiler.switch(cmd["side"])
+                emit({"profiling": cmd["side"]})
             elif cmd["cmd"] == "quit":
                 break
     finally:
+        if profiler is not None:
+            profiler.dump()
         if runner is not None:
             adapter, router = runner
             await router.close(5.0)
@@ -328,6 +402,8 @@ class Child:
             cmd += ["--max-concurrent-runs", str(args.max_concurrent_runs)]
         if args.store_url:
             cmd += ["--store-url", args.store_url]
+        if args.profile is not None:
+            cmd += ["--profile", str(args.profile)]
         self.proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
         self.hello = self._read()
 
@@ -441,7 +517,11 @@ class Bench:
         order = ["engine", "runner", "runner", "engine"] if self.peer else ["engine", "engine"]
         for side in order:
             gc.collect()
+            if a.profile is not None:
+                await self.child.ask(cmd="profile", side=side)
             await self.block(side, a.chats, a.messages, results[side])
+            if a.profile is not None:
+                await self.child.ask(cmd="profile", side=None)
             print(f"  {side} block done", file=sys.stderr, flush=True)
         rows = {side: results[side].row() for side in sides}
         if "runner" in rows:
@@ -604,6 +684,14 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     )
     p.add_argument(
         "--tracemalloc", action="store_true", help="memory test: top growth of its second half"
+    )
+    p.add_argument(
+        "--profile",
+        type=Path,
+        default=None,
+        metavar="DIR",
+        help="cProfile the child's loop and store threads per side (measured blocks) into DIR; "
+        "the CPU figures then include the profiler's cost",
     )
     # Internal: the runner child process.
     p.add_argument("--child", action="store_true", help=argparse.SUPPRESS)

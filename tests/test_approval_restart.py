@@ -355,3 +355,32 @@ async def test_the_approval_log_refuses_bad_states_clearly_and_keeps_the_row(
     row = await store.approvals.get(request_id)
     assert row is not None and row.state == "suspended" and row.checkpoint["pending"]
     assert await store.approvals.get("new1") is None
+
+
+async def test_a_verdict_kept_on_a_suspended_row_survives_being_suspended_again(
+    make_agent: Any, llm: Any
+) -> None:
+    request_id, _, _ = await suspended_run(make_agent, llm)
+    store: Store = await approval_agent(make_agent).host.open_store()
+    log = store.approvals
+    with pytest.raises(UsageError, match="allowed or denied, not 'timeout'"):
+        await log.decide(request_id, "timeout", "", None)
+    assert await log.decide(request_id, "denied", "denied by qq:7", "qq:7")
+    assert not await log.decide(request_id, "allowed", "approved by qq:7", "qq:7")  # first wins
+    [(row, live)] = await log.open_rows()
+    assert not live  # suspended: nobody holds it
+    claimed = await log.claim(row)
+    assert claimed is not None and (claimed.state, claimed.resent) == ("pending", 0)
+    assert not await log.decide(request_id, "allowed", "", "qq:7")  # only suspended rows
+    # Closed again before its run went on: suspended, still with who decided and why.
+    assert await log.settle(request_id, "suspended", "suspended waiting for an approval")
+    row = await log.get(request_id)
+    assert row is not None
+    assert (row.state, row.verdict, row.approver, row.reason) == (
+        "suspended",
+        "denied",
+        "qq:7",
+        "denied by qq:7",
+    )
+    assert await log.settle(request_id, "denied", "denied by qq:7", "qq:7")
+    assert await rows(approval_agent(make_agent)) == [(request_id, "denied")]

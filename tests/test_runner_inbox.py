@@ -114,6 +114,31 @@ async def test_a_flood_gets_one_overflow_notice_per_busy_period(llm, serve):
     assert states.count("dropped") == 29 and states.count("answered") == 2
 
 
+async def test_each_busy_period_gets_its_own_overflow_notice(llm, serve):
+    wait_here, started, release = blocker()
+    llm.script(
+        reply(tool_calls=[tool_call("wait_here")]),
+        reply("first"),
+        reply("queued one"),
+        reply(tool_calls=[tool_call("wait_here")]),
+        reply("second"),
+        reply("queued two"),
+    )
+    s = await serve(tools=[wait_here], overrides={"agent.queue_size": 1})
+    chat = ChatRef("private", "5")
+    for period in range(2):
+        started.clear()
+        release.clear()
+        await s.adapter.receive(s.adapter.private("5", f"work {period}"))
+        await asyncio.wait_for(started.wait(), 10)
+        for n in range(3):
+            await s.adapter.receive(s.adapter.private("5", f"flood {period}.{n}"))
+        release.set()
+        await s.settle()
+    assert s.texts(chat).count(OVERFLOW) == 2  # one per busy period, not one per chat
+    assert s.texts(chat)[-2:] == ["second", "queued two"]
+
+
 # ------------------------------------------------------------------ recovery
 
 
@@ -194,6 +219,7 @@ async def test_start_answers_pending_messages_batched_and_announces_a_cut_off_re
     # the row being sent when the process died is never sent again; the next one is, once
     # the adapter is connected (the router started before it)
     await until(lambda: s.texts(ChatRef("private", "3")) == ["never sent"], "the pending row")
+    await s.settle()  # sent rows are marked a moment after the send
     store = await s.store()
     states = {e.id: e.state for e in await store.inbox.list()}
     assert [states[i] for i in pending] == ["answered", "answered"]
@@ -286,20 +312,26 @@ async def test_messages_during_the_shutdown_grace_are_kept_and_answered_after_re
     await asyncio.sleep(0)
     for n in range(3):
         await adapter.receive(adapter.private("6", f"while closing {n}"))
+    await adapter.receive(adapter.private("7", "me too"))
     release.set()
     await asyncio.wait_for(closing, 10)
     await agent.aclose()
-    assert [m.text for m in adapter.sent_to(ChatRef("private", "6"))] == [HELD_TEXT]
+    for chat in (ChatRef("private", "6"), ChatRef("private", "7")):  # each chat told once
+        assert [m.text for m in adapter.sent_to(chat)] == [HELD_TEXT]
 
-    llm.script(reply("answered after the restart"))
+    def answer(request: Any) -> Any:
+        asked = str(request.messages[-1])
+        return reply("answered 6" if "while closing 2" in asked else "answered 7")
+
+    llm.responder = answer
     again = make_agent()
     adapter2 = MemoryAdapter()
     router2 = Router(again, adapter2)
     await router2.start()
     await adapter2.start(router2.handle)
     await asyncio.wait_for(router2.wait_idle(), 10)
-    assert [m.text for m in adapter2.sent] == ["answered after the restart"]
-    assert "while closing 2" in str(llm.requests[-1].messages[-1])
+    assert sorted(m.text for m in adapter2.sent) == ["answered 6", "answered 7"]  # once each
+    assert [m.text for m in adapter2.sent_to(ChatRef("private", "6"))] == ["answered 6"]
     await router2.close(0)
 
 
@@ -317,3 +349,111 @@ async def test_the_reply_row_is_written_by_the_runs_finish_step_itself(llm, serv
     [out] = await store.outbox.list()
     assert row.state == "answered" and (out.kind, out.run_id) == ("reply", row.run_id)
     assert out.payload["text"] == "kept"
+
+
+# ------------------------------------------------------------------ delivery
+
+
+async def test_a_crash_between_the_finish_commit_and_the_write_leaves_the_reply_uncertain(
+    llm, make_agent, monkeypatch
+):
+    """The reply row is claimed in the run's finish step: dying before the write, it is not
+    sent again (it may or may not have been written, as after any claim), nor duplicated."""
+    from ania_nb.orchestration import delivery
+
+    monkeypatch.setattr(delivery, "CLOSE_WAIT", 0.05)  # the first "process" never hands off
+    llm.script(reply("written, then the process died"))
+    agent = make_agent()
+    adapter = MemoryAdapter()
+    router = Router(agent, adapter)
+    await router.start()
+    await adapter.start(router.handle)
+    handed: list[Any] = []
+    monkeypatch.setattr(agent.outbox, "handoff", lambda row, row_id: handed.append((row, row_id)))
+    await adapter.receive(adapter.private("5", "hi"))
+    await until(lambda: handed, "the finish step to commit")
+    [(row, row_id)] = handed
+    store = await agent.host.open_store()
+    out = await store.outbox.get(row_id)
+    assert out is not None and (out.kind, out.state, out.attempts) == ("reply", "sending", 1)
+    assert row.claimed and adapter.sent == []
+
+    again = make_agent()  # the restart: same data dir
+    adapter2 = MemoryAdapter()
+    router2 = Router(again, adapter2)
+    await router2.start()
+    await adapter2.start(router2.handle)
+    await asyncio.wait_for(router2.wait_idle(), 10)
+    assert adapter2.sent == [] and len(llm.requests) == 1  # neither sent again nor re-run
+    store2 = await again.host.open_store()
+    [out] = await store2.outbox.list()
+    [entry] = await store2.inbox.list()
+    assert (out.state, entry.state) == ("uncertain", "answered")
+    await router2.close(0)
+
+
+class Wire:
+    """A deliverer's send that records rows and can hold the next one until released."""
+
+    def __init__(self) -> None:
+        self.sent: list[int] = []
+        self.hold = asyncio.Event()
+        self.hold.set()
+        self.holding = asyncio.Event()
+
+    async def __call__(self, entry: Any) -> tuple[str, str | None]:
+        if not self.hold.is_set():
+            self.holding.set()
+            await self.hold.wait()
+        self.sent.append(entry.id)
+        return "sent", None
+
+
+async def deliverer_on(data: Path) -> tuple[Any, Store, Wire]:
+    from ania_nb.orchestration.delivery import Deliverer
+
+    async def ready() -> None:
+        return None
+
+    store = await Store.open(data)
+    wire = Wire()
+    return Deliverer(store.outbox, wire, serves=lambda s: True, ready=ready), store, wire
+
+
+async def test_a_handed_reply_is_written_before_the_deliverer_closes(tmp_path: Path) -> None:
+    deliverer, store, wire = await deliverer_on(tmp_path / "data")
+    try:
+        assert deliverer.reserve("f:1")
+        assert not deliverer.reserve("f:1")  # its worker is busy now: the next row waits
+        closing = asyncio.create_task(deliverer.aclose())
+        await asyncio.sleep(0)  # the close has begun; the step commits only now
+        row = OutboxRow("f:1", "reply", {"text": "late"}, claimed=True)
+        row_id = await store.outbox.add(row)
+        deliverer.handoff("f:1", store.outbox.entry(row, row_id))
+        await asyncio.wait_for(closing, 10)
+        assert wire.sent == [row_id]
+        assert (await store.outbox.get(row_id)).state == "sent"  # type: ignore[union-attr]
+        assert not deliverer.reserve("f:2")  # closed
+    finally:
+        await store.close()
+
+
+async def test_rows_added_while_a_handed_reply_is_sent_follow_it_in_order(tmp_path: Path) -> None:
+    deliverer, store, wire = await deliverer_on(tmp_path / "data")
+    try:
+        wire.hold.clear()
+        assert deliverer.reserve("f:1")
+        row = OutboxRow("f:1", "reply", {"text": "the reply"}, claimed=True)
+        first = await store.outbox.add(row)
+        deliverer.handoff("f:1", store.outbox.entry(row, first))
+        await asyncio.wait_for(wire.holding.wait(), 10)
+        later = [await store.outbox.add(OutboxRow("f:1", "notice", {"text": t})) for t in "ab"]
+        deliverer.wake("f:1")  # once for both, as a busy chat may be woken
+        deliverer.wake("f:1")
+        wire.hold.set()
+        await asyncio.wait_for(deliverer.wait_idle(), 10)
+        assert wire.sent == [first, *later]
+        assert [e.state for e in await store.outbox.list()] == ["sent"] * 3
+    finally:
+        await deliverer.aclose()
+        await store.close()

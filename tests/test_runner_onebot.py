@@ -717,3 +717,40 @@ async def test_the_router_answers_a_group_through_the_adapter(
             assert len(llm.requests) == 2  # "大家好" never reached the model
         finally:
             await router.close(0)
+
+
+# ---------------------------------------------------------------- compression
+
+
+@pytest.mark.parametrize("compression", [False, True])
+async def test_permessage_deflate_is_negotiated_only_when_configured(compression: bool) -> None:
+    """Frames are small JSON: by default neither mode offers nor accepts permessage-deflate."""
+    from websockets.asyncio.server import serve
+
+    reverse = OneBotAdapter(_settings(mode="reverse", port=0, ws_compression=compression))
+    await reverse.start(lambda message: asyncio.sleep(0))
+    try:
+        async with connect(reverse.url, proxy=None) as ws:  # offers permessage-deflate
+            assert ws.response is not None
+            accepted = ws.response.headers.get("Sec-WebSocket-Extensions") or ""
+            assert ("permessage-deflate" in accepted) is compression
+    finally:
+        await reverse.aclose()
+
+    offered: list[str] = []
+
+    async def handler(ws: Any) -> None:
+        offered.append(ws.request.headers.get("Sec-WebSocket-Extensions") or "")
+        await ws.wait_closed()
+
+    async with serve(handler, "127.0.0.1", 0) as server:
+        port = next(iter(server.sockets)).getsockname()[1]
+        forward = OneBotAdapter(
+            _settings(mode="forward", url=f"ws://127.0.0.1:{port}", ws_compression=compression)
+        )
+        await forward.start(lambda message: asyncio.sleep(0))
+        try:
+            await until(lambda: offered, "the adapter's handshake")
+        finally:
+            await forward.aclose()
+    assert ("permessage-deflate" in offered[0]) is compression

@@ -700,3 +700,78 @@ async def test_close_suspends_a_waiting_approval_and_the_next_router_asks_again_
     await second.say(second.adapter.group(G1.id, "1", "允许"))
     await second.adapter.wait_sent(lambda m: m.text == "did it after the restart")
     assert llm.requests[-1].messages[-1]["content"] == "did it"
+
+
+def recording_danger(done: list[str]) -> Any:
+    """danger, noting each run in ``done``."""
+
+    @tool
+    def danger(what: str) -> str:
+        """Do something that needs a person's approval."""
+        done.append(what)
+        return f"did {what}"
+
+    return danger
+
+
+@pytest.mark.parametrize("word", ["允许", "拒绝"])
+async def test_a_verdict_during_the_grace_is_kept_and_the_restart_goes_on_without_a_card(
+    llm, serve, word
+):
+    from ania_nb.runner.router import KEPT_TEXT, SUSPENDED_TEXT
+    from ania_nb.runner.serve import resume_approvals_when_connected
+
+    done: list[str] = []
+    wait_here, started, release = blocker()
+    llm.script(
+        reply(tool_calls=[tool_call("danger", {"what": "it"})]),
+        reply(tool_calls=[tool_call("wait_here")]),
+        reply("the busy one finished"),
+    )
+    first = await serve(tools=[recording_danger(done), wait_here], overrides=APPROVAL)
+    await first.say(first.adapter.group(G1.id, "1", "please do it", mentioned=True))
+    await first.adapter.wait_sent(lambda m: m.text.startswith("【工具审批】"))
+    await first.say(first.adapter.private("8", "something slow"))  # holds the grace
+    await asyncio.wait_for(started.wait(), 10)
+    closing = asyncio.create_task(first.router.close(30))
+    await first.adapter.wait_sent(lambda m: m.text == SUSPENDED_TEXT)
+    [request] = first.agent.approvals.suspended(G1.session)
+    await first.say(first.adapter.group(G1.id, "2", word))  # a stranger: same rules as ever
+    refused = await first.adapter.wait_sent(lambda m: m.text.startswith("无法审批"))
+    assert "only the requester or an admin" in refused.text
+    await first.say(first.adapter.group(G1.id, "1", word))
+    kept = await first.adapter.wait_sent(lambda m: m.text.endswith(KEPT_TEXT))
+    assert kept.text.startswith("已允许" if word == "允许" else "已拒绝")
+    assert request.id in kept.text
+    assert HELD_TEXT not in first.texts(G1)  # a verdict, not a message kept for later
+    release.set()
+    await asyncio.wait_for(closing, 10)
+    await first.agent.aclose()
+
+    llm.script(reply("went on after the restart"))
+    second = await serve(tools=[recording_danger(done)], overrides=APPROVAL)
+    store = await second.agent.host.open_store()
+    row = await store.approvals.get(request.id)
+    verdict = "allowed" if word == "允许" else "denied"
+    assert row is not None and (row.state, row.verdict, row.approver) == (
+        "suspended",
+        verdict,
+        "qq:1",
+    )
+    await second.router.start()  # as serve does: the outbox's deliverer, then the approvals
+    await asyncio.wait_for(resume_approvals_when_connected(second.agent, second.adapter), 10)
+    await second.adapter.wait_sent(lambda m: m.text == "went on after the restart")
+    await second.settle()
+    assert second.texts() == ["went on after the restart"]  # no second card, one reply
+    last = llm.requests[-1].messages
+    assert last[-1]["role"] == "tool"
+    if word == "允许":
+        assert last[-1]["content"] == "did it" and done == ["it"]  # ran once, after the restart
+    else:
+        assert last[-1]["content"] == "Tool call not approved: denied by qq:1" and done == []
+    assert word not in str([r.messages for r in llm.requests])  # no verdict reached the model
+    resumed, original = await second.agent.runs(session=G1.session)
+    assert (original.status, resumed.status) == ("interrupted", "success")
+    assert [(row.state, row.resent) for row in [await store.approvals.get(request.id)]] == [
+        (verdict, 0)
+    ]

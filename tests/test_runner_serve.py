@@ -857,3 +857,61 @@ async def test_sigterm_with_an_approval_pending_exits_at_once_and_the_card_comes
         await again.aclose()
     refusal = llm.requests[-1].messages[-1]
     assert refusal["role"] == "tool" and refusal["content"].startswith("Tool call not approved")
+
+
+async def test_allow_during_the_sigterm_grace_is_kept_and_the_run_goes_on_without_a_second_card(
+    launch: Any, impl: OneBotImpl, llm: ScriptedLLM, tmp_path: Path
+) -> None:
+    user, busy, late = uid(), uid(), uid()
+    llm.script(reply(tool_calls=[tool_call("time", {})]))
+    proc = await connect(
+        launch, impl, "reverse", approval=APPROVE_TIME, runner={"grace_seconds": 600}
+    )
+    await impl.private_message(user, "what time is it?")
+    await impl.wait_for_action("send_private_msg", to_user(user, "工具审批"))
+    llm.responder = gate = Gate("the slow one")  # holds the grace open: a reply still running
+    try:
+        await impl.private_message(busy, "a slow question")
+        await requests(llm, 2)
+        proc.send(signal.SIGTERM)
+        await impl.wait_for_action("send_private_msg", to_user(user, "重启后会重新发送审批请求"))
+        await impl.private_message(user, "允许")
+        await impl.wait_for_action("send_private_msg", to_user(user, "重启后继续"))
+        for n in range(2):  # messages of the grace: stored, one notice, answered after
+            await impl.private_message(late, f"are you there {n}?")
+        await impl.wait_for_action("send_private_msg", to_user(late, "你的消息已保存"))
+        gate.open()
+        await impl.wait_for_action("send_private_msg", to_user(busy, "the slow one"))
+        assert await proc.wait() == 0
+    finally:
+        gate.open()
+    assert sum(1 for a in impl.actions if to_user(late)(a)) == 1  # the shutdown notice, once
+    with sqlite3.connect(tmp_path / "data" / "ania.db") as db:
+        [(state, verdict)] = db.execute("SELECT state, verdict FROM approvals").fetchall()
+    assert (state, verdict) == ("suspended", "allowed")
+
+    def answer(request: Any) -> Any:
+        resumed = request.messages[-1]["role"] == "tool"
+        return reply("it is late" if resumed else "back for the late one")
+
+    llm.responder = answer
+    await impl.aclose()
+    again = OneBotImpl(self_id="10000", access_token=TOKEN)
+    try:
+        proc = await connect(launch, again, "reverse", approval=APPROVE_TIME)
+        await again.wait_for_action("send_private_msg", to_user(user, "it is late"))
+        await again.wait_for_action("send_private_msg", to_user(late, "back for the late one"))
+        assert await proc.stop() == 0  # everything sent is in ``actions`` now
+    finally:
+        await again.aclose()
+    assert "continuing 1 run(s) with the verdict given during the shutdown" in proc.log
+    assert [a.text for a in again.actions if to_user(user)(a)] == ["it is late"]  # no 2nd card
+    assert [a.text for a in again.actions if to_user(late)(a)] == ["back for the late one"]
+    resumed = next(r for r in llm.requests if r.messages[-1]["role"] == "tool").messages
+    assert [m["role"] for m in resumed].count("tool") == 1  # the tool ran once
+    assert "current time is" in resumed[-1]["content"]
+    assert not any("允许" in str(r.messages) for r in llm.requests)
+    assert runs(tmp_path / "data", f"f:{user}") == [
+        (f"f:{user}", "interrupted"),
+        (f"f:{user}", "success"),
+    ]

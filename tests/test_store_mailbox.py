@@ -167,3 +167,18 @@ async def test_side_effects_mark_is_on_the_run_record(store: Store) -> None:
         )[0]
 
     assert await store.db.run(flag) == 1
+
+
+async def test_rows_confirmed_sent_are_marked_by_the_next_accept(store: Store) -> None:
+    claimed = OutboxRow("f:1", "reply", {"text": "hi"}, claimed=True)
+    sent_id = await store.outbox.add(claimed)
+    assert (await store.outbox.get(sent_id)).state == "sending"  # type: ignore[union-attr]
+    store.outbox.confirm(sent_id)
+    with pytest.raises(UsageError, match="JSON-serialisable"):  # a failed accept marks nothing
+        await store.inbox.accept(InboxRow("onebot", "10000", "bad", "f:1", None, {"x": {1, 2}}))
+    assert (await store.outbox.get(sent_id)).state == "sending"  # type: ignore[union-attr]
+    assert await store.inbox.accept(row("m1")) is not None  # ... and gave them back to this one
+    assert (await store.outbox.get(sent_id)).state == "sent"  # type: ignore[union-attr]
+    assert store.outbox.take_confirmed() == []
+    with pytest.raises(UsageError, match="only a claimed outbox row"):
+        store.outbox.entry(OutboxRow("f:1", "notice"), 1)

@@ -78,6 +78,12 @@ class RunnerSettings(Section):
         "the message again; rerun answers it again, but only if no tool with side effects had "
         "started (else it notifies).",
     )
+    ws_compression: bool = Field(
+        False,
+        description="Negotiate permessage-deflate on the OneBot WebSocket: smaller frames on a "
+        "slow link to the implementation, more CPU per message (off: frames are small JSON, "
+        "usually on the same machine).",
+    )
     grace_seconds: float = Field(
         20.0, ge=0, le=600, description="On shutdown, how long running replies may finish."
     )

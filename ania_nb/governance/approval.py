@@ -15,6 +15,9 @@ before the front end is told, and the row follows the verdict. When the run is b
 (shutdown: the run is blocked only on approvals), the question ends at once as ``suspended``,
 its row too, and the run ends without a tool result. After a restart `resume` asks the stored
 request again under the same id, until its original wall-clock deadline, with the same rules.
+A request suspended in this process can still be answered while it shuts down
+(`ApprovalManager.answer_suspended`, same rules): the verdict is kept on its row and the next
+start continues the run with it instead of asking again.
 
 Who may answer: ``approver=None`` is the trusted local front end (a notebook button, code in
 the same process) and may answer anything. A named approver (a chat user) must be an admin, or,
@@ -38,7 +41,7 @@ from ..engine.callbacks import ApprovalRequest, Callbacks, RunEvent, Verdict
 from ..errors import UsageError
 
 if TYPE_CHECKING:  # pragma: no cover
-    from ..store import ApprovalLog, OpLog
+    from ..store import ApprovalLog, ApprovalRow, OpLog
 
 log = logging.getLogger(__name__)
 
@@ -136,6 +139,7 @@ class ApprovalManager:
         self._pending: dict[str, tuple[ApprovalRequest, asyncio.Future[Verdict]]] = {}
         self._session_allowed: dict[str, set[str]] = {}
         self._ended: OrderedDict[str, Verdict] = OrderedDict()  # recently ended requests
+        self._suspended: dict[str, ApprovalRequest] = {}  # suspended here, no verdict yet
 
     async def request(
         self,
@@ -229,6 +233,8 @@ class ApprovalManager:
             ended = Verdict(False, SUSPENDED if outcome == "suspended" else STOPPED)
             if stored:
                 await _shielded(self._settle(request.id, ended, outcome))
+                if outcome == "suspended":  # may still be answered while shutting down
+                    self._suspended[request.id] = request
             await _resolved(callbacks, request, ended, outcome)
             raise
         finally:
@@ -353,12 +359,7 @@ class ApprovalManager:
         reason: str = "",
     ) -> ApprovalRequest:
         """Answer a pending request (by id, or the session's current one); returns it."""
-        if isinstance(allow, str):
-            parsed = parse_verdict_word(allow)
-            if parsed is None:
-                words = ", ".join(sorted(ALLOW_WORDS | DENY_WORDS))
-                raise UsageError(f"{allow!r} is not an answer; use one of: {words}")
-            allow = parsed
+        allow = _allowed(allow)
         entry = self._find(request_id, session)
         request, future = entry
         self._authorise(request, approver)
@@ -369,6 +370,59 @@ class ApprovalManager:
         future.set_result(Verdict(allow, text, approver))
         self._answered.add(request.id)
         return request
+
+    def suspended(self, session: str | None = None) -> list[ApprovalRequest]:
+        """Requests suspended in this process not answered yet (of one session, or all)."""
+        return [r for r in self._suspended.values() if session is None or r.session == session]
+
+    async def answer_suspended(
+        self,
+        request_id: str | None = None,
+        *,
+        session: str | None = None,
+        allow: bool | str,
+        approver: str | None = None,
+        reason: str = "",
+    ) -> ApprovalRequest:
+        """Answer a request suspended at shutdown: the verdict is kept for the next start.
+
+        Same rules and errors as `answer`; the stored row stays ``suspended`` with the verdict,
+        and `resume` is not needed for it: the resumed run goes on with `stored_verdict`.
+        """
+        allow = _allowed(allow)
+        request = self._find_suspended(request_id, session)
+        self._authorise(request, approver)
+        who = f" by {approver}" if approver else ""
+        text = reason or (f"approved{who}" if allow else f"denied{who}")
+        outcome = "allowed" if allow else "denied"
+        decided = self.store is not None and await self.store.decide(
+            request.id, outcome, text, approver
+        )
+        if not decided:
+            self._suspended.pop(request.id, None)
+            raise UsageError(f"approval request {request.id} is no longer waiting for an answer")
+        self._suspended.pop(request.id, None)
+        verdict = Verdict(allow, text, approver, outcome)
+        self._ended[request.id] = verdict
+        await self._audit(request, verdict, f"{'允许' if allow else '拒绝'} (kept for the restart)")
+        return request
+
+    def _find_suspended(self, request_id: str | None, session: str | None) -> ApprovalRequest:
+        if request_id is not None:
+            found = self._suspended.get(request_id)
+            if found is None:
+                ended = self._ended.get(request_id)
+                if ended is not None:
+                    raise UsageError(_already(request_id, ended))
+                raise UsageError(f"no suspended approval request with id {request_id!r}")
+            return found
+        matches = self.suspended(session)
+        if not matches:
+            where = f" in session {session!r}" if session else ""
+            raise UsageError(f"no approval request is suspended{where}")
+        if len(matches) > 1:
+            raise UsageError("several approval requests are suspended; answer one by its id")
+        return matches[0]
 
     def _remember(self, request_id: str, future: asyncio.Future[Verdict]) -> None:
         """Keep how a request ended, so a late answer hears it was ignored and why."""
@@ -436,6 +490,24 @@ class ApprovalManager:
         if len(matches) > 1:
             raise UsageError("several approval requests are pending; answer one by its id")
         return matches[0]
+
+
+def stored_verdict(row: ApprovalRow) -> Verdict | None:
+    """The verdict kept on a stored row (answered while suspended), or None."""
+    if row.verdict not in VERDICT_OUTCOMES - {"timeout"}:
+        return None
+    return Verdict(row.verdict == "allowed", row.reason or "", row.approver, row.verdict)
+
+
+def _allowed(allow: bool | str) -> bool:
+    """``allow`` as a bool; an answer word is parsed, anything else is a `UsageError`."""
+    if not isinstance(allow, str):
+        return allow
+    parsed = parse_verdict_word(allow)
+    if parsed is None:
+        words = ", ".join(sorted(ALLOW_WORDS | DENY_WORDS))
+        raise UsageError(f"{allow!r} is not an answer; use one of: {words}")
+    return parsed
 
 
 def _never() -> bool:

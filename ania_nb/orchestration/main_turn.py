@@ -9,6 +9,7 @@ injected message carries), and its tool view offers only what that role may use.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -18,7 +19,7 @@ from ..governance.roles import highest
 from ..result import RunResult, RunStatus
 from ..store import OutboxRow
 from .checkpoint import resumed_input
-from .outbox import Delivery, delivery_payload
+from .outbox import Delivery, Outbox, delivery_payload
 from .queues import resolve
 from .records import ResumedRecord, StoreRecord
 from .run import RunServices, execute_run
@@ -57,6 +58,7 @@ async def answer_batch(
     context: ContextSource | None = None,
     admit: Admission | None = None,
     shutting_down: Callable[[], bool] = lambda: False,
+    outbox: Outbox | None = None,
 ) -> RunResult:
     """Answer every message of ``batch`` with one main run.
 
@@ -64,8 +66,10 @@ async def answer_batch(
     queued get a ``denied`` result and nothing runs. ``context(session, text)`` may add a block
     to this turn's prompt (the knowledge base's auto-inject); the stored history keeps only the
     user's text. Messages from the durable inbox are marked by the run's steps and their reply
-    is an outbox row of the finish step (`StoreRecord`); ``shutting_down()`` notes on a
-    reply whether the service was closing (a reply stopped by a shutdown says so).
+    is an outbox row of the finish step (`StoreRecord`), handed to ``outbox`` once written
+    (claimed already when its chat's deliverer is idle: `Outbox.reserve`);
+    ``shutting_down()`` notes on a reply whether the service was closing (a reply stopped by
+    a shutdown says so).
     """
     text, images = merge_batch(batch)
     denied = await admit(state.name) if admit is not None else None
@@ -90,7 +94,7 @@ async def answer_batch(
         system_prompt=system_prompt,
         # what this front end can serve and this role may use
         tools=front_end_view(state.executor, callbacks, allowed=roles.tool_filter(role)),
-        record=durable_record(store, state.name, batch, shutting_down),
+        record=durable_record(store, state.name, batch, shutting_down, outbox),
         conversation=state.conversation,
         sender=senders_of(batch),
         requester=batch[-1].sender,
@@ -131,21 +135,32 @@ def reply_row(
 
 
 def durable_record(
-    store: Store, session: str, batch: list[Pending], shutting_down: Callable[[], bool]
+    store: Store,
+    session: str,
+    batch: list[Pending],
+    shutting_down: Callable[[], bool],
+    outbox: Outbox | None = None,
 ) -> StoreRecord:
-    """The record sink of a main turn: with the inbox rows and reply row of durable messages."""
+    """The record sink of a main turn: with the inbox rows and reply row of durable messages.
+
+    The reply row is written claimed when ``outbox`` may send it right after the commit.
+    """
     inbox = tuple(p.inbox_id for p in batch if p.inbox_id is not None)
     if not inbox:
         return StoreRecord(store, session)
 
     def reply(outcome: RunResult) -> OutboxRow:
-        return reply_row(session, batch, outcome, shutdown=shutting_down())
+        row = reply_row(session, batch, outcome, shutdown=shutting_down())
+        if outbox is not None and outbox.reserve(session):  # last: it must be handed off
+            row = dataclasses.replace(row, claimed=True)
+        return row
 
     def finished() -> None:
         for pending in batch:
             pending.settled = True
 
-    return StoreRecord(store, session, inbox=inbox, reply=reply, finished=finished)
+    written = outbox.handoff if outbox is not None else None
+    return StoreRecord(store, session, inbox=inbox, reply=reply, finished=finished, written=written)
 
 
 async def answer_resumed(

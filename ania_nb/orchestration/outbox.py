@@ -130,6 +130,28 @@ class Outbox:
         deliverer.wake(delivery.session)
         return await future if future is not None else Posted("pending")
 
+    def reserve(self, session: str) -> bool:
+        """Whether the step about to write ``session``'s next row may write it claimed.
+
+        Then the step must call `handoff` once it is over (`Deliverer.reserve`).
+        """
+        return self.deliverer is not None and self.deliverer.reserve(session)
+
+    def handoff(self, row: OutboxRow, row_id: int | None) -> None:
+        """A step wrote ``row`` as ``row_id`` (None: it failed): send it.
+
+        A claimed row goes to the worker waiting for it; another one wakes its chat.
+        """
+        if self.deliverer is None:
+            return
+        if row.claimed:
+            entry = OutboxLog.entry(row, row_id) if row_id is not None else None
+            self.deliverer.handoff(row.session, entry)
+            return
+        self.deliverer.handoff(row.session, None)  # a reservation not used: look in the store
+        if row_id is not None:
+            self.woken(row.session)
+
     def woken(self, session: str) -> None:
         """Rows for ``session`` were written by another step (a run's finish): send them."""
         if self.deliverer is not None and self.deliverer.serves(session):

@@ -13,6 +13,7 @@ once the step returned, so a crash loses at most the call in flight.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Protocol
 
@@ -87,6 +88,7 @@ class StoreRecord:
         inbox: tuple[int, ...] = (),
         reply: Callable[[RunResult], OutboxRow] | None = None,
         finished: Callable[[], None] | None = None,
+        written: Callable[[OutboxRow, int | None], None] | None = None,
     ) -> None:
         self.store = store
         self.session = session
@@ -94,6 +96,7 @@ class StoreRecord:
         self.inbox = inbox
         self.reply = reply
         self.finished = finished  # told once the finish step (and its effects) committed
+        self.written = written  # told the reply row's id once the finish step is over
 
     async def begin(
         self, text: str, sender: str | None, turn: Message, *, load_history: bool
@@ -138,19 +141,38 @@ class StoreRecord:
         effects: list[Effect] = []
         if self.inbox:
             effects.append(InboxState(self.inbox, "answered"))
-        if self.reply is not None:
-            effects.append(self.reply(outcome))
-        await self.store.journal.finish(
+        usage = outcome.usage.to_dict()
+        reply = self.reply(outcome) if self.reply is not None else None
+        if reply is not None:
+            effects.append(reply)
+        finishing = self.store.journal.finish(
             self.session,
             run_id,
             outcome.status,
             messages=messages if self.history else (),
-            usage=outcome.usage.to_dict(),
+            usage=usage,
             reply=outcome.text or None,
             error=outcome.error,
             counted=tokens,  # the run's own calls; included work has its records
             effects=effects,
         )
+        written = self.written
+        if reply is None or written is None:  # nothing to hand over: the plain path
+            await finishing
+            if self.finished is not None:
+                self.finished()
+            return
+
+        handed = reply  # for the callback: bound, not None
+
+        def over(done: asyncio.Future[list[int]]) -> None:
+            written(handed, _first_id(done))  # retrieves a failure even if nobody awaits it
+
+        # Told when the transaction is over, even if this run is cancelled meanwhile: a
+        # claimed reply is sent right after its commit, before the after-run hooks.
+        task = asyncio.ensure_future(finishing)
+        task.add_done_callback(over)
+        await asyncio.shield(task)
         if self.finished is not None:
             self.finished()
 
@@ -171,3 +193,11 @@ class ResumedRecord(StoreRecord):
     ) -> tuple[int | None, list[Message] | None]:
         """Start the record only (the turn it continues is in the history already)."""
         return await self.store.journal.start(self.session, text, sender=sender), None
+
+
+def _first_id(done: asyncio.Future[list[int]]) -> int | None:
+    """The first outbox row id a finished step wrote (None: it failed or wrote none)."""
+    if done.cancelled() or done.exception() is not None:
+        return None
+    ids = done.result()
+    return ids[0] if ids else None

@@ -7,7 +7,9 @@ and message id): a re-sent event is recognised and ignored. Then, in order [orig
 1. A reply to the session's pending tool approval is answered first — a verdict word (允许/同意/
    批准/allow/approve/yes/y, 拒绝/deny/reject/no/n, optionally followed by the request id) from
    the requester or an admin; anyone else is told why not and nothing else happens.
-   ``show [<id>]`` sends the request's full text.
+   ``show [<id>]`` sends the request's full text. During the shutdown grace the same reply
+   answers a request suspended by the shutdown: the verdict is stored with it and the run
+   goes on with it after the restart, without the card being posted again.
 2. Group messages are answered per ``runner.group_trigger`` (an @-mention, also a reply to the
    bot, or every message); ``/clock …`` works without @. Other group messages are only stored
    and counted: after ``runner.group_clear_after`` of them the group's history and the tools
@@ -36,11 +38,12 @@ sessions can send media and ask approvals in their chat.
 process left (`Agent.recover`). `close` stops queueing messages (those arriving now are stored
 and answered after the restart; each chat hears the shutdown notice once), suspends the runs
 blocked only on an approval at once (`Agent.suspend_approvals`: the chat is told the request
-will be posted again after the restart), lets running replies and background subagents finish
-within one grace period and stops the rest (each stopped background subagent's chat is told
-once, "background task N was stopped by a restart"). After a restart the runner calls
-`Agent.resume_approvals` once connected: the cards come back marked re-sent and a verdict
-continues the run.
+will be posted again after the restart; a verdict given during the grace is kept instead,
+`Agent.answer_suspended`), lets running replies and background subagents finish within one grace
+period and stops the rest (each stopped background subagent's chat is told once, "background
+task N was stopped by a restart"). After a restart the runner calls `Agent.resume_approvals`
+once connected: the cards come back marked re-sent and a verdict continues the run (one given
+during the grace continues it at once, without a card).
 """
 
 from __future__ import annotations
@@ -77,6 +80,7 @@ ERROR_TEXT = "无法解析的错误信息，请查看日志"
 SHUTDOWN_TEXT = "服务正在关闭，这次的回复已停止，请稍后再发一次~"
 HELD_TEXT = "服务正在重启，你的消息已保存，重启后回复你~"
 SUSPENDED_TEXT = "服务正在重启：待审批的工具调用已保存，重启后会重新发送审批请求，批准后继续回复"
+KEPT_TEXT = "重启后继续"  # added to a verdict's answer during the shutdown grace
 STATUS_TEXTS = {
     "stopped": STOPPED_TEXT,
     "timeout": TIMEOUT_TEXT,
@@ -162,6 +166,7 @@ class Router:
             self._send_row,
             serves=lambda session: ChatRef.from_session(session) is not None,
             ready=self._wait_connected,
+            connected=lambda: self.adapter.connected,
         )
         self.agent.outbox.serve(self.deliverer)
         recovery = await self.agent.recover(self._callbacks_of)  # prunes the mailbox too
@@ -277,8 +282,15 @@ class Router:
         return trigger == "mention_or_reply" and message.replied_to_bot
 
     async def _answer_approval(self, link: ChatLink, message: Incoming, text: str) -> bool:
-        """Answer the session's pending approval with ``text``; False when it is no answer."""
-        pending = self.agent.approvals.pending(link.session)
+        """Answer the session's pending approval with ``text``; False when it is no answer.
+
+        With none pending, a request suspended by the shutdown is answered (its verdict kept).
+        """
+        approvals = self.agent.approvals
+        pending = approvals.pending(link.session)
+        suspended = not pending and bool(approvals.suspended(link.session))
+        if suspended:
+            pending = approvals.suspended(link.session)
         words = text.split()
         if not pending or not words or len(words) > 2:
             return False
@@ -301,9 +313,14 @@ class Router:
             return True
         approver = self.sender_id(message.sender_id)
         try:
-            request = self.agent.answer_approval(
-                wanted, session=link.session, allow=bool(allow), approver=approver
-            )
+            if suspended:
+                request = await self.agent.answer_suspended(
+                    wanted, session=link.session, allow=bool(allow), approver=approver
+                )
+            else:
+                request = self.agent.answer_approval(
+                    wanted, session=link.session, allow=bool(allow), approver=approver
+                )
         except UsageError as exc:  # not the requester nor an admin, or already answered
             log.info("approval reply by %s in %s refused: %s", approver, link.session, exc)
             reply = f"无法审批：{exc}"
@@ -316,6 +333,8 @@ class Router:
                 link.session,
             )
             reply = f"{'已允许' if allow else '已拒绝'}：{request.tool}（请求 {request.id}）"
+            if suspended:
+                reply = f"{reply}，{KEPT_TEXT}"
         await self._post(link.chat, "text", reply, mentions, answers=answers)
         return True
 

@@ -88,8 +88,8 @@ class Store:
         )
         self.oplog = OpLog(db)
         self.usage = UsageLedger(db)
-        self.inbox = Inbox(db)
         self.outbox = OutboxLog(db)
+        self.inbox = Inbox(db, self.outbox)  # its accepts mark the outbox's sent rows too
         self.approvals = ApprovalLog(db)
         self.children = ChildLog(db)
 

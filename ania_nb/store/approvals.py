@@ -8,6 +8,11 @@ rows and ``pending`` rows whose owner is gone (a kill -9) are *open*: the front 
 (`ApprovalLog.claim`, atomic, so two processes never both re-post it), posts the card again and
 continues the conversation from the stored checkpoint once the verdict comes.
 
+A verdict given while the process shuts down, after the row was suspended, is kept on it
+(`ApprovalLog.decide`: ``verdict`` ``allowed`` | ``denied``, with ``approver`` and ``reason``);
+the row stays ``suspended`` (open) and the next start continues the run with that verdict
+instead of posting the card again.
+
 ``deadline`` is wall-clock time (``time.time()``): a restart does not reset the timeout.
 ``request`` and ``checkpoint`` are JSON objects; this module does not interpret them (the
 governance and orchestration layers do): the request (tool, summary, details, requester,
@@ -37,8 +42,9 @@ FINAL_STATES: frozenset[str] = frozenset({"allowed", "denied", "timeout", "stopp
 
 _COLUMNS = (
     "id, session, run_id, state, created_at, deadline, request, checkpoint, reason, approver, "
-    "resent, owner_host, owner_pid, owner_start"
+    "resent, owner_host, owner_pid, owner_start, verdict"
 )
+VERDICTS: frozenset[str] = frozenset({"allowed", "denied"})
 
 
 @dataclass(frozen=True)
@@ -57,6 +63,7 @@ class ApprovalRow:
     approver: str | None = None
     resent: int = 0  # how many times the card was posted again after a restart
     owner: Owner | None = None
+    verdict: str | None = None  # allowed | denied: decided while suspended, applied at resume
 
     @property
     def expired(self) -> bool:
@@ -99,6 +106,14 @@ class ApprovalLog:
         if state == "pending":
             raise UsageError("settle moves a row out of pending; use claim to take it over")
         return await self._db.run(_settle, request_id, state, reason, approver, time.time())
+
+    async def decide(
+        self, request_id: str, verdict: str, reason: str, approver: str | None
+    ) -> bool:
+        """Keep a verdict on a suspended row not decided yet; False if there is no such row."""
+        if verdict not in VERDICTS:
+            raise UsageError(f"a stored verdict is allowed or denied, not {verdict!r}")
+        return await self._db.run(_decide, request_id, verdict, reason, approver, time.time())
 
     async def update_checkpoint(self, request_id: str, checkpoint: dict[str, Any]) -> bool:
         """Replace an open row's checkpoint (a sibling call ended); False if it is not open."""
@@ -152,12 +167,31 @@ async def _settle(
     approver: str | None,
     now: float,
 ) -> bool:
+    # Suspended again (closed before its run went on), a decided row keeps who decided and why.
+    keep = "CASE WHEN ? = 'suspended' AND verdict IS NOT NULL THEN {0} ELSE ? END"
     async with transaction(conn):
         changed = await conn.execute(
-            "UPDATE approvals SET state = ?, reason = ?, approver = ?, updated_at = ? "
+            f"UPDATE approvals SET state = ?, reason = {keep.format('reason')}, "
+            f"approver = {keep.format('approver')}, updated_at = ? "
             "WHERE id = ? AND state IN ('pending', 'suspended')",
-            (state, reason or None, approver, now, request_id),
+            (state, state, reason or None, state, approver, now, request_id),
         )
+    return changed > 0
+
+
+async def _decide(
+    conn: Conn,
+    request_id: str,
+    verdict: str,
+    reason: str,
+    approver: str | None,
+    now: float,
+) -> bool:
+    changed = await conn.execute(  # one statement: atomic without BEGIN
+        "UPDATE approvals SET verdict = ?, reason = ?, approver = ?, updated_at = ? "
+        "WHERE id = ? AND state = 'suspended' AND verdict IS NULL",
+        (verdict, reason or None, approver, now, request_id),
+    )
     return changed > 0
 
 
@@ -199,7 +233,8 @@ async def _claim(conn: Conn, row: ApprovalRow, me: Owner, now: float) -> Approva
     old = _owner(row.owner) if row.owner is not None else (None, None, None)
     async with transaction(conn):
         changed = await conn.execute(
-            "UPDATE approvals SET state = 'pending', resent = resent + 1, updated_at = ?, "
+            "UPDATE approvals SET state = 'pending', "
+            "resent = resent + CASE WHEN verdict IS NULL THEN 1 ELSE 0 END, updated_at = ?, "
             "owner_host = ?, owner_pid = ?, owner_start = ? "
             "WHERE id = ? AND state = ? AND owner_host IS NOT DISTINCT FROM ? "
             "AND owner_pid IS NOT DISTINCT FROM ? AND owner_start IS NOT DISTINCT FROM ?",
@@ -231,7 +266,7 @@ def _owner(owner: Owner) -> tuple[str, int, str | None]:
 
 def _row(raw: tuple[Any, ...]) -> ApprovalRow:
     (rid, session, run_id, state, created, deadline, request, checkpoint) = raw[:8]
-    reason, approver, resent, host, pid, start = raw[8:]
+    reason, approver, resent, host, pid, start, verdict = raw[8:]
     owner = Owner(host, pid, start) if host is not None and pid is not None else None
     return ApprovalRow(
         rid,
@@ -246,6 +281,7 @@ def _row(raw: tuple[Any, ...]) -> ApprovalRow:
         approver,
         resent,
         owner,
+        verdict if verdict in VERDICTS else None,
     )
 
 

@@ -162,19 +162,20 @@ class RunJournal:
         error: str | None = None,
         counted: Counted | None = None,
         effects: Sequence[Effect] = (),
-    ) -> None:
+    ) -> list[int]:
         """Store the last messages (final answer) and (best effort) close the run record.
 
         ``counted`` (the run's calls not counted by an earlier step: the final answer's, by
         model or call by call) goes to the usage ledger of the current quota day in the same
         transaction, and is noted on the record. ``effects`` (the batch's inbox rows
-        ``answered``, the reply's outbox row) are written in it too.
+        ``answered``, the reply's outbox row) are written in it too; returns the ids of the
+        outbox rows it wrote.
         """
         encoded = encode_messages(messages)
         checked = check_effects(effects)
         outcome = _outcome(status, usage, reply, error)
         try:
-            await self._db.run(
+            return await self._db.run(
                 _finish,
                 check_session(session),
                 run_id,
@@ -339,11 +340,11 @@ async def _finish(
     now: float,
     counting: Counting | None,
     effects: list[Effect],
-) -> None:
+) -> list[int]:
     async with transaction(conn):
         if encoded:
             await insert_rows(conn, session, encoded, now, replace=False)
-        await apply_effects(conn, effects, run_id, now)
+        outbox_ids = await apply_effects(conn, effects, run_id, now)
         # Counted whatever becomes of the record: a quota must not depend on bookkeeping.
         added = await _count(conn, session, run_id, counting, now)
 
@@ -369,6 +370,7 @@ async def _finish(
                 await _note_counted(conn, run_id, counting[0], added)
 
         await _best_effort(conn, run_id, begun, retention, f"its outcome {outcome[0]!r}", close)
+    return outbox_ids
 
 
 async def _count(

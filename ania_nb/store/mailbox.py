@@ -117,12 +117,17 @@ class InboxState:
 
 @dataclass(frozen=True)
 class OutboxRow:
-    """Effect: insert an outbox row; ``run_id`` None means the step's own run (if any)."""
+    """Effect: insert an outbox row; ``run_id`` None means the step's own run (if any).
+
+    ``claimed``: inserted ``sending`` — the step's front end writes it right after the commit
+    (`OutboxLog.entry` is the row it sends), instead of claiming it in a transaction of its own.
+    """
 
     session: str
     kind: str
     payload: dict[str, Any] = field(default_factory=dict)
     run_id: int | None = None
+    claimed: bool = False
 
 
 Effect = InboxRow | InboxState | OutboxRow
@@ -173,17 +178,29 @@ async def apply_effects(
 class Inbox:
     """The durable inbox (see the module docstring); every call runs on the store thread."""
 
-    def __init__(self, db: Database) -> None:
-        """Read and write the ``inbox`` table of ``db``."""
+    def __init__(self, db: Database, outbox: OutboxLog | None = None) -> None:
+        """Read and write the ``inbox`` table of ``db``.
+
+        ``outbox``'s rows confirmed sent are marked in the next accept's transaction.
+        """
         self._db = db
+        self._outbox = outbox
 
     async def accept(self, row: InboxRow, effects: Sequence[Effect] = ()) -> int | None:
         """Insert ``row`` (and ``effects``) in one transaction; None when its key is taken.
 
-        A duplicate writes nothing, its effects neither.
+        A duplicate writes nothing, its effects neither. The outbox rows confirmed sent since
+        the last transaction that marked them are marked ``sent`` in it too (no commit of
+        their own: `OutboxLog.confirm`).
         """
         check_effects([row, *effects])
-        return await self._db.run(_accept, row, list(effects), time.time())
+        sent = self._outbox.take_confirmed() if self._outbox is not None else []
+        try:
+            return await self._db.run(_accept, row, list(effects), time.time(), sent)
+        except BaseException:
+            if self._outbox is not None:  # marked by a later transaction (idempotent)
+                self._outbox.confirm(*sent)
+            raise
 
     async def update(self, effects: Sequence[Effect]) -> list[int]:
         """Write ``effects`` in one transaction; returns the new outbox row ids."""
@@ -249,6 +266,20 @@ class OutboxLog:
     def __init__(self, db: Database) -> None:
         """Read and write the ``outbox`` table of ``db``."""
         self._db = db
+        self._confirmed: builtins.list[int] = []
+
+    def confirm(self, *row_ids: int) -> None:
+        """Rows ``row_ids`` (``sending``) were sent: the next accept or `mark_sent` marks them.
+
+        Until then they are ``sending`` in the store (``uncertain`` after a crash: written,
+        and never written again).
+        """
+        self._confirmed.extend(row_ids)
+
+    def take_confirmed(self) -> builtins.list[int]:
+        """The rows confirmed and not marked yet (the caller marks them)."""
+        taken, self._confirmed = self._confirmed, []
+        return taken
 
     async def add(self, row: OutboxRow, effects: Sequence[Effect] = ()) -> int:
         """Insert ``row`` (with ``effects``) in one transaction; returns its id."""
@@ -275,6 +306,21 @@ class OutboxLog:
         if state not in OUTBOX_STATES:
             raise UsageError(f"outbox state must be one of {sorted(OUTBOX_STATES)}, got {state!r}")
         return await self._db.run(_mark, row_id, state, error, time.time(), claim_next)
+
+    async def mark_sent(self, row_ids: Sequence[int]) -> None:
+        """Mark ``sending`` rows ``sent``, all in one transaction (the deliverer's batch)."""
+        if row_ids:
+            await self._db.run(_mark_sent, tuple(row_ids), time.time())
+
+    @staticmethod
+    def entry(row: OutboxRow, row_id: int) -> OutboxEntry:
+        """The stored entry of a ``claimed`` row its step wrote as ``row_id``."""
+        if not row.claimed:
+            raise UsageError("only a claimed outbox row is written as an entry to send")
+        now = time.time()
+        return OutboxEntry(
+            row_id, row.session, row.kind, row.payload, "sending", now, now, 1, None, row.run_id
+        )
 
     async def recover(self) -> builtins.list[OutboxEntry]:
         """After a crash: every ``sending`` row becomes ``uncertain``; returns those rows."""
@@ -352,17 +398,31 @@ async def _set_inbox_state(
 
 
 async def _insert_outbox(conn: Conn, row: OutboxRow, run_id: int | None, now: float) -> int:
+    state, attempts = ("sending", 1) if row.claimed else ("pending", 0)
     inserted = await conn.fetchone(
         "INSERT INTO outbox (session, kind, payload, state, created_at, updated_at, attempts, "
-        "run_id) VALUES (?, ?, ?, 'pending', ?, ?, 0, ?) RETURNING id",
-        (clean_text(row.session), row.kind, _payload(row.payload), now, now, run_id),
+        "run_id) VALUES (?, ?, ?, ?, ?, ?, ?, ?) RETURNING id",
+        (
+            clean_text(row.session),
+            row.kind,
+            _payload(row.payload),
+            state,
+            now,
+            now,
+            attempts,
+            run_id,
+        ),
     )
     assert inserted is not None  # an INSERT … RETURNING always returns its row
     return int(inserted[0])
 
 
-async def _accept(conn: Conn, row: InboxRow, effects: list[Effect], now: float) -> int | None:
+async def _accept(
+    conn: Conn, row: InboxRow, effects: list[Effect], now: float, sent: list[int]
+) -> int | None:
     async with transaction(conn):
+        if sent:
+            await _set_sent(conn, sent, now)
         inbox_id = await _insert_inbox(conn, row, now)
         if inbox_id is not None and effects:
             await apply_effects(conn, _bound(effects, inbox_id), None, now)
@@ -516,6 +576,18 @@ async def _mark(
             (state, None if error is None else clean_text(error), now, row_id),
         )
         return await _claim_row(conn, claim_next, now) if claim_next is not None else None
+
+
+async def _mark_sent(conn: Conn, row_ids: tuple[int, ...], now: float) -> None:
+    await _set_sent(conn, row_ids, now)  # one statement: atomic without BEGIN
+
+
+async def _set_sent(conn: Conn, row_ids: Sequence[int], now: float) -> None:
+    await conn.execute(
+        f"UPDATE outbox SET state = 'sent', error = NULL, updated_at = ? "
+        f"WHERE id IN ({','.join('?' * len(row_ids))}) AND state = 'sending'",
+        (now, *row_ids),
+    )
 
 
 async def _recover(conn: Conn, now: float) -> list[OutboxEntry]:

@@ -259,6 +259,9 @@ MIGRATIONS: tuple[tuple[str, ...], ...] = (
         )""",
         "CREATE INDEX IF NOT EXISTS children_state ON children (state, id)",
     ),
+    # A verdict given for a suspended approval while the runner shuts down (``approvals.py``):
+    # kept on the row and applied when the run resumes after the restart, without a new card.
+    ("ALTER TABLE approvals ADD COLUMN verdict TEXT",),
 )
 
 OWN_TABLES = frozenset(

@@ -96,6 +96,7 @@ class OneBotAdapter:
                 token=token,
                 action_timeout=settings.action_timeout,
                 reconnect_max=settings.reconnect_max,
+                compression=settings.ws_compression,
             )
         else:  # raises ConfigError now for a non-loopback host without a token
             self.transport = ReverseTransport(
@@ -104,6 +105,7 @@ class OneBotAdapter:
                 settings.path,
                 token=token,
                 action_timeout=settings.action_timeout,
+                compression=settings.ws_compression,
             )
         self._self_id: str | None = None
         self._on_message: MessageHandler | None = None

@@ -307,9 +307,16 @@ class ForwardTransport(Transport):
     """Dial the implementation's WebSocket server; redial with backoff 1 s → ``reconnect_max``."""
 
     def __init__(
-        self, url: str, *, token: str | None, action_timeout: float, reconnect_max: float
+        self,
+        url: str,
+        *,
+        token: str | None,
+        action_timeout: float,
+        reconnect_max: float,
+        compression: bool = False,
     ) -> None:
         super().__init__(token=token, action_timeout=action_timeout)
+        self.compression = compression  # offer permessage-deflate (runner.ws_compression)
         try:
             parse_uri(url)
         except (InvalidURI, ValueError) as exc:
@@ -383,6 +390,7 @@ class ForwardTransport(Transport):
                 proxy=None,
                 max_size=_MAX_FRAME,
                 open_timeout=self.action_timeout,
+                compression="deflate" if self.compression else None,
             )
         except InvalidStatus as exc:
             status = exc.response.status_code
@@ -421,9 +429,17 @@ class ReverseTransport(Transport):
     """Listen at ``ws://host:port/path`` for the implementation's Universal client."""
 
     def __init__(
-        self, host: str, port: int, path: str, *, token: str | None, action_timeout: float
+        self,
+        host: str,
+        port: int,
+        path: str,
+        *,
+        token: str | None,
+        action_timeout: float,
+        compression: bool = False,
     ) -> None:
         super().__init__(token=token, action_timeout=action_timeout)
+        self.compression = compression  # accept permessage-deflate (runner.ws_compression)
         if not self.token and not is_loopback(host):
             raise ConfigError(
                 f"refusing to listen on {host!r} without runner.access_token: anyone who can "
@@ -452,6 +468,7 @@ class ReverseTransport(Transport):
                 process_request=self._check_request,
                 max_size=_MAX_FRAME,
                 open_timeout=self.action_timeout,
+                compression="deflate" if self.compression else None,
             )
         except OSError as exc:
             raise AdapterError(f"cannot listen on {self.host}:{self.port}: {exc}") from exc
