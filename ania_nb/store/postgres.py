@@ -101,18 +101,29 @@ def _pg_sql(sql: str) -> str:
 
 
 def _storable(params: Params) -> Params:
-    """``params`` with NUL in text replaced by U+FFFD (PostgreSQL refuses NUL in text)."""
+    """``params`` as SQLite would store them: NUL in text as U+FFFD, booleans as 0/1.
+
+    PostgreSQL refuses NUL in text and a boolean for an integer column (flags are integers,
+    as on SQLite).
+    """
     if isinstance(params, dict):
-        if any(isinstance(v, str) and "\x00" in v for v in params.values()):
-            return {k: _no_nul(v) for k, v in params.items()}
+        if any(_needs_change(v) for v in params.values()):
+            return {k: _changed(v) for k, v in params.items()}
         return params
-    if any(isinstance(v, str) and "\x00" in v for v in params):
-        return tuple(_no_nul(v) for v in params)
+    if any(_needs_change(v) for v in params):
+        return tuple(_changed(v) for v in params)
     return params
 
 
-def _no_nul(value: Any) -> Any:
-    """A text parameter without NUL."""
+def _needs_change(value: Any) -> bool:
+    """Whether `_changed` would change ``value``."""
+    return isinstance(value, bool) or (isinstance(value, str) and "\x00" in value)
+
+
+def _changed(value: Any) -> Any:
+    """A parameter PostgreSQL stores as SQLite does."""
+    if isinstance(value, bool):
+        return int(value)
     return value.replace("\x00", "\ufffd") if isinstance(value, str) else value
 
 
