@@ -41,19 +41,35 @@ class Tokens:
 
 
 async def _clock(store: Any, spec: dict[str, Any]) -> Any:
-    """Begin runs of one task at once; the status of each attempt."""
+    """Begin runs of one task, ``parallel`` at a time; each attempt's status.
+
+    An attempt that starts the run counts the task's running entries (it must be alone) and
+    finishes the run at once, so the task is free again and the waiting attempts race anew.
+    """
     from ania_nb.clock.store import ClockStore
 
     clock = ClockStore(store.db)
+    seen: list[list[Any]] = []
 
-    async def attempt() -> str:
-        begun = await clock.begin_run(
-            spec["task_id"], lambda task: "race", manual=True, scheduled_at=None
-        )
-        assert begun is not None
-        return begun[1].status
+    async def running_entries(conn: Any) -> int:
+        sql = "SELECT count(*) FROM clock_log WHERE task_id = ? AND status = 'running'"
+        return int(await conn.fetchval(sql, (spec["task_id"],)))
 
-    return await asyncio.gather(*(attempt() for _ in range(spec["attempts"])))
+    async def lane(count: int) -> None:
+        for _ in range(count):
+            begun = await clock.begin_run(
+                spec["task_id"], lambda task: "race", manual=True, scheduled_at=None
+            )
+            assert begun is not None
+            entry = begun[1]
+            if entry.status != "running":
+                seen.append([entry.status, None])
+                continue
+            seen.append([entry.status, await store.db.run(running_entries)])
+            await clock.finish_run(entry.id, "success")
+
+    await asyncio.gather(*(lane(spec["per_lane"]) for _ in range(spec["parallel"])))
+    return seen
 
 
 async def _teams(store: Any, spec: dict[str, Any]) -> Any:

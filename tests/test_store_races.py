@@ -118,7 +118,7 @@ async def _count(store: Store, sql: str, *params: Any) -> int:
 # --------------------------------------------------------------------------- clock begin-run
 
 
-async def test_200_begin_runs_of_one_task_from_four_processes_start_it_once(
+async def test_200_begin_runs_of_one_task_from_four_processes_never_run_it_twice(
     backend: Any, tmp_path: Path
 ) -> None:
     data_dir = tmp_path / "data"
@@ -140,15 +140,34 @@ async def test_200_begin_runs_of_one_task_from_four_processes_start_it_once(
             }
         )
         url = await _url(backend, data_dir)
-        specs = [_spec("clock", data_dir, url, w, task_id=task.id, attempts=50) for w in range(4)]
-        statuses = [status for result in await storm(specs) for status in result]
+        running_counts: list[int] = []
 
-        assert len(statuses) == 200
-        assert statuses.count("running") == 1, statuses
-        assert statuses.count("skipped") == 199
-        # The log agrees: one running entry, every other attempt logged as skipped.
+        async def watch() -> None:
+            while True:
+                sql = "SELECT count(*) FROM clock_log WHERE task_id = ? AND status = 'running'"
+                running_counts.append(await _count(store, sql, task.id))
+                await asyncio.sleep(0.005)  # a sampling pace, not a wait for anything
+
+        # 4 processes x 10 lanes x 5 attempts; a run that starts ends at once, so the task
+        # is free again and up to 40 waiting attempts race for it, many times over.
+        specs = [
+            _spec("clock", data_dir, url, w, task_id=task.id, parallel=10, per_lane=5)
+            for w in range(4)
+        ]
+        attempts = [row for result in await storm(specs, during=watch) for row in result]
+
+        assert len(attempts) == 200
+        started = [alone for status, alone in attempts if status == "running"]
+        assert started, "no attempt started the task"
+        # Each run that started found itself the task's only running entry, and so did
+        # every look from outside; every other attempt was logged as skipped.
+        assert set(started) == {1}, started
+        assert set(running_counts) <= {0, 1}, sorted(set(running_counts))
+        assert sum(status == "skipped" for status, _ in attempts) == 200 - len(started)
         entries = await clock.logs(task.id, limit=1000)
-        assert sorted(e.status for e in entries) == ["running"] + ["skipped"] * 199
+        assert sorted(e.status for e in entries) == sorted(
+            ["success"] * len(started) + ["skipped"] * (200 - len(started))
+        )
     finally:
         await store.close()
 
