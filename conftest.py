@@ -81,6 +81,10 @@ SLOW_TESTS = {
         "test_sandbox_writes_only_in_the_workdir",
         "test_the_timeout_kills_everything_in_the_sandbox",
     },
+    "tests/test_store_transfer.py": {
+        "test_cli_migrates_the_demos_directory_and_refuses_then_forces_a_second_time",
+        "test_cli_refusals_are_one_line_without_the_password",
+    },
     "tests/security/test_roles.py": {
         "test_mcp_remove_needs_an_admin_who_sees_the_entry",
         "test_mcp_tools_a_member_loads_stay_filtered",

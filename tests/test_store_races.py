@@ -314,10 +314,8 @@ async def test_run_log_pruning_under_four_writing_processes_keeps_the_limit_exac
                 await asyncio.sleep(0.005)  # a sampling pace, not a wait for anything
 
         specs = [
-            _spec(
-                "runs", data_dir, url, w, session=session, parallel=3, per_lane=15,
-                max_per_session=limit,
-            )
+            _spec("runs", data_dir, url, w, session=session, parallel=3, per_lane=15)
+            | {"max_per_session": limit}
             for w in range(4)
         ]
         assert sum(await storm(specs, during=watch)) == 180
