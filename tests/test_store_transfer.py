@@ -345,6 +345,24 @@ async def test_a_store_of_an_older_schema_moves_upgraded_and_the_source_stays_ol
         await store.close()
 
 
+async def test_a_row_postgresql_refuses_fails_the_whole_copy_and_the_target_keeps_its_rows(
+    make_agent: Any, llm: Any, tmp_path: Path, fresh_pg: Callable[[], str]
+) -> None:
+    data_dir, url = tmp_path / "bot", fresh_pg()
+    await _fill_like_a_served_bot(make_agent, llm, data_dir)
+    await _migrate(data_dir, url)
+    kept = await _target_dump(url)
+    # SQLite stores text in an INTEGER column; PostgreSQL's BIGINT refuses it — in approvals,
+    # the last table copied, so everything before it was already written.
+    with sqlite3.connect(data_dir / DB_FILENAME) as conn:
+        conn.execute("UPDATE approvals SET resent = 'often'")
+    conn.close()
+
+    with pytest.raises(StoreError, match="failed on postgresql://"):
+        await _migrate(data_dir, url, force=True)
+    assert await _target_dump(url) == kept  # all or nothing: the old rows, nothing half-done
+
+
 async def test_a_foreign_file_is_refused_by_its_own_name_and_left_alone(tmp_path: Path) -> None:
     data_dir = tmp_path / "notes"
     data_dir.mkdir()
