@@ -247,14 +247,15 @@ async def _migrate_store(args: argparse.Namespace) -> int:
     """``ania-nb store migrate``: copy the data directory's SQLite store into ``--to``."""
     import tempfile
 
+    from .addresses import mask_url
     from .errors import UsageError
     from .store.db import DB_FILENAME
-    from .store.postgres import PostgresDatabase, masked_url
+    from .store.postgres import PostgresDatabase
     from .store.transfer import copy_store, open_snapshot
 
     if not args.to.startswith(("postgresql://", "postgres://")):
         raise UsageError(
-            f"--to must be a postgresql:// (or postgres://) URL, got {masked_url(args.to)!r}"
+            f"--to must be a postgresql:// (or postgres://) URL, got {mask_url(args.to)!r}"
         )
     if args.data_dir is None:
         from .config import Config
@@ -277,7 +278,7 @@ async def _migrate_store(args: argparse.Namespace) -> int:
             await source.close()
     for table, rows in copied.items():
         print(f"{table:<15} {rows:>9} rows")
-    print(f"copied {sum(copied.values())} rows from {db_file} into {masked_url(args.to)}")
+    print(f"copied {sum(copied.values())} rows from {db_file} into {mask_url(args.to)}")
     return 0
 
 

@@ -9,7 +9,6 @@ import socket
 from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit, urlunsplit
 
 import pytest
 
@@ -203,18 +202,12 @@ def backend(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> 
         return
     if request.node.get_closest_marker("sqlite_only"):
         pytest.skip("about SQLite files")
-    import psycopg
     from _backends import use_postgres
 
-    admin = request.getfixturevalue("pg_admin_url")
+    cluster = request.getfixturevalue("pg_cluster")
 
     def create(name: str) -> str:
-        with psycopg.connect(admin, autocommit=True) as conn:
-            conn.execute(f'CREATE DATABASE "{name}" TEMPLATE template0')
-        return urlunsplit(urlsplit(admin)._replace(path=f"/{name}"))
+        cluster.server.create_database(name)
+        return str(cluster.url(name))
 
-    def drop(name: str) -> None:
-        with psycopg.connect(admin, autocommit=True) as conn:
-            conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-
-    yield from use_postgres(monkeypatch, create, drop)
+    yield from use_postgres(monkeypatch, create, cluster.server.drop_database)

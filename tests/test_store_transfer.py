@@ -21,12 +21,13 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit, urlunsplit
+from urllib.parse import urlsplit
 
 import pytest
 from _sql import scalar
 
 from ania_nb import tool
+from ania_nb.addresses import mask_url
 from ania_nb.agents.team_store import TeamStore
 from ania_nb.clock.runner import trigger_text
 from ania_nb.clock.store import ClockStore
@@ -48,23 +49,19 @@ def echo(text: str) -> str:
 
 
 @pytest.fixture
-def fresh_pg(pg_admin_url: str) -> Iterator[Callable[[], str]]:
+def fresh_pg(pg_cluster: Any) -> Iterator[Callable[[], str]]:
     """Make empty PostgreSQL databases (no schema yet); each is dropped after the test."""
-    import psycopg
-
     made: list[str] = []
 
     def make() -> str:
         name = f"t_migrate_{len(made)}_{int(time.time() * 1000) % 10**9}"
-        with psycopg.connect(pg_admin_url, autocommit=True) as conn:
-            conn.execute(f'CREATE DATABASE "{name}" TEMPLATE template0')
+        pg_cluster.server.create_database(name)
         made.append(name)
-        return urlunsplit(urlsplit(pg_admin_url)._replace(path=f"/{name}"))
+        return str(pg_cluster.url(name))
 
     yield make
-    with psycopg.connect(pg_admin_url, autocommit=True) as conn:
-        for name in made:
-            conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+    for name in made:
+        pg_cluster.server.drop_database(name)
 
 
 def _task_fields(title: str) -> dict[str, Any]:
@@ -113,6 +110,8 @@ async def _fill_like_a_served_bot(make_agent: Any, llm: Any, data_dir: Path) -> 
             checkpoint={"pending": True},
         )
         await TeamStore(store).create("g:1", "writers", [{"name": "ann", "role": "edits"}])
+        child = await store.children.start("g:1", "look it up", "member", background=True)
+        await store.children.end(child, "finished", "success")
         await store.kv("notes").set("k", {"v": [1, 2]})
         await store.kv("counters").incr("n", 3)
         clock = ClockStore(store.db)
@@ -245,7 +244,15 @@ async def test_a_served_bots_directory_moves_table_for_table_and_its_session_con
     assert _digest(data_dir) == before  # the source was only read
     assert set(copied) == OWN_TABLES
     assert copied == {table: len(rows) for table, rows in source.items()}
-    for table in ("chat_history", "runs", "usage_ledger", "inbox", "outbox", "approvals"):
+    for table in (
+        "chat_history",
+        "runs",
+        "usage_ledger",
+        "inbox",
+        "outbox",
+        "approvals",
+        "children",
+    ):
         assert copied[table] > 0, f"the served bot left no {table} rows to move"
     assert await _target_dump(url) == source  # every row, every column, the same ids
 
@@ -264,6 +271,8 @@ async def test_a_served_bots_directory_moves_table_for_table_and_its_session_con
         assert new_inbox is not None and new_inbox > max(r[0] for r in source["inbox"])
         assert await store.outbox.add(OutboxRow("g:1", "reply", {})) > source["outbox"][-1][0]
         assert await store.oplog.add("x", "y") > max(r[0] for r in source["oplog"])
+        later = await store.children.start("g:1", "again", "member", background=True)
+        assert later > max(r[0] for r in source["children"])  # a bg:<id> key is never reused
         clock = ClockStore(store.db)
         [task] = await clock.list()
         begun = await clock.begin_run(task.id, trigger_text, manual=True, scheduled_at=None)
@@ -431,7 +440,7 @@ async def test_cli_migrates_the_demos_directory_and_refuses_then_forces_a_second
 
     done = await _migrate_cli(url, data_dir)
     assert done.returncode == 0, done.stderr
-    assert f"into {url}" in done.stdout
+    assert f"into {mask_url(url)}" in done.stdout and "***" in mask_url(url)  # no password
     assert f"chat_history {len(source['chat_history']):>12} rows" in done.stdout
     assert _digest(data_dir) == before
     assert await _target_dump(url) == source
@@ -470,7 +479,9 @@ async def test_cli_refusals_are_one_line_without_the_password(
         unreachable = url("postgres", f"127.0.0.1:{free}")
         cases = {
             unreachable: "cannot connect to the store at postgresql://postgres:***@127.0.0.1",
-            url("no_such_role", f"127.0.0.1:{port}"): 'role "no_such_role" does not exist',
+            # scram: a wrong password and an unknown role read the same (PostgreSQL tells neither)
+            url("no_such_role", f"127.0.0.1:{port}"): "password authentication failed",
+            url(admin.username or "ania", f"127.0.0.1:{port}"): "password authentication failed",
             f"mysql://u:{PASSWORD}@127.0.0.1/x": "--to must be a postgresql://",
         }
         for target, expected in cases.items():

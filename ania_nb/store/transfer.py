@@ -40,6 +40,7 @@ TABLES = (
     "inbox",
     "outbox",
     "approvals",
+    "children",
 )
 assert frozenset(TABLES) == OWN_TABLES, "every table of the schema is copied"
 
