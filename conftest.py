@@ -47,6 +47,7 @@ SLOW_MODULES = {
     # process tools, MCP servers over stdio/HTTP, shell hooks, bash, the sandbox, ania-nb serve
     "tests/test_cli.py",
     "tests/test_store_processes.py",
+    "tests/test_store_races.py",  # many processes hammering one store (issue #30)
     "tests/test_quota_crash.py",  # kill -9 of a child running an Agent
     "tests/test_clock_lease.py",
     "tests/test_tools_process.py",
@@ -71,6 +72,10 @@ SLOW_MODULES = {
 # Tests that start a process in modules that are otherwise fast (by function name: every
 # parametrisation of it).
 SLOW_TESTS = {
+    "tests/test_store_backends.py": {
+        "test_pg_several_processes_opening_a_fresh_database_migrate_it_once",
+        "test_serve_says_in_one_line_why_the_store_cannot_be_opened",
+    },
     "tests/security/test_approvals.py": {"test_bash_listed_in_approval_tools_asks_once"},
     "tests/security/test_bash.py": {
         "test_a_setsid_child_cannot_hold_the_run_and_its_pipes_are_closed",
@@ -85,6 +90,10 @@ SLOW_TESTS = {
         "test_sandbox_tmp_is_private",
         "test_sandbox_writes_only_in_the_workdir",
         "test_the_timeout_kills_everything_in_the_sandbox",
+    },
+    "tests/test_store_transfer.py": {
+        "test_cli_migrates_the_demos_directory_and_refuses_then_forces_a_second_time",
+        "test_cli_refusals_are_one_line_without_the_password",
     },
     "tests/security/test_roles.py": {
         "test_mcp_remove_needs_an_admin_who_sees_the_entry",

@@ -1,16 +1,24 @@
-"""Host names and addresses: the one answer to "does this host name only this machine?".
+"""Host names, addresses and URLs: "does this host name only this machine?", "hide its password".
 
 `is_loopback` decides whether a listener may go without a token (``ania-nb serve``'s reverse
 WebSocket); `ip_of` reads a literal address the way every check here does. It fails closed:
 anything it cannot read as ``localhost`` or a loopback address is not loopback, since a host
-name may resolve to anything. Standard library only: every layer may import this module.
+name may resolve to anything. `mask_url` shows a URL (a store's, an endpoint's) with its
+password as ``***``. Standard library only: every layer may import this module.
 """
 
 from __future__ import annotations
 
 import ipaddress
+import re
+from urllib.parse import unquote
 
-__all__ = ["IPAddress", "ip_of", "is_loopback"]
+__all__ = ["MASK", "IPAddress", "ip_of", "is_loopback", "mask_url", "url_scheme"]
+
+MASK = "***"
+# Query parameters of a URL (libpq's) that hold a secret.
+SECRET_QUERY_KEYS = frozenset({"password", "sslpassword"})
+_SCHEME = re.compile(r"^([A-Za-z][A-Za-z0-9+.\-]*)://")
 
 IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
 
@@ -42,3 +50,38 @@ def is_loopback(host: str) -> bool:
         return True
     address = ip_of(host)
     return address is not None and address.is_loopback
+
+
+def url_scheme(text: str) -> str:
+    """The lower-case scheme of ``scheme://…`` text, or "" when it has none."""
+    match = _SCHEME.match(text.strip())
+    return match.group(1).lower() if match else ""
+
+
+def mask_url(url: str) -> str:
+    """``url`` for a message: its password (userinfo or query) as ``***``, the rest as written.
+
+    ``postgresql://bob:s3cret@host:5432/db`` → ``postgresql://bob:***@host:5432/db``. Text
+    that is not a URL is masked whole (it may be a mistyped secret).
+    """
+    scheme = url_scheme(url)
+    if not scheme:
+        return MASK if url.strip() else ""
+    head, rest = url.split("://", 1)
+    cut = min((i for i in (rest.find(c) for c in "/?#") if i >= 0), default=len(rest))
+    netloc, tail = rest[:cut], rest[cut:]
+    userinfo, at, hosts = netloc.rpartition("@")
+    if at and ":" in userinfo:
+        userinfo = userinfo.split(":", 1)[0] + ":" + MASK
+    path, question, query = tail.partition("?")
+    if question:
+        query, hash_mark, fragment = query.partition("#")
+        query = "&".join(_masked_parameter(p) for p in query.split("&")) + hash_mark + fragment
+    return f"{head}://{userinfo}{at}{hosts}{path}{question}{query}"
+
+
+def _masked_parameter(parameter: str) -> str:
+    name, equals, value = parameter.partition("=")
+    if equals and unquote(name).strip().lower() in SECRET_QUERY_KEYS and value:
+        return f"{name}={MASK}"
+    return parameter

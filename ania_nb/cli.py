@@ -1,4 +1,4 @@
-"""The ``ania-nb`` command line: ``demo``, ``config``, ``runs``, ``usage`` and ``serve``."""
+"""The ``ania-nb`` command line: ``demo``, ``config``, ``runs``, ``usage``, ``serve``, ``store``."""
 
 from __future__ import annotations
 
@@ -62,7 +62,61 @@ def _parser() -> argparse.ArgumentParser:
     )
     usage.add_argument("--session", metavar="S", help="only this session")
     _add_serve(sub)
+    _add_store(sub)
     return parser
+
+
+STORE_MIGRATE_DESCRIPTION = """\
+Copy the SQLite store of a data directory (its ania.db) into a PostgreSQL database: every
+table with its ids — chat history, run records, the op log, KV namespaces (saved teams among
+them), clock tasks and their log, usage counters and ledger, the inbox, outbox and pending
+approvals — in one transaction, then move each id sequence past the largest copied id so new
+rows never collide. Stop every ania-nb process using the directory first.
+
+The source is only read (a consistent snapshot, upgraded to this ania-nb's schema in a
+temporary copy): it is never changed, so the directory keeps working if you go back. The target
+gets ania-nb's tables if it has none; a target that already holds ania-nb rows is refused
+unless --force, which DELETES those rows and replaces them with the source's (running the
+command again with --force gives the same result). Afterwards set store.url to the same URL.
+
+Give the password through PGPASSWORD or a PGPASSFILE rather than in the URL (the command line
+is visible to other users); messages never show it.
+
+exit codes: 0 copied; 2 nothing copied (no store in the directory, a bad URL, the server
+unreachable or refusing the credentials, a non-empty target without --force)."""
+
+
+def _add_store(sub: Any) -> None:
+    store = sub.add_parser("store", help="operate on the store (migrate: SQLite to PostgreSQL)")
+    actions = store.add_subparsers(dest="store_command", metavar="ACTION", required=True)
+    migrate = actions.add_parser(
+        "migrate",
+        help="copy a data directory's SQLite store into a PostgreSQL database",
+        description=STORE_MIGRATE_DESCRIPTION,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    migrate.add_argument(
+        "--to", required=True, metavar="URL", help="the target: postgresql://user@host:port/db"
+    )
+    migrate.add_argument(
+        "--data-dir",
+        type=Path,
+        metavar="DIR",
+        help="the directory holding ania.db (default: store.data_dir of the config)",
+    )
+    migrate.add_argument(
+        "--config",
+        "--file",
+        dest="file",
+        type=Path,
+        metavar="PATH",
+        help="TOML file to read for store.data_dir (default: ./ania.toml)",
+    )
+    migrate.add_argument(
+        "--force",
+        action="store_true",
+        help="replace the ania-nb rows the target already holds (they are deleted)",
+    )
 
 
 SERVE_DESCRIPTION = """\
@@ -147,10 +201,11 @@ async def _read_store(
 
     config = Config.load(args.file)
     data_dir = Path(config.store.data_dir)
-    if not (data_dir / DB_FILENAME).is_file():
+    url = config.store.url_in_clear()
+    if not url and not (data_dir / DB_FILENAME).is_file():
         print(f"{nothing}: no store in {data_dir}")
         return None
-    store = await Store.open(data_dir)
+    store = await Store.open(data_dir, url=url)
     try:
         return await read(config, store)
     finally:
@@ -188,6 +243,58 @@ async def _show_usage(args: argparse.Namespace) -> int:
     return 0
 
 
+async def _migrate_store(args: argparse.Namespace) -> int:
+    """``ania-nb store migrate``: copy the data directory's SQLite store into ``--to``."""
+    import tempfile
+
+    from .addresses import mask_url
+    from .errors import UsageError
+    from .store.db import DB_FILENAME
+    from .store.postgres import PostgresDatabase
+    from .store.transfer import copy_store, open_snapshot
+
+    if not args.to.startswith(("postgresql://", "postgres://")):
+        raise UsageError(
+            f"--to must be a postgresql:// (or postgres://) URL, got {mask_url(args.to)!r}"
+        )
+    if args.data_dir is None:
+        from .config import Config
+
+        data_dir = Path(Config.load(args.file).store.data_dir)
+    else:
+        data_dir = args.data_dir
+    db_file = data_dir / DB_FILENAME
+    if not db_file.is_file():
+        raise UsageError(f"no store in {data_dir} ({DB_FILENAME} not found): nothing to migrate")
+    with tempfile.TemporaryDirectory(prefix="ania-migrate-") as folder:
+        source = await open_snapshot(db_file, Path(folder))
+        try:
+            target = await PostgresDatabase.open(args.to)
+            try:
+                copied = await copy_store(source, target, force=args.force)
+            finally:
+                await target.close()
+        finally:
+            await source.close()
+    for table, rows in copied.items():
+        print(f"{table:<15} {rows:>9} rows")
+    print(f"copied {sum(copied.values())} rows from {db_file} into {mask_url(args.to)}")
+    return 0
+
+
+def _without_password(message: str, url: str) -> str:
+    """``message`` with the password of ``url`` masked, wherever a driver may have echoed it."""
+    from urllib.parse import unquote, urlsplit
+
+    try:
+        password = urlsplit(url).password
+    except ValueError:
+        return message
+    for form in {password, unquote(password)} if password else ():
+        message = message.replace(form, "***")
+    return message
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run the command line; returns the exit code."""
     args = _parser().parse_args(argv)
@@ -208,8 +315,13 @@ def main(argv: list[str] | None = None) -> int:
             from .runner.serve import main as serve_main
 
             return serve_main(args.file, args.log_level)
+        if args.command == "store" and args.store_command == "migrate":
+            return asyncio.run(_migrate_store(args))
     except AniaError as exc:
-        print(f"ania-nb: error: {exc}", file=sys.stderr)
+        message = str(exc)
+        if args.command == "store":
+            message = _without_password(message, args.to)
+        print(f"ania-nb: error: {message}", file=sys.stderr)
         return 2
     _parser().print_help()
     return 0

@@ -128,7 +128,11 @@ def rss_kib(pid: int | str = "self") -> int:
 
 
 def make_agent(
-    base_url: str, data_dir: Path, max_sessions: int | None, max_runs: int | None
+    base_url: str,
+    data_dir: Path,
+    max_sessions: int | None,
+    max_runs: int | None,
+    store_url: str = "",
 ) -> Any:
     """The Agent as ``ania-nb serve`` would open it, isolated from ./skills and MCP config."""
     from ania_nb import Agent
@@ -145,6 +149,8 @@ def make_agent(
         overrides["agent.max_sessions"] = max_sessions
     if max_runs is not None:
         overrides["runner.max_concurrent_runs"] = max_runs
+    if store_url:
+        overrides["store.url"] = store_url
     return Agent(
         base_url=base_url,
         api_key=API_KEY,
@@ -293,7 +299,9 @@ def trace_step() -> dict[str, Any]:
 
 async def child_main(args: argparse.Namespace) -> None:
     """Hold the Agent (+ runner); answer the parent's commands, one JSON line each."""
-    agent = make_agent(args.base_url, args.data_dir, args.max_sessions, args.max_concurrent_runs)
+    agent = make_agent(
+        args.base_url, args.data_dir, args.max_sessions, args.max_concurrent_runs, args.store_url
+    )
     await agent.start()
     started = await start_runner(agent)
     runner = None if isinstance(started, str) else started
@@ -392,6 +400,8 @@ class Child:
             cmd += ["--max-sessions", str(args.max_sessions)]
         if args.max_concurrent_runs is not None:
             cmd += ["--max-concurrent-runs", str(args.max_concurrent_runs)]
+        if args.store_url:
+            cmd += ["--store-url", args.store_url]
         if args.profile is not None:
             cmd += ["--profile", str(args.profile)]
         self.proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
@@ -669,6 +679,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     )
     p.add_argument("--reply-timeout", type=float, default=120.0, help="s before a reply is lost")
     p.add_argument("--json", action="store_true", help="print the results as JSON on stdout")
+    p.add_argument(
+        "--store-url", default="", help="store.url of the child (a PostgreSQL URL; default SQLite)"
+    )
     p.add_argument(
         "--tracemalloc", action="store_true", help="memory test: top growth of its second half"
     )

@@ -183,3 +183,31 @@ def pg_url(pg_cluster: Any) -> Iterator[str]:
         yield pg_cluster.url(name)
     finally:
         pg_cluster.server.drop_database(name)
+
+
+# --- store backends (see tests/_backends.py) --------------------------------------------------
+
+
+@pytest.fixture(scope="session")
+def pg_admin_url(pg_cluster: Any) -> str:
+    """A URL of the test cluster whose role may create databases (the race and bench tests)."""
+    return str(pg_cluster.url(pg_cluster.database))
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def backend(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
+    """Run the test on each store backend (SQLite files; fresh PostgreSQL databases)."""
+    if request.param == "sqlite":
+        yield "sqlite"
+        return
+    if request.node.get_closest_marker("sqlite_only"):
+        pytest.skip("about SQLite files")
+    from _backends import use_postgres
+
+    cluster = request.getfixturevalue("pg_cluster")
+
+    def create(name: str) -> str:
+        cluster.server.create_database(name)
+        return str(cluster.url(name))
+
+    yield from use_postgres(monkeypatch, create, cluster.server.drop_database)

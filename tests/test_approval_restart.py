@@ -12,12 +12,15 @@ import time
 from typing import Any
 
 import pytest
+from _sql import execute, fetch
 from _waits import until
 
 from ania_nb import Callbacks, UsageError, tool
 from ania_nb.orchestration import Delivery
 from ania_nb.store import Store
 from ania_nb.testing import reply, tool_call
+
+pytestmark = pytest.mark.usefixtures("backend")  # every test on both store backends
 
 SESSION = "g:1"
 written: list[str] = []
@@ -75,9 +78,7 @@ def approval_agent(make_agent: Any, **overrides: Any) -> Any:
 
 async def rows(agent: Any) -> list[tuple[str, str]]:
     store = await agent.host.open_store()
-    found = await store.db.run(
-        lambda conn: conn.execute("SELECT id, state FROM approvals ORDER BY created_at").fetchall()
-    )
+    found = await fetch(store.db, "SELECT id, state FROM approvals ORDER BY created_at")
     return [tuple(r) for r in found]
 
 
@@ -166,10 +167,8 @@ async def test_a_deadline_passed_while_down_times_out_without_a_card(
     # The process was down past the request's deadline (wall clock, set when it was asked).
     second = approval_agent(make_agent)
     store = await second.host.open_store()
-    await store.db.run(
-        lambda conn: conn.execute(
-            "UPDATE approvals SET deadline = ? WHERE id = ?", (time.time() - 1, request_id)
-        )
+    await execute(
+        store.db, "UPDATE approvals SET deadline = ? WHERE id = ?", (time.time() - 1, request_id)
     )
     front = FrontEnd(second)
     llm.script(reply("it timed out"))
@@ -186,10 +185,8 @@ async def test_the_deadline_counts_from_the_original_request(make_agent: Any, ll
     second = approval_agent(make_agent)
     store = await second.host.open_store()
     # Asked long ago: a little of its time is left after the restart, not a fresh timeout.
-    await store.db.run(
-        lambda conn: conn.execute(
-            "UPDATE approvals SET deadline = ? WHERE id = ?", (time.time() + 0.3, request_id)
-        )
+    await execute(
+        store.db, "UPDATE approvals SET deadline = ? WHERE id = ?", (time.time() + 0.3, request_id)
     )
     front = FrontEnd(second)
     llm.script(reply("too slow"))
@@ -279,6 +276,7 @@ async def test_a_live_verdict_settles_the_row_and_a_front_end_without_cards_resu
     assert (request_id, "suspended") in await rows(other)
 
 
+@pytest.mark.sqlite_only
 async def test_a_broken_stored_row_is_refused_clearly_and_the_others_still_resume(
     make_agent: Any, llm: Any, tmp_path: Any
 ) -> None:

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import asyncio
 import itertools
-import sqlite3
 import threading
 from pathlib import Path
 from typing import Any
@@ -27,8 +26,11 @@ from ania_nb.orchestration.inbox import AGENT_SOURCE, Inbound, stored_role
 from ania_nb.runner.model import ChatRef
 from ania_nb.runner.router import Router
 from ania_nb.store import InboxRow, OutboxRow, Store
-from ania_nb.store.db import MIGRATIONS
+from ania_nb.store.db import Conn
+from ania_nb.store.schema import MIGRATIONS
 from ania_nb.testing import RecordedRequest, reply, tool_call
+
+pytestmark = pytest.mark.usefixtures("backend")  # every test on both store backends
 
 CHILD = "You are a subagent"  # in the subagent prompt: routes the children's requests
 USER = "5"
@@ -120,9 +122,9 @@ async def open_store(data: Path) -> Store:
     return await Store.open(data)
 
 
-def orphan(conn: sqlite3.Connection) -> None:
+async def orphan(conn: Conn) -> None:
     """The owner of every running child is gone (as after a kill -9)."""
-    conn.execute("UPDATE children SET owner_pid = 999999999, owner_start = 'gone'")
+    await conn.execute("UPDATE children SET owner_pid = 999999999, owner_start = 'gone'")
 
 
 # ------------------------------------------------------------------ the store module
@@ -241,11 +243,13 @@ async def test_orphans_are_the_running_rows_whose_owner_is_gone(tmp_path: Path) 
         ended = await store.children.start("f:1", "job", "member", background=True)
         await store.children.end(ended, "finished", "success")
 
-        def owners(conn: sqlite3.Connection) -> None:
-            conn.execute(
+        async def owners(conn: Conn) -> None:
+            await conn.execute(
                 "UPDATE children SET owner_pid = 999999999 WHERE id IN (?, ?)", (dead, ended)
             )
-            conn.execute("UPDATE children SET owner_host = 'elsewhere' WHERE id = ?", (remote,))
+            await conn.execute(
+                "UPDATE children SET owner_host = 'elsewhere' WHERE id = ?", (remote,)
+            )
 
         await store.db.run(owners)
         assert [r.id for r in await store.children.orphans()] == [dead]
@@ -258,15 +262,16 @@ async def test_orphans_are_the_running_rows_whose_owner_is_gone(tmp_path: Path) 
         await store.close()
 
 
+@pytest.mark.sqlite_only
 async def test_a_store_of_the_previous_version_gets_the_table(tmp_path: Path) -> None:
     store = await open_store(tmp_path)
 
-    def downgrade(conn: sqlite3.Connection) -> None:
+    async def downgrade(conn: Conn) -> None:
         # Back to the version before the children step (and the steps after it).
         step = next(i for i, st in enumerate(MIGRATIONS) if "children (" in st[0])
-        conn.execute("DROP TABLE children")
-        conn.execute("ALTER TABLE approvals DROP COLUMN verdict")
-        conn.execute(f"PRAGMA user_version = {step}")
+        await conn.execute("DROP TABLE children")
+        await conn.execute("ALTER TABLE approvals DROP COLUMN verdict")
+        await conn.execute(f"PRAGMA user_version = {step}")
 
     await store.db.run(downgrade)
     await store.close()
@@ -426,7 +431,7 @@ async def test_closing_the_agent_alone_stops_a_child_as_a_restart_does(
         await asyncio.wait_for(s.agent.aclose(), 20)  # no router shutdown first
     finally:
         held.go.set()
-    reopened = await open_store(store.db.path.parent)
+    reopened = await open_store(store.data_dir)
     try:
         row = await reopened.children.get(child.id)
         assert row is not None and (row.state, row.outcome) == ("stopped", "restart")
@@ -534,8 +539,8 @@ async def test_a_result_reply_whose_send_was_cut_is_never_sent_twice(llm: Any, s
         o for o in await store.outbox.list() if o.payload["text"].startswith("the reply")
     ]
 
-    def cut_while_sending(conn: sqlite3.Connection) -> None:
-        conn.execute("UPDATE outbox SET state = 'sending' WHERE id = ?", (reply_row.id,))
+    async def cut_while_sending(conn: Conn) -> None:
+        await conn.execute("UPDATE outbox SET state = 'sending' WHERE id = ?", (reply_row.id,))
 
     await store.db.run(cut_while_sending)  # as if the kill came before "sent" was written
     await s.router.close(0)

@@ -24,6 +24,8 @@ from ania_nb.store import Store
 from ania_nb.testing import error, reply, tool_call, usage
 from ania_nb.tools import ToolContext
 
+pytestmark = pytest.mark.usefixtures("backend")  # every test on both store backends
+
 WAIT = 15.0
 
 

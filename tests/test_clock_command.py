@@ -11,6 +11,8 @@ import pytest
 from ania_nb.clock.command import ADD_USAGE, HELP
 from ania_nb.testing import reply
 
+pytestmark = pytest.mark.usefixtures("backend")  # every test on both store backends
+
 DAILY = "0 9 * * *"
 ADMIN, ALICE, BOB = "boss", "alice", "bob"
 G1, G2 = "g:1", "g:2"

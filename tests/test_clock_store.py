@@ -4,9 +4,13 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
+
 from ania_nb.clock.runner import trigger_text
 from ania_nb.clock.store import ClockStore, base36
 from ania_nb.store import Store, ToolCallRecord
+
+pytestmark = pytest.mark.usefixtures("backend")  # every test on both store backends
 
 
 def fields(**changes: Any) -> dict[str, Any]:

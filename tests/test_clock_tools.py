@@ -11,6 +11,8 @@ import pytest
 from ania_nb.clock.tools import OWNERSHIP_ERROR
 from ania_nb.testing import reply, tool_call
 
+pytestmark = pytest.mark.usefixtures("backend")  # every test on both store backends
+
 DAILY = "0 9 * * *"  # never fires during a test run of a few seconds (unless at 09:00 sharp)
 
 

@@ -11,7 +11,10 @@ import pytest
 import ania_nb.store as store_pkg
 from ania_nb.errors import UsageError
 from ania_nb.store import OpLog, OpRecord, Store
-from ania_nb.store.db import DB_FILENAME, MIGRATIONS
+from ania_nb.store.db import DB_FILENAME, Conn
+from ania_nb.store.schema import MIGRATIONS
+
+pytestmark = pytest.mark.usefixtures("backend")  # every test on both store backends
 
 
 @pytest.fixture
@@ -112,6 +115,7 @@ async def test_entries_survive_reopening(tmp_path: Path) -> None:
         await s.close()
 
 
+@pytest.mark.sqlite_only
 async def test_a_schema_1_database_is_migrated_and_keeps_its_data(tmp_path: Path) -> None:
     path = tmp_path / DB_FILENAME
     conn = sqlite3.connect(path)
@@ -128,8 +132,8 @@ async def test_a_schema_1_database_is_migrated_and_keeps_its_data(tmp_path: Path
         await s.oplog.add("system", "migrated")
         assert [r.action for r in await s.oplog.list()] == ["migrated"]
 
-        def version(conn: sqlite3.Connection) -> int:
-            return int(conn.execute("PRAGMA user_version").fetchone()[0])
+        async def version(conn: Conn) -> int:
+            return int(await conn.fetchval("PRAGMA user_version"))
 
         assert await s.db.run(version) == len(MIGRATIONS) >= 2
     finally:

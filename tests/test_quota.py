@@ -21,6 +21,8 @@ from ania_nb.engine.usage import Tokens, Usage
 from ania_nb.quota import cost
 from ania_nb.testing import RecordedRequest, ScriptedLLM, reply, tool_call, usage
 
+pytestmark = pytest.mark.usefixtures("backend")  # every test on both store backends
+
 SESSION = "nb:q"
 CHILD = "You are a subagent"  # in the subagent prompt: routes the children's requests
 SUBAGENTS = {

@@ -8,7 +8,6 @@ Router opened on it.
 from __future__ import annotations
 
 import asyncio
-import sqlite3
 from pathlib import Path
 from typing import Any
 
@@ -23,7 +22,10 @@ from ania_nb.runner.chat import incoming_meta, model_text
 from ania_nb.runner.model import ChatRef, Incoming
 from ania_nb.runner.router import HELD_TEXT, Router
 from ania_nb.store import InboxRow, InboxState, OutboxRow, Store
+from ania_nb.store.db import Conn
 from ania_nb.testing import reply, tool_call
+
+pytestmark = pytest.mark.usefixtures("backend")  # every test on both store backends
 
 OVERFLOW = "排队消息太多啦，稍后再试试吧~"
 
@@ -193,8 +195,8 @@ async def crashed_store(
         later = Delivery("f:3", "never sent", "notice")
         await store.outbox.add(OutboxRow("f:3", "notice", delivery_payload(later)))
 
-        def dead_owner(conn: sqlite3.Connection) -> None:
-            conn.execute("UPDATE runs SET owner_pid = 999999999, owner_start = 'gone'")
+        async def dead_owner(conn: Conn) -> None:
+            await conn.execute("UPDATE runs SET owner_pid = 999999999, owner_start = 'gone'")
 
         await store.db.run(dead_owner)
         return [i for i in pending if i is not None], [cut], run_id
@@ -234,8 +236,8 @@ def asking(words: str) -> Any:
 
 
 async def resumed(store: Store, run_id: int) -> str | None:
-    def read(conn: sqlite3.Connection) -> str | None:
-        return conn.execute("SELECT resumed FROM runs WHERE id = ?", (run_id,)).fetchone()[0]
+    async def read(conn: Conn) -> str | None:
+        return await conn.fetchval("SELECT resumed FROM runs WHERE id = ?", (run_id,))
 
     return await store.db.run(read)
 
@@ -278,8 +280,8 @@ async def test_a_tool_with_side_effects_is_marked_on_the_record_before_it_runs(l
         """Do something that cannot be undone."""
         store = await s_box[0].store()
 
-        def flag(conn: sqlite3.Connection) -> int:
-            return conn.execute("SELECT max(side_effects_started) FROM runs").fetchone()[0]
+        async def flag(conn: Conn) -> int:
+            return await conn.fetchval("SELECT max(side_effects_started) FROM runs")
 
         seen.append(await store.db.run(flag))
         return "launched"

@@ -16,10 +16,14 @@ import pytest
 
 import ania_nb.store as store_pkg
 from ania_nb.errors import StoreError, UsageError
-from ania_nb.store import Database, RunLog, Store, ToolCallRecord
+from ania_nb.store import RunLog, Store, ToolCallRecord
 from ania_nb.store import history as history_mod
-from ania_nb.store.db import BUSY_TIMEOUT_S, MIGRATIONS
+from ania_nb.store.db import Conn
 from ania_nb.store.runlog import INTERRUPTED_ERROR
+from ania_nb.store.schema import MIGRATIONS
+from ania_nb.store.sqlite import BUSY_TIMEOUT_S, SqliteDatabase
+
+pytestmark = pytest.mark.usefixtures("backend")  # every test on both store backends
 
 
 @pytest.fixture
@@ -30,8 +34,8 @@ async def store(tmp_path: Path) -> AsyncIterator[Store]:
 
 
 def _scalar(sql: str):
-    def fn(conn: sqlite3.Connection):
-        return conn.execute(sql).fetchone()[0]
+    async def fn(conn: Conn):
+        return await conn.fetchval(sql)
 
     fn.__qualname__ = f"scalar({sql})"
     return fn
@@ -56,6 +60,7 @@ def test_all_is_sorted_and_exported() -> None:
         assert getattr(store_pkg, name) is not None
 
 
+@pytest.mark.sqlite_only
 async def test_pragmas_wal_and_schema_version(store: Store) -> None:
     assert store.db.path == (store.db.path.parent / "ania.db")
     assert store.db.path.is_file()
@@ -66,9 +71,10 @@ async def test_pragmas_wal_and_schema_version(store: Store) -> None:
     assert await store.db.run(_scalar("PRAGMA user_version")) == len(MIGRATIONS)
 
 
+@pytest.mark.sqlite_only
 async def test_statements_run_on_the_store_thread(store: Store) -> None:
-    def where(conn: sqlite3.Connection) -> tuple[int, str]:
-        conn.execute("SELECT 1")
+    async def where(conn: Conn) -> tuple[int, str]:
+        await conn.execute("SELECT 1")
         return threading.get_ident(), threading.current_thread().name
 
     first = await store.db.run(where)
@@ -78,6 +84,7 @@ async def test_statements_run_on_the_store_thread(store: Store) -> None:
     assert first == second  # one thread for every statement
 
 
+@pytest.mark.sqlite_only
 async def test_sqlite_errors_become_store_errors_naming_op_and_path(store: Store) -> None:
     with pytest.raises(StoreError) as info:
         await store.db.run(_scalar("SELECT * FROM no_such_table"))
@@ -92,7 +99,7 @@ async def test_non_sqlite_file_is_refused_and_left_untouched(tmp_path: Path) -> 
     content = b"these are my notes, not a database\n" * 200
     path.write_bytes(content)
     with pytest.raises(StoreError) as info:
-        await Database.open(path)
+        await SqliteDatabase.open(path)
     assert "not an ania-nb database" in str(info.value)
     assert str(path) in str(info.value)
     assert path.read_bytes() == content
@@ -107,7 +114,7 @@ async def test_foreign_sqlite_database_is_refused_and_left_untouched(tmp_path: P
     )
     before = path.read_bytes()
     with pytest.raises(StoreError, match="not an ania-nb database"):
-        await Database.open(path)
+        await SqliteDatabase.open(path)
     assert path.read_bytes() == before
 
 
@@ -115,7 +122,7 @@ async def test_newer_schema_is_refused(tmp_path: Path) -> None:
     path = tmp_path / "ania.db"
     await asyncio.to_thread(_write_sqlite, path, "PRAGMA user_version = 99")
     with pytest.raises(StoreError, match="newer than this ania-nb understands"):
-        await Database.open(path)
+        await SqliteDatabase.open(path)
 
 
 async def test_close_is_idempotent_and_closed_store_raises(tmp_path: Path) -> None:
@@ -128,7 +135,7 @@ async def test_close_is_idempotent_and_closed_store_raises(tmp_path: Path) -> No
     with pytest.raises(StoreError) as info:
         await kv.get("k")
     assert "closed" in str(info.value)
-    assert str(s.db.path) in str(info.value)
+    assert s.db.location in str(info.value)
     with pytest.raises(StoreError, match="closed"):
         await s.history.load("s")
 
@@ -148,7 +155,6 @@ async def test_data_persists_across_reopen(tmp_path: Path) -> None:
         record = await s.runs.get(run_id)
         assert record is not None
         assert (record.status, record.reply, record.sender) == ("success", "hello", "ana")
-        assert await s.db.run(_scalar("PRAGMA user_version")) == len(MIGRATIONS)
     finally:
         await s.close()
 
@@ -406,10 +412,10 @@ async def test_runlog_list_filters_and_order(store: Store) -> None:
         ids.append(run_id)
     running_id = await runs.start("a", "still going")
 
-    def set_started(conn: sqlite3.Connection) -> None:
+    async def set_started(conn: Conn) -> None:
         for run_id, (_, _, started) in zip(ids, plan, strict=True):
-            conn.execute("UPDATE runs SET started_at = ? WHERE id = ?", (started, run_id))
-        conn.execute("UPDATE runs SET started_at = 4000 WHERE id = ?", (running_id,))
+            await conn.execute("UPDATE runs SET started_at = ? WHERE id = ?", (started, run_id))
+        await conn.execute("UPDATE runs SET started_at = 4000 WHERE id = ?", (running_id,))
 
     await store.db.run(set_started)
     all_ids = [*ids, running_id]
@@ -499,6 +505,7 @@ asyncio.run(main())
 """
 
 
+@pytest.mark.sqlite_only
 async def test_mark_interrupted_after_the_owning_process_died(tmp_path: Path) -> None:
     s = await Store.open(tmp_path)
     mine = await s.runs.start("s", "still running here")

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import sqlite3
 import time
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -11,6 +10,9 @@ import pytest
 
 from ania_nb.errors import UsageError
 from ania_nb.store import InboxRow, InboxState, OutboxRow, Store
+from ania_nb.store.db import Conn
+
+pytestmark = pytest.mark.usefixtures("backend")  # every test on both store backends
 
 USER = {"role": "user", "content": "hi"}
 
@@ -126,9 +128,9 @@ async def test_prune_removes_only_old_final_rows(store: Store, tmp_path: Path) -
     await store.outbox.mark(sent, "sent")
     week_ago = time.time() - 8 * 86400
 
-    def age(conn: sqlite3.Connection) -> None:
-        conn.execute("UPDATE inbox SET received_at = ?", (week_ago,))
-        conn.execute("UPDATE outbox SET created_at = ?", (week_ago,))
+    async def age(conn: Conn) -> None:
+        await conn.execute("UPDATE inbox SET received_at = ?", (week_ago,))
+        await conn.execute("UPDATE outbox SET created_at = ?", (week_ago,))
 
     await store.db.run(age)
     fresh = await store.inbox.accept(row("fresh"))
@@ -159,10 +161,10 @@ async def test_side_effects_mark_is_on_the_run_record(store: Store) -> None:
     )
     await store.journal.mark_side_effects(run_id)
 
-    def flag(conn: sqlite3.Connection) -> int:
-        return conn.execute(
-            "SELECT side_effects_started FROM runs WHERE id = ?", (run_id,)
-        ).fetchone()[0]
+    async def flag(conn: Conn) -> int:
+        return (
+            await conn.fetchone("SELECT side_effects_started FROM runs WHERE id = ?", (run_id,))
+        )[0]
 
     assert await store.db.run(flag) == 1
 

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import sqlite3
 import sys
 import threading
 from pathlib import Path
@@ -13,7 +12,8 @@ from typing import Any
 import ania_nb
 from ania_nb import Agent
 from ania_nb.store import Store
-from ania_nb.store.db import MIGRATIONS
+from ania_nb.store.db import Conn
+from ania_nb.store.schema import MIGRATIONS
 from ania_nb.testing import RecordedRequest, ScriptedLLM, reply, tool_call
 
 # Only the store is imported: the package's __init__ (agent, openai, ...) is skipped so that
@@ -116,8 +116,8 @@ async def test_twenty_processes_open_a_fresh_directory_at_once(tmp_path: Path) -
     try:
         assert await store.kv("test").get("opens") == 20
 
-        def version(conn: sqlite3.Connection) -> int:
-            return int(conn.execute("PRAGMA user_version").fetchone()[0])
+        async def version(conn: Conn) -> int:
+            return int(await conn.fetchval("PRAGMA user_version"))
 
         assert await store.db.run(version) == len(MIGRATIONS)
     finally:

@@ -16,7 +16,10 @@ import pytest
 
 from ania_nb.errors import UsageError
 from ania_nb.store import RunJournal, Store, ToolCallRecord
+from ania_nb.store.db import Conn
 from ania_nb.store.owner import Owner, current_owner, is_alive, start_token
+
+pytestmark = pytest.mark.usefixtures("backend")  # every test on both store backends
 
 USER = {"role": "user", "content": "hi"}
 
@@ -122,8 +125,8 @@ async def test_a_deleted_record_row_is_recreated_and_history_kept(
     journal = small.journal
     run_id, _ = await journal.begin("s", "work", sender="ana", message=USER, load_history=False)
 
-    def delete(conn: sqlite3.Connection) -> None:
-        conn.execute("DELETE FROM runs WHERE id = ?", (run_id,))
+    async def delete(conn: Conn) -> None:
+        await conn.execute("DELETE FROM runs WHERE id = ?", (run_id,))
 
     await small.db.run(delete)
     with caplog.at_level(logging.WARNING, logger="ania_nb.store.journal"):
@@ -169,8 +172,8 @@ async def test_finish_overrides_a_wrong_interrupted_mark_but_not_a_real_outcome(
     journal = small.journal
     run_id, _ = await journal.begin("s", "work", sender=None, message=USER, load_history=False)
 
-    def mark(conn: sqlite3.Connection) -> None:
-        conn.execute("UPDATE runs SET status = 'interrupted' WHERE id = ?", (run_id,))
+    async def mark(conn: Conn) -> None:
+        await conn.execute("UPDATE runs SET status = 'interrupted' WHERE id = ?", (run_id,))
 
     await small.db.run(mark)  # what an older ania-nb in another process would do
     await journal.record_round("s", run_id, _round(0), [ToolCallRecord("f", "{}", "r", None, 2)])
@@ -194,8 +197,8 @@ async def test_a_record_only_run_through_the_journal(small: Store) -> None:
     journal = small.journal
     run_id = await journal.start("task", "one shot", sender="clock")
 
-    def delete(conn: sqlite3.Connection) -> None:
-        conn.execute("DELETE FROM runs WHERE id = ?", (run_id,))
+    async def delete(conn: Conn) -> None:
+        await conn.execute("DELETE FROM runs WHERE id = ?", (run_id,))
 
     await small.db.run(delete)
     await journal.record_round("task", run_id, [], [ToolCallRecord("f", "{}", "r", None, 2)])
@@ -261,18 +264,20 @@ async def test_mark_interrupted_checks_each_runs_owner(small: Store) -> None:
     ids["far"] = await small.runs.start("s", "far")
     ids["far_old"] = await small.runs.start("s", "far_old")
 
-    def set_owners(conn: sqlite3.Connection) -> None:
-        conn.execute(
+    async def set_owners(conn: Conn) -> None:
+        await conn.execute(
             "UPDATE runs SET owner_start = 'another-boot:1' WHERE id = ?", (ids["reused"],)
         )
-        conn.execute(
+        await conn.execute(
             "UPDATE runs SET owner_host = NULL, owner_pid = NULL WHERE id = ?", (ids["legacy"],)
         )
-        conn.execute(
+        await conn.execute(
             "UPDATE runs SET owner_host = 'elsewhere.example', started_at = ? WHERE id = ?",
             (time.time() - 3600, ids["far_old"]),
         )
-        conn.execute("UPDATE runs SET owner_host = 'elsewhere.example' WHERE id = ?", (ids["far"],))
+        await conn.execute(
+            "UPDATE runs SET owner_host = 'elsewhere.example' WHERE id = ?", (ids["far"],)
+        )
 
     await small.db.run(set_owners)
     assert await small.runs.mark_interrupted() == 2  # the reused pid and the legacy row
@@ -323,10 +328,11 @@ def test_is_alive_sees_exit_zombies_and_pid_reuse() -> None:
     assert is_alive(current_owner())
 
 
+@pytest.mark.sqlite_only
 async def test_an_old_schema_is_upgraded_and_its_running_rows_count_as_orphaned(
     tmp_path: Path,
 ) -> None:
-    from ania_nb.store.db import MIGRATIONS
+    from ania_nb.store.schema import MIGRATIONS
 
     path = tmp_path / "ania.db"
 

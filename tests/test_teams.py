@@ -21,6 +21,8 @@ from ania_nb.agents.team_store import (
 )
 from ania_nb.testing import reply, tool_call, usage
 
+pytestmark = pytest.mark.usefixtures("backend")  # every test on both store backends
+
 SESSION = "nb:teams"
 MEMBER_MARK = "member of an agent team"  # in every role prompt (COMMON_NOTE)
 

@@ -21,8 +21,11 @@ import pytest
 from ania_nb import tool
 from ania_nb.engine.usage import Tokens
 from ania_nb.store import Store
-from ania_nb.store.db import DB_FILENAME, MIGRATIONS
+from ania_nb.store.db import DB_FILENAME
+from ania_nb.store.schema import MIGRATIONS
 from ania_nb.testing import RecordedRequest, reply, tool_call, usage
+
+pytestmark = pytest.mark.usefixtures("backend")  # every test on both store backends
 
 SESSION = "nb:ledger"
 # The schema version of a store written by ania-nb before the ledger (main at 5fb532b).
@@ -46,6 +49,7 @@ def _ledger_rows(data_dir: Path) -> list[tuple[Any, ...]]:
 # --------------------------------------------------------------------------- per call
 
 
+@pytest.mark.sqlite_only
 async def test_each_rounds_tokens_are_committed_before_the_next_call(
     llm, make_agent, tmp_path
 ) -> None:
@@ -115,6 +119,7 @@ async def test_a_clock_runs_rounds_count_as_they_are_stored(llm, make_agent) -> 
     await ledger_matches_counters(store)
 
 
+@pytest.mark.sqlite_only
 async def test_a_compactions_call_is_a_ledger_row_of_the_run_it_served(
     llm, make_agent, tmp_path
 ) -> None:
@@ -141,6 +146,7 @@ async def test_a_compactions_call_is_a_ledger_row_of_the_run_it_served(
     await ledger_matches_counters(store)
 
 
+@pytest.mark.sqlite_only
 async def test_a_round_and_its_tokens_commit_together_or_not_at_all(
     llm, make_agent, tmp_path
 ) -> None:
@@ -181,6 +187,7 @@ async def test_a_round_and_its_tokens_commit_together_or_not_at_all(
     await ledger_matches_counters(store)
 
 
+@pytest.mark.sqlite_only
 async def test_a_failed_round_leaves_its_tokens_to_the_next_step(llm, make_agent, tmp_path) -> None:
     """The round's history cannot be written: the final step counts the round's call too."""
 
@@ -357,6 +364,7 @@ async def test_reset_and_prune_keep_the_ledger_equal_to_the_counters(tmp_path) -
         await store.close()
 
 
+@pytest.mark.sqlite_only
 async def test_a_store_counted_before_the_ledger_carries_its_counters_over(tmp_path) -> None:
     """A store of the schema before the ledger: counters, daily totals and records stay."""
     path = tmp_path / DB_FILENAME

@@ -10,7 +10,6 @@ is an error (delete it first) — nothing stored is ever replaced.
 
 from __future__ import annotations
 
-import sqlite3
 import time
 import unicodedata
 from collections.abc import Iterable, Mapping
@@ -24,6 +23,7 @@ from .roles import MAX_ROLE_CHARS
 
 if TYPE_CHECKING:  # pragma: no cover
     from ..store import Store
+    from ..store.db import Conn
 
 __all__ = [
     "GLOBAL_SCOPE",
@@ -250,20 +250,22 @@ def _prefix(scope: str) -> str:
     return f"{scope}:"
 
 
-# Store-thread function: check and insert in one write transaction, so two creations at once
+# Store operation: check and insert in one write transaction, so two creations at once
 # (parallel tool calls, another process) can neither overwrite each other nor pass the limit.
-def _insert(conn: sqlite3.Connection, key: str, prefix: str, raw: str) -> str:
-    with transaction(conn):
-        if conn.execute("SELECT 1 FROM kv WHERE ns = ? AND key = ?", (NAMESPACE, key)).fetchone():
+async def _insert(conn: Conn, key: str, prefix: str, raw: str) -> str:
+    async with transaction(conn):
+        # Per scope: on PostgreSQL two creations would otherwise both count 19 and both insert.
+        await conn.lock(f"teams:{prefix}")
+        if await conn.fetchone("SELECT 1 FROM kv WHERE ns = ? AND key = ?", (NAMESPACE, key)):
             return "exists"
-        rows = conn.execute(
+        rows = await conn.fetchall(
             "SELECT key FROM kv WHERE ns = ? AND substr(key, 1, ?) = ?",
             (NAMESPACE, len(prefix), prefix),
         )
         count = sum(1 for (k,) in rows if ":" not in k[len(prefix) :])
         if count >= MAX_TEAMS_PER_SCOPE:
             return "full"
-        conn.execute(
+        await conn.execute(
             "INSERT INTO kv (ns, key, value, updated_at) VALUES (?, ?, ?, ?)",
             (NAMESPACE, key, raw, time.time()),
         )

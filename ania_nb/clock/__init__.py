@@ -117,7 +117,7 @@ class Clock:
                 self._state = "disabled"
                 return
             clock_store = await self._open(store)
-            self._lease = Lease(os.path.dirname(clock_store.db.path))
+            self._lease = Lease((store or await self.host.open_store()).data_dir)
             await clock_store.mark_interrupted()
             self._rev, self._revs = await clock_store.revision(), await clock_store.revisions()
             self._log_seen = await clock_store.newest_entry_id()

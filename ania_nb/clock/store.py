@@ -12,7 +12,6 @@ from __future__ import annotations
 import builtins
 import json
 import re
-import sqlite3
 import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
@@ -26,6 +25,7 @@ from .model import RUNNING, ClockTask, TaskLogEntry
 
 if TYPE_CHECKING:  # pragma: no cover
     from ..store import Database
+    from ..store.db import Conn
 
 __all__ = ["INTERRUPTED_ERROR", "SKIPPED_ERROR", "ClockStore", "base36"]
 
@@ -220,90 +220,92 @@ class ClockStore:
         return await self.db.run(_others_runs, after, list(watching))
 
 
-# Store-thread functions: each receives the connection first (see ``Database.run``).
+# Store operations: each receives the connection first (see ``Database.run``).
 
 
-def _meta(conn: sqlite3.Connection, key: str) -> int:
-    row = conn.execute("SELECT value FROM clock_meta WHERE key = ?", (key,)).fetchone()
+async def _meta(conn: Conn, key: str) -> int:
+    row = await conn.fetchone("SELECT value FROM clock_meta WHERE key = ?", (key,))
     return int(row[0]) if row else 0
 
 
-def _bump(conn: sqlite3.Connection, key: str) -> int:
+async def _bump(conn: Conn, key: str) -> int:
     """Increment a counter inside the caller's transaction; returns the new value."""
-    conn.execute(
+    await conn.execute(
         "INSERT INTO clock_meta (key, value) VALUES (?, 1) "
-        "ON CONFLICT (key) DO UPDATE SET value = value + 1",
+        "ON CONFLICT (key) DO UPDATE SET value = clock_meta.value + 1",
         (key,),
     )
-    return _meta(conn, key)
+    return await _meta(conn, key)
 
 
-def _create(conn: sqlite3.Connection, fields: dict[str, Any], now: float) -> tuple[ClockTask, int]:
-    with transaction(conn):
-        seq = _bump(conn, "seq")
-        rev = _bump(conn, "rev")
+async def _create(conn: Conn, fields: dict[str, Any], now: float) -> tuple[ClockTask, int]:
+    async with transaction(conn):
+        seq = await _bump(conn, "seq")
+        rev = await _bump(conn, "rev")
         task_id = base36(seq)
-        conn.execute(
+        await conn.execute(
             "INSERT INTO clock_tasks (id, seq, cron, title, content, target, enabled, run_once, "
             "timeout, created_by, creator, updater, note, created_at, updated_at, next_run_at, "
             "rev) VALUES (:id, :seq, :cron, :title, :content, :target, 1, :run_once, :timeout, "
             ":created_by, :creator, '', :note, :now, :now, :next_run_at, :rev)",
             {**fields, "id": task_id, "seq": seq, "now": now, "rev": rev},
         )
-        return _select_tasks(conn, "WHERE id = ?", (task_id,))[0], rev
+        return (await _select_tasks(conn, "WHERE id = ?", (task_id,)))[0], rev
 
 
-def _update(
-    conn: sqlite3.Connection, task_id: str, changes: dict[str, Any], now: float
+async def _update(
+    conn: Conn, task_id: str, changes: dict[str, Any], now: float
 ) -> tuple[ClockTask, int] | None:
-    with transaction(conn):
-        if conn.execute("SELECT 1 FROM clock_tasks WHERE id = ?", (task_id,)).fetchone() is None:
+    async with transaction(conn):
+        if await conn.fetchone("SELECT 1 FROM clock_tasks WHERE id = ?", (task_id,)) is None:
             return None
-        rev = _bump(conn, "rev")
+        rev = await _bump(conn, "rev")
         sets = "".join(f"{name} = :{name}, " for name in changes)  # names checked by caller
-        conn.execute(
+        await conn.execute(
             f"UPDATE clock_tasks SET {sets}updated_at = :now, rev = :rev WHERE id = :id",
             {**changes, "now": now, "rev": rev, "id": task_id},
         )
-        return _select_tasks(conn, "WHERE id = ?", (task_id,))[0], rev
+        return (await _select_tasks(conn, "WHERE id = ?", (task_id,)))[0], rev
 
 
-def _delete(conn: sqlite3.Connection, task_id: str, only_run_once: bool) -> ClockTask | None:
-    with transaction(conn):
-        rows = _select_tasks(conn, "WHERE id = ?", (task_id,))
+async def _delete(conn: Conn, task_id: str, only_run_once: bool) -> ClockTask | None:
+    async with transaction(conn):
+        rows = await _select_tasks(conn, "WHERE id = ?", (task_id,))
         if not rows or (only_run_once and not rows[0].run_once):
             return None
-        _bump(conn, "rev")
-        conn.execute("DELETE FROM clock_tasks WHERE id = ?", (task_id,))
+        await _bump(conn, "rev")
+        await conn.execute("DELETE FROM clock_tasks WHERE id = ?", (task_id,))
         return rows[0]
 
 
-def _set_next_runs(conn: sqlite3.Connection, planned: list[tuple[str, float | None]]) -> None:
-    with transaction(conn):
-        conn.executemany(
+async def _set_next_runs(conn: Conn, planned: list[tuple[str, float | None]]) -> None:
+    async with transaction(conn):
+        await conn.executemany(
             "UPDATE clock_tasks SET next_run_at = ? WHERE id = ?",
             [(when, task_id) for task_id, when in planned],
         )
 
 
-def _revisions(conn: sqlite3.Connection) -> dict[str, int]:
-    return {row[0]: int(row[1]) for row in conn.execute("SELECT id, rev FROM clock_tasks")}
+async def _revisions(conn: Conn) -> dict[str, int]:
+    return {row[0]: int(row[1]) for row in await conn.fetchall("SELECT id, rev FROM clock_tasks")}
 
 
-def _tasks_by_id(conn: sqlite3.Connection, ids: list[str]) -> list[ClockTask]:
+async def _tasks_by_id(conn: Conn, ids: list[str]) -> list[ClockTask]:
     found: list[ClockTask] = []
     for start in range(0, len(ids), 500):  # SQLite's bound-parameter limit
         chunk = ids[start : start + 500]
         marks = ",".join("?" * len(chunk))
-        found.extend(_select_tasks(conn, f"WHERE id IN ({marks})", tuple(chunk)))
+        found.extend(await _select_tasks(conn, f"WHERE id IN ({marks})", tuple(chunk)))
     return found
 
 
 # The task rows' reader and the task log's statements.
 
 
-def _select_tasks(conn: sqlite3.Connection, where: str, params: tuple[Any, ...]) -> list[ClockTask]:
-    rows = conn.execute(f"SELECT {_TASK_COLUMNS} FROM clock_tasks {where} ORDER BY seq", params)
+async def _select_tasks(conn: Conn, where: str, params: tuple[Any, ...]) -> list[ClockTask]:
+    rows = await conn.fetchall(
+        f"SELECT {_TASK_COLUMNS} FROM clock_tasks {where} ORDER BY seq", params
+    )
     return [_to_task(row) for row in rows]
 
 
@@ -313,19 +315,19 @@ def _to_task(row: tuple[Any, ...]) -> ClockTask:
     return ClockTask(*values)
 
 
-def _live_runner(conn: sqlite3.Connection, task_id: str) -> bool:
+async def _live_runner(conn: Conn, task_id: str) -> bool:
     """Whether a live process (this one included) has a running entry of the task."""
     me = current_owner()
-    rows = conn.execute(
+    rows = await conn.fetchall(
         "SELECT owner_host, owner_pid, owner_start FROM clock_log WHERE task_id = ? AND status = ?",
         (task_id, RUNNING),
-    ).fetchall()
+    )
     # Another host's process cannot be checked: count it as running (WAL needs one host anyway).
     return any(host != me.host or is_alive(Owner(host, pid, start)) for host, pid, start in rows)
 
 
-def _begin_run(
-    conn: sqlite3.Connection,
+async def _begin_run(
+    conn: Conn,
     task_id: str,
     make_trigger: Callable[[ClockTask], str],
     manual: bool,
@@ -335,29 +337,32 @@ def _begin_run(
 ) -> tuple[ClockTask, TaskLogEntry] | None:
     owner = current_owner()
     scheduled_at, next_run_at = planned
-    with transaction(conn):
-        rows = _select_tasks(conn, "WHERE id = ?", (task_id,))
+    async with transaction(conn):
+        # The check for a live run and the insert of ours are one step for every process:
+        # on PostgreSQL two processes would otherwise both see "not busy" and both run.
+        await conn.lock(f"clock-run:{task_id}")
+        rows = await _select_tasks(conn, "WHERE id = ?", (task_id,))
         if not rows or (not manual and not rows[0].enabled):
             return None
         task = rows[0]
         trigger = clean_text(cut(make_trigger(task), MAX_TRIGGER_CHARS))
-        busy = _live_runner(conn, task.id)
+        busy = await _live_runner(conn, task.id)
         if scheduled_at is not None:
             task.next_run_at = None if task.run_once and not busy else next_run_at
-            conn.execute(
+            await conn.execute(
                 "UPDATE clock_tasks SET next_run_at = ? WHERE id = ?", (task.next_run_at, task.id)
             )
         if (
             busy
             and scheduled_at is not None
-            and (again := _skipped_again(conn, task.id, scheduled_at, now)) is not None
+            and (again := await _skipped_again(conn, task.id, scheduled_at, now)) is not None
         ):
             return task, again
         status = "skipped" if busy else RUNNING
-        cursor = conn.execute(
+        inserted = await conn.fetchone(
             "INSERT INTO clock_log (task_id, title, target, trigger, status, started_at, "
             "finished_at, duration_ms, manual, scheduled_at, error, owner_host, owner_pid, "
-            "owner_start) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            "owner_start) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) RETURNING id",
             (
                 task.id,
                 task.title,
@@ -377,61 +382,62 @@ def _begin_run(
         )
         if not busy:
             task.last_run_at, task.last_status = now, RUNNING
-            conn.execute(
+            await conn.execute(
                 "UPDATE clock_tasks SET last_run_at = ?, last_status = ? WHERE id = ?",
                 (now, RUNNING, task.id),
             )
-        _prune(conn, max_entries)
-        assert cursor.lastrowid is not None
-        return task, _select_logs(conn, "WHERE id = ?", (cursor.lastrowid,), 1)[0]
+        await _prune(conn, max_entries)
+        assert inserted is not None  # an INSERT … RETURNING always returns its row
+        return task, (await _select_logs(conn, "WHERE id = ?", (inserted[0],), 1))[0]
 
 
-def _skipped_again(
-    conn: sqlite3.Connection, task_id: str, scheduled_at: float, now: float
+async def _skipped_again(
+    conn: Conn, task_id: str, scheduled_at: float, now: float
 ) -> TaskLogEntry | None:
     """Count one more skipped fire on the task's newest entry if that is one already.
 
     A run outlasting many beats of a short period would otherwise flood the log with skips and
     evict every other entry; the newest entry can only be a skip while the same run goes on.
     """
-    row = conn.execute(
+    row = await conn.fetchone(
         "SELECT id, status, error, manual FROM clock_log WHERE task_id = ? "
         "ORDER BY id DESC LIMIT 1",
         (task_id,),
-    ).fetchone()
+    )
     if row is None or row[1] != "skipped" or row[3]:
         return None
     found = _SKIP_COUNT.search(row[2] or "")
     count = (int(found.group(1)) if found else 1) + 1
-    conn.execute(
+    await conn.execute(
         "UPDATE clock_log SET scheduled_at = ?, finished_at = ?, error = ? WHERE id = ?",
         (scheduled_at, now, f"{SKIPPED_ERROR} ({count} triggers skipped)", row[0]),
     )
-    return _select_logs(conn, "WHERE id = ?", (row[0],), 1)[0]
+    return (await _select_logs(conn, "WHERE id = ?", (row[0],), 1))[0]
 
 
-def _prune(conn: sqlite3.Connection, max_entries: int) -> None:
+async def _prune(conn: Conn, max_entries: int) -> None:
     """Delete the oldest finished entries beyond ``max_entries`` (running ones stay)."""
-    conn.execute(
+    await conn.execute(
         "DELETE FROM clock_log WHERE id IN (SELECT id FROM clock_log WHERE status != ? "
-        "ORDER BY id LIMIT max(0, (SELECT count(*) FROM clock_log) - ?))",
+        f"ORDER BY id LIMIT {conn.dialect.greatest}(0, (SELECT count(*) FROM clock_log) - ?))",
         (RUNNING, max_entries),
     )
 
 
-def _add_tool_calls(conn: sqlite3.Connection, entry_id: int, raws: list[str]) -> None:
-    with transaction(conn):
+async def _add_tool_calls(conn: Conn, entry_id: int, raws: list[str]) -> None:
+    async with transaction(conn):
         for raw in raws:
-            conn.execute(
-                "UPDATE clock_log SET tool_calls = CASE WHEN json_array_length(tool_calls) < ? "
-                "THEN json_insert(tool_calls, '$[#]', json(?)) ELSE tool_calls END, "
+            await conn.execute(
+                "UPDATE clock_log SET tool_calls = CASE WHEN "
+                f"{conn.dialect.json_length('tool_calls')} < ? "
+                f"THEN {conn.dialect.json_append('tool_calls')} ELSE tool_calls END, "
                 "tool_calls_total = tool_calls_total + 1 WHERE id = ?",
                 (MAX_TOOL_CALLS, raw, entry_id),
             )
 
 
-def _finish_run(
-    conn: sqlite3.Connection,
+async def _finish_run(
+    conn: Conn,
     entry_id: int,
     status: str,
     counts: dict[str, int],
@@ -440,12 +446,13 @@ def _finish_run(
     now: float,
     max_entries: int,
 ) -> TaskLogEntry | None:
-    with transaction(conn):
+    async with transaction(conn):
         # An entry a restarted process marked interrupted while this one still ran is reopened:
         # its owner knows the real outcome.
-        conn.execute(
+        await conn.execute(
             "UPDATE clock_log SET status = :status, finished_at = :now, "
-            "duration_ms = MAX(0, CAST(ROUND((:now - started_at) * 1000) AS INTEGER)), "
+            f"duration_ms = {conn.dialect.greatest}"
+            "(0, CAST(ROUND((:now - started_at) * 1000) AS BIGINT)), "
             "iterations = :iterations, prompt_tokens = :prompt_tokens, "
             "completion_tokens = :completion_tokens, total_tokens = :total_tokens, "
             "cached_tokens = :cached_tokens, reply = :reply, error = :error "
@@ -453,22 +460,22 @@ def _finish_run(
             {**counts, "status": status, "now": now, "reply": reply, "error": error}
             | {"id": entry_id},
         )
-        rows = _select_logs(conn, "WHERE id = ?", (entry_id,), 1)
+        rows = await _select_logs(conn, "WHERE id = ?", (entry_id,), 1)
         if rows:
-            conn.execute(
+            await conn.execute(
                 "UPDATE clock_tasks SET last_status = ? WHERE id = ?", (status, rows[0].task_id)
             )
-        _prune(conn, max_entries)
+        await _prune(conn, max_entries)
         return rows[0] if rows else None
 
 
-def _orphans(conn: sqlite3.Connection) -> list[tuple[int, str]]:
+async def _orphans(conn: Conn) -> list[tuple[int, str]]:
     """``(entry id, task id)`` of the running entries whose process is gone."""
     me = current_owner()
-    rows = conn.execute(
+    rows = await conn.fetchall(
         "SELECT id, task_id, owner_host, owner_pid, owner_start FROM clock_log WHERE status = ?",
         (RUNNING,),
-    ).fetchall()
+    )
     alive: dict[Owner, bool] = {}  # many entries share an owner: look at each process once
     gone: list[tuple[int, str]] = []
     for entry_id, task_id, host, pid, start in rows:
@@ -482,18 +489,18 @@ def _orphans(conn: sqlite3.Connection) -> list[tuple[int, str]]:
     return gone
 
 
-def _mark_interrupted(conn: sqlite3.Connection) -> int:
-    if not _orphans(conn):  # the usual case: a read, no write lock (it runs periodically)
+async def _mark_interrupted(conn: Conn) -> int:
+    if not await _orphans(conn):  # the usual case: a read, no write lock (it runs periodically)
         return 0
-    with transaction(conn):
-        gone = _orphans(conn)
+    async with transaction(conn):
+        gone = await _orphans(conn)
         for entry_id, task_id in gone:
-            conn.execute(
+            await conn.execute(
                 "UPDATE clock_log SET status = 'interrupted', error = ? WHERE id = ? "
                 "AND status = 'running'",
                 (INTERRUPTED_ERROR, entry_id),
             )
-            conn.execute(
+            await conn.execute(
                 "UPDATE clock_tasks SET last_status = 'interrupted' WHERE id = ? "
                 "AND last_status = ?",
                 (task_id, RUNNING),
@@ -501,30 +508,31 @@ def _mark_interrupted(conn: sqlite3.Connection) -> int:
     return len(gone)
 
 
-def _newest_entry_id(conn: sqlite3.Connection) -> int:
-    return int(conn.execute("SELECT coalesce(max(id), 0) FROM clock_log").fetchone()[0])
+async def _newest_entry_id(conn: Conn) -> int:
+    return int(await conn.fetchval("SELECT coalesce(max(id), 0) FROM clock_log"))
 
 
-def _others_runs(
-    conn: sqlite3.Connection, after: int, watching: list[int]
+async def _others_runs(
+    conn: Conn, after: int, watching: list[int]
 ) -> tuple[list[TaskLogEntry], int]:
     me = current_owner()
-    newest = _newest_entry_id(conn)
+    newest = await _newest_entry_id(conn)
     marks = ",".join("?" * len(watching[:500]))
     which = f"(id > ? OR id IN ({marks}))" if watching else "id > ?"
-    rows = _select_logs(
+    rows = await _select_logs(
         conn,
-        f"WHERE {which} AND NOT (owner_host IS ? AND owner_pid IS ?)",
+        f"WHERE {which} AND NOT (owner_host IS NOT DISTINCT FROM ? "
+        "AND owner_pid IS NOT DISTINCT FROM ?)",
         (after, *watching[:500], me.host, me.pid),
         1000,
     )
     return rows[::-1], newest
 
 
-def _select_logs(
-    conn: sqlite3.Connection, where: str, params: tuple[Any, ...], limit: int
+async def _select_logs(
+    conn: Conn, where: str, params: tuple[Any, ...], limit: int
 ) -> list[TaskLogEntry]:
-    rows = conn.execute(
+    rows = await conn.fetchall(
         f"SELECT {_LOG_COLUMNS} FROM clock_log {where} ORDER BY id DESC LIMIT ?", (*params, limit)
     )
     return [_to_entry(row) for row in rows]

@@ -1,13 +1,12 @@
 """Configuration: `Config` and its sections."""
 
+from ..addresses import mask_url, url_scheme
 from ._layers import SAVED_CONFIG_NAMESPACE, UNSAVABLE_KEYS, ConfigLayers
 from ._locations import (
     kb_folder,
-    mask_url,
     store_backend,
     store_url_secret_files,
     store_url_socket_dirs,
-    url_scheme,
 )
 from ._model_check import (
     MODEL_KEY_EXAMPLES,

@@ -2,32 +2,25 @@
 
 Pure string work: no database driver or LanceDB is imported here. A ``store.url`` is a libpq
 URL (``postgresql://user:password@host:5432/db?sslmode=…``); its password may sit in the
-userinfo or in a ``password``/``sslpassword`` query parameter, and `mask_url` hides both. libpq
+userinfo or in a ``password``/``sslpassword`` query parameter, and `ania_nb.addresses.mask_url`
+hides both. libpq
 also reads a password from ``PGPASSFILE`` (or ``~/.pgpass``, or the URL's ``passfile``), so the
 URL needs none.
 """
 
 from __future__ import annotations
 
-import re
 from pathlib import Path
 from typing import Literal
 from urllib.parse import parse_qsl, unquote
 
+from ..addresses import url_scheme
+
 STORE_URL_SCHEMES = ("postgresql", "postgres")
 KB_URI_SCHEMES = ("s3", "s3+ddb", "gs", "az", "file")
-MASK = "***"
-# Query parameters of a libpq URL holding a secret, and those naming a secret file.
-SECRET_QUERY_KEYS = frozenset({"password", "sslpassword"})
+# Query parameters of a libpq URL naming a secret file.
 SECRET_FILE_QUERY_KEYS = frozenset({"passfile", "sslkey"})
 DEFAULT_SOCKET_DIRS = (Path("/run/postgresql"), Path("/var/run/postgresql"))  # Debian's libpq
-_SCHEME = re.compile(r"^([A-Za-z][A-Za-z0-9+.\-]*)://")
-
-
-def url_scheme(text: str) -> str:
-    """The lower-case scheme of ``scheme://…`` text, or "" when it has none."""
-    match = _SCHEME.match(text.strip())
-    return match.group(1).lower() if match else ""
 
 
 def check_store_url(text: str) -> str:
@@ -48,35 +41,6 @@ def check_store_url(text: str) -> str:
 def store_backend(url: str) -> Literal["sqlite", "postgresql"]:
     """Which store ``url`` (a checked ``store.url``) selects: empty is SQLite."""
     return "postgresql" if url.strip() else "sqlite"
-
-
-def mask_url(url: str) -> str:
-    """``url`` for a message: its password (userinfo or query) as ``***``, the rest as written.
-
-    ``postgresql://bob:s3cret@host:5432/db`` → ``postgresql://bob:***@host:5432/db``. Text
-    that is not a URL is masked whole (it may be a mistyped secret).
-    """
-    scheme = url_scheme(url)
-    if not scheme:
-        return MASK if url.strip() else ""
-    head, rest = url.split("://", 1)
-    cut = min((i for i in (rest.find(c) for c in "/?#") if i >= 0), default=len(rest))
-    netloc, tail = rest[:cut], rest[cut:]
-    userinfo, at, hosts = netloc.rpartition("@")
-    if at and ":" in userinfo:
-        userinfo = userinfo.split(":", 1)[0] + ":" + MASK
-    path, question, query = tail.partition("?")
-    if question:
-        query, hash_mark, fragment = query.partition("#")
-        query = "&".join(_masked_parameter(p) for p in query.split("&")) + hash_mark + fragment
-    return f"{head}://{userinfo}{at}{hosts}{path}{question}{query}"
-
-
-def _masked_parameter(parameter: str) -> str:
-    name, equals, value = parameter.partition("=")
-    if equals and unquote(name).strip().lower() in SECRET_QUERY_KEYS and value:
-        return f"{name}={MASK}"
-    return parameter
 
 
 def url_parameters(url: str) -> dict[str, str]:

@@ -215,7 +215,11 @@ class StoreSettings(Section):
     @property
     def backend(self) -> Literal["sqlite", "postgresql"]:
         """Which store `url` selects."""
-        return store_backend(self.url.get_secret_value() if self.url is not None else "")
+        return store_backend(self.url_in_clear())
+
+    def url_in_clear(self) -> str:
+        """`url` with its password ("" for SQLite): for opening the store only, never to show."""
+        return self.url.get_secret_value() if self.url is not None else ""
 
 
 class VisionSettings(Endpoint):

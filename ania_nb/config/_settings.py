@@ -27,9 +27,9 @@ from pydantic_settings import (
     TomlConfigSettingsSource,
 )
 
+from ..addresses import mask_url
 from ..errors import ConfigError
 from ._knowledge_sections import EmbeddingSettings, KbSettings, MemorySettings
-from ._locations import mask_url
 from ._model_check import env_name
 from ._quota_sections import PricingSettings, QuotaSettings
 from ._runner_sections import RunnerSettings

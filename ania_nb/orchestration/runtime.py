@@ -55,6 +55,7 @@ class Runtime:
         base = layers.resolve()
         store = await Store.open(
             Path(base.store.data_dir),
+            url=base.store.url_in_clear(),
             run_log_max_entries=base.store.run_log_max_entries,
             run_log_max_per_session=base.store.run_log_max_per_session,
         )

@@ -34,7 +34,7 @@ from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
 
 from ..addresses import is_loopback
-from ..errors import UsageError
+from ..errors import StoreError, UsageError
 from .model import AdapterError
 from .redact import MCPSecrets, SecretRedactor, config_secrets
 
@@ -162,7 +162,10 @@ async def serve(
         redactor.add_source(MCPSecrets(agent))
     adapter: OneBotAdapter | None = None
     try:
-        await agent.start()
+        try:
+            await agent.start()
+        except StoreError as exc:  # the server is unreachable, refuses us, or is too new
+            raise StartError(str(exc)) from exc
         settings = agent.config.runner  # values saved by config_set apply from here
         if redactor is not None:  # their secrets too
             redactor.add_secrets(config_secrets(agent.config))

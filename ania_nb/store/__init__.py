@@ -1,13 +1,15 @@
-"""The embedded store: one SQLite file (WAL) whose every statement runs off the event loop.
+"""The store: one SQLite file (the embedded default) or a PostgreSQL database, never blocking.
 
-``store = await Store.open(data_dir)`` opens ``<data_dir>/ania.db`` and exposes KV namespaces
+``store = await Store.open(data_dir)`` opens ``<data_dir>/ania.db`` (``url=`` a PostgreSQL
+server instead: `ania_nb.store.postgres`) and exposes KV namespaces
 (``store.kv(name)``), chat history (``store.history``), the run log (``store.runs``), the run
 journal (``store.journal``), the op log (``store.oplog``), the usage ledger with its counters
 (``store.usage``), the durable inbox and outbox of chat front ends (``store.inbox``,
 ``store.outbox``, see `ania_nb.store.mailbox`), the pending approvals (``store.approvals``) and
 the subagents from launch to end (``store.children``).
-`ania_nb.store.db` is the database underneath (for code that keeps its own tables here);
-`ania_nb.store.owner` says which process owns a running record.
+`ania_nb.store.db` is the backend seam underneath (for code that keeps its own tables here),
+`ania_nb.store.schema` the tables of both backends; `ania_nb.store.owner` says which process
+owns a running record.
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ from pathlib import Path
 
 from .approvals import ApprovalLog, ApprovalRow
 from .children import ChildLog, ChildRow
-from .db import DB_FILENAME, Database
+from .db import Database, open_database
 from .history import ChatHistory
 from .journal import RunJournal
 from .kv import KVNamespace
@@ -64,17 +66,19 @@ __all__ = [
 
 
 class Store:
-    """The embedded store: one database file with its KV namespaces, chat history and run log."""
+    """The store: one database with its KV namespaces, chat history, run log, inbox and outbox."""
 
     def __init__(
         self,
         db: Database,
         *,
+        data_dir: str | PathLike[str] = ".",
         run_log_max_entries: int = 10_000,
         run_log_max_per_session: int = 200,
     ) -> None:
         """Build the façade over an open database; use :meth:`open` instead."""
         self.db = db
+        self.data_dir = Path(data_dir)  # this process's local files (the clock's lease)
         self.history = ChatHistory(db)
         self.runs = RunLog(
             db, max_entries=run_log_max_entries, max_per_session=run_log_max_per_session
@@ -94,18 +98,20 @@ class Store:
         cls,
         data_dir: str | PathLike[str],
         *,
+        url: str = "",
         run_log_max_entries: int = 10_000,
         run_log_max_per_session: int = 200,
     ) -> Store:
-        """Open ``<data_dir>/ania.db``, creating the directory and file if needed.
+        """Open ``<data_dir>/ania.db`` (created if needed), or the PostgreSQL database ``url``.
 
         The run log keeps ``run_log_max_per_session`` records per session and
         ``run_log_max_entries`` in all (see `ania_nb.store.runlog.Retention`).
         """
-        db = await Database.open(Path(data_dir) / DB_FILENAME)
+        db = await open_database(data_dir, url)
         try:
             return cls(
                 db,
+                data_dir=data_dir,
                 run_log_max_entries=run_log_max_entries,
                 run_log_max_per_session=run_log_max_per_session,
             )

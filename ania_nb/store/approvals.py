@@ -24,7 +24,6 @@ Final rows older than the prune window are deleted (`ApprovalLog.prune`).
 from __future__ import annotations
 
 import json
-import sqlite3
 import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
@@ -35,7 +34,7 @@ from .db import to_json, transaction
 from .owner import Owner, current_owner, is_alive
 
 if TYPE_CHECKING:
-    from .db import Database
+    from .db import Conn, Database
 
 ApprovalState = Literal["pending", "suspended", "allowed", "denied", "timeout", "stopped", "error"]
 OPEN_STATES: frozenset[str] = frozenset({"pending", "suspended"})
@@ -137,11 +136,11 @@ class ApprovalLog:
         return await self._db.run(_prune, time.time() - window)
 
 
-# Store-thread functions: each receives the connection first (see ``Database.run``).
+# Store operations: each receives the connection first (see ``Database.run``).
 
 
-def _add(
-    conn: sqlite3.Connection,
+async def _add(
+    conn: Conn,
     request_id: str,
     session: str,
     run_id: int | None,
@@ -151,8 +150,8 @@ def _add(
     owner: Owner,
 ) -> None:
     now = time.time()
-    with transaction(conn):
-        conn.execute(
+    async with transaction(conn):
+        await conn.execute(
             "INSERT INTO approvals (id, session, run_id, state, created_at, updated_at, deadline, "
             "request, checkpoint, owner_host, owner_pid, owner_start) "
             "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
@@ -160,8 +159,8 @@ def _add(
         )
 
 
-def _settle(
-    conn: sqlite3.Connection,
+async def _settle(
+    conn: Conn,
     request_id: str,
     state: str,
     reason: str,
@@ -170,48 +169,47 @@ def _settle(
 ) -> bool:
     # Suspended again (closed before its run went on), a decided row keeps who decided and why.
     keep = "CASE WHEN ? = 'suspended' AND verdict IS NOT NULL THEN {0} ELSE ? END"
-    with transaction(conn):
-        cursor = conn.execute(
+    async with transaction(conn):
+        changed = await conn.execute(
             f"UPDATE approvals SET state = ?, reason = {keep.format('reason')}, "
             f"approver = {keep.format('approver')}, updated_at = ? "
             "WHERE id = ? AND state IN ('pending', 'suspended')",
             (state, state, reason or None, state, approver, now, request_id),
         )
-    return cursor.rowcount > 0
+    return changed > 0
 
 
-def _decide(
-    conn: sqlite3.Connection,
+async def _decide(
+    conn: Conn,
     request_id: str,
     verdict: str,
     reason: str,
     approver: str | None,
     now: float,
 ) -> bool:
-    with transaction(conn):
-        cursor = conn.execute(
-            "UPDATE approvals SET verdict = ?, reason = ?, approver = ?, updated_at = ? "
-            "WHERE id = ? AND state = 'suspended' AND verdict IS NULL",
-            (verdict, reason or None, approver, now, request_id),
-        )
-    return cursor.rowcount > 0
+    changed = await conn.execute(  # one statement: atomic without BEGIN
+        "UPDATE approvals SET verdict = ?, reason = ?, approver = ?, updated_at = ? "
+        "WHERE id = ? AND state = 'suspended' AND verdict IS NULL",
+        (verdict, reason or None, approver, now, request_id),
+    )
+    return changed > 0
 
 
-def _update_checkpoint(conn: sqlite3.Connection, request_id: str, raw: str, now: float) -> bool:
-    with transaction(conn):
-        cursor = conn.execute(
+async def _update_checkpoint(conn: Conn, request_id: str, raw: str, now: float) -> bool:
+    async with transaction(conn):
+        changed = await conn.execute(
             "UPDATE approvals SET checkpoint = ?, updated_at = ? "
             "WHERE id = ? AND state IN ('pending', 'suspended')",
             (raw, now, request_id),
         )
-    return cursor.rowcount > 0
+    return changed > 0
 
 
-def _open_rows(conn: sqlite3.Connection) -> list[tuple[ApprovalRow, bool]]:
-    rows = conn.execute(
+async def _open_rows(conn: Conn) -> list[tuple[ApprovalRow, bool]]:
+    rows = await conn.fetchall(
         f"SELECT {_COLUMNS} FROM approvals WHERE state IN ('pending', 'suspended') "
         "ORDER BY created_at, id"
-    ).fetchall()
+    )
     me = current_owner()
     found: list[tuple[ApprovalRow, bool]] = []
     for raw in rows:
@@ -230,36 +228,36 @@ def _holds(owner: Owner | None, me: Owner) -> bool:
     return is_alive(owner)
 
 
-def _claim(conn: sqlite3.Connection, row: ApprovalRow, me: Owner, now: float) -> ApprovalRow | None:
+async def _claim(conn: Conn, row: ApprovalRow, me: Owner, now: float) -> ApprovalRow | None:
     # Conditional on the state and owner read before: a second claimer finds them changed.
     old = _owner(row.owner) if row.owner is not None else (None, None, None)
-    with transaction(conn):
-        cursor = conn.execute(
-            "UPDATE approvals SET state = 'pending', resent = resent + (verdict IS NULL), "
-            "updated_at = ?, "
+    async with transaction(conn):
+        changed = await conn.execute(
+            "UPDATE approvals SET state = 'pending', "
+            "resent = resent + CASE WHEN verdict IS NULL THEN 1 ELSE 0 END, updated_at = ?, "
             "owner_host = ?, owner_pid = ?, owner_start = ? "
-            "WHERE id = ? AND state = ? AND owner_host IS ? AND owner_pid IS ? "
-            "AND owner_start IS ?",
+            "WHERE id = ? AND state = ? AND owner_host IS NOT DISTINCT FROM ? "
+            "AND owner_pid IS NOT DISTINCT FROM ? AND owner_start IS NOT DISTINCT FROM ?",
             (now, *_owner(me), row.id, row.state, *old),
         )
-        if cursor.rowcount == 0:
+        if changed == 0:
             return None
-        raw = conn.execute(f"SELECT {_COLUMNS} FROM approvals WHERE id = ?", (row.id,)).fetchone()
-    return _row(raw)
+        raw = await conn.fetchone(f"SELECT {_COLUMNS} FROM approvals WHERE id = ?", (row.id,))
+    return None if raw is None else _row(raw)
 
 
-def _get(conn: sqlite3.Connection, request_id: str) -> ApprovalRow | None:
-    raw = conn.execute(f"SELECT {_COLUMNS} FROM approvals WHERE id = ?", (request_id,)).fetchone()
+async def _get(conn: Conn, request_id: str) -> ApprovalRow | None:
+    raw = await conn.fetchone(f"SELECT {_COLUMNS} FROM approvals WHERE id = ?", (request_id,))
     return _row(raw) if raw is not None else None
 
 
-def _prune(conn: sqlite3.Connection, before: float) -> int:
-    with transaction(conn):
-        cursor = conn.execute(
+async def _prune(conn: Conn, before: float) -> int:
+    async with transaction(conn):
+        changed = await conn.execute(
             "DELETE FROM approvals WHERE state NOT IN ('pending', 'suspended') AND updated_at < ?",
             (before,),
         )
-    return cursor.rowcount
+    return changed
 
 
 def _owner(owner: Owner) -> tuple[str, int, str | None]:

@@ -20,7 +20,6 @@ than the prune window are deleted (`ChildLog.prune`).
 
 from __future__ import annotations
 
-import sqlite3
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -33,7 +32,7 @@ from .mailbox import Effect, InboxRow, apply_effects, check_effects
 from .owner import Owner, current_owner, is_alive
 
 if TYPE_CHECKING:
-    from .db import Database
+    from .db import Conn, Database
 
 ChildState = Literal["running", "finished", "stopped", "interrupted"]
 CHILD_STATES: frozenset[str] = frozenset({"running", "finished", "stopped", "interrupted"})
@@ -137,11 +136,11 @@ def _check_end(state: str) -> None:
         raise UsageError(f"a child ends {', '.join(END_STATES)}, not {state!r}")
 
 
-# Store-thread functions: each receives the connection first (see ``Database.run``).
+# Store operations: each receives the connection first (see ``Database.run``).
 
 
-def _start(
-    conn: sqlite3.Connection,
+async def _start(
+    conn: Conn,
     session: str,
     task: str,
     role: str,
@@ -149,8 +148,8 @@ def _start(
     owner: Owner,
     now: float,
 ) -> int:
-    with transaction(conn):
-        row = conn.execute(
+    async with transaction(conn):
+        row = await conn.fetchone(
             "INSERT INTO children (session, task, role, background, state, started_at, "
             "owner_host, owner_pid, owner_start) VALUES (?, ?, ?, ?, 'running', ?, ?, ?, ?) "
             "RETURNING id",
@@ -164,12 +163,13 @@ def _start(
                 owner.pid,
                 owner.start,
             ),
-        ).fetchone()
+        )
+    assert row is not None  # an INSERT … RETURNING always returns its row
     return int(row[0])
 
 
-def _end(
-    conn: sqlite3.Connection,
+async def _end(
+    conn: Conn,
     child_id: int,
     state: str,
     outcome: str | None,
@@ -182,33 +182,33 @@ def _end(
     (a result is never queued twice).
     """
     queued = next((e for e in effects if isinstance(e, InboxRow)), None)
-    with transaction(conn):
-        if queued is not None and _inbox_id(conn, queued) is not None:
+    async with transaction(conn):
+        if queued is not None and await _inbox_id(conn, queued) is not None:
             return None
-        ended = conn.execute(
+        ended = await conn.execute(
             "UPDATE children SET state = ?, outcome = ?, ended_at = ? "
             "WHERE id = ? AND state = 'running'",
             (state, outcome, now, child_id),
-        ).rowcount
+        )
         if ended != 1:
             return None
-        apply_effects(conn, effects, None, now)
-        return 0 if queued is None else _inbox_id(conn, queued)
+        await apply_effects(conn, effects, None, now)
+        return 0 if queued is None else await _inbox_id(conn, queued)
 
 
-def _inbox_id(conn: sqlite3.Connection, row: InboxRow) -> int | None:
-    found = conn.execute(
+async def _inbox_id(conn: Conn, row: InboxRow) -> int | None:
+    found = await conn.fetchone(
         "SELECT id FROM inbox WHERE source = ? AND account = ? AND message_key = ?",
         (row.source, row.account, row.message_key),
-    ).fetchone()
+    )
     return None if found is None else int(found[0])
 
 
-def _orphans(conn: sqlite3.Connection) -> list[ChildRow]:
+async def _orphans(conn: Conn) -> list[ChildRow]:
     me = current_owner()
-    rows = conn.execute(
+    rows = await conn.fetchall(
         f"SELECT {_COLUMNS} FROM children WHERE state = 'running' ORDER BY id"
-    ).fetchall()
+    )
     alive: dict[Owner, bool] = {}
     found: list[ChildRow] = []
     for raw in rows:
@@ -225,13 +225,13 @@ def _orphans(conn: sqlite3.Connection) -> list[ChildRow]:
     return found
 
 
-def _get(conn: sqlite3.Connection, child_id: int) -> ChildRow | None:
-    raw = conn.execute(f"SELECT {_COLUMNS} FROM children WHERE id = ?", (child_id,)).fetchone()
+async def _get(conn: Conn, child_id: int) -> ChildRow | None:
+    raw = await conn.fetchone(f"SELECT {_COLUMNS} FROM children WHERE id = ?", (child_id,))
     return None if raw is None else _row(raw)
 
 
-def _list(
-    conn: sqlite3.Connection, states: tuple[str, ...], session: str | None, limit: int
+async def _list(
+    conn: Conn, states: tuple[str, ...], session: str | None, limit: int
 ) -> list[ChildRow]:
     clauses: list[str] = []
     params: list[Any] = []
@@ -242,18 +242,18 @@ def _list(
         clauses.append("session = ?")
         params.append(session)
     where = f"WHERE {' AND '.join(clauses)}" if clauses else ""
-    rows = conn.execute(
+    rows = await conn.fetchall(
         f"SELECT {_COLUMNS} FROM children {where} ORDER BY id LIMIT ?", (*params, limit)
     )
     return [_row(r) for r in rows]
 
 
-def _prune(conn: sqlite3.Connection, before: float) -> int:
-    with transaction(conn):
-        cursor = conn.execute(
+async def _prune(conn: Conn, before: float) -> int:
+    async with transaction(conn):
+        deleted = await conn.execute(
             "DELETE FROM children WHERE state != 'running' AND ended_at < ?", (before,)
         )
-    return cursor.rowcount
+    return deleted
 
 
 def _row(raw: tuple[Any, ...]) -> ChildRow:

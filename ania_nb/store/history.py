@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import sqlite3
 import time
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
@@ -13,7 +12,7 @@ from ania_nb.errors import UsageError
 from .db import clean_text, to_json, transaction
 
 if TYPE_CHECKING:
-    from .db import Database
+    from .db import Conn, Database
 
 ROLES = frozenset({"system", "user", "assistant", "tool"})
 
@@ -84,55 +83,55 @@ def check_session(session: object) -> str:
         raise UsageError(f"session must be a non-empty string, got {session!r}")
     if clean_text(session) != session:
         raise UsageError(
-            f"session {session!r} holds a lone surrogate (not valid Unicode text); "
-            "use a valid string as the session id"
+            f"session {session!r} holds a NUL or a lone surrogate, which no store can hold "
+            "exactly; use a valid string without NUL as the session id"
         )
     return session
 
 
-# Store-thread functions: each receives the connection first (see ``Database.run``).
+# Store operations: each receives the connection first (see ``Database.run``).
 
 
-def load_rows(conn: sqlite3.Connection, session: str) -> list[str]:
+async def load_rows(conn: Conn, session: str) -> list[str]:
     """Raw JSON messages of one session, oldest first."""
-    rows = conn.execute(
+    rows = await conn.fetchall(
         "SELECT message FROM chat_history WHERE session = ? ORDER BY id", (session,)
     )
     return [raw for (raw,) in rows]
 
 
-def _insert(
-    conn: sqlite3.Connection, session: str, encoded: list[Any], now: float, *, replace: bool
+async def _insert(
+    conn: Conn, session: str, encoded: list[Any], now: float, *, replace: bool
 ) -> None:
     """Insert rows (after deleting the old ones when replacing) in a single transaction."""
-    with transaction(conn):
-        insert_rows(conn, session, encoded, now, replace=replace)
+    async with transaction(conn):
+        await insert_rows(conn, session, encoded, now, replace=replace)
 
 
-def insert_rows(
-    conn: sqlite3.Connection, session: str, encoded: list[Any], now: float, *, replace: bool
+async def insert_rows(
+    conn: Conn, session: str, encoded: list[Any], now: float, *, replace: bool
 ) -> None:
     """Insert rows (inside the caller's transaction)."""
     if replace:
-        conn.execute("DELETE FROM chat_history WHERE session = ?", (session,))
-    conn.executemany(
+        await conn.execute("DELETE FROM chat_history WHERE session = ?", (session,))
+    await conn.executemany(
         "INSERT INTO chat_history (session, message, created_at) VALUES (?, ?, ?)",
         [(session, raw, now) for raw in encoded],
     )
 
 
-def _clear(conn: sqlite3.Connection, session: str) -> int:
+async def _clear(conn: Conn, session: str) -> int:
     """Delete one session's rows."""
-    return conn.execute("DELETE FROM chat_history WHERE session = ?", (session,)).rowcount
+    return await conn.execute("DELETE FROM chat_history WHERE session = ?", (session,))
 
 
-def _sessions(conn: sqlite3.Connection) -> list[str]:
+async def _sessions(conn: Conn) -> list[str]:
     """Distinct sessions, sorted."""
-    rows = conn.execute("SELECT DISTINCT session FROM chat_history ORDER BY session")
+    rows = await conn.fetchall("SELECT DISTINCT session FROM chat_history ORDER BY session")
     return [session for (session,) in rows]
 
 
-def _count(conn: sqlite3.Connection, session: str) -> int:
+async def _count(conn: Conn, session: str) -> int:
     """Row count of one session."""
-    row = conn.execute("SELECT count(*) FROM chat_history WHERE session = ?", (session,))
-    return int(row.fetchone()[0])
+    row = await conn.fetchone("SELECT count(*) FROM chat_history WHERE session = ?", (session,))
+    return int(row[0]) if row else 0

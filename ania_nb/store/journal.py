@@ -18,9 +18,8 @@ from __future__ import annotations
 import json
 import logging
 import math
-import sqlite3
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -45,7 +44,7 @@ from .runlog import (
 from .usage import UsageLedger, add_counts, as_calls
 
 if TYPE_CHECKING:
-    from .db import Database
+    from .db import Conn, Database
     from .usage import Call, Tokens
 
     Counted = Mapping[str, Tokens] | Sequence[Call]
@@ -267,11 +266,11 @@ def _as_text(value: object) -> str | None:
         return f"<unprintable {type(value).__name__}>"
 
 
-# Store-thread functions: each receives the connection first (see ``Database.run``).
+# Store operations: each receives the connection first (see ``Database.run``).
 
 
-def _begin(
-    conn: sqlite3.Connection,
+async def _begin(
+    conn: Conn,
     started: tuple[str, str | None, str],
     encoded: list[str],
     now: float,
@@ -280,31 +279,32 @@ def _begin(
     effects: list[Effect],
 ) -> tuple[int, list[Message] | None]:
     session, sender, text = started
-    with transaction(conn):
-        history = [json.loads(raw) for raw in load_rows(conn, session)] if load_history else None
-        run_id = insert_run(conn, session, sender, text, now, retention)
-        insert_rows(conn, session, encoded, now, replace=False)
-        apply_effects(conn, effects, run_id, now)
+    async with transaction(conn):
+        history = (
+            [json.loads(raw) for raw in await load_rows(conn, session)] if load_history else None
+        )
+        run_id = await insert_run(conn, session, sender, text, now, retention)
+        await insert_rows(conn, session, encoded, now, replace=False)
+        await apply_effects(conn, effects, run_id, now)
     return run_id, history
 
 
-def _mark_side_effects(conn: sqlite3.Connection, run_id: int) -> None:
-    with transaction(conn):
-        conn.execute("UPDATE runs SET side_effects_started = 1 WHERE id = ?", (run_id,))
+async def _mark_side_effects(conn: Conn, run_id: int) -> None:
+    await conn.execute("UPDATE runs SET side_effects_started = 1 WHERE id = ?", (run_id,))
 
 
-def _start(
-    conn: sqlite3.Connection,
+async def _start(
+    conn: Conn,
     started: tuple[str, str | None, str],
     now: float,
     retention: Retention,
 ) -> int:
-    with transaction(conn):
-        return insert_run(conn, *started, now, retention)
+    async with transaction(conn):
+        return await insert_run(conn, *started, now, retention)
 
 
-def _round(
-    conn: sqlite3.Connection,
+async def _round(
+    conn: Conn,
     session: str,
     run_id: int,
     encoded: list[str],
@@ -314,23 +314,23 @@ def _round(
     now: float,
     counting: Counting | None,
 ) -> None:
-    with transaction(conn):
-        insert_rows(conn, session, encoded, now, replace=False)
+    async with transaction(conn):
+        await insert_rows(conn, session, encoded, now, replace=False)
         # Counted whatever becomes of the record: a quota must not depend on bookkeeping.
-        added = _count(conn, session, run_id, counting, now)
+        added = await _count(conn, session, run_id, counting, now)
         if records or added:
 
-            def add_calls() -> None:
+            async def add_calls() -> None:
                 for raw in records:
-                    add_tool_call_row(conn, run_id, raw)
+                    await add_tool_call_row(conn, run_id, raw)
                 if counting and added:
-                    _note_counted(conn, run_id, counting[0], added)
+                    await _note_counted(conn, run_id, counting[0], added)
 
-            _best_effort(conn, run_id, begun, retention, "its tool calls", add_calls)
+            await _best_effort(conn, run_id, begun, retention, "its tool calls", add_calls)
 
 
-def _finish(
-    conn: sqlite3.Connection,
+async def _finish(
+    conn: Conn,
     session: str,
     run_id: int,
     encoded: list[str],
@@ -341,15 +341,15 @@ def _finish(
     counting: Counting | None,
     effects: list[Effect],
 ) -> list[int]:
-    with transaction(conn):
+    async with transaction(conn):
         if encoded:
-            insert_rows(conn, session, encoded, now, replace=False)
-        outbox_ids = apply_effects(conn, effects, run_id, now)
+            await insert_rows(conn, session, encoded, now, replace=False)
+        outbox_ids = await apply_effects(conn, effects, run_id, now)
         # Counted whatever becomes of the record: a quota must not depend on bookkeeping.
-        added = _count(conn, session, run_id, counting, now)
+        added = await _count(conn, session, run_id, counting, now)
 
-        def close() -> None:
-            row = conn.execute("SELECT status FROM runs WHERE id = ?", (run_id,)).fetchone()
+        async def close() -> None:
+            row = await conn.fetchone("SELECT status FROM runs WHERE id = ?", (run_id,))
             if row is not None and row[0] not in (RUNNING, "interrupted"):
                 log.warning(
                     "run %d already finished with status %r; its record keeps that status, not %r",
@@ -365,43 +365,43 @@ def _finish(
                     run_id,
                     outcome[0],
                 )
-            finish_run(conn, run_id, *outcome, now, reopen=True)
+            await finish_run(conn, run_id, *outcome, now, reopen=True)
             if counting and added:
-                _note_counted(conn, run_id, counting[0], added)
+                await _note_counted(conn, run_id, counting[0], added)
 
-        _best_effort(conn, run_id, begun, retention, f"its outcome {outcome[0]!r}", close)
+        await _best_effort(conn, run_id, begun, retention, f"its outcome {outcome[0]!r}", close)
     return outbox_ids
 
 
-def _count(
-    conn: sqlite3.Connection, session: str, run_id: int, counting: Counting | None, now: float
+async def _count(
+    conn: Conn, session: str, run_id: int, counting: Counting | None, now: float
 ) -> int:
     """Add a step's calls to the usage ledger (inside its transaction); the total added."""
     if counting is None:
         return 0
-    return add_counts(conn, counting[0], session, counting[1], run_id=run_id, now=now)
+    return await add_counts(conn, counting[0], session, counting[1], run_id=run_id, now=now)
 
 
-def _note_counted(conn: sqlite3.Connection, run_id: int, day: str, added: int) -> None:
+async def _note_counted(conn: Conn, run_id: int, day: str, added: int) -> None:
     """Note on the record what its steps counted so far, and the day of the latest."""
-    conn.execute(
+    await conn.execute(
         "UPDATE runs SET counted_tokens = counted_tokens + ?, usage_day = ? WHERE id = ?",
         (added, day, run_id),
     )
 
 
-def _best_effort(
-    conn: sqlite3.Connection,
+async def _best_effort(
+    conn: Conn,
     run_id: int,
     begun: _Begun | None,
     retention: Retention,
     what: str,
-    write: Callable[[], None],
+    write: Callable[[], Awaitable[None]],
 ) -> None:
     """Run ``write`` on the run's record in a savepoint; on failure undo only it and warn."""
-    conn.execute("SAVEPOINT run_record")
+    await conn.execute("SAVEPOINT run_record")
     try:
-        exists = conn.execute("SELECT 1 FROM runs WHERE id = ?", (run_id,)).fetchone()
+        exists = await conn.fetchone("SELECT 1 FROM runs WHERE id = ?", (run_id,))
         if exists is None:
             if begun is None:
                 log.warning(
@@ -410,14 +410,16 @@ def _best_effort(
                     run_id,
                     what,
                 )
-                conn.execute("RELEASE run_record")
+                await conn.execute("RELEASE run_record")
                 return
             log.warning("run %d's record was deleted while it ran; re-creating it", run_id)
-            insert_run(
+            await insert_run(
                 conn, begun.session, begun.sender, begun.text, begun.started_at, retention, run_id
             )
-        write()
-    except (sqlite3.Error, UsageError) as exc:
-        conn.execute("ROLLBACK TO run_record")
+        await write()
+    except Exception as exc:
+        if not isinstance(exc, (UsageError, *conn.errors)):
+            raise
+        await conn.execute("ROLLBACK TO run_record")
         log.warning("run %d: recording %s failed (%s); the history was stored", run_id, what, exc)
-    conn.execute("RELEASE run_record")
+    await conn.execute("RELEASE run_record")

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import re
-import sqlite3
 import time
 from typing import TYPE_CHECKING, Any
 
@@ -13,7 +12,7 @@ from ania_nb.errors import UsageError
 from .db import to_json
 
 if TYPE_CHECKING:
-    from .db import Database
+    from .db import Conn, Database
 
 _NAMESPACE_RE = re.compile(r"[a-z][a-z0-9_.-]{0,63}")
 
@@ -82,7 +81,7 @@ class KVNamespace:
 
     def __repr__(self) -> str:
         """Show the namespace and the database file."""
-        return f"<KVNamespace {self.namespace!r} in {str(self._db.path)!r}>"
+        return f"<KVNamespace {self.namespace!r} in {self._db.location!r}>"
 
 
 def _check_key(key: object) -> str:
@@ -99,18 +98,18 @@ def _check_prefix(prefix: object) -> str:
     return prefix
 
 
-# Store-thread functions: each receives the connection first (see ``Database.run``).
+# Store operations: each receives the connection first (see ``Database.run``).
 
 
-def _get(conn: sqlite3.Connection, ns: str, key: str) -> str | None:
+async def _get(conn: Conn, ns: str, key: str) -> str | None:
     """Raw JSON under ``key`` or None."""
-    row = conn.execute("SELECT value FROM kv WHERE ns = ? AND key = ?", (ns, key)).fetchone()
+    row = await conn.fetchone("SELECT value FROM kv WHERE ns = ? AND key = ?", (ns, key))
     return None if row is None else row[0]
 
 
-def _set(conn: sqlite3.Connection, ns: str, key: str, raw: str, now: float) -> None:
+async def _set(conn: Conn, ns: str, key: str, raw: str, now: float) -> None:
     """Insert or overwrite one key."""
-    conn.execute(
+    await conn.execute(
         "INSERT INTO kv (ns, key, value, updated_at) VALUES (?, ?, ?, ?) "
         "ON CONFLICT (ns, key) DO UPDATE SET value = excluded.value, "
         "updated_at = excluded.updated_at",
@@ -118,46 +117,45 @@ def _set(conn: sqlite3.Connection, ns: str, key: str, raw: str, now: float) -> N
     )
 
 
-def _delete(conn: sqlite3.Connection, ns: str, key: str) -> bool:
+async def _delete(conn: Conn, ns: str, key: str) -> bool:
     """Delete one key; True if it existed."""
-    return conn.execute("DELETE FROM kv WHERE ns = ? AND key = ?", (ns, key)).rowcount > 0
+    return await conn.execute("DELETE FROM kv WHERE ns = ? AND key = ?", (ns, key)) > 0
 
 
 # substr() rather than LIKE: LIKE is case-insensitive and treats % and _ as wildcards.
 _PREFIX_SQL = "ns = ? AND substr(key, 1, ?) = ?"
 
 
-def _keys(conn: sqlite3.Connection, ns: str, prefix: str) -> list[str]:
+async def _keys(conn: Conn, ns: str, prefix: str) -> list[str]:
     """Sorted keys under ``prefix``."""
-    rows = conn.execute(
+    rows = await conn.fetchall(
         f"SELECT key FROM kv WHERE {_PREFIX_SQL} ORDER BY key", (ns, len(prefix), prefix)
     )
     return [key for (key,) in rows]
 
 
-def _items(conn: sqlite3.Connection, ns: str, prefix: str) -> list[tuple[str, str]]:
+async def _items(conn: Conn, ns: str, prefix: str) -> list[tuple[str, str]]:
     """Sorted ``(key, raw JSON)`` rows under ``prefix``."""
-    rows = conn.execute(
+    rows = await conn.fetchall(
         f"SELECT key, value FROM kv WHERE {_PREFIX_SQL} ORDER BY key", (ns, len(prefix), prefix)
     )
     return [(key, raw) for key, raw in rows]
 
 
-def _incr(conn: sqlite3.Connection, ns: str, key: str, amount: int, now: float) -> int | None:
-    """Add in one UPSERT statement; None when the stored value is not an integer."""
-    row = conn.execute(
+async def _incr(conn: Conn, ns: str, key: str, amount: int, now: float) -> int | None:
+    """Add in one UPSERT statement (atomic on both backends); None when not an integer."""
+    row = await conn.fetchone(
         "INSERT INTO kv (ns, key, value, updated_at) VALUES (?, ?, ?, ?) "
         "ON CONFLICT (ns, key) DO UPDATE SET "
-        "value = CAST(kv.value AS INTEGER) + CAST(excluded.value AS INTEGER), "
+        "value = CAST(CAST(kv.value AS BIGINT) + CAST(excluded.value AS BIGINT) AS TEXT), "
         "updated_at = excluded.updated_at "
-        # CASE guarantees json_type never sees malformed JSON (AND may not short-circuit).
-        "WHERE CASE WHEN json_valid(kv.value) THEN json_type(kv.value) END = 'integer' "
+        f"WHERE {conn.dialect.is_json_integer('kv.value')} "
         "RETURNING value",
         (ns, key, str(amount), now),
-    ).fetchone()
+    )
     return None if row is None else int(row[0])
 
 
-def _delete_prefix(conn: sqlite3.Connection, ns: str, prefix: str) -> int:
+async def _delete_prefix(conn: Conn, ns: str, prefix: str) -> int:
     """Delete every key under ``prefix``; return how many went."""
-    return conn.execute(f"DELETE FROM kv WHERE {_PREFIX_SQL}", (ns, len(prefix), prefix)).rowcount
+    return await conn.execute(f"DELETE FROM kv WHERE {_PREFIX_SQL}", (ns, len(prefix), prefix))

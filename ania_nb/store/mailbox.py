@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import builtins
 import json
-import sqlite3
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -32,7 +31,7 @@ from ania_nb.errors import UsageError
 from .db import clean_text, to_json, transaction
 
 if TYPE_CHECKING:
-    from .db import Database
+    from .db import Conn, Database
 
 InboxStateName = Literal["pending", "running", "answered", "notified", "ignored", "dropped"]
 OutboxStateName = Literal["pending", "sending", "sent", "uncertain", "failed"]
@@ -158,18 +157,18 @@ def check_effects(effects: Sequence[Effect]) -> list[Effect]:
     return checked
 
 
-def apply_effects(
-    conn: sqlite3.Connection, effects: Sequence[Effect], run_id: int | None, now: float
+async def apply_effects(
+    conn: Conn, effects: Sequence[Effect], run_id: int | None, now: float
 ) -> list[int]:
     """Write ``effects`` inside the caller's transaction; returns the new outbox row ids."""
     outbox_ids: list[int] = []
     for effect in effects:
         if isinstance(effect, InboxState):
-            _set_inbox_state(conn, effect.ids, effect.state, effect.run_id or run_id, now)
+            await _set_inbox_state(conn, effect.ids, effect.state, effect.run_id or run_id, now)
         elif isinstance(effect, OutboxRow):
-            outbox_ids.append(_insert_outbox(conn, effect, effect.run_id or run_id, now))
+            outbox_ids.append(await _insert_outbox(conn, effect, effect.run_id or run_id, now))
         else:
-            _insert_inbox(conn, effect, now)
+            await _insert_inbox(conn, effect, now)
     return outbox_ids
 
 
@@ -363,10 +362,11 @@ def _payload(payload: dict[str, Any]) -> str:
         raise UsageError(f"a mailbox payload must be JSON-serialisable: {exc}") from exc
 
 
-def _insert_inbox(conn: sqlite3.Connection, row: InboxRow, now: float) -> int | None:
-    cursor = conn.execute(
-        "INSERT OR IGNORE INTO inbox (source, account, message_key, session, sender, kind, "
-        "payload, received_at, state, updated_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+async def _insert_inbox(conn: Conn, row: InboxRow, now: float) -> int | None:
+    inserted = await conn.fetchone(
+        "INSERT INTO inbox (source, account, message_key, session, sender, kind, "
+        "payload, received_at, state, updated_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?) "
+        "ON CONFLICT (source, account, message_key) DO NOTHING RETURNING id",
         (
             clean_text(row.source),
             clean_text(row.account),
@@ -380,28 +380,28 @@ def _insert_inbox(conn: sqlite3.Connection, row: InboxRow, now: float) -> int | 
             now,
         ),
     )
-    return cursor.lastrowid if cursor.rowcount == 1 else None
+    return None if inserted is None else int(inserted[0])
 
 
-def _set_inbox_state(
-    conn: sqlite3.Connection, ids: Sequence[int], state: str, run_id: int | None, now: float
+async def _set_inbox_state(
+    conn: Conn, ids: Sequence[int], state: str, run_id: int | None, now: float
 ) -> None:
     if not ids:
         return
     marks = ",".join("?" * len(ids))
     final = ",".join("?" * len(INBOX_FINAL))
-    conn.execute(
+    await conn.execute(
         f"UPDATE inbox SET state = ?, run_id = coalesce(?, run_id), updated_at = ? "
         f"WHERE id IN ({marks}) AND state NOT IN ({final})",
         (state, run_id, now, *ids, *INBOX_FINAL),
     )
 
 
-def _insert_outbox(conn: sqlite3.Connection, row: OutboxRow, run_id: int | None, now: float) -> int:
+async def _insert_outbox(conn: Conn, row: OutboxRow, run_id: int | None, now: float) -> int:
     state, attempts = ("sending", 1) if row.claimed else ("pending", 0)
-    cursor = conn.execute(
+    inserted = await conn.fetchone(
         "INSERT INTO outbox (session, kind, payload, state, created_at, updated_at, attempts, "
-        "run_id) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+        "run_id) VALUES (?, ?, ?, ?, ?, ?, ?, ?) RETURNING id",
         (
             clean_text(row.session),
             row.kind,
@@ -413,19 +413,19 @@ def _insert_outbox(conn: sqlite3.Connection, row: OutboxRow, run_id: int | None,
             run_id,
         ),
     )
-    assert cursor.lastrowid is not None
-    return cursor.lastrowid
+    assert inserted is not None  # an INSERT … RETURNING always returns its row
+    return int(inserted[0])
 
 
-def _accept(
-    conn: sqlite3.Connection, row: InboxRow, effects: list[Effect], now: float, sent: list[int]
+async def _accept(
+    conn: Conn, row: InboxRow, effects: list[Effect], now: float, sent: list[int]
 ) -> int | None:
-    with transaction(conn):
+    async with transaction(conn):
         if sent:
-            _set_sent(conn, sent, now)
-        inbox_id = _insert_inbox(conn, row, now)
+            await _set_sent(conn, sent, now)
+        inbox_id = await _insert_inbox(conn, row, now)
         if inbox_id is not None and effects:
-            apply_effects(conn, _bound(effects, inbox_id), None, now)
+            await apply_effects(conn, _bound(effects, inbox_id), None, now)
     return inbox_id
 
 
@@ -437,31 +437,29 @@ def _bound(effects: list[Effect], inbox_id: int) -> list[Effect]:
     ]
 
 
-def _update(conn: sqlite3.Connection, effects: list[Effect], now: float) -> list[int]:
-    with transaction(conn):
-        return apply_effects(conn, effects, None, now)
+async def _update(conn: Conn, effects: list[Effect], now: float) -> list[int]:
+    async with transaction(conn):
+        return await apply_effects(conn, effects, None, now)
 
 
-def _settle(
-    conn: sqlite3.Connection, ids: tuple[int, ...], reply: OutboxRow, now: float
-) -> int | None:
+async def _settle(conn: Conn, ids: tuple[int, ...], reply: OutboxRow, now: float) -> int | None:
     if not ids:
         return None
     marks = ",".join("?" * len(ids))
-    with transaction(conn):
-        cursor = conn.execute(
+    async with transaction(conn):
+        changed = await conn.execute(
             f"UPDATE inbox SET state = 'answered', updated_at = ? "
             f"WHERE id IN ({marks}) AND state IN ('pending', 'running')",
             (now, *ids),
         )
-        if cursor.rowcount == 0:
+        if changed == 0:
             return None
-        return _insert_outbox(conn, reply, reply.run_id, now)
+        return await _insert_outbox(conn, reply, reply.run_id, now)
 
 
-def _orphans(conn: sqlite3.Connection) -> list[tuple[InboxEntry, bool]]:
+async def _orphans(conn: Conn) -> list[tuple[InboxEntry, bool]]:
     columns = ", ".join(f"i.{c.strip()}" for c in _INBOX_COLUMNS.split(","))
-    rows = conn.execute(
+    rows = await conn.fetchall(
         f"SELECT {columns}, coalesce(r.side_effects_started, 0) FROM inbox i "
         "LEFT JOIN runs r ON r.id = i.run_id "
         "WHERE i.state = 'running' AND (r.id IS NULL OR r.status != 'running') ORDER BY i.id"
@@ -469,8 +467,8 @@ def _orphans(conn: sqlite3.Connection) -> list[tuple[InboxEntry, bool]]:
     return [(_inbox_entry(r[:-1]), bool(r[-1])) for r in rows]
 
 
-def _resume(
-    conn: sqlite3.Connection,
+async def _resume(
+    conn: Conn,
     ids: tuple[int, ...],
     run_ids: tuple[int, ...],
     how: str,
@@ -478,20 +476,20 @@ def _resume(
     now: float,
 ) -> None:
     state = "pending" if how == "rerun" else "notified"
-    with transaction(conn):
+    async with transaction(conn):
         if ids:
-            conn.execute(
+            await conn.execute(
                 f"UPDATE inbox SET state = ?, updated_at = ? "
                 f"WHERE id IN ({','.join('?' * len(ids))}) AND state = 'running'",
                 (state, now, *ids),
             )
         if run_ids:
-            conn.execute(
+            await conn.execute(
                 f"UPDATE runs SET resumed = ? WHERE id IN ({','.join('?' * len(run_ids))})",
                 (how, *run_ids),
             )
         if notice is not None:
-            _insert_outbox(conn, notice, notice.run_id, now)
+            await _insert_outbox(conn, notice, notice.run_id, now)
 
 
 def _inbox_entry(row: tuple[Any, ...]) -> InboxEntry:
@@ -506,8 +504,8 @@ def _outbox_entry(row: tuple[Any, ...]) -> OutboxEntry:
     return OutboxEntry(*values)
 
 
-def _get_inbox(conn: sqlite3.Connection, inbox_id: int) -> InboxEntry | None:
-    row = conn.execute(f"SELECT {_INBOX_COLUMNS} FROM inbox WHERE id = ?", (inbox_id,)).fetchone()
+async def _get_inbox(conn: Conn, inbox_id: int) -> InboxEntry | None:
+    row = await conn.fetchone(f"SELECT {_INBOX_COLUMNS} FROM inbox WHERE id = ?", (inbox_id,))
     return None if row is None else _inbox_entry(row)
 
 
@@ -523,106 +521,104 @@ def _where(states: tuple[str, ...], session: str | None) -> tuple[str, list[Any]
     return (f"WHERE {' AND '.join(clauses)}" if clauses else ""), params
 
 
-def _list_inbox(
-    conn: sqlite3.Connection, states: tuple[str, ...], session: str | None, limit: int
+async def _list_inbox(
+    conn: Conn, states: tuple[str, ...], session: str | None, limit: int
 ) -> list[InboxEntry]:
     where, params = _where(states, session)
-    rows = conn.execute(
+    rows = await conn.fetchall(
         f"SELECT {_INBOX_COLUMNS} FROM inbox {where} ORDER BY id LIMIT ?", (*params, limit)
     )
     return [_inbox_entry(r) for r in rows]
 
 
-def _get_outbox(conn: sqlite3.Connection, row_id: int) -> OutboxEntry | None:
-    row = conn.execute(f"SELECT {_OUTBOX_COLUMNS} FROM outbox WHERE id = ?", (row_id,)).fetchone()
+async def _get_outbox(conn: Conn, row_id: int) -> OutboxEntry | None:
+    row = await conn.fetchone(f"SELECT {_OUTBOX_COLUMNS} FROM outbox WHERE id = ?", (row_id,))
     return None if row is None else _outbox_entry(row)
 
 
-def _list_outbox(
-    conn: sqlite3.Connection, states: tuple[str, ...], session: str | None, limit: int
+async def _list_outbox(
+    conn: Conn, states: tuple[str, ...], session: str | None, limit: int
 ) -> list[OutboxEntry]:
     where, params = _where(states, session)
-    rows = conn.execute(
+    rows = await conn.fetchall(
         f"SELECT {_OUTBOX_COLUMNS} FROM outbox {where} ORDER BY id LIMIT ?", (*params, limit)
     )
     return [_outbox_entry(r) for r in rows]
 
 
-def _claim_row(conn: sqlite3.Connection, session: str, now: float) -> OutboxEntry | None:
-    row = conn.execute(
+async def _claim_row(conn: Conn, session: str, now: float) -> OutboxEntry | None:
+    row = await conn.fetchone(
+        # The outer state check: on PostgreSQL two claimers may pick the same id; the second
+        # then finds it claimed (the row is re-checked after the first commits) and gets none.
         f"UPDATE outbox SET state = 'sending', attempts = attempts + 1, updated_at = ? "
         f"WHERE id = (SELECT id FROM outbox WHERE session = ? AND state = 'pending' "
-        f"ORDER BY id LIMIT 1) RETURNING {_OUTBOX_COLUMNS}",
+        f"ORDER BY id LIMIT 1) AND state = 'pending' RETURNING {_OUTBOX_COLUMNS}",
         (now, session),
-    ).fetchone()
+    )
     return None if row is None else _outbox_entry(row)
 
 
-def _claim(conn: sqlite3.Connection, session: str, now: float) -> OutboxEntry | None:
-    with transaction(conn):
-        return _claim_row(conn, session, now)
+async def _claim(conn: Conn, session: str, now: float) -> OutboxEntry | None:
+    return await _claim_row(conn, session, now)  # one statement: atomic without BEGIN
 
 
-def _mark(
-    conn: sqlite3.Connection,
+async def _mark(
+    conn: Conn,
     row_id: int,
     state: str,
     error: str | None,
     now: float,
     claim_next: str | None,
 ) -> OutboxEntry | None:
-    with transaction(conn):
-        conn.execute(
+    async with transaction(conn):
+        await conn.execute(
             "UPDATE outbox SET state = ?, error = ?, updated_at = ? WHERE id = ?",
             (state, None if error is None else clean_text(error), now, row_id),
         )
-        return _claim_row(conn, claim_next, now) if claim_next is not None else None
+        return await _claim_row(conn, claim_next, now) if claim_next is not None else None
 
 
-def _mark_sent(conn: sqlite3.Connection, row_ids: tuple[int, ...], now: float) -> None:
-    with transaction(conn):
-        _set_sent(conn, row_ids, now)
+async def _mark_sent(conn: Conn, row_ids: tuple[int, ...], now: float) -> None:
+    await _set_sent(conn, row_ids, now)  # one statement: atomic without BEGIN
 
 
-def _set_sent(conn: sqlite3.Connection, row_ids: Sequence[int], now: float) -> None:
-    conn.execute(
+async def _set_sent(conn: Conn, row_ids: Sequence[int], now: float) -> None:
+    await conn.execute(
         f"UPDATE outbox SET state = 'sent', error = NULL, updated_at = ? "
         f"WHERE id IN ({','.join('?' * len(row_ids))}) AND state = 'sending'",
         (now, *row_ids),
     )
 
 
-def _recover(conn: sqlite3.Connection, now: float) -> list[OutboxEntry]:
-    with transaction(conn):
-        rows = conn.execute(
+async def _recover(conn: Conn, now: float) -> list[OutboxEntry]:
+    async with transaction(conn):
+        rows = await conn.fetchall(
             f"UPDATE outbox SET state = 'uncertain', updated_at = ?, "
             f"error = 'the process ended while it was being sent' "
             f"WHERE state = 'sending' RETURNING {_OUTBOX_COLUMNS}",
             (now,),
-        ).fetchall()
+        )
     return sorted((_outbox_entry(r) for r in rows), key=lambda e: e.id)
 
 
-def _sessions_pending(conn: sqlite3.Connection) -> list[str]:
-    rows = conn.execute(
+async def _sessions_pending(conn: Conn) -> list[str]:
+    rows = await conn.fetchall(
         "SELECT session, min(id) AS first FROM outbox WHERE state = 'pending' "
         "GROUP BY session ORDER BY first"
     )
     return [r[0] for r in rows]
 
 
-def _prune(
-    conn: sqlite3.Connection, table: str, column: str, final: tuple[str, ...], before: float
-) -> int:
+async def _prune(conn: Conn, table: str, column: str, final: tuple[str, ...], before: float) -> int:
     removed = 0
     marks = ",".join("?" * len(final))
     while True:
-        with transaction(conn):
-            cursor = conn.execute(
+        async with transaction(conn):
+            deleted = await conn.execute(
                 f"DELETE FROM {table} WHERE id IN (SELECT id FROM {table} "
                 f"WHERE {column} < ? AND state IN ({marks}) LIMIT ?)",
                 (before, *final, PRUNE_BATCH),
             )
-        removed += cursor.rowcount
-        if cursor.rowcount < PRUNE_BATCH:
+        removed += deleted
+        if deleted < PRUNE_BATCH:
             return removed

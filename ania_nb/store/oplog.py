@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import builtins
-import sqlite3
 import time
 from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any
@@ -15,7 +14,7 @@ from .db import clean_text, transaction
 from .runlog import positive_int
 
 if TYPE_CHECKING:
-    from .db import Database
+    from .db import Conn, Database
 
 MAX_DETAIL_CHARS = 500
 MAX_LABEL_CHARS = 64
@@ -110,36 +109,39 @@ def _optional(name: str, value: object) -> str | None:
     return None if value is None else _text(name, value)
 
 
-# Store-thread functions: each receives the connection first (see ``Database.run``).
+# Store operations: each receives the connection first (see ``Database.run``).
 
 
-def _insert(conn: sqlite3.Connection, row: tuple[Any, ...], now: float, max_entries: int) -> int:
+async def _insert(conn: Conn, row: tuple[Any, ...], now: float, max_entries: int) -> int:
     """Insert one entry and evict the oldest beyond ``max_entries``, atomically."""
-    with transaction(conn):
-        cursor = conn.execute(
+    async with transaction(conn):
+        inserted = await conn.fetchone(
             "INSERT INTO oplog (at, category, action, actor, session, detail) "
-            "VALUES (?, ?, ?, ?, ?, ?)",
+            "VALUES (?, ?, ?, ?, ?, ?) RETURNING id",
             (now, *row),
         )
-        conn.execute(
+        # One eviction at a time: two processes evicting at once on PostgreSQL would each
+        # count the other's row as kept.
+        await conn.lock("oplog")
+        await conn.execute(
             "DELETE FROM oplog WHERE id IN "
-            "(SELECT id FROM oplog ORDER BY id DESC LIMIT -1 OFFSET ?)",
+            f"(SELECT id FROM oplog ORDER BY id DESC {conn.dialect.limit_all} OFFSET ?)",
             (max_entries,),
         )
-    assert cursor.lastrowid is not None  # an INSERT always sets lastrowid
-    return cursor.lastrowid
+    assert inserted is not None  # an INSERT … RETURNING always returns its row
+    return int(inserted[0])
 
 
-def _select(
-    conn: sqlite3.Connection, where: str, params: tuple[Any, ...], limit: int
+async def _select(
+    conn: Conn, where: str, params: tuple[Any, ...], limit: int
 ) -> builtins.list[OpRecord]:
     """Rows matching ``where`` (built from fixed clauses only), newest first."""
-    rows = conn.execute(
+    rows = await conn.fetchall(
         f"SELECT {_COLUMNS} FROM oplog {where} ORDER BY id DESC LIMIT ?", (*params, limit)
     )
     return [OpRecord(*row) for row in rows]
 
 
-def _count(conn: sqlite3.Connection) -> int:
+async def _count(conn: Conn) -> int:
     """Total rows."""
-    return int(conn.execute("SELECT count(*) FROM oplog").fetchone()[0])
+    return int(await conn.fetchval("SELECT count(*) FROM oplog"))

@@ -5,7 +5,6 @@ from __future__ import annotations
 import builtins
 import heapq
 import json
-import sqlite3
 import time
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
@@ -19,7 +18,7 @@ from .history import check_session
 from .owner import Owner, current_owner, is_alive
 
 if TYPE_CHECKING:
-    from .db import Database
+    from .db import Conn, Database
 
 MAX_INPUT_CHARS = 500
 MAX_TOOL_CALLS = 20
@@ -279,11 +278,11 @@ def positive_int(name: str, value: object) -> int:
     return value
 
 
-# Store-thread functions: each receives the connection first (see ``Database.run``).
+# Store operations: each receives the connection first (see ``Database.run``).
 
 
-def _start(
-    conn: sqlite3.Connection,
+async def _start(
+    conn: Conn,
     session: str,
     sender: str | None,
     text: str,
@@ -291,12 +290,12 @@ def _start(
     retention: Retention,
 ) -> int:
     """Insert the running row and evict the rows beyond ``retention``, atomically."""
-    with transaction(conn):
-        return insert_run(conn, session, sender, text, now, retention)
+    async with transaction(conn):
+        return await insert_run(conn, session, sender, text, now, retention)
 
 
-def insert_run(
-    conn: sqlite3.Connection,
+async def insert_run(
+    conn: Conn,
     session: str,
     sender: str | None,
     text: str,
@@ -309,42 +308,63 @@ def insert_run(
     ``run_id`` re-creates a row under a known id (see ``RunJournal``); None picks a new one.
     """
     owner = current_owner()
-    cursor = conn.execute(
-        "INSERT INTO runs (id, session, sender, input, status, started_at, "
-        "owner_host, owner_pid, owner_start) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
-        (run_id, session, sender, text, RUNNING, now, owner.host, owner.pid, owner.start),
-    )
-    prune(conn, session, retention)
-    assert cursor.lastrowid is not None  # an INSERT always sets lastrowid
-    return cursor.lastrowid
+    values = (session, sender, text, RUNNING, now, owner.host, owner.pid, owner.start)
+    if run_id is None:
+        row = await conn.fetchone(
+            "INSERT INTO runs (session, sender, input, status, started_at, owner_host, "
+            "owner_pid, owner_start) VALUES (?, ?, ?, ?, ?, ?, ?, ?) RETURNING id",
+            values,
+        )
+        assert row is not None  # an INSERT … RETURNING always returns its row
+        run_id = int(row[0])
+    else:
+        await conn.execute(
+            "INSERT INTO runs (id, session, sender, input, status, started_at, owner_host, "
+            "owner_pid, owner_start) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            (run_id, *values),
+        )
+        if conn.dialect.name == "postgres":
+            # An explicit id does not move PostgreSQL's identity sequence (SQLite's rowid
+            # follows the largest id by itself): move it past this id, never back.
+            await conn.execute(
+                "SELECT setval(pg_get_serial_sequence('runs', 'id'), ?) WHERE ? > coalesce("
+                "pg_sequence_last_value(pg_get_serial_sequence('runs', 'id')::regclass), 0)",
+                (run_id, run_id),
+            )
+    await prune(conn, session, retention)
+    return run_id
 
 
-def prune(conn: sqlite3.Connection, session: str, retention: Retention) -> None:
+async def prune(conn: Conn, session: str, retention: Retention) -> None:
     """Evict *finished* rows beyond ``retention`` (see `Retention`); running rows stay.
 
     ``session`` (the one that just started a run) is cut to its own limit; then, over the
     global limit, rows go from the sessions holding the most. While more runs are in flight
     than the limits allow, the table holds all of them and shrinks back once they finish.
     """
-    conn.execute(
+    # One pruner at a time: two processes pruning at once would each count the rows the other
+    # is deleting and evict twice as many (a no-op on SQLite, whose writers are exclusive).
+    await conn.lock("runs-prune")
+    await conn.execute(
         "DELETE FROM runs WHERE id IN (SELECT id FROM runs WHERE session = ? AND status != ? "
-        "ORDER BY id LIMIT max(0, (SELECT count(*) FROM runs WHERE session = ?) - ?))",
+        f"ORDER BY id LIMIT {conn.dialect.greatest}"
+        "(0, (SELECT count(*) FROM runs WHERE session = ?) - ?))",
         (session, RUNNING, session, retention.max_per_session),
     )
-    over = conn.execute("SELECT count(*) FROM runs").fetchone()[0] - retention.max_entries
+    over = await conn.fetchval("SELECT count(*) FROM runs") - retention.max_entries
     if over > 0:
         # Counting every session's rows is a scan of the index: make room for 1 % of the
         # limit at once, so a store at its limit scans once per that many runs, not per run.
-        _evict_from_the_biggest(conn, over + retention.max_entries // 100)
+        await _evict_from_the_biggest(conn, over + retention.max_entries // 100)
 
 
-def _evict_from_the_biggest(conn: sqlite3.Connection, rows: int) -> None:
+async def _evict_from_the_biggest(conn: Conn, rows: int) -> None:
     """Delete ``rows`` finished rows, each from the session holding the most finished ones.
 
     Among sessions holding as many, the one with the oldest row gives first; each gives its
     oldest rows.
     """
-    sizes = conn.execute(
+    sizes = await conn.fetchall(
         "SELECT session, count(*), min(id) FROM runs WHERE status != ? GROUP BY session",
         (RUNNING,),
     )
@@ -359,27 +379,27 @@ def _evict_from_the_biggest(conn: sqlite3.Connection, rows: int) -> None:
         if count + 1 < 0:
             heapq.heappush(heap, (count + 1, oldest, name))
     for name, count in taken.items():
-        conn.execute(
+        await conn.execute(
             "DELETE FROM runs WHERE id IN (SELECT id FROM runs WHERE session = ? AND status != ? "
             "ORDER BY id LIMIT ?)",
             (name, RUNNING, count),
         )
 
 
-def add_tool_call_row(conn: sqlite3.Connection, run_id: int, raw: str) -> None:
+async def add_tool_call_row(conn: Conn, run_id: int, raw: str) -> None:
     """Append one record (while fewer than the cap are kept) and count it, in one statement."""
-    updated = conn.execute(
-        "UPDATE runs SET tool_calls = CASE WHEN json_array_length(tool_calls) < ? "
-        "THEN json_insert(tool_calls, '$[#]', json(?)) ELSE tool_calls END, "
+    updated = await conn.execute(
+        f"UPDATE runs SET tool_calls = CASE WHEN {conn.dialect.json_length('tool_calls')} < ? "
+        f"THEN {conn.dialect.json_append('tool_calls')} ELSE tool_calls END, "
         "tool_calls_total = tool_calls_total + 1 WHERE id = ?",
         (MAX_TOOL_CALLS, raw, run_id),
-    ).rowcount
+    )
     if not updated:
         raise UsageError(f"no run with id {run_id} (it may have been evicted from the run log)")
 
 
-def finish_run(
-    conn: sqlite3.Connection,
+async def finish_run(
+    conn: Conn,
     run_id: int,
     status: str,
     counts: dict[str, int],
@@ -394,9 +414,10 @@ def finish_run(
     ``reopen`` also accepts a row already marked ``interrupted``: its owner, still alive,
     knows the real outcome better than whoever marked it.
     """
-    updated = conn.execute(
+    updated = await conn.execute(
         "UPDATE runs SET status = :status, finished_at = :now, "
-        "duration_ms = MAX(0, CAST(ROUND((:now - started_at) * 1000) AS INTEGER)), "
+        f"duration_ms = {conn.dialect.greatest}"
+        "(0, CAST(ROUND((:now - started_at) * 1000) AS BIGINT)), "
         "iterations = :iterations, prompt_tokens = :prompt_tokens, "
         "completion_tokens = :completion_tokens, total_tokens = :total_tokens, "
         "cached_tokens = :cached_tokens, reply = :reply, error = :error "
@@ -411,23 +432,23 @@ def finish_run(
             "running": RUNNING,
             "interrupted": "interrupted" if reopen else RUNNING,
         },
-    ).rowcount
+    )
     if updated:
         return
-    row = conn.execute("SELECT status FROM runs WHERE id = ?", (run_id,)).fetchone()
+    row = await conn.fetchone("SELECT status FROM runs WHERE id = ?", (run_id,))
     if row is None:
         raise UsageError(f"no run with id {run_id} (it may have been evicted from the run log)")
     raise UsageError(f"run {run_id} already finished with status {row[0]!r}")
 
 
-def _mark_interrupted(conn: sqlite3.Connection, stale_before: float | None) -> int:
+async def _mark_interrupted(conn: Conn, stale_before: float | None) -> int:
     """Mark the running rows whose owning process is gone (see ``_owner``); return how many."""
     me = current_owner()
-    with transaction(conn):
-        rows = conn.execute(
+    async with transaction(conn):
+        rows = await conn.fetchall(
             "SELECT id, owner_host, owner_pid, owner_start, started_at FROM runs WHERE status = ?",
             (RUNNING,),
-        ).fetchall()
+        )
         alive: dict[Owner, bool] = {}
         orphaned: list[int] = []
         for run_id, host, pid, start, started_at in rows:
@@ -442,23 +463,21 @@ def _mark_interrupted(conn: sqlite3.Connection, stale_before: float | None) -> i
             elif stale_before is not None and started_at < stale_before:
                 orphaned.append(run_id)  # another host's run, past its lease
         for run_id in orphaned:
-            conn.execute(
+            await conn.execute(
                 "UPDATE runs SET status = ?, error = ? WHERE id = ? AND status = ?",
                 ("interrupted", INTERRUPTED_ERROR, run_id, RUNNING),
             )
     return len(orphaned)
 
 
-def _count(conn: sqlite3.Connection) -> int:
+async def _count(conn: Conn) -> int:
     """Total rows."""
-    return int(conn.execute("SELECT count(*) FROM runs").fetchone()[0])
+    return int(await conn.fetchval("SELECT count(*) FROM runs"))
 
 
-def _select(
-    conn: sqlite3.Connection, where: str, params: tuple[Any, ...], limit: int
-) -> list[RunRecord]:
+async def _select(conn: Conn, where: str, params: tuple[Any, ...], limit: int) -> list[RunRecord]:
     """Rows matching ``where`` (built from fixed clauses only), newest first."""
-    rows = conn.execute(
+    rows = await conn.fetchall(
         f"SELECT {_COLUMNS} FROM runs {where} ORDER BY id DESC LIMIT ?", (*params, limit)
     )
     return [_to_record(row) for row in rows]

@@ -15,7 +15,6 @@ caller (the quota's time zone), which keeps this module free of clocks.
 
 from __future__ import annotations
 
-import sqlite3
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -27,15 +26,16 @@ from .db import transaction
 from .history import check_session
 
 if TYPE_CHECKING:
-    from .db import Database
+    from .db import Conn, Database
 
 COUNTS = "prompt_tokens, completion_tokens, cached_tokens, total_tokens"
+# One atomic upsert per counter row: concurrent adds from many processes never lose one.
 _ADD = (
     "ON CONFLICT ({key}) DO UPDATE SET "
-    "prompt_tokens = prompt_tokens + excluded.prompt_tokens, "
-    "completion_tokens = completion_tokens + excluded.completion_tokens, "
-    "cached_tokens = cached_tokens + excluded.cached_tokens, "
-    "total_tokens = total_tokens + excluded.total_tokens"
+    "prompt_tokens = {table}.prompt_tokens + excluded.prompt_tokens, "
+    "completion_tokens = {table}.completion_tokens + excluded.completion_tokens, "
+    "cached_tokens = {table}.cached_tokens + excluded.cached_tokens, "
+    "total_tokens = {table}.total_tokens + excluded.total_tokens"
 )
 
 
@@ -80,8 +80,8 @@ def as_calls(counted: Mapping[str, Tokens] | Sequence[Call]) -> list[Call]:
     return list(counted)
 
 
-def add_counts(
-    conn: sqlite3.Connection,
+async def add_counts(
+    conn: Conn,
     day: str,
     session: str,
     calls: Sequence[Call],
@@ -99,19 +99,19 @@ def add_counts(
         if not (t.total or t.prompt or t.completion or t.cached):
             continue
         counts = (t.prompt, t.completion, t.cached, t.total)
-        conn.execute(
+        await conn.execute(
             f"INSERT INTO usage_ledger (day, session, run_id, model, kind, {COUNTS}, at) "
             "VALUES (?, ?, ?, ?, 'call', ?, ?, ?, ?, ?)",
             (day, session, run_id, model, *counts, at),
         )
-        conn.execute(
+        await conn.execute(
             f"INSERT INTO usage_daily (day, model, {COUNTS}) VALUES (?, ?, ?, ?, ?, ?) "
-            + _ADD.format(key="day, model"),
+            + _ADD.format(key="day, model", table="usage_daily"),
             (day, model, *counts),
         )
-        conn.execute(
+        await conn.execute(
             f"INSERT INTO usage_counters (day, session, {COUNTS}) VALUES (?, ?, ?, ?, ?, ?) "
-            + _ADD.format(key="day, session"),
+            + _ADD.format(key="day, session", table="usage_counters"),
             (day, session, *counts),
         )
         added += t.total
@@ -132,9 +132,9 @@ class UsageLedger:
         day, session = check_day(day), check_session(session)
         calls = as_calls(counted)
 
-        def write(conn: sqlite3.Connection) -> int:
-            with transaction(conn):
-                return add_counts(conn, day, session, calls)
+        async def write(conn: Conn) -> int:
+            async with transaction(conn):
+                return await add_counts(conn, day, session, calls)
 
         return await self._db.run(write)
 
@@ -146,8 +146,8 @@ class UsageLedger:
         if session is not None:
             sql, args = sql + " AND session = ?", (day, check_session(session))
 
-        def read(conn: sqlite3.Connection) -> int:
-            row = conn.execute(sql, args).fetchone()
+        async def read(conn: Conn) -> int:
+            row = await conn.fetchone(sql, args)
             return int(row[0] or 0) if row else 0
 
         return await self._db.run(read)
@@ -177,20 +177,20 @@ class UsageLedger:
         if session is not None:
             where, args = "day = ? AND session = ?", [day, check_session(session)]
 
-        def write(conn: sqlite3.Connection) -> int:
-            with transaction(conn):
+        async def write(conn: Conn) -> int:
+            async with transaction(conn):
                 # The ledger keeps the calls and takes the counters back to zero.
-                conn.execute(
+                await conn.execute(
                     f"INSERT INTO usage_ledger (day, session, kind, {COUNTS}, at) "
                     "SELECT day, session, 'reset', -prompt_tokens, -completion_tokens, "
                     f"-cached_tokens, -total_tokens, ? FROM usage_counters WHERE {where}",
                     [time.time(), *args],
                 )
-                row = conn.execute(
+                total = await conn.fetchval(
                     f"SELECT SUM(total_tokens) FROM usage_counters WHERE {where}", args
-                ).fetchone()
-                conn.execute(f"DELETE FROM usage_counters WHERE {where}", args)
-            return int(row[0] or 0)
+                )
+                await conn.execute(f"DELETE FROM usage_counters WHERE {where}", args)
+            return int(total or 0)
 
         return await self._db.run(write)
 
@@ -201,10 +201,10 @@ class UsageLedger:
         """
         before = check_day(before)
 
-        def write(conn: sqlite3.Connection) -> int:
-            with transaction(conn):
-                conn.execute("DELETE FROM usage_ledger WHERE day < ?", (before,))
-                return conn.execute("DELETE FROM usage_counters WHERE day < ?", (before,)).rowcount
+        async def write(conn: Conn) -> int:
+            async with transaction(conn):
+                await conn.execute("DELETE FROM usage_ledger WHERE day < ?", (before,))
+                return await conn.execute("DELETE FROM usage_counters WHERE day < ?", (before,))
 
         return await self._db.run(write)
 
@@ -212,11 +212,11 @@ class UsageLedger:
         """What the run records noted as counted on ``day`` (``runs.counted_tokens``)."""
         day = check_day(day)
 
-        def read(conn: sqlite3.Connection) -> int:
-            row = conn.execute(
+        async def read(conn: Conn) -> int:
+            total = await conn.fetchval(
                 "SELECT SUM(counted_tokens) FROM runs WHERE usage_day = ?", (day,)
-            ).fetchone()
-            return int(row[0] or 0)
+            )
+            return int(total or 0)
 
         return await self._db.run(read)
 
@@ -228,17 +228,19 @@ class UsageLedger:
         counts = COUNTS
         group = ""
         if grouped:  # the ledger: sum its rows; a day and session summing to nothing has none
-            counts = ", ".join(f"SUM({c}) AS {c}" for c in COUNTS.split(", "))
+            # CAST: PostgreSQL sums integers as numeric.
+            counts = ", ".join(f"CAST(SUM({c}) AS BIGINT) AS {c}" for c in COUNTS.split(", "))
             group = (
-                f" GROUP BY day, {key} HAVING SUM(prompt_tokens) OR SUM(completion_tokens) "
-                "OR SUM(cached_tokens) OR SUM(total_tokens)"
+                f" GROUP BY day, {key} HAVING SUM(prompt_tokens) <> 0 "
+                "OR SUM(completion_tokens) <> 0 OR SUM(cached_tokens) <> 0 "
+                "OR SUM(total_tokens) <> 0"
             )
         sql = (
             f"SELECT day, {key}, {counts} FROM {table} WHERE day >= ? AND day <= ?{group} "
             "ORDER BY day, total_tokens DESC, " + key
         )
 
-        def read(conn: sqlite3.Connection) -> list[DayCount]:
-            return [DayCount(*row) for row in conn.execute(sql, (since, until))]
+        async def read(conn: Conn) -> list[DayCount]:
+            return [DayCount(*row) for row in await conn.fetchall(sql, (since, until))]
 
         return await self._db.run(read)

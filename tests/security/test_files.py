@@ -12,6 +12,7 @@ import os
 import shutil
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import pytest
 from _media import PNG, Outbox
@@ -345,7 +346,7 @@ async def test_the_loaded_config_and_named_secret_files_are_refused(
 
 @pytest.mark.parametrize("target", ["kb", "passfile"])
 async def test_the_kb_folder_and_the_password_file_store_url_names_are_refused(
-    attack, llm, work, tmp_path, pg_cluster, target
+    attack, llm, work, tmp_path, pg_cluster, pg_url, target
 ):
     kb = tmp_path / "kb-elsewhere"  # kb.uri outside the data directory
     kb.mkdir()
@@ -356,7 +357,7 @@ async def test_the_kb_folder_and_the_password_file_store_url_names_are_refused(
     passfile.chmod(0o600)
     url = (
         f"postgresql://{pg_cluster.user}@{pg_cluster.host}:{pg_cluster.port}/"
-        f"{pg_cluster.database}?passfile={passfile}"
+        f"{urlsplit(pg_url).path.lstrip('/')}?passfile={passfile}"  # a fresh database
     )
     path = kb / "notes.txt" if target == "kb" else passfile
     seen, outbox = await attack("file", str(path), **{"kb.uri": str(kb), "store.url": url})
