@@ -34,8 +34,8 @@ from ania_nb.clock.store import ClockStore
 from ania_nb.errors import StoreError, UsageError
 from ania_nb.store import InboxRow, OutboxRow, Store
 from ania_nb.store.db import DB_FILENAME, SQLITE, Conn, Database
-from ania_nb.store.schema import MIGRATIONS, OWN_TABLES, statement_for
-from ania_nb.store.transfer import TABLES, copy_store, open_snapshot
+from ania_nb.store.schema import MIGRATIONS, OWN_TABLES, TABLES, statement_for
+from ania_nb.store.transfer import copy_store, open_snapshot
 from ania_nb.testing import reply, tool_call
 
 PASSWORD = "n0t-a-real-pw"

@@ -13,7 +13,7 @@ import re
 
 from .db import Dialect
 
-__all__ = ["MIGRATIONS", "OWN_TABLES", "SCHEMA_VERSION", "statement_for"]
+__all__ = ["MIGRATIONS", "OWN_TABLES", "SCHEMA_VERSION", "TABLES", "statement_for"]
 
 # Each entry upgrades the schema by one version; append, never change what a released step does
 # (``IF NOT EXISTS`` was added to the first two later: it changes nothing on a fresh file).
@@ -264,24 +264,25 @@ MIGRATIONS: tuple[tuple[str, ...], ...] = (
     ("ALTER TABLE approvals ADD COLUMN verdict TEXT",),
 )
 
-OWN_TABLES = frozenset(
-    {
-        "kv",
-        "chat_history",
-        "runs",
-        "oplog",
-        "clock_tasks",
-        "clock_log",
-        "clock_meta",
-        "usage_counters",
-        "usage_daily",
-        "usage_ledger",
-        "inbox",
-        "outbox",
-        "approvals",
-        "children",
-    }
+# ania-nb's tables in the order their migration steps create them (the order `ania-nb store
+# migrate` copies them in; no foreign keys tie them).
+TABLES = (
+    "kv",
+    "chat_history",
+    "runs",
+    "oplog",
+    "clock_tasks",
+    "clock_log",
+    "clock_meta",
+    "usage_counters",
+    "usage_daily",
+    "usage_ledger",
+    "inbox",
+    "outbox",
+    "approvals",
+    "children",
 )
+OWN_TABLES = frozenset(TABLES)
 
 
 SCHEMA_VERSION = len(MIGRATIONS)

@@ -4,7 +4,7 @@
 connection (the source file is never written) into a file of its own, which `Store`'s normal
 open then brings up to this ania-nb's schema — so a store written by an older ania-nb moves
 with the same migration steps as one opened in place. `copy_store` copies every table of
-`OWN_TABLES` with its ids into the target in one transaction and moves each identity sequence
+`TABLES` with its ids into the target in one transaction and moves each identity sequence
 past the largest id, so that rows written afterwards never collide with the copied ones.
 """
 
@@ -18,31 +18,11 @@ from typing import Any
 from ania_nb.errors import StoreError, UsageError
 
 from .db import Conn, Database, transaction
-from .schema import OWN_TABLES
+from .schema import TABLES
 
-__all__ = ["BATCH_ROWS", "TABLES", "copy_store", "open_snapshot"]
+__all__ = ["BATCH_ROWS", "copy_store", "open_snapshot"]
 
 BATCH_ROWS = 1000  # rows read from the source and written to the target at a time
-
-# Copy order: the tables in the order their migration steps created them (no foreign keys tie
-# them, so any order works; a fixed one makes messages and counts read the same every time).
-TABLES = (
-    "kv",
-    "chat_history",
-    "runs",
-    "oplog",
-    "clock_tasks",
-    "clock_log",
-    "clock_meta",
-    "usage_counters",
-    "usage_daily",
-    "usage_ledger",
-    "inbox",
-    "outbox",
-    "approvals",
-    "children",
-)
-assert frozenset(TABLES) == OWN_TABLES, "every table of the schema is copied"
 
 
 def _snapshot_sqlite(db_file: Path, snapshot: Path) -> None:
