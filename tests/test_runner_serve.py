@@ -519,11 +519,32 @@ async def test_a_saved_value_that_leaves_the_model_without_a_key_is_refused_too(
     assert impl.connections == 0 and impl.request_headers == []
 
 
-async def test_a_crash_exits_1_with_the_traceback(launch: Any, tmp_path: Path) -> None:
-    (tmp_path / "data").write_text("a file where the data directory should be")
+async def test_a_crash_exits_1_with_the_traceback(
+    launch: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A bug nothing foresees, planted in the serve process: Agent.start raises.
+    hook = tmp_path / "crash-hook"
+    hook.mkdir()
+    (hook / "sitecustomize.py").write_text(
+        "import ania_nb.agent\n"
+        "async def start(self, *args, **kwargs):\n"
+        "    raise RuntimeError('a bug nothing foresees')\n"
+        "ania_nb.agent.Agent.start = start\n"
+    )
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(hook), os.environ.get("PYTHONPATH", "")]))
     proc = await launch()
     assert await proc.wait() == 1
     assert "ERROR ania_nb.runner: crashed" in proc.log and "Traceback" in proc.log
+
+
+async def test_a_store_that_cannot_be_opened_is_one_line_and_exit_2(
+    launch: Any, tmp_path: Path
+) -> None:
+    (tmp_path / "data").write_text("a file where the data directory should be")
+    proc = await launch()
+    assert await proc.wait() == 2
+    assert "cannot start: cannot create the directory for the store" in proc.log
+    assert "Traceback" not in proc.log
 
 
 # ------------------------------------------------------------------ chats (the shared bot)
