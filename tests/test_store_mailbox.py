@@ -182,3 +182,34 @@ async def test_rows_confirmed_sent_are_marked_by_the_next_accept(store: Store) -
     assert store.outbox.take_confirmed() == []
     with pytest.raises(UsageError, match="only a claimed outbox row"):
         store.outbox.entry(OutboxRow("f:1", "notice"), 1)
+
+
+async def test_two_processes_claiming_one_row_never_both_get_it(backend: str, store: Store) -> None:
+    """A second claimer that picked the same row while the first held it gets nothing."""
+    if store.db.dialect.name != "postgres":
+        pytest.skip("one writer at a time on SQLite: nothing to race")
+    import asyncio
+
+    from ania_nb.store.mailbox import _claim_row
+
+    row_id = await store.outbox.add(OutboxRow("f:1", "reply", {"text": "once"}))
+    held, release = asyncio.Event(), asyncio.Event()
+
+    async def first(conn: Conn) -> int | None:
+        await conn.execute("BEGIN")
+        claimed = await _claim_row(conn, "f:1", time.time())
+        held.set()
+        await release.wait()  # PostgreSQL only: the operation may wait with its transaction open
+        await conn.execute("COMMIT")
+        return None if claimed is None else claimed.id
+
+    first_claim = asyncio.ensure_future(store.db.run(first))
+    await held.wait()
+    # The second picks the same row (the first's update is not visible yet), then waits on it.
+    second_claim = asyncio.ensure_future(store.outbox.claim("f:1"))
+    await asyncio.sleep(0.2)  # let it reach the row lock (with the fix, None either way)
+    release.set()
+    assert await first_claim == row_id
+    assert await second_claim is None  # re-checked after the first committed: not pending
+    row = await store.outbox.get(row_id)
+    assert row is not None and (row.state, row.attempts) == ("sending", 1)
