@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable, Coroutine, Iterable
+from collections.abc import Awaitable, Callable, Coroutine, Iterable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -50,6 +51,7 @@ from .orchestration import (
     answer_resumed,
     resolve_config,
 )
+from .orchestration.claims import SessionClaims
 from .orchestration.inbox import (
     Accepted,
     Inbound,
@@ -66,6 +68,7 @@ from .quota.command import HELP as QUOTA_HELP
 from .quota.command import quota_command
 from .result import RunResult
 from .store import ApprovalRow, InboxEntry, InboxState, OutboxRow, RunRecord
+from .store.replicas import Replica, open_replica
 from .tools import SessionToolExecutor, Tool, ToolExecutor
 from .tools.builtin import HttpSource, ImageViewer, default_tools, gated_tools, image_viewer
 
@@ -74,6 +77,16 @@ if TYPE_CHECKING:  # pragma: no cover
     from .skills import SkillManager
 
 log = logging.getLogger(__name__)
+
+
+@dataclass
+class _Resolved:
+    """Counts of cut-off inbox rows resolved by recovery and sweeps."""
+
+    rerun: int = 0
+    notified: int = 0
+
+
 CLOCK_HELP = "/clock list|add|del|on|off|info|timeout|run|log|help: scheduled tasks"
 APPROVAL_ROWS_KEPT = 7 * 86400.0  # seconds an ended approval row is kept (pruned at resume)
 
@@ -136,6 +149,8 @@ class Agent:
             max_running=lambda: self.config.runner.max_concurrent_runs,
             finished=self._batch_finished,
             dropped=self._batch_dropped,
+            started=self._worker_started,
+            idle=self._worker_idle,
         )
         # What the clock, subagents and teams may ask of this Agent (they never hold it).
         self.host = AgentHost(
@@ -165,6 +180,12 @@ class Agent:
         self._closed = False
         self._accepting = True  # False from `stop_accepting` (a front end's shutdown) on
         self._settling: set[asyncio.Task[None]] = set()  # inbox rows being settled
+        # A durable front end serving as a replica (`serve_replica`): claims on its sessions,
+        # and how a row stored elsewhere gets its callbacks and its front end's say.
+        self._claims: SessionClaims | None = None
+        self._callbacks_of: Callable[[InboxEntry], Callbacks] | None = None
+        self._route_stored: Callable[[InboxEntry], Awaitable[bool]] | None = None
+        self._recovered = _Resolved()  # cut-off rows re-run or announced, since the start
 
     def _assemble(self, config: Config) -> None:
         """Build what the settings decide: governance, approval rules and the built-in tools.
@@ -491,6 +512,9 @@ class Agent:
                 inbound.key,
             )
             return Accepted(None, "duplicate")
+        claims = self._claims
+        if claims is not None and claims.shared:
+            return await self._accept_shared(claims, inbox_id, inbound, callbacks)
         if inbound.kind == "ignored":
             return Accepted(inbox_id, "ignored")
         if inbound.kind == "approval":
@@ -498,6 +522,36 @@ class Agent:
         if not self._accepting:
             return Accepted(inbox_id, "held")
         return await self._dispatch(inbox_id, inbound, callbacks)
+
+    async def _accept_shared(
+        self,
+        claims: SessionClaims,
+        inbox_id: int,
+        inbound: Inbound,
+        callbacks: Callbacks | None,
+    ) -> Accepted:
+        """A stored event when replicas share the store: dispatched only under its session's claim.
+
+        Held here: dispatched at once. Free: claimed, and the session's pending rows (this one
+        included) dispatched in order. Held by another replica: that one is told and answers it.
+        Rows nobody dispatches now (unaddressed, or stored while shutting down) are announced
+        too: the holder may be waiting for exactly that verdict, or the sweep takes them.
+        """
+        replica, session = claims.replica, inbound.session
+        if inbound.kind in ("ignored", "approval") or not self._accepting:
+            if not replica.held(session) or not self._accepting:
+                await replica.notify(session, inbox_id)
+            state = {"ignored": "ignored", "approval": "stored"}.get(inbound.kind, "held")
+            return Accepted(inbox_id, state)  # type: ignore[arg-type]
+        if replica.hold(session):
+            try:
+                return await self._dispatch(inbox_id, inbound, callbacks)
+            finally:
+                await replica.release(session)
+        if await claims.take(session):
+            return Accepted(inbox_id, "queued")
+        await replica.notify(session, inbox_id)
+        return Accepted(inbox_id, "deferred")
 
     async def _dispatch(
         self,
@@ -576,20 +630,65 @@ class Agent:
         """Whether accepted events are queued (False once `stop_accepting` was called)."""
         return self._accepting
 
+    async def serve_replica(
+        self,
+        replica_id: str = "",
+        *,
+        callbacks_of: Callable[[InboxEntry], Callbacks] | None = None,
+        route_stored: Callable[[InboxEntry], Awaitable[bool]] | None = None,
+    ) -> Replica:
+        """Serve the durable inbox as one replica of the store (a front end calls it at start).
+
+        On PostgreSQL the process joins the replicas answering the store's sessions under
+        ``replica_id`` (default host:pid; `StoreError` when a live replica uses it): each
+        session is answered by one replica at a time (`ania_nb.orchestration.claims`). On SQLite
+        the process is the only replica. Either way, runs left ``running`` by dead processes
+        are swept periodically once `recover` ran. ``callbacks_of(entry)`` gives a stored row's
+        run its callbacks; ``route_stored(entry)`` lets the front end answer a row stored by
+        another replica itself (True: answered, e.g. a verdict on an approval waiting here).
+        """
+        rt = await self._ensure_open()
+        self._callbacks_of = callbacks_of
+        self._route_stored = route_stored
+        if self._claims is None:
+            replica = await open_replica(rt.store.db, replica_id)
+            self._claims = SessionClaims(
+                replica,
+                rt.store,
+                self.sessions,
+                dispatch=self._dispatch_stored,
+                route_ignored=self._route_ignored,
+                recover_session=self._recover_session,
+                settled=self._wait_settled,
+                dead_work=self._dead_work,
+                wake_outbox=self.outbox.woken,
+            )
+            replica.on_notified(self._claims.notified)
+        return self._claims.replica
+
+    @property
+    def replica(self) -> Replica | None:
+        """The process as a replica of the store, once `serve_replica` was called."""
+        return None if self._claims is None else self._claims.replica
+
     async def recover(
         self, callbacks_of: Callable[[InboxEntry], Callbacks] | None = None
     ) -> Recovery:
         """Answer what a previous process left in the durable inbox and outbox (call at start).
 
-        Outbox rows left ``sending`` become ``uncertain`` (never sent again) and pending rows are
-        sent, once a deliverer serves them. Inbox rows whose run a crash cut off are re-run
-        (``runner.resume = "rerun"``, only if no tool with side effects had started in that
-        run) or announced with one notice per chat (``"notify"``); their run records say
-        which. Background subagents whose process died end ``interrupted``, each with one
-        notice to its chat. Then every pending row is queued again in order, batched per
-        session (background results included).
+        Outbox rows a dead process left ``sending`` become ``uncertain`` (never sent again) and
+        pending rows are sent, once a deliverer serves them. Inbox rows whose run a crash cut
+        off are re-run (``runner.resume = "rerun"``, only if no tool with side effects had
+        started in that run) or announced with one notice per chat (``"notify"``); their run
+        records say which. Background subagents whose process died end ``interrupted``, each
+        with one notice to its chat. Then every pending row is queued again in order, batched
+        per session (background results included). With replicas (`serve_replica`) only what
+        dead processes left is touched, each session under its claim, and the periodic sweep
+        starts.
         ``callbacks_of(entry)`` gives a row's run its callbacks (default: the outbox's).
         """
+        if callbacks_of is not None:
+            self._callbacks_of = callbacks_of
         store = (await self._ensure_open()).store
         uncertain = await self.outbox.deliverer.start() if self.outbox.deliverer else []
         window = self.config.runner.inbox_window
@@ -597,37 +696,117 @@ class Agent:
         await store.outbox.prune(window)
         await store.children.prune(window)
         children = await self._interrupt_orphaned_children()
+        claims = self._claims
+        if claims is not None and claims.shared:
+            before = (self._recovered.rerun, self._recovered.notified)
+            await claims.sweep(age=0.0, dead=False)
+            claims.start()
+            return Recovery(
+                claims.taken_over,
+                self._recovered.rerun - before[0],
+                self._recovered.notified - before[1],
+                len(uncertain),
+                children,
+            )
         rerun = notified = 0
-        # A run that waits for an approval is not cut off: its card is posted again and the
-        # verdict continues it (`resume_approvals`), which answers its rows.
-        waiting = {row.run_id for row, live in await store.approvals.open_rows() if not live}
-        orphans = [(e, side) for e, side in await store.inbox.orphans() if e.run_id not in waiting]
+        orphans = await self._orphans()
         for session in dict.fromkeys(entry.session for entry, _ in orphans):
-            rows = [(e, side) for e, side in orphans if e.session == session]
-            ids = tuple(e.id for e, _ in rows)
-            runs = tuple(dict.fromkeys(e.run_id for e, _ in rows if e.run_id is not None))
-            if self.config.runner.resume == "rerun" and not any(side for _, side in rows):
-                await store.inbox.resume(ids, runs, "rerun")
-                log.info("%s: re-running %d message(s) a restart cut off", session, len(ids))
-                rerun += len(ids)
-                continue
-            notice = None
-            if self.outbox.durable(session):
-                notice = restart_notice(session, [e for e, _ in rows])
-            await store.inbox.resume(ids, runs, "notified", notice)
-            log.info("%s: told the chat that %d repl(ies) were cut off", session, len(ids))
-            notified += len(ids)
-            self.outbox.woken(session)
+            counted = await self._resolve_orphans(
+                session, [(e, side) for e, side in orphans if e.session == session]
+            )
+            rerun, notified = rerun + counted[0], notified + counted[1]
         queued = 0
         for entry in await store.inbox.list(states=["pending"]):
-            if entry.kind == "approval":  # its approval died with the process (see its run)
-                await store.inbox.update([InboxState((entry.id,), "ignored")])
-                continue
-            inbound = inbound_of(entry)
-            callbacks = callbacks_of(entry) if callbacks_of is not None else None
-            await self._dispatch(entry.id, inbound, callbacks, recovered=True)
-            queued += 1
+            await self._dispatch_stored(entry)
+            queued += entry.kind != "approval"
+        if claims is not None:
+            claims.start()
         return Recovery(queued, rerun, notified, len(uncertain), children)
+
+    async def _orphans(self, session: str | None = None) -> list[tuple[InboxEntry, bool]]:
+        """Inbox rows whose run a crash cut off (of ``session``), with "side effects started".
+
+        A run that waits for an approval is not cut off: its card is posted again and the
+        verdict continues it (`resume_approvals`), which answers its rows.
+        """
+        store = (await self._ensure_open()).store
+        waiting = {row.run_id for row, _ in await store.approvals.open_rows()}
+        return [
+            (e, side)
+            for e, side in await store.inbox.orphans()
+            if e.run_id not in waiting and (session is None or e.session == session)
+        ]
+
+    async def _resolve_orphans(
+        self, session: str, rows: list[tuple[InboxEntry, bool]]
+    ) -> tuple[int, int]:
+        """Re-run or announce one session's cut-off rows; returns (re-run, announced) counts."""
+        store = (await self._ensure_open()).store
+        ids = tuple(e.id for e, _ in rows)
+        runs = tuple(dict.fromkeys(e.run_id for e, _ in rows if e.run_id is not None))
+        if self.config.runner.resume == "rerun" and not any(side for _, side in rows):
+            await store.inbox.resume(ids, runs, "rerun")
+            log.info("%s: re-running %d message(s) a restart cut off", session, len(ids))
+            self._recovered.rerun += len(ids)
+            return len(ids), 0
+        notice = None
+        if self.outbox.durable(session):
+            notice = restart_notice(session, [e for e, _ in rows])
+        await store.inbox.resume(ids, runs, "notified", notice)
+        log.info("%s: told the chat that %d repl(ies) were cut off", session, len(ids))
+        self.outbox.woken(session)
+        self._recovered.notified += len(ids)
+        return 0, len(ids)
+
+    async def _recover_session(self, session: str) -> None:
+        """Under the session's claim: resolve the rows a dead replica's run left."""
+        rows = await self._orphans(session)
+        if rows:
+            await self._resolve_orphans(session, rows)
+
+    async def _dispatch_stored(self, entry: InboxEntry) -> None:
+        """Queue or answer a stored row (recovered, or stored by another replica)."""
+        store = (await self._ensure_open()).store
+        if entry.kind == "approval":  # its approval died with the process (see its run)
+            await store.inbox.update([InboxState((entry.id,), "ignored")])
+            return
+        if self._route_stored is not None and await self._route_stored(entry):
+            return
+        callbacks = self._callbacks_of(entry) if self._callbacks_of is not None else None
+        await self._dispatch(entry.id, inbound_of(entry), callbacks, recovered=True)
+
+    async def _route_ignored(self, entry: InboxEntry) -> bool:
+        """A row stored without an answer (unaddressed): the front end's say on it, if any."""
+        return self._route_stored is not None and await self._route_stored(entry)
+
+    def _worker_started(self, state: Session) -> None:
+        if self._claims is not None and self._claims.shared:
+            self._claims.worker_started(state)
+
+    async def _worker_idle(self, state: Session) -> bool:
+        if self._claims is None or not self._claims.shared:
+            return False
+        try:
+            return await self._claims.worker_idle(state)
+        except Exception:
+            log.exception("%s: releasing the session's claim failed", state.name)
+            return False
+
+    async def _wait_settled(self) -> None:
+        """Until every answered batch's inbox rows are settled in the store."""
+        if self._settling:
+            await asyncio.gather(*list(self._settling), return_exceptions=True)
+
+    async def _dead_work(self) -> None:
+        """What dead processes left besides inbox rows: sending rows, background subagents."""
+        store = (await self._ensure_open()).store
+        for entry in await store.outbox.recover():
+            log.warning(
+                "outbox row %d to %s was being sent by a process that died; not sent again",
+                entry.id,
+                entry.session,
+            )
+        await self._interrupt_orphaned_children()
 
     async def _interrupt_orphaned_children(self) -> int:
         """End ``interrupted`` the subagents whose process died; returns how many chats heard.
@@ -973,6 +1152,9 @@ class Agent:
             await asyncio.gather(*self._settling, return_exceptions=True)
         await self.agents.aclose()
         await self.knowledge.aclose()
+        if self._claims is not None:
+            await self._claims.aclose()
+            await self._claims.replica.close()
         if self._rt is not None:
             await self._rt.aclose()
         for viewer in self._viewers:

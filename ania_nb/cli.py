@@ -162,6 +162,12 @@ def _add_serve(sub: Any) -> None:
         help="least severe log records shown (default INFO; DEBUG is ania-nb's own, the HTTP, "
         "WebSocket and MCP libraries stay at INFO)",
     )
+    serve.add_argument(
+        "--replica-id",
+        metavar="NAME",
+        help="this replica's name when several replicas share one PostgreSQL store "
+        "(runner.replica_id; default <host>:<pid>); a live replica's name is refused",
+    )
 
 
 def _positive(text: str) -> int:
@@ -314,7 +320,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.command == "serve":
             from .runner.serve import main as serve_main
 
-            return serve_main(args.file, args.log_level)
+            return serve_main(args.file, args.log_level, replica_id=args.replica_id)
         if args.command == "store" and args.store_command == "migrate":
             return asyncio.run(_migrate_store(args))
     except AniaError as exc:

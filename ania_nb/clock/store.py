@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..store import ToolCallRecord
 from ..store.db import clean_text, transaction
-from ..store.owner import Owner, current_owner, is_alive
+from ..store.owner import Owner, liveness
 from ..store.runlog import prepare_finish, prepare_tool_call
 from ..text import cut
 from .model import RUNNING, ClockTask, TaskLogEntry
@@ -317,13 +317,13 @@ def _to_task(row: tuple[Any, ...]) -> ClockTask:
 
 async def _live_runner(conn: Conn, task_id: str) -> bool:
     """Whether a live process (this one included) has a running entry of the task."""
-    me = current_owner()
     rows = await conn.fetchall(
         "SELECT owner_host, owner_pid, owner_start FROM clock_log WHERE task_id = ? AND status = ?",
         (task_id, RUNNING),
     )
-    # Another host's process cannot be checked: count it as running (WAL needs one host anyway).
-    return any(host != me.host or is_alive(Owner(host, pid, start)) for host, pid, start in rows)
+    # Another host's plain process cannot be checked (None): count it as running.
+    alive = await liveness(conn, [Owner(host, pid, start) for host, pid, start in rows])
+    return any(found is not False for found in alive.values())
 
 
 async def _begin_run(
@@ -335,7 +335,7 @@ async def _begin_run(
     now: float,
     max_entries: int,
 ) -> tuple[ClockTask, TaskLogEntry] | None:
-    owner = current_owner()
+    owner = conn.owner
     scheduled_at, next_run_at = planned
     async with transaction(conn):
         # The check for a live run and the insert of ours are one step for every process:
@@ -471,22 +471,18 @@ async def _finish_run(
 
 async def _orphans(conn: Conn) -> list[tuple[int, str]]:
     """``(entry id, task id)`` of the running entries whose process is gone."""
-    me = current_owner()
+    me = conn.owner
     rows = await conn.fetchall(
         "SELECT id, task_id, owner_host, owner_pid, owner_start FROM clock_log WHERE status = ?",
         (RUNNING,),
     )
-    alive: dict[Owner, bool] = {}  # many entries share an owner: look at each process once
-    gone: list[tuple[int, str]] = []
-    for entry_id, task_id, host, pid, start in rows:
-        owner = Owner(host, pid, start)
-        if host != me.host:
-            continue  # another host's process cannot be checked
-        if owner not in alive:
-            alive[owner] = owner == me or is_alive(owner)
-        if not alive[owner]:
-            gone.append((entry_id, task_id))
-    return gone
+    owners = {Owner(host, pid, start) for _, _, host, pid, start in rows} - {me}
+    alive = await liveness(conn, owners)  # each process looked at once; None: cannot tell
+    return [
+        (entry_id, task_id)
+        for entry_id, task_id, host, pid, start in rows
+        if alive.get(Owner(host, pid, start)) is False
+    ]
 
 
 async def _mark_interrupted(conn: Conn) -> int:
@@ -515,7 +511,7 @@ async def _newest_entry_id(conn: Conn) -> int:
 async def _others_runs(
     conn: Conn, after: int, watching: list[int]
 ) -> tuple[list[TaskLogEntry], int]:
-    me = current_owner()
+    me = conn.owner
     newest = await _newest_entry_id(conn)
     marks = ",".join("?" * len(watching[:500]))
     which = f"(id > ? OR id IN ({marks}))" if watching else "id > ?"

@@ -47,7 +47,15 @@ class RunnerSettings(Section):
         8,
         ge=0,
         description="Runs of all sessions at once (served chats and notebooks alike); more wait "
-        "their turn in their session's queue, never dropped (0 = no limit).",
+        "their turn in their session's queue, never dropped (0 = no limit). With several "
+        "replicas on one PostgreSQL store the limit is per replica.",
+    )
+    replica_id: str = Field(
+        "",
+        max_length=200,
+        description="This replica's name among the replicas of `ania-nb serve` sharing one "
+        "PostgreSQL store (`ania-nb serve --replica-id`); unique among live replicas. Empty: "
+        "<host>:<pid>, new at every start. Ignored with the SQLite store (one replica).",
     )
     group_clear_after: int = Field(
         30,

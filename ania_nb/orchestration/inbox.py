@@ -37,7 +37,9 @@ AGENT_SOURCE = "agent"  # inbox rows the Agent's own work writes (background res
 EXCERPT_CHARS = 30  # of each cut-off message quoted in the restart notice
 
 InboundKind = Literal["message", "command", "approval", "ignored"]
-AcceptedState = Literal["duplicate", "queued", "answered", "dropped", "held", "stored", "ignored"]
+AcceptedState = Literal[
+    "duplicate", "queued", "answered", "dropped", "held", "stored", "ignored", "deferred"
+]
 
 
 @dataclass(frozen=True)
@@ -91,7 +93,8 @@ class Accepted:
     ``state``: ``duplicate`` (its key was there: nothing happened), ``queued`` (a run will
     answer it), ``answered`` (a command, answered at once: ``reply``), ``dropped`` (the
     session's queue was full), ``held`` (the Agent is shutting down: stored, answered after the
-    restart), ``stored`` (an approval reply for the front end to answer), ``ignored``.
+    restart), ``stored`` (an approval reply for the front end to answer), ``ignored``,
+    ``deferred`` (another replica answers its session now: that one was told, and answers it).
     """
 
     inbox_id: int | None

@@ -6,6 +6,8 @@ up (`withdraw`), users may `stop` a session, and the Agent may `offer` synthetic
 background subagent's result) whose replies nobody awaits: those are handed to ``unawaited``.
 At most ``max_running()`` runs of all sessions go at once (0 = no limit); a session whose turn
 has not come keeps its worker waiting, so its messages queue as if it were busy, never dropped.
+``started``/``idle`` tell the replica's claims (`ania_nb.orchestration.claims`) when a worker
+starts and runs dry (``idle`` may find more to answer: the worker goes on).
 """
 
 from __future__ import annotations
@@ -39,6 +41,8 @@ class SessionQueues:
         max_running: Callable[[], int] = lambda: 0,
         finished: Callable[[Session, list[Pending], RunResult], None] | None = None,
         dropped: Callable[[Session, list[Pending]], None] | None = None,
+        started: Callable[[Session], None] | None = None,
+        idle: Callable[[Session], Coroutine[Any, Any, bool]] | None = None,
     ) -> None:
         self.table = table
         self._answer = answer
@@ -50,6 +54,8 @@ class SessionQueues:
         # settles its rows with them).
         self._finished = finished
         self._dropped = dropped
+        self.started = started
+        self.idle = idle
         self.running = 0  # runs going now, all sessions
         self._waiters: list[asyncio.Future[None]] = []  # workers waiting for a slot, in order
 
@@ -74,6 +80,8 @@ class SessionQueues:
             return False
         state.queue.append(pending)
         if not state.busy:
+            if self.started is not None:
+                self.started(state)
             state.worker = asyncio.create_task(self._work(state), name=f"ania-session-{state.name}")
         return True
 
@@ -144,12 +152,15 @@ class SessionQueues:
 
     async def _work(self, state: Session) -> None:
         """Handle the session's queue until it is empty (one run per batch)."""
-        while state.queue:
-            await self._acquire()
-            try:
-                await self._answer_next(state)
-            finally:
-                self._release()
+        while True:
+            while state.queue:
+                await self._acquire()
+                try:
+                    await self._answer_next(state)
+                finally:
+                    self._release()
+            if self.idle is None or not await self.idle(state):
+                return
 
     async def _answer_next(self, state: Session) -> None:
         """Answer what waits now as one batch (nothing, if a stop emptied the queue meanwhile)."""

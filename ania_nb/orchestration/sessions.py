@@ -60,6 +60,7 @@ class Session:
     # Tokens of background work for the session (counted by that work's own run records),
     # shown in the next run's usage. Only touched on the event loop: no lock needed.
     derived: Usage = field(default_factory=Usage)
+    claimed: bool = False  # its worker holds a reference on the session's replica claim
 
     def take_derived(self) -> Usage:
         """The derived-usage tally, handed to the next run (which starts a new one)."""

@@ -169,6 +169,13 @@ class Router:
             connected=lambda: self.adapter.connected,
         )
         self.agent.outbox.serve(self.deliverer)
+        replica = await self.agent.serve_replica(
+            self.settings.replica_id,
+            callbacks_of=self._callbacks_of,
+            route_stored=self._route_stored,
+        )
+        if replica.shared:
+            log.info("replica %s of the store at %s", replica.id, store.db.location)
         recovery = await self.agent.recover(self._callbacks_of)  # prunes the mailbox too
         self._pruner = asyncio.create_task(self._prune_periodically(), name="ania-inbox-prune")
         if recovery != type(recovery)():
@@ -204,6 +211,19 @@ class Router:
             return self._previous(entry.session)
         message = incoming_from_meta(entry.payload.get("meta") or {}, chat)
         return self.link(chat).callbacks(message)
+
+    async def _route_stored(self, entry: InboxEntry) -> bool:
+        """A row another replica stored: answered here when it is a verdict on a request here.
+
+        That replica could not know of the approval this replica's run waits for; the text is
+        the message's own (kept in the row), judged by the same rules as `_answer_approval`.
+        """
+        chat = ChatRef.from_session(entry.session)
+        if chat is None or not self.agent.approvals.pending(entry.session):
+            return False
+        message = incoming_from_meta(entry.payload.get("meta") or {}, chat)
+        text = message.text.strip()
+        return await self._answer_approval(self.link(chat), message, text, inbox_id=entry.id)
 
     # ------------------------------------------------------------------ incoming
 
@@ -281,10 +301,13 @@ class Router:
             return True
         return trigger == "mention_or_reply" and message.replied_to_bot
 
-    async def _answer_approval(self, link: ChatLink, message: Incoming, text: str) -> bool:
+    async def _answer_approval(
+        self, link: ChatLink, message: Incoming, text: str, *, inbox_id: int | None = None
+    ) -> bool:
         """Answer the session's pending approval with ``text``; False when it is no answer.
 
         With none pending, a request suspended by the shutdown is answered (its verdict kept).
+        ``inbox_id``: the message is stored already (by another replica).
         """
         approvals = self.agent.approvals
         pending = approvals.pending(link.session)
@@ -301,10 +324,12 @@ class Router:
         allow = None if show else parse_verdict_word(words[0])
         if not show and allow is None:
             return False
-        accepted = await self.agent.accept(self._inbound(message, text, "approval"))
-        if accepted.inbox_id is None:
-            return True  # a re-sent verdict: answered the first time
-        answers = (accepted.inbox_id,)
+        if inbox_id is None:
+            accepted = await self.agent.accept(self._inbound(message, text, "approval"))
+            if accepted.inbox_id is None:
+                return True  # a re-sent verdict: answered the first time
+            inbox_id = accepted.inbox_id
+        answers = (inbox_id,)
         mentions = link.mention_of(message.sender_id)
         if show:
             request = next((r for r in pending if wanted in (None, r.id)), None)

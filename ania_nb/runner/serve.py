@@ -173,7 +173,10 @@ async def serve(
         check_model(agent.config)
         adapter = _make_adapter(settings)
         router = Router(agent, adapter)
-        await router.start()  # the durable outbox, and what a previous process left
+        try:
+            await router.start()  # the durable outbox, and what a previous process left
+        except StoreError as exc:  # e.g. this replica id is a live replica's
+            raise StartError(str(exc)) from exc
         try:
             await adapter.start(router.handle)
         except OSError as exc:  # the port is taken, the address is not ours, …
@@ -266,13 +269,20 @@ async def _serve_with_signals(config: Config, redactor: SecretRedactor | None = 
             loop.remove_signal_handler(signum)
 
 
-def main(config_path: Path | None = None, log_level: str = "INFO") -> int:
-    """Run ``ania-nb serve``: configure logging, load the config, serve; returns the exit code."""
+def main(
+    config_path: Path | None = None, log_level: str = "INFO", *, replica_id: str | None = None
+) -> int:
+    """Run ``ania-nb serve``: configure logging, load the config, serve; returns the exit code.
+
+    ``replica_id`` (``--replica-id``) overrides ``runner.replica_id``.
+    """
     redactor = configure_logging(log_level)
     try:
         from ..config import Config
 
         config = Config.load(config_path)
+        if replica_id is not None:
+            config = config.with_overrides({"runner.replica_id": replica_id})
         redactor.add_secrets(config_secrets(config))
         check_settings(config.runner)
         return asyncio.run(_serve_with_signals(config, redactor))

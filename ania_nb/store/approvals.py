@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from ania_nb.errors import UsageError
 
 from .db import to_json, transaction
-from .owner import Owner, current_owner, is_alive
+from .owner import Owner, liveness
 
 if TYPE_CHECKING:
     from .db import Conn, Database
@@ -96,7 +96,7 @@ class ApprovalLog:
             raise UsageError(f"a new approval row is pending or suspended, not {state!r}")
         encoded = (to_json(request), to_json(checkpoint))
         await self._db.run(
-            _add, request_id, session, run_id, state, deadline, encoded, current_owner()
+            _add, request_id, session, run_id, state, deadline, encoded, self._db.owner
         )
 
     async def settle(
@@ -125,7 +125,7 @@ class ApprovalLog:
 
     async def claim(self, row: ApprovalRow) -> ApprovalRow | None:
         """Take an open row over for this process (re-posted); None if someone else did."""
-        return await self._db.run(_claim, row, current_owner(), time.time())
+        return await self._db.run(_claim, row, self._db.owner, time.time())
 
     async def get(self, request_id: str) -> ApprovalRow | None:
         """The row of ``request_id``, or None."""
@@ -206,26 +206,20 @@ async def _update_checkpoint(conn: Conn, request_id: str, raw: str, now: float) 
 
 
 async def _open_rows(conn: Conn) -> list[tuple[ApprovalRow, bool]]:
-    rows = await conn.fetchall(
-        f"SELECT {_COLUMNS} FROM approvals WHERE state IN ('pending', 'suspended') "
-        "ORDER BY created_at, id"
-    )
-    me = current_owner()
-    found: list[tuple[ApprovalRow, bool]] = []
-    for raw in rows:
-        row = _row(raw)
-        live = row.state == "pending" and _holds(row.owner, me)
-        found.append((row, live))
-    return found
-
-
-def _holds(owner: Owner | None, me: Owner) -> bool:
-    """Whether ``owner`` still holds a pending question (another host's: assume so)."""
-    if owner is None:
-        return False
-    if owner.host != me.host:
-        return True
-    return is_alive(owner)
+    rows = [
+        _row(raw)
+        for raw in await conn.fetchall(
+            f"SELECT {_COLUMNS} FROM approvals WHERE state IN ('pending', 'suspended') "
+            "ORDER BY created_at, id"
+        )
+    ]
+    alive = await liveness(conn, [row.owner for row in rows if row.owner is not None])
+    # A pending question is held while its owner lives (another host's plain process: assume
+    # so; it cannot be looked at from here).
+    return [
+        (row, row.state == "pending" and row.owner is not None and alive[row.owner] is not False)
+        for row in rows
+    ]
 
 
 async def _claim(conn: Conn, row: ApprovalRow, me: Owner, now: float) -> ApprovalRow | None:

@@ -29,7 +29,7 @@ from ania_nb.errors import UsageError
 
 from .db import clean_text, transaction
 from .mailbox import Effect, InboxRow, apply_effects, check_effects
-from .owner import Owner, current_owner, is_alive
+from .owner import Owner, liveness
 
 if TYPE_CHECKING:
     from .db import Conn, Database
@@ -74,7 +74,7 @@ class ChildLog:
         if not isinstance(task, str):
             raise UsageError(f"a child's task must be a string, got {type(task).__name__}")
         return await self._db.run(
-            _start, session, task, role, background, current_owner(), time.time()
+            _start, session, task, role, background, self._db.owner, time.time()
         )
 
     async def end(
@@ -205,24 +205,15 @@ async def _inbox_id(conn: Conn, row: InboxRow) -> int | None:
 
 
 async def _orphans(conn: Conn) -> list[ChildRow]:
-    me = current_owner()
-    rows = await conn.fetchall(
-        f"SELECT {_COLUMNS} FROM children WHERE state = 'running' ORDER BY id"
-    )
-    alive: dict[Owner, bool] = {}
-    found: list[ChildRow] = []
-    for raw in rows:
-        row = _row(raw)
-        owner = row.owner
-        if owner is not None:
-            if owner.host != me.host:
-                continue  # another host's child: it cannot be looked at from here
-            if owner not in alive:
-                alive[owner] = is_alive(owner)
-            if alive[owner]:
-                continue
-        found.append(row)
-    return found
+    rows = [
+        _row(raw)
+        for raw in await conn.fetchall(
+            f"SELECT {_COLUMNS} FROM children WHERE state = 'running' ORDER BY id"
+        )
+    ]
+    alive = await liveness(conn, [row.owner for row in rows if row.owner is not None])
+    # Another host's plain process cannot be looked at from here (None): left alone.
+    return [row for row in rows if row.owner is None or alive[row.owner] is False]
 
 
 async def _get(conn: Conn, child_id: int) -> ChildRow | None:

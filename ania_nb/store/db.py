@@ -28,7 +28,10 @@ from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from os import PathLike
 from pathlib import Path
-from typing import Any, Concatenate, ParamSpec, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any, Concatenate, ParamSpec, Protocol, TypeVar
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .owner import Owner
 
 __all__ = [
     "DB_FILENAME",
@@ -100,6 +103,11 @@ class Conn(Protocol):
     dialect: Dialect
     errors: tuple[type[Exception], ...]  # the driver's errors (to undo a savepoint on failure)
 
+    @property
+    def owner(self) -> Owner:
+        """Whose rows this operation writes (`ania_nb.store.owner`)."""
+        ...
+
     async def execute(self, sql: str, params: Params = ()) -> int:
         """Run one statement; return the number of rows it changed."""
         ...
@@ -129,6 +137,11 @@ class Database(Protocol):
     """An open store database; every operation runs through :meth:`run`."""
 
     dialect: Dialect
+
+    @property
+    def owner(self) -> Owner:
+        """The process (or replica) whose rows its operations write."""
+        ...
 
     @property
     def location(self) -> str:

@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from ania_nb.errors import UsageError
 
 from .db import clean_text, to_json, transaction
+from .owner import Owner, liveness
 
 if TYPE_CHECKING:
     from .db import Conn, Database
@@ -244,6 +245,13 @@ class Inbox:
         """One row by id."""
         return await self._db.run(_get_inbox, inbox_id)
 
+    async def sessions_waiting(self, older_than: float) -> builtins.list[str]:
+        """Sessions with ``pending`` or ``running`` rows unchanged for ``older_than`` seconds.
+
+        The replicas' sweep: a session nobody answers any more (its replica died) has some.
+        """
+        return await self._db.run(_sessions_waiting, time.time() - older_than)
+
     async def list(
         self, *, states: Sequence[str] = (), session: str | None = None, limit: int = 10_000
     ) -> builtins.list[InboxEntry]:
@@ -323,12 +331,20 @@ class OutboxLog:
         )
 
     async def recover(self) -> builtins.list[OutboxEntry]:
-        """After a crash: every ``sending`` row becomes ``uncertain``; returns those rows."""
+        """Rows a dead process was sending become ``uncertain`` (never sent again); returns them.
+
+        Rows a live process (a replica of this one) is sending are left to it.
+        """
         return await self._db.run(_recover, time.time())
 
-    async def sessions_pending(self) -> builtins.list[str]:
-        """Sessions that have ``pending`` rows, by their oldest row."""
-        return await self._db.run(_sessions_pending)
+    async def sessions_pending(self, *, older_than: float = 0.0) -> builtins.list[str]:
+        """Sessions that have ``pending`` rows, by their oldest row.
+
+        ``older_than``: only rows unchanged for that many seconds (the sweep's, for rows
+        nobody is sending).
+        """
+        before = time.time() - older_than if older_than else None
+        return await self._db.run(_sessions_pending, before)
 
     async def get(self, row_id: int) -> OutboxEntry | None:
         """One row by id."""
@@ -401,7 +417,7 @@ async def _insert_outbox(conn: Conn, row: OutboxRow, run_id: int | None, now: fl
     state, attempts = ("sending", 1) if row.claimed else ("pending", 0)
     inserted = await conn.fetchone(
         "INSERT INTO outbox (session, kind, payload, state, created_at, updated_at, attempts, "
-        "run_id) VALUES (?, ?, ?, ?, ?, ?, ?, ?) RETURNING id",
+        "run_id, owner) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?) RETURNING id",
         (
             clean_text(row.session),
             row.kind,
@@ -411,6 +427,7 @@ async def _insert_outbox(conn: Conn, row: OutboxRow, run_id: int | None, now: fl
             now,
             attempts,
             run_id,
+            owner_text(conn.owner) if row.claimed else None,
         ),
     )
     assert inserted is not None  # an INSERT … RETURNING always returns its row
@@ -547,13 +564,17 @@ async def _list_outbox(
 
 
 async def _claim_row(conn: Conn, session: str, now: float) -> OutboxEntry | None:
+    # Several processes may deliver one chat (replicas on PostgreSQL): a row is claimed only
+    # while none of its session is being sent, so that the chat gets its rows in order. A
+    # dead claimer's row blocks the chat until the sweep makes it uncertain (`recover`).
     row = await conn.fetchone(
         # The outer state check: on PostgreSQL two claimers may pick the same id; the second
         # then finds it claimed (the row is re-checked after the first commits) and gets none.
-        f"UPDATE outbox SET state = 'sending', attempts = attempts + 1, updated_at = ? "
-        f"WHERE id = (SELECT id FROM outbox WHERE session = ? AND state = 'pending' "
+        f"UPDATE outbox SET state = 'sending', attempts = attempts + 1, updated_at = ?, "
+        f"owner = ? WHERE id = (SELECT id FROM outbox WHERE session = ? AND state = 'pending' "
+        f"AND NOT EXISTS (SELECT 1 FROM outbox WHERE session = ? AND state = 'sending') "
         f"ORDER BY id LIMIT 1) AND state = 'pending' RETURNING {_OUTBOX_COLUMNS}",
-        (now, session),
+        (now, owner_text(conn.owner), session, session),
     )
     return None if row is None else _outbox_entry(row)
 
@@ -591,20 +612,55 @@ async def _set_sent(conn: Conn, row_ids: Sequence[int], now: float) -> None:
 
 
 async def _recover(conn: Conn, now: float) -> list[OutboxEntry]:
+    claimers = await conn.fetchall(
+        "SELECT DISTINCT owner FROM outbox WHERE state = 'sending' AND owner IS NOT NULL"
+    )
+    owners = {text: owner_of(text) for (text,) in claimers}
+    alive = await liveness(conn, [o for o in owners.values() if o is not None])
+    # Gone, or unknowable from here (another host's plain process: it cannot be live on one
+    # SQLite file, and replicas are always knowable): their rows become uncertain.
+    dead = [text for text, o in owners.items() if o is None or alive.get(o) is not True]
+    rows: list[tuple[Any, ...]] = []
     async with transaction(conn):
+        where = "owner IS NULL"
+        if dead:
+            where = f"(owner IS NULL OR owner IN ({','.join('?' * len(dead))}))"
         rows = await conn.fetchall(
             f"UPDATE outbox SET state = 'uncertain', updated_at = ?, "
             f"error = 'the process ended while it was being sent' "
-            f"WHERE state = 'sending' RETURNING {_OUTBOX_COLUMNS}",
-            (now,),
+            f"WHERE state = 'sending' AND {where} RETURNING {_OUTBOX_COLUMNS}",
+            (now, *dead),
         )
     return sorted((_outbox_entry(r) for r in rows), key=lambda e: e.id)
 
 
-async def _sessions_pending(conn: Conn) -> list[str]:
+def owner_text(owner: Owner) -> str:
+    """An owner as one text column (host, pid and start token, tab-separated)."""
+    return f"{owner.host}\t{owner.pid}\t{owner.start or ''}"
+
+
+def owner_of(text: str | None) -> Owner | None:
+    """The owner `owner_text` wrote, or None for an unreadable one."""
+    parts = (text or "").split("\t")
+    if len(parts) != 3 or not parts[1].lstrip("-").isdigit():
+        return None
+    return Owner(parts[0], int(parts[1]), parts[2] or None)
+
+
+async def _sessions_pending(conn: Conn, before: float | None) -> list[str]:
     rows = await conn.fetchall(
         "SELECT session, min(id) AS first FROM outbox WHERE state = 'pending' "
-        "GROUP BY session ORDER BY first"
+        "AND updated_at < ? GROUP BY session ORDER BY first",
+        (float("inf") if before is None else before,),
+    )
+    return [r[0] for r in rows]
+
+
+async def _sessions_waiting(conn: Conn, before: float) -> list[str]:
+    rows = await conn.fetchall(
+        "SELECT session, min(id) AS first FROM inbox WHERE state IN ('pending', 'running') "
+        "AND updated_at < ? GROUP BY session ORDER BY first",
+        (before,),
     )
     return [r[0] for r in rows]
 

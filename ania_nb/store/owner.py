@@ -14,6 +14,12 @@ Why not a lease row with a heartbeat: a heartbeat needs a timer writing to the d
 process for as long as it lives, and a stalled event loop would then look like a dead process.
 The pid check needs no writes and is exact on one host — and SQLite's WAL mode, which the store
 uses, only works when every process shares one host anyway.
+
+Replicas on a PostgreSQL store may run on many hosts: there a process is a *replica*
+(`ania_nb.store.replicas`) that holds a session-level advisory lock for as long as it lives.
+Its rows record the start token ``replica:<id>``, and such an owner is alive exactly while its
+lock is held — the server drops it when the replica's connection ends (a kill -9 included),
+whatever host the replica ran on (`liveness`).
 """
 
 from __future__ import annotations
@@ -21,8 +27,14 @@ from __future__ import annotations
 import os
 import socket
 import sys
+import zlib
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .db import Conn
 
 _PROC = Path("/proc")
 
@@ -36,6 +48,10 @@ class Owner:
     start: str | None
 
 
+REPLICA_PREFIX = "replica:"  # the start token of a replica's rows: replica:<id>
+REPLICA_LOCKS = 0x616E6972  # advisory lock class ("anir") of replica identities
+SESSION_LOCKS = 0x616E6973  # advisory lock class ("anis") of sessions being answered
+
 _current: Owner | None = None
 
 
@@ -46,6 +62,52 @@ def current_owner() -> Owner:
     if _current is None or _current.pid != pid:
         _current = Owner(socket.gethostname(), pid, start_token(pid))
     return _current
+
+
+def replica_owner(replica_id: str) -> Owner:
+    """The owner a replica's rows name: this host and pid, start token ``replica:<id>``."""
+    me = current_owner()
+    return Owner(me.host, me.pid, f"{REPLICA_PREFIX}{replica_id}")
+
+
+def lock_key(name: str) -> int:
+    """A stable non-negative 31-bit advisory lock key for ``name`` (a replica id, a session)."""
+    return zlib.crc32(name.encode("utf-8")) & 0x7FFFFFFF
+
+
+def replica_of(owner: Owner) -> str | None:
+    """The replica id an owner names, or None for a plain process."""
+    start = owner.start or ""
+    return start[len(REPLICA_PREFIX) :] if start.startswith(REPLICA_PREFIX) else None
+
+
+async def liveness(conn: Conn, owners: Iterable[Owner]) -> dict[Owner, bool | None]:
+    """Whether each owner still runs: True, False, or None when this process cannot tell.
+
+    A replica (on PostgreSQL) is alive while its advisory lock is held, on any host; a plain
+    process on this host by its pid (`is_alive`); a plain process on another host: None.
+    """
+    found: dict[Owner, bool | None] = {}
+    replicas: dict[Owner, int] = {}
+    here = socket.gethostname()
+    for owner in set(owners):
+        replica = replica_of(owner)
+        if replica is not None and conn.dialect.name == "postgres":
+            replicas[owner] = lock_key(replica)
+        elif owner.host == here:
+            found[owner] = is_alive(owner)
+        else:
+            found[owner] = None
+    if replicas:
+        rows = await conn.fetchall(
+            "SELECT objid::bigint FROM pg_locks WHERE locktype = 'advisory' "
+            "AND classid::bigint = ? AND objsubid = 2 AND granted",
+            (REPLICA_LOCKS,),
+        )
+        held = {int(objid) for (objid,) in rows}
+        for owner, key in replicas.items():
+            found[owner] = key in held
+    return found
 
 
 def start_token(pid: int) -> str | None:
@@ -69,6 +131,8 @@ def is_alive(owner: Owner) -> bool:
     """Whether ``owner`` (a process on this host) still runs; True when it cannot be told."""
     if owner.pid <= 0:
         return False
+    if replica_of(owner) is not None:  # on SQLite: the pid is what can be looked at
+        owner = Owner(owner.host, owner.pid, None)
     if sys.platform.startswith("linux") and _PROC.is_dir():
         stat = _proc_stat(owner.pid)
         if stat is None:  # no such process, or hidden from us (hidepid): ask the kernel

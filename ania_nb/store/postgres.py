@@ -18,6 +18,7 @@ from ania_nb.addresses import mask_url
 from ania_nb.errors import StoreError
 
 from .db import POSTGRES, Params, transaction
+from .owner import Owner, current_owner
 from .schema import MIGRATIONS, OWN_TABLES, statement_for
 
 if TYPE_CHECKING:
@@ -39,11 +40,12 @@ class PostgresConn:
 
     dialect = POSTGRES
 
-    def __init__(self, raw: psycopg.AsyncConnection[Any]) -> None:
-        """Wrap a pooled connection for one operation."""
+    def __init__(self, raw: psycopg.AsyncConnection[Any], owner: Owner | None = None) -> None:
+        """Wrap a pooled connection for one operation that writes rows of ``owner``."""
         import psycopg
 
         self.raw = raw
+        self.owner = owner or current_owner()
         self.errors: tuple[type[Exception], ...] = (psycopg.Error,)
 
     async def execute(self, sql: str, params: Params = ()) -> int:
@@ -137,11 +139,19 @@ class PostgresDatabase:
         self._url = url
         self._pool = pool
         self._closed = False
+        # The process, until it serves as a replica (`ania_nb.store.replicas`): then its rows
+        # name the replica, alive while the replica's lock is held.
+        self.owner = current_owner()
 
     @property
     def location(self) -> str:
         """The server and database, without the password."""
         return mask_url(self._url)
+
+    @property
+    def url(self) -> str:
+        """The connection URL, password included (for the replica's own connections)."""
+        return self._url
 
     @property
     def closed(self) -> bool:
@@ -202,7 +212,7 @@ class PostgresDatabase:
             )
         try:
             async with self._pool.connection() as raw:
-                return await fn(PostgresConn(raw), *args, **kwargs)
+                return await fn(PostgresConn(raw, self.owner), *args, **kwargs)
         except psycopg.Error as exc:
             raise StoreError(
                 f"store operation {_op_name(fn)!r} failed on {self.location}: {_first_line(exc)}"

@@ -15,7 +15,7 @@ from ania_nb.text import cut
 
 from .db import clean_text, transaction
 from .history import check_session
-from .owner import Owner, current_owner, is_alive
+from .owner import Owner, liveness
 
 if TYPE_CHECKING:
     from .db import Conn, Database
@@ -307,7 +307,7 @@ async def insert_run(
 
     ``run_id`` re-creates a row under a known id (see ``RunJournal``); None picks a new one.
     """
-    owner = current_owner()
+    owner = conn.owner
     values = (session, sender, text, RUNNING, now, owner.host, owner.pid, owner.start)
     if run_id is None:
         row = await conn.fetchone(
@@ -443,24 +443,25 @@ async def finish_run(
 
 async def _mark_interrupted(conn: Conn, stale_before: float | None) -> int:
     """Mark the running rows whose owning process is gone (see ``_owner``); return how many."""
-    me = current_owner()
     async with transaction(conn):
         rows = await conn.fetchall(
             "SELECT id, owner_host, owner_pid, owner_start, started_at FROM runs WHERE status = ?",
             (RUNNING,),
         )
-        alive: dict[Owner, bool] = {}
+        owners = {
+            run_id: Owner(host, pid, start)
+            for run_id, host, pid, start, _ in rows
+            if host is not None and pid is not None
+        }
+        alive = await liveness(conn, owners.values())
         orphaned: list[int] = []
-        for run_id, host, pid, start, started_at in rows:
-            if host is None or pid is None:
+        for run_id, _, _, _, started_at in rows:
+            owner = owners.get(run_id)
+            if owner is None:
                 orphaned.append(run_id)  # written before owners were recorded
-            elif host == me.host:
-                owner = Owner(host, pid, start)
-                if owner not in alive:
-                    alive[owner] = is_alive(owner)
-                if not alive[owner]:
-                    orphaned.append(run_id)
-            elif stale_before is not None and started_at < stale_before:
+            elif alive[owner] is False:
+                orphaned.append(run_id)
+            elif alive[owner] is None and stale_before is not None and started_at < stale_before:
                 orphaned.append(run_id)  # another host's run, past its lease
         for run_id in orphaned:
             await conn.execute(

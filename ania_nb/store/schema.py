@@ -262,6 +262,20 @@ MIGRATIONS: tuple[tuple[str, ...], ...] = (
     # A verdict given for a suspended approval while the runner shuts down (``approvals.py``):
     # kept on the row and applied when the run resumes after the restart, without a new card.
     ("ALTER TABLE approvals ADD COLUMN verdict TEXT",),
+    # Replicas of one bot sharing a PostgreSQL store (``replicas.py``): who serves, for
+    # ``ania-nb status``; and who claimed each outbox row being sent, so that only the rows of
+    # a dead claimer become ``uncertain``.
+    (
+        """CREATE TABLE IF NOT EXISTS replicas (
+            id TEXT PRIMARY KEY,
+            host TEXT NOT NULL,
+            pid INTEGER NOT NULL,
+            started_at REAL NOT NULL,
+            seen_at REAL NOT NULL,
+            version TEXT NOT NULL DEFAULT ''
+        )""",
+        "ALTER TABLE outbox ADD COLUMN owner TEXT",
+    ),
 )
 
 # ania-nb's tables in the order their migration steps create them (the order `ania-nb store
@@ -281,6 +295,7 @@ TABLES = (
     "outbox",
     "approvals",
     "children",
+    "replicas",
 )
 OWN_TABLES = frozenset(TABLES)
 

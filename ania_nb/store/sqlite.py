@@ -20,6 +20,7 @@ from typing import Any, Concatenate, ParamSpec, TypeVar
 from ania_nb.errors import StoreError
 
 from .db import SQLITE, Params, transaction
+from .owner import Owner, current_owner
 from .schema import MIGRATIONS, OWN_TABLES, statement_for
 
 __all__ = ["BUSY_TIMEOUT_S", "SqliteConn", "SqliteDatabase"]
@@ -40,6 +41,11 @@ class SqliteConn:
     def __init__(self, raw: sqlite3.Connection) -> None:
         """Wrap the store thread's connection."""
         self.raw = raw
+
+    @property
+    def owner(self) -> Owner:
+        """The process: one SQLite file is served by the processes of one host."""
+        return current_owner()
 
     async def execute(self, sql: str, params: Params = ()) -> int:
         """Run one statement; return the number of rows it changed."""
@@ -95,6 +101,11 @@ class SqliteDatabase:
         self._conn = SqliteConn(conn)
         self._closed = False
         self._close_future: asyncio.Future[None] | None = None
+
+    @property
+    def owner(self) -> Owner:
+        """The process: one SQLite file is served by the processes of one host."""
+        return current_owner()
 
     @property
     def path(self) -> Path:
