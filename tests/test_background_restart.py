@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import socket
 import threading
 from pathlib import Path
 from typing import Any
@@ -27,6 +28,8 @@ from ania_nb.runner.model import ChatRef
 from ania_nb.runner.router import Router
 from ania_nb.store import InboxRow, OutboxRow, Store
 from ania_nb.store.db import Conn
+from ania_nb.store.mailbox import owner_text
+from ania_nb.store.owner import Owner
 from ania_nb.store.schema import MIGRATIONS
 from ania_nb.testing import RecordedRequest, reply, tool_call
 
@@ -271,6 +274,8 @@ async def test_a_store_of_the_previous_version_gets_the_table(tmp_path: Path) ->
         step = next(i for i, st in enumerate(MIGRATIONS) if "children (" in st[0])
         await conn.execute("DROP TABLE children")
         await conn.execute("ALTER TABLE approvals DROP COLUMN verdict")
+        await conn.execute("DROP TABLE replicas")
+        await conn.execute("ALTER TABLE outbox DROP COLUMN owner")
         await conn.execute(f"PRAGMA user_version = {step}")
 
     await store.db.run(downgrade)
@@ -540,7 +545,11 @@ async def test_a_result_reply_whose_send_was_cut_is_never_sent_twice(llm: Any, s
     ]
 
     async def cut_while_sending(conn: Conn) -> None:
-        await conn.execute("UPDATE outbox SET state = 'sending' WHERE id = ?", (reply_row.id,))
+        # Claimed by the process the kill ended (another pid than this test's).
+        dead = owner_text(Owner(socket.gethostname(), 999999999, "gone"))
+        await conn.execute(
+            "UPDATE outbox SET state = 'sending', owner = ? WHERE id = ?", (dead, reply_row.id)
+        )
 
     await store.db.run(cut_while_sending)  # as if the kill came before "sent" was written
     await s.router.close(0)

@@ -8,6 +8,7 @@ Router opened on it.
 from __future__ import annotations
 
 import asyncio
+import socket
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +24,8 @@ from ania_nb.runner.model import ChatRef, Incoming
 from ania_nb.runner.router import HELD_TEXT, Router
 from ania_nb.store import InboxRow, InboxState, OutboxRow, Store
 from ania_nb.store.db import Conn
+from ania_nb.store.mailbox import owner_text
+from ania_nb.store.owner import Owner
 from ania_nb.testing import reply, tool_call
 
 pytestmark = pytest.mark.usefixtures("backend")  # every test on both store backends
@@ -197,6 +200,8 @@ async def crashed_store(
 
         async def dead_owner(conn: Conn) -> None:
             await conn.execute("UPDATE runs SET owner_pid = 999999999, owner_start = 'gone'")
+            dead = owner_text(Owner(socket.gethostname(), 999999999, "gone"))
+            await conn.execute("UPDATE outbox SET owner = ? WHERE state = 'sending'", (dead,))
 
         await store.db.run(dead_owner)
         return [i for i in pending if i is not None], [cut], run_id
@@ -378,6 +383,11 @@ async def test_a_crash_between_the_finish_commit_and_the_write_leaves_the_reply_
     assert out is not None and (out.kind, out.state, out.attempts) == ("reply", "sending", 1)
     assert row.claimed and adapter.sent == []
 
+    async def died(conn: Conn) -> None:  # the first "process" ends: its pid is another's
+        dead = owner_text(Owner(socket.gethostname(), 999999999, "gone"))
+        await conn.execute("UPDATE outbox SET owner = ? WHERE state = 'sending'", (dead,))
+
+    await store.db.run(died)
     again = make_agent()  # the restart: same data dir
     adapter2 = MemoryAdapter()
     router2 = Router(again, adapter2)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import socket
 import time
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -11,6 +12,8 @@ import pytest
 from ania_nb.errors import UsageError
 from ania_nb.store import InboxRow, InboxState, OutboxRow, Store
 from ania_nb.store.db import Conn
+from ania_nb.store.mailbox import owner_text
+from ania_nb.store.owner import Owner
 
 pytestmark = pytest.mark.usefixtures("backend")  # every test on both store backends
 
@@ -107,7 +110,14 @@ async def test_outbox_claims_in_id_order_per_session_and_recovers_sending_as_unc
     await store.outbox.mark(second.id, "pending")  # provably never written: back in line
     again = await store.outbox.claim("f:1")
     assert again is not None and (again.id, again.attempts) == (ids[2], 2)
-    # a crash now: the row being sent may have reached the platform
+    assert await store.outbox.recover() == []  # its claimer (this process) is alive: left to it
+    # a crash now (its claimer is gone): the row being sent may have reached the platform
+    dead = owner_text(Owner(socket.gethostname(), 999999999, "gone"))
+
+    async def died(conn: Conn) -> None:
+        await conn.execute("UPDATE outbox SET owner = ? WHERE state = 'sending'", (dead,))
+
+    await store.db.run(died)
     uncertain = await store.outbox.recover()
     assert [e.id for e in uncertain] == [ids[2]]
     states = {e.id: e.state for e in await store.outbox.list()}

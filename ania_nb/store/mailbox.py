@@ -565,16 +565,20 @@ async def _list_outbox(
 
 async def _claim_row(conn: Conn, session: str, now: float) -> OutboxEntry | None:
     # Several processes may deliver one chat (replicas on PostgreSQL): a row is claimed only
-    # while none of its session is being sent, so that the chat gets its rows in order. A
-    # dead claimer's row blocks the chat until the sweep makes it uncertain (`recover`).
+    # while no other process is sending one of its session, so that the chat gets its rows in
+    # order (this process's own are in order already: one worker per chat, and rows confirmed
+    # sent stay `sending` until their mark rides the next transaction). A dead claimer's row
+    # blocks the chat until the sweep makes it uncertain (`recover`).
+    me = owner_text(conn.owner)
     row = await conn.fetchone(
         # The outer state check: on PostgreSQL two claimers may pick the same id; the second
         # then finds it claimed (the row is re-checked after the first commits) and gets none.
         f"UPDATE outbox SET state = 'sending', attempts = attempts + 1, updated_at = ?, "
         f"owner = ? WHERE id = (SELECT id FROM outbox WHERE session = ? AND state = 'pending' "
-        f"AND NOT EXISTS (SELECT 1 FROM outbox WHERE session = ? AND state = 'sending') "
+        f"AND NOT EXISTS (SELECT 1 FROM outbox WHERE session = ? AND state = 'sending' "
+        f"AND owner IS DISTINCT FROM ?) "
         f"ORDER BY id LIMIT 1) AND state = 'pending' RETURNING {_OUTBOX_COLUMNS}",
-        (now, owner_text(conn.owner), session, session),
+        (now, me, session, session, me),
     )
     return None if row is None else _outbox_entry(row)
 

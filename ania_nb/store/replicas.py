@@ -27,6 +27,7 @@ nothing is sent.
 from __future__ import annotations
 
 import asyncio
+import itertools
 import logging
 import os
 import socket
@@ -66,9 +67,13 @@ SEEN_EVERY_S = 15.0  # how often a replica refreshes ``replicas.seen_at`` (for s
 Notified = Callable[[str, int], None]
 
 
+_defaults = itertools.count(1)
+
+
 def default_replica_id() -> str:
-    """``<host>:<pid>``: unique among live processes, new after every restart."""
-    return f"{socket.gethostname()}:{os.getpid()}"
+    """``<host>:<pid>`` (``.2``, ``.3``… for more replicas in one process): new at every start."""
+    n = next(_defaults)
+    return f"{socket.gethostname()}:{os.getpid()}" + (f".{n}" if n > 1 else "")
 
 
 class Replica:
