@@ -1,4 +1,4 @@
-"""The ``ania-nb`` command line: ``demo``, ``config``, ``runs``, ``usage``, ``serve``, ``store``."""
+"""The ``ania-nb`` command line: demo, config, runs, usage, status, serve and store."""
 
 from __future__ import annotations
 
@@ -61,6 +61,23 @@ def _parser() -> argparse.ArgumentParser:
         "--days", type=_positive, default=14, metavar="N", help="days of history (default 14)"
     )
     usage.add_argument("--session", metavar="S", help="only this session")
+    status = sub.add_parser(
+        "status",
+        help="the replicas serving the store, the inbox depth and the outbox backlog",
+        description="Show the replicas of `ania-nb serve` on the configured store (alive: "
+        "holding their lock now), how many chat messages wait or are being answered, and how "
+        "many replies wait to be sent. Exit code 0; with --json, one JSON object (for health "
+        "checks).",
+    )
+    status.add_argument(
+        "--config",
+        "--file",
+        dest="file",
+        type=Path,
+        metavar="PATH",
+        help="TOML file to read (default: ./ania.toml)",
+    )
+    status.add_argument("--json", action="store_true", help="print one JSON object")
     _add_serve(sub)
     _add_store(sub)
     return parser
@@ -234,6 +251,19 @@ async def _show_runs(args: argparse.Namespace) -> int:
     return 0
 
 
+async def _show_status(args: argparse.Namespace) -> int:
+    import json
+
+    from .store.replicas import service_status
+
+    async def read(config: Config, store: Store) -> None:
+        status = await store.db.run(service_status)
+        print(json.dumps(status.to_json()) if args.json else status.to_text())
+
+    await _read_store(args, "no status", read)
+    return 0
+
+
 async def _show_usage(args: argparse.Namespace) -> int:
     from .quota import Quota
 
@@ -317,6 +347,8 @@ def main(argv: list[str] | None = None) -> int:
             return asyncio.run(_show_runs(args))
         if args.command == "usage":
             return asyncio.run(_show_usage(args))
+        if args.command == "status":
+            return asyncio.run(_show_status(args))
         if args.command == "serve":
             from .runner.serve import main as serve_main
 

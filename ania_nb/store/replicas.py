@@ -52,9 +52,11 @@ __all__ = [
     "PostgresReplica",
     "Replica",
     "ReplicaInfo",
+    "ServiceStatus",
     "default_replica_id",
     "list_replicas",
     "open_replica",
+    "service_status",
 ]
 
 log = logging.getLogger("ania_nb.replicas")
@@ -371,6 +373,81 @@ async def list_replicas(conn: Conn) -> list[ReplicaInfo]:
     held = await _locked(conn, REPLICA_LOCKS) if conn.dialect.name == "postgres" else set()
     found = [_info(row, lock_key(row[0]) in held) for row in rows]
     return sorted(found, key=lambda r: not r.alive)
+
+
+@dataclass(frozen=True)
+class ServiceStatus:
+    """What ``ania-nb status`` shows: who serves, and what waits in the inbox and outbox."""
+
+    backend: str
+    replicas: list[ReplicaInfo]
+    inbox: dict[str, int]  # pending / running rows
+    outbox: dict[str, int]  # pending / sending rows
+    oldest_pending_s: float | None  # age of the oldest inbox row nobody answered yet
+    sessions_held: int  # sessions some replica is answering now (PostgreSQL only)
+
+    def to_json(self) -> dict[str, Any]:
+        """Plain data for ``--json`` (health checks)."""
+        return {
+            "backend": self.backend,
+            "replicas": [r.__dict__ for r in self.replicas],
+            "inbox": self.inbox,
+            "outbox": self.outbox,
+            "oldest_pending_s": self.oldest_pending_s,
+            "sessions_held": self.sessions_held,
+        }
+
+    def to_text(self) -> str:
+        """The report for people."""
+        now = time.time()
+        live = [r for r in self.replicas if r.alive]
+        if self.backend == "sqlite":
+            lines = ["store: sqlite: one replica (the processes of one host share the file)"]
+        else:
+            lines = [f"store: {self.backend}; replicas alive: {len(live)}"]
+        for r in self.replicas:
+            state = "alive" if r.alive else f"gone (last seen {now - r.seen_at:.0f} s ago)"
+            lines.append(
+                f"  {r.id:<24} pid {r.pid:<7} on {r.host:<16} since "
+                f"{time.strftime('%Y-%m-%d %H:%M:%S', time.localtime(r.started_at))}  {state}"
+            )
+        oldest = "" if self.oldest_pending_s is None else f", oldest {self.oldest_pending_s:.1f} s"
+        lines.append(
+            f"inbox: {self.inbox.get('pending', 0)} pending{oldest}, "
+            f"{self.inbox.get('running', 0)} being answered"
+            + (f" ({self.sessions_held} session(s) held)" if self.backend == "postgres" else "")
+        )
+        lines.append(
+            f"outbox: {self.outbox.get('pending', 0)} waiting to be sent, "
+            f"{self.outbox.get('sending', 0)} being sent"
+        )
+        return "\n".join(lines)
+
+
+async def service_status(conn: Conn) -> ServiceStatus:
+    """The replicas, the inbox depth and the outbox backlog of the store, read once."""
+    inbox = dict(
+        await conn.fetchall(
+            "SELECT state, count(*) FROM inbox WHERE state IN ('pending', 'running') GROUP BY state"
+        )
+    )
+    outbox = dict(
+        await conn.fetchall(
+            "SELECT state, count(*) FROM outbox WHERE state IN ('pending', 'sending') "
+            "GROUP BY state"
+        )
+    )
+    oldest = await conn.fetchval("SELECT min(received_at) FROM inbox WHERE state = 'pending'")
+    postgres = conn.dialect.name == "postgres"
+    held = len(await _locked(conn, SESSION_LOCKS)) if postgres else 0
+    return ServiceStatus(
+        conn.dialect.name,
+        await list_replicas(conn) if postgres else [],
+        {str(k): int(v) for k, v in inbox.items()},
+        {str(k): int(v) for k, v in outbox.items()},
+        None if oldest is None else max(0.0, time.time() - float(oldest)),
+        held,
+    )
 
 
 async def _locked(conn: Conn, namespace: int) -> set[int]:
