@@ -970,12 +970,19 @@ class Agent:
         asked = {r.id for r in self.approvals.pending()}
         posted: list[ApprovalRequest] = []
         decided = 0
+        replica = self.replica if self.replica is not None and self.replica.shared else None
         for row, live in await approvals.open_rows():
             callbacks = self.outbox.callbacks_for(row.session)
             if live or row.id in asked or not callbacks.has("request_approval"):
                 continue
+            # Replicas: the request waits where its session is claimed, so that a verdict any
+            # replica stores reaches it (its holder is told); released when its run is queued.
+            if replica is not None and not await replica.claim(row.session):
+                continue  # another replica answers the session now: asked at the next start
             claimed = await approvals.claim(row)
             if claimed is None:  # another process took it over meanwhile
+                if replica is not None:
+                    await replica.release(row.session)
                 continue
             try:
                 request = request_from_record(claimed.id, claimed.session, claimed.request)
@@ -985,9 +992,11 @@ class Agent:
             except UsageError as exc:
                 log.warning("approval %s cannot be resumed: %s", claimed.id, exc)
                 await approvals.settle(claimed.id, "error", str(exc))
+                if replica is not None:
+                    await replica.release(row.session)
                 continue
             task = asyncio.create_task(
-                self._continue_approval(claimed, request, callbacks),
+                self._continue_approval(claimed, request, callbacks, replica),
                 name=f"ania-approval-{claimed.id}",
             )
             self._resumed.add(task)
@@ -1003,12 +1012,17 @@ class Agent:
         return posted
 
     async def _continue_approval(
-        self, row: ApprovalRow, request: ApprovalRequest, callbacks: Callbacks
+        self,
+        row: ApprovalRow,
+        request: ApprovalRequest,
+        callbacks: Callbacks,
+        replica: Replica | None = None,
     ) -> None:
         """Wait for the verdict on a re-posted request, then queue its run's continuation.
 
         The row is settled when the resumed run starts (`_answer`): closed before that, the
-        Agent leaves it ``suspended``, to be asked again after the next start.
+        Agent leaves it ``suspended``, to be asked again after the next start. ``replica``: the
+        session's claim, held until then.
         """
         try:
             await self._resume_approval(row, request, callbacks)
@@ -1016,6 +1030,9 @@ class Agent:
             raise
         except Exception:  # a bug must not leave a task exception nobody retrieves
             log.exception("approval %s could not be continued", row.id)
+        finally:
+            if replica is not None:
+                await asyncio.shield(replica.release(row.session))
 
     async def _resume_approval(
         self, row: ApprovalRow, request: ApprovalRequest, callbacks: Callbacks

@@ -56,7 +56,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..engine.callbacks import Callbacks
 from ..engine.untrusted import untrusted
-from ..errors import UsageError
+from ..errors import StoreError, UsageError
 from ..governance.approval import parse_verdict_word
 from ..governance.commands import parse_slash
 from ..orchestration import Delivery
@@ -234,6 +234,13 @@ class Router:
         try:
             await self.start()
             await self._route(message)
+        except StoreError as exc:  # the database is unreachable: nothing can be answered now
+            log.error(
+                "message %s in %s was not stored, so it is not answered: %s",
+                message.message_id,
+                message.chat,
+                exc,
+            )
         except Exception:  # one bad message must not stop the adapter's event loop
             log.exception("could not route message %s in %s", message.message_id, message.chat)
 
