@@ -545,6 +545,7 @@ class Agent:
             return Accepted(inbox_id, state)  # type: ignore[arg-type]
         if replica.hold(session):
             try:
+                claims.dispatching(session, inbox_id)
                 return await self._dispatch(inbox_id, inbound, callbacks)
             finally:
                 await replica.release(session)

@@ -43,6 +43,7 @@ LOCAL_SWEEP_SECONDS = 30.0  # between sweeps of dead processes' runs on SQLite
 SWEEP_AGE = 1.0  # an inbox row untouched this long with no live holder is taken over
 OUTBOX_AGE = 2.0  # an outbox row pending this long is sent by whoever sees it
 DEAD_EVERY = 3  # sweeps between looks for dead claimers of outbox rows and subagents
+MAX_REMEMBERED = 10_000  # dispatched row ids remembered per session while it stays claimed
 MAX_PULLS = 5  # rounds of "release, look again, claim" before a worker leaves it to the sweep
 
 
@@ -72,6 +73,10 @@ class SessionClaims:
         self._settled = settled
         self._dead_work = dead_work
         self._wake_outbox = wake_outbox
+        # Rows dispatched here since the session was last claimed afresh: a row is dispatched
+        # once per claim, even when a notification read it as pending just before its run
+        # answered it (a stale read must not answer it twice).
+        self._dispatched: dict[str, dict[int, None]] = {}
         self._chores: set[asyncio.Task[Any]] = set()
         self._sweeper: asyncio.Task[None] | None = None
         self.taken_over = 0  # sessions whose dead replica's rows this one answered
@@ -93,9 +98,8 @@ class SessionClaims:
         if not await self.replica.claim(session):
             return False
         try:
-            state = self._sessions.get(session) if fresh else None
-            if state is not None and not state.busy:
-                state.conversation = Conversation()  # another replica may have answered since
+            if fresh:
+                self._claimed_afresh(session)
             if recover:
                 await self._recover_session(session)
             await self._pull(session)
@@ -103,16 +107,30 @@ class SessionClaims:
             await self.replica.release(session)
         return True
 
+    def _claimed_afresh(self, session: str) -> None:
+        """The session was not held here: forget what was dispatched, drop the cached history."""
+        self._dispatched.pop(session, None)
+        state = self._sessions.get(session)
+        if state is not None and not state.busy:
+            state.conversation = Conversation()  # another replica may have answered since
+
+    def dispatching(self, session: str, inbox_id: int) -> bool:
+        """Note that row ``inbox_id`` is dispatched now; False when it was already (skip it)."""
+        seen = self._dispatched.setdefault(session, {})
+        if inbox_id in seen:
+            return False
+        seen[inbox_id] = None
+        if len(seen) > MAX_REMEMBERED:
+            del seen[next(iter(seen))]
+        return True
+
     async def _pull(self, session: str) -> int:
         """Dispatch the session's pending rows that are not queued here yet, oldest first."""
-        state = self._sessions.get(session)
-        known = set() if state is None else _inbox_ids(state)
         dispatched = 0
         for entry in await self._store.inbox.list(states=["pending"], session=session):
-            if entry.id in known:
-                continue
-            await self._dispatch(entry)
-            dispatched += 1
+            if self.dispatching(session, entry.id):
+                await self._dispatch(entry)
+                dispatched += 1
         return dispatched
 
     # ------------------------------------------------------------------ session workers
@@ -138,12 +156,15 @@ class SessionClaims:
                 )
             if not waiting:
                 return bool(state.queue)
+            fresh = not self.replica.held(state.name)
             if not await self.replica.claim(state.name):
                 # Another replica holds the session now: it answers the stored rows.
                 state.queue = [p for p in state.queue if p.inbox_id is None]
                 return bool(state.queue)
             state.claimed = True
-            state.conversation = Conversation()
+            if fresh:  # released for a moment: another replica may have answered meanwhile
+                self._claimed_afresh(state.name)
+                state.conversation = Conversation()
             if await self._pull(state.name) or state.queue:
                 return True
         return bool(state.queue)  # rows that would not dispatch: the sweep tries again
@@ -163,12 +184,13 @@ class SessionClaims:
             return
         try:
             entry = await self._store.inbox.get(inbox_id)
-            state = self._sessions.get(session)
-            if entry is None or (state is not None and entry.id in _inbox_ids(state)):
+            if entry is None or entry.state not in ("pending", "ignored"):
                 return
+            if not self.dispatching(session, entry.id):
+                return  # dispatched here already (its run may have answered it meanwhile)
             if entry.state == "ignored":
                 await self._route_ignored(entry)  # perhaps the verdict a run here waits for
-            elif entry.state == "pending":
+            else:
                 await self._dispatch(entry)
         except Exception:
             log.exception("%s: a message stored by another replica was not taken", session)
@@ -225,8 +247,3 @@ class SessionClaims:
         if tasks:
             await asyncio.gather(*tasks, return_exceptions=True)
         self._sweeper = None
-
-
-def _inbox_ids(state: Session) -> set[int]:
-    """Inbox rows queued or being answered in this process for ``state``."""
-    return {p.inbox_id for p in (*state.queue, *state.batch) if p.inbox_id is not None}
