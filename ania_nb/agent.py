@@ -545,7 +545,8 @@ class Agent:
             return Accepted(inbox_id, state)  # type: ignore[arg-type]
         if replica.hold(session):
             try:
-                claims.dispatching(session, inbox_id)
+                if not claims.dispatching(session, inbox_id):
+                    return Accepted(inbox_id, "queued")  # a pull here took it first
                 return await self._dispatch(inbox_id, inbound, callbacks)
             finally:
                 await replica.release(session)

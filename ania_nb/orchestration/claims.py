@@ -117,7 +117,8 @@ class SessionClaims:
     def dispatching(self, session: str, inbox_id: int) -> bool:
         """Note that row ``inbox_id`` is dispatched now; False when it was already (skip it)."""
         seen = self._dispatched.setdefault(session, {})
-        if inbox_id in seen:
+        state = self._sessions.get(session)
+        if inbox_id in seen or (state is not None and inbox_id in _inbox_ids(state)):
             return False
         seen[inbox_id] = None
         if len(seen) > MAX_REMEMBERED:
@@ -247,3 +248,8 @@ class SessionClaims:
         if tasks:
             await asyncio.gather(*tasks, return_exceptions=True)
         self._sweeper = None
+
+
+def _inbox_ids(state: Session) -> set[int]:
+    """Inbox rows queued or being answered in this process for ``state``."""
+    return {p.inbox_id for p in (*state.queue, *state.batch) if p.inbox_id is not None}
