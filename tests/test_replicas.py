@@ -25,7 +25,7 @@ from ania_nb.runner.model import ChatRef, Incoming
 from ania_nb.runner.router import Router
 from ania_nb.store import InboxRow, Store
 from ania_nb.store.db import Conn
-from ania_nb.store.replicas import list_replicas
+from ania_nb.store.replicas import list_replicas, service_status
 from ania_nb.testing import reply, tool_call
 
 _ids = itertools.count(1)
@@ -235,3 +235,13 @@ async def test_a_live_replicas_id_is_refused_and_status_lists_the_replicas(
     store = await a.store()
     [info] = await store.db.run(list_replicas)
     assert (info.id, info.alive) == ("r0", True)
+    status = await store.db.run(service_status)
+    assert status.to_json()["replicas"][0]["alive"] is True
+    assert "r0" in status.to_text() and "replicas alive: 1" in status.to_text()
+    await a.router.close(0)
+    await a.agent.aclose()  # a clean stop unregisters it
+    after = await Store.open(tmp_path / "reader", url=pg_url)
+    try:
+        assert await after.db.run(list_replicas) == []
+    finally:
+        await after.close()
