@@ -18,6 +18,7 @@ from ania_nb.addresses import mask_url
 from ania_nb.errors import StoreError
 
 from .db import POSTGRES, Params, transaction
+from .locks import DEFAULT_IDLE_TIMEOUT, AdvisoryLocks
 from .schema import MIGRATIONS, OWN_TABLES, statement_for
 
 if TYPE_CHECKING:
@@ -207,6 +208,17 @@ class PostgresDatabase:
             raise StoreError(
                 f"store operation {_op_name(fn)!r} failed on {self.location}: {_first_line(exc)}"
             ) from exc
+
+    def advisory_locks(
+        self, *, application_name: str = "ania-nb", idle_timeout: float = DEFAULT_IDLE_TIMEOUT
+    ) -> AdvisoryLocks:
+        """A dedicated connection to this database for session advisory locks (`store.locks`).
+
+        Not from the pool; the caller closes it.
+        """
+        return AdvisoryLocks(
+            self._url, application_name=application_name, idle_timeout=idle_timeout
+        )
 
     async def close(self) -> None:
         """Close the pool (waits for operations holding a connection); again is a no-op."""
