@@ -93,7 +93,7 @@ class AdvisoryLocks:
             return True
         conn = await self._connection()
         taken = await self._query(
-            conn, "SELECT pg_try_advisory_lock(%s)", (advisory_key(name),), f"lock {name!r}"
+            conn, "SELECT pg_try_advisory_lock(%s)", (advisory_key(name),), repr(name)
         )
         if taken:
             self._held.add(name)
