@@ -32,6 +32,7 @@ T = TypeVar("T")
 
 POOL_MAX = 10  # connections per process; each run holds one only for one operation
 CONNECT_TIMEOUT_S = 10
+IDLE_IN_TRANSACTION_MS = 4000  # no operation waits on its client for this long mid-transaction
 _MIGRATION_LOCK = 0x616E6961  # "ania": every ania-nb process migrating this database waits on it
 
 
@@ -176,7 +177,14 @@ class PostgresDatabase:
             url,
             min_size=1,
             max_size=POOL_MAX,
-            kwargs={"autocommit": True, "connect_timeout": CONNECT_TIMEOUT_S},
+            kwargs={
+                "autocommit": True,
+                "connect_timeout": CONNECT_TIMEOUT_S,
+                # A process frozen inside a transaction (SIGSTOP) would hold its row and
+                # advisory locks for ever: the server ends such a transaction, so the others go
+                # on (the clock's replacement of a frozen leader counts on it).
+                "options": f"-c idle_in_transaction_session_timeout={IDLE_IN_TRANSACTION_MS}",
+            },
             open=False,
             name="ania-store",
         )
