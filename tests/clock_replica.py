@@ -29,6 +29,9 @@ async def main() -> None:
         },
     )
     await agent.start()
+    # One chat first pays the model client's first use, so clock runs take milliseconds and a
+    # freeze (SIGSTOP) lands between runs, not inside a slow first one.
+    await agent.chat("warm up", session="nb:warm-up")
     print("STARTED", os.getpid(), flush=True)
     was = None
     while True:
