@@ -50,6 +50,7 @@ SLOW_MODULES = {
     "tests/test_store_races.py",  # many processes hammering one store (issue #30)
     "tests/test_quota_crash.py",  # kill -9 of a child running an Agent
     "tests/test_clock_lease.py",
+    "tests/test_clock_replicas.py",  # three clock replicas on one PostgreSQL, killed and frozen
     "tests/test_tools_process.py",
     "tests/test_mcp_manager.py",
     "tests/test_mcp_lazy.py",

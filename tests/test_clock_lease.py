@@ -281,7 +281,7 @@ async def test_the_lease_excludes_a_second_holder_until_released(tmp_path):
 
 async def test_the_holder_marks_the_run_of_a_standby_process_that_died(llm, make_agent, spawn):
     llm.script(reply(tool_calls=[tool_call("hold")]))
-    _agent, clock, own = await _started(make_agent)
+    agent, clock, own = await _started(make_agent)
     try:
         assert clock.active
         child = await spawn("run")
@@ -297,6 +297,9 @@ async def test_the_holder_marks_the_run_of_a_standby_process_that_died(llm, make
             return now.status == "interrupted"
 
         await _until(interrupted, "the holder marks the dead process's run")
+        # Its run record too (the holder's periodic sweep, not only the next start's).
+        [record] = await agent.runs(session="nb:crash")
+        assert record.sender == f"clock:{entry.task_id}" and record.status == "interrupted"
     finally:
         for c in own:
             await c.aclose()

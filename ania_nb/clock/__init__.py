@@ -1,12 +1,23 @@
 """The clock: scheduled tasks that start one-shot agent runs on the Agent's own event loop.
 
 ``clock = Clock(agent.host)`` (the Agent does this and calls `Clock.start` / `Clock.aclose`).
-Tasks live in the store (tables ``clock_tasks`` and ``clock_log``); one process per data
-directory holds the clock's lease and runs the scheduler (APScheduler's ``AsyncIOScheduler`` on
-the running loop, so tasks fire while a notebook kernel is idle); the others only edit tasks, and
-every process polls the task table (`POLL_SECONDS`) for other processes' edits and, while
-standing by, for a free lease. Each trigger runs the task as a fresh one-shot ``clock`` run
-against its target session and publishes the final reply on the host's outbox.
+Tasks live in the store (tables ``clock_tasks`` and ``clock_log``); one process holds the clock's
+lease and runs the scheduler (APScheduler's ``AsyncIOScheduler`` on the running loop, so tasks
+fire while a notebook kernel is idle): one per data directory on SQLite, one per database on
+PostgreSQL, where replicas share the store (`ania_nb.clock.lease`). The others only edit tasks.
+Every process polls the store every `POLL_SECONDS` for other processes' edits (so an edit made
+anywhere reaches the leader within that) and, standing by, for a free lease; the leader's poll
+is also its lease's heartbeat, and a leader that finds its lease lost stops firing at once.
+
+Each fire is recorded under its ``(task, planned time)`` key before it runs (a second leader's
+fire of the same slot loses and does not run). Planned times that passed while no process held
+the lease — everything stopped, or a leader replaced — are found at take-over from the task's
+stored next fire time and handled by ``clock.misfire``: one late run standing for all of them
+(``run_once_late``), or one ``skipped (no leader)`` entry (``skip``). The leader also marks the
+runs of dead processes ``interrupted`` every `ORPHAN_POLLS` polls (task log and run record).
+
+Each trigger runs the task as a fresh one-shot ``clock`` run against its target session and
+publishes the final reply on the host's outbox.
 """
 
 from __future__ import annotations
@@ -21,7 +32,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..orchestration import Delivery
 from ..orchestration.subscribers import Subscribers
-from .lease import Lease
+from .lease import ClockLease, PostgresLease, open_lease
 from .model import (
     UPDATABLE_FIELDS,
     ClockError,
@@ -35,7 +46,7 @@ from .model import (
 from .runner import CLOSED_ERROR, STOPPED_ERROR, Outcome, run_task, trigger_text
 from .schedule import CRON_RESOLUTION, Schedule, describe_period, parse_schedule, shortest_gap
 from .scheduler import Scheduler
-from .store import ClockStore
+from .store import NO_LEADER_ERROR, ClockStore, SlotTaken
 
 if TYPE_CHECKING:  # pragma: no cover
     from ..orchestration import AgentHost
@@ -46,8 +57,10 @@ __all__ = ["POLL_SECONDS", "Clock", "ClockError", "ClockEvent", "ClockTask", "Ta
 
 log = logging.getLogger("ania_nb.clock")
 
-POLL_SECONDS = 2.0  # how often edits of other processes are picked up and a free lease is tried
-ORPHAN_POLLS = 15  # the holder looks for runs of dead processes every this many polls
+# How often edits of other processes are picked up, a free lease is tried and the leader's lease
+# heartbeat goes (well under `lease.LEADER_IDLE_TIMEOUT`). One poll costs three small reads.
+POLL_SECONDS = 0.5
+ORPHAN_POLLS = 20  # the leader looks for runs of dead processes every this many polls (10 s)
 
 
 class Clock:
@@ -64,7 +77,7 @@ class Clock:
         self.poll_interval = POLL_SECONDS
         self._state = "new"  # new → started | disabled → closed
         self._store: ClockStore | None = None
-        self._lease: Lease | None = None
+        self._lease: ClockLease | None = None
         self._scheduler = Scheduler(self._fire)
         self._listeners: Subscribers[ClockEvent] = Subscribers("clock event")
         self._spawned: set[asyncio.Task[Any]] = set()  # scheduled runs and the watcher
@@ -117,7 +130,7 @@ class Clock:
                 self._state = "disabled"
                 return
             clock_store = await self._open(store)
-            self._lease = Lease((store or await self.host.open_store()).data_dir)
+            self._lease = open_lease(store or await self.host.open_store())
             await clock_store.mark_interrupted()
             self._rev, self._revs = await clock_store.revision(), await clock_store.revisions()
             self._log_seen = await clock_store.newest_entry_id()
@@ -163,8 +176,9 @@ class Clock:
             )
         holder = self._holder or {}
         who = f"pid {holder.get('pid')} on {holder.get('host')}" if holder else "another process"
+        scope = "this database" if isinstance(self._lease, PostgresLease) else "this data directory"
         return (
-            f"clock: standby: {who} holds the clock of this data directory, so this process "
+            f"clock: standby: {who} holds the clock of {scope}, so this process "
             f"fires no scheduled tasks; it takes over when that one exits "
             f"(checked every {self.poll_interval:g} s)"
         )
@@ -390,12 +404,38 @@ class Clock:
         if self._state == "closed":  # closed while the lock was being taken
             await self._lease.release()
             return
+        self._scheduler.shutdown()  # a leadership lost earlier left nothing scheduled
         await self._store.mark_interrupted()  # the previous holder may have died mid-run
         async with self._edits:  # an edit made meanwhile is either listed here or applied after
             tasks = await self._store.list()
+            now = time.time()
+            missed = await asyncio.to_thread(_missed_slots, tasks, self._once_running, now)
             planned = await self._scheduler.start(t for t in tasks if t.enabled)
             await self._store_planned(tasks, dict(planned))
         log.info("clock active: %d task(s) scheduled", len(planned))
+        skip = self.host.config.clock.misfire == "skip"
+        for task_id, (oldest, newest) in missed.items():
+            # Fenced like every fire: a slot the previous leader did record is not run again.
+            self._spawn(
+                self._fired(task_id, newest, now, oldest, skip=NO_LEADER_ERROR if skip else None),
+                f"ania-clock-{task_id}-missed",
+            )
+        if missed:
+            log.warning(
+                "clock: %d task(s) had planned fire times pass while no process held the clock; "
+                "%s (clock.misfire = %s)",
+                len(missed),
+                "logged as skipped" if skip else "each runs once now",
+                self.host.config.clock.misfire,
+            )
+
+    def _step_down(self) -> None:
+        """The lease was lost (this process froze, or lost the database): stop firing at once."""
+        self._scheduler.shutdown()
+        log.warning(
+            "clock: lost the lease (this process was frozen or cut off from the store longer "
+            "than the lease allows): standing by; fires already recorded still finish"
+        )
 
     async def _store_planned(
         self, tasks: builtins.list[ClockTask], planned: dict[str, Any]
@@ -416,6 +456,9 @@ class Clock:
             await asyncio.sleep(self.poll_interval)
             polls += 1
             try:
+                assert self._lease is not None
+                if self._scheduler.running and not await self._lease.check():
+                    self._step_down()
                 if not self.active:
                     await self._take_over()
                 elif polls % ORPHAN_POLLS == 0 and self._store is not None:
@@ -478,30 +521,50 @@ class Clock:
             await self._store.set_next_runs([(task.id, planned)])
             task.next_run_at = planned
 
-    def _fire(self, task_id: str, planned: float) -> None:
+    def _fire(self, task_id: str, planned: float, oldest: float) -> None:
         """APScheduler's callback (on the loop): start the task's run as a tracked task.
 
         The run's log entry starts now, when the clock fires, not when the task gets going.
+        ``oldest`` < ``planned``: the loop fell behind and this one fire stands for the backlog.
         """
         if self._state != "closed":
             fired = time.time()
-            self._spawn(self._fired(task_id, planned, fired), f"ania-clock-{task_id}")
+            self._spawn(self._fired(task_id, planned, fired, oldest), f"ania-clock-{task_id}")
 
-    async def _fired(self, task_id: str, planned: float, fired: float) -> None:
+    async def _fired(
+        self, task_id: str, planned: float, fired: float, oldest: float, skip: str | None = None
+    ) -> None:
         try:
-            if await self._run(task_id, scheduled_at=planned, fired_at=fired) is None:
+            entry = await self._run(
+                task_id,
+                scheduled_at=planned,
+                fired_at=fired,
+                missed_from=oldest if oldest < planned else None,
+                skip=skip,
+            )
+            if entry is None:
                 self._scheduler.remove(task_id)  # deleted or disabled meanwhile (elsewhere)
+        except SlotTaken:
+            log.debug("clock task %s: the slot %s was fired by another process", task_id, planned)
         except asyncio.CancelledError:
             raise
         except Exception:
             log.exception("clock task %s failed outside its run", task_id)
 
     async def _run(
-        self, task_id: str, *, scheduled_at: float | None, fired_at: float | None = None
+        self,
+        task_id: str,
+        *,
+        scheduled_at: float | None,
+        fired_at: float | None = None,
+        missed_from: float | None = None,
+        skip: str | None = None,
     ) -> TaskLogEntry | None:
         """One run of a task: log entry, one-shot run, delivery, run-once bookkeeping.
 
-        None when the task is gone (or, for a scheduled run, disabled).
+        None when the task is gone (or, for a scheduled run, disabled); `SlotTaken` when the
+        scheduled slot was recorded by another process (nothing ran). ``skip``: only log the
+        slot as skipped, with this reason.
         """
         store = await self._open()
         manual = scheduled_at is None
@@ -512,6 +575,8 @@ class Clock:
             scheduled_at=scheduled_at,
             next_run_at=None if manual else self._scheduler.next_fire(task_id),
             started_at=fired_at,
+            missed_from=missed_from,
+            skip=skip,
         )
         if begun is None:
             return None
@@ -623,3 +688,24 @@ class Clock:
         entry: TaskLogEntry | None = None,
     ) -> None:
         await self._listeners.publish(ClockEvent(kind, task_id, task=task, entry=entry), kind)
+
+
+def _missed_slots(
+    tasks: builtins.list[ClockTask], waiting: set[str], now: float
+) -> dict[str, tuple[float, float]]:
+    """Task id → (oldest, newest) planned times that passed unfired, from the stored next ones.
+
+    Off the loop: a cron schedule's fire times take a moment to list. Run-once tasks waiting
+    for their run here, disabled tasks and unusable schedules have none.
+    """
+    missed: dict[str, tuple[float, float]] = {}
+    for task in tasks:
+        if not task.enabled or task.next_run_at is None or task.id in waiting:
+            continue
+        try:
+            slots = parse_schedule(task.cron).missed(task.next_run_at, now)
+        except ValueError:
+            continue
+        if slots is not None:
+            missed[task.id] = slots
+    return missed

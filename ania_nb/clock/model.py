@@ -84,10 +84,11 @@ class TaskLogEntry:
 
     ``status`` is one of `LOG_STATUSES`; ``trigger`` the text the model got (≤500 chars);
     ``manual`` tells a `Clock.run_now` run from a scheduled one, whose planned fire time is
-    ``scheduled_at`` (so ``started_at - scheduled_at`` is how late it fired). ``tool_calls``
-    holds the first 20 calls (arguments ≤500, results ≤1000 chars), ``tool_calls_total`` all;
-    ``reply`` is cut to 1000 chars. Title and target are copied from the task at run time, so
-    the entry stays readable after the task is deleted.
+    ``scheduled_at`` (so ``started_at - scheduled_at`` is how late it fired; one scheduled entry
+    per task and planned time, ``missed_from`` set when it stands for earlier slots too).
+    ``tool_calls`` holds the first 20 calls (arguments ≤500, results ≤1000 chars),
+    ``tool_calls_total`` all; ``reply`` is cut to 1000 chars. Title and target are copied from
+    the task at run time, so the entry stays readable after the task is deleted.
     """
 
     id: int
@@ -110,6 +111,9 @@ class TaskLogEntry:
     tool_calls_total: int = 0
     reply: str | None = None
     error: str | None = None
+    # The oldest planned time this entry also stands for: slots that passed unfired (a stall,
+    # or no process holding the clock) and were coalesced into this late fire or this skip.
+    missed_from: float | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """Plain-dict form (tool calls as dicts) for JSON and display."""

@@ -90,8 +90,34 @@ class Schedule:
         fire = self.trigger(first).get_next_fire_time(None, now)
         return None if fire is None else fire.timestamp()
 
+    def missed(self, since: float, now: float | None = None) -> tuple[float, float] | None:
+        """The oldest and newest fire times from ``since`` (a fire time) up to ``now``, or None.
+
+        What passed unfired while no process held the clock, ``since`` being the task's stored
+        next fire time. Cron schedules are scanned for at most `MISSED_SCAN` fire times (the
+        newest found stands for the rest); times are to the millisecond, as the clock keys them.
+        """
+        now = time.time() if now is None else now
+        if since > now:
+            return None
+        if self.every is not None:
+            count = int((now - since) // self.every)
+            return round(since, 3), round(since + count * self.every, 3)
+        trigger = self.trigger()
+        first = trigger.get_next_fire_time(None, datetime.fromtimestamp(since, self.timezone))
+        if first is None or first.timestamp() > now:
+            return None
+        newest = first
+        for _ in range(MISSED_SCAN):
+            fire = trigger.get_next_fire_time(newest, newest + timedelta(seconds=1))
+            if fire is None or fire.timestamp() > now:
+                break
+            newest = fire
+        return round(first.timestamp(), 3), round(newest.timestamp(), 3)
+
 
 CRON_RESOLUTION = 60.0  # seconds: cron schedules have no seconds field
+MISSED_SCAN = 10_000  # cron fire times `Schedule.missed` looks at (a week of a minutely task)
 GAP_SAMPLES = 512  # fire times looked at for a cron schedule's shortest gap
 GAP_SPAN = 400 * 86400.0  # ... within this many seconds of the first one
 

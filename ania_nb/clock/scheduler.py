@@ -5,7 +5,9 @@ functions on a thread pool); `_LoopExecutor` instead calls the fire callback rig
 APScheduler processes due jobs — already on the loop — and the callback only starts the
 clock's own tracked task. Overlaps are the clock's business (they are logged as ``skipped``),
 so APScheduler's instance limit never trips; late fires still run (no misfire grace limit)
-and a backlog after a stall fires once (coalesce).
+and a backlog after a stall fires once: `_LoopExecutor` coalesces it itself, so the fire knows
+the oldest slot it stands for. Planned times are kept to the millisecond, so every process
+computes the same key for a slot (`ania_nb.clock.store` fences fires on it).
 """
 
 from __future__ import annotations
@@ -31,16 +33,20 @@ if TYPE_CHECKING:  # pragma: no cover
 
 log = logging.getLogger(__name__)
 
-FireCallback = Callable[[str, float], None]
+FireCallback = Callable[[str, float, float], None]  # (task id, planned, oldest due)
 START_BATCH = 50  # jobs added between two looks at the loop (each batch holds it ~15-40 ms)
 
 
 class _LoopExecutor(BaseExecutor):  # type: ignore[misc]
-    """Call the job's function synchronously on the loop with the planned fire time."""
+    """Call the job's function synchronously on the loop with the newest and oldest due times.
+
+    APScheduler's own coalescing would keep only the newest; a backlog (the loop stalled, the
+    process was frozen) arrives here whole and fires once, standing for all of it.
+    """
 
     def _do_submit_job(self, job: Any, run_times: list[datetime]) -> None:
         try:
-            job.func(*job.args, run_times[-1].timestamp())
+            job.func(*job.args, slot_time(run_times[-1]), slot_time(run_times[0]))
         except BaseException:
             self._run_job_error(job.id, *sys.exc_info()[1:])
         else:
@@ -69,12 +75,16 @@ class Scheduler:
     """The jobs of the enabled tasks on an ``AsyncIOScheduler`` bound to the running loop."""
 
     def __init__(self, fire: FireCallback) -> None:
-        """``fire(task_id, planned_epoch)`` is called on the loop when a task is due."""
+        """``fire(task_id, planned, oldest)`` is called on the loop when a task is due.
+
+        ``planned`` is the newest due planned time (epoch seconds), ``oldest`` the oldest one
+        not fired yet (the same unless the loop fell behind).
+        """
         self._fire = fire
         self._aps: _LoopScheduler | None = None
 
-        def due(task_id: str, planned: float = 0.0) -> None:
-            self._fire(task_id, planned)  # `_LoopExecutor` passes the planned time
+        def due(task_id: str, planned: float = 0.0, oldest: float = 0.0) -> None:
+            self._fire(task_id, planned, oldest)  # `_LoopExecutor` passes the times
 
         # APScheduler checks the function's signature for every job it adds; computed once
         # here, that check stops being a quarter of the start-up time with many tasks.
@@ -99,7 +109,7 @@ class Scheduler:
         """
         aps = _LoopScheduler(
             executors={"default": _LoopExecutor()},
-            job_defaults={"coalesce": True, "misfire_grace_time": None, "max_instances": 1},
+            job_defaults={"coalesce": False, "misfire_grace_time": None, "max_instances": 1},
         )
         self._aps = aps
         aps.start(paused=True)
@@ -170,11 +180,16 @@ class Scheduler:
             return None
         job = self._aps.get_job(task_id)
         when = getattr(job, "next_run_time", None)
-        return None if when is None else float(when.timestamp())
+        return None if when is None else slot_time(when)
 
     def scheduled(self) -> set[str]:
         """The ids of the tasks that have a job."""
         return set(self._signatures)
+
+
+def slot_time(when: datetime) -> float:
+    """A planned fire time as the clock keys it: epoch seconds to the millisecond."""
+    return round(when.timestamp(), 3)
 
 
 def _anchor(schedule: Schedule, task: ClockTask) -> float | None:

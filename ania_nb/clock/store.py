@@ -14,11 +14,13 @@ import json
 import re
 import time
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from ..store import ToolCallRecord
 from ..store.db import clean_text, transaction
 from ..store.owner import Owner, liveness
+from ..store.runlog import INTERRUPTED_ERROR as RUN_INTERRUPTED_ERROR
 from ..store.runlog import prepare_finish, prepare_tool_call
 from ..text import cut
 from .model import RUNNING, ClockTask, TaskLogEntry
@@ -27,13 +29,22 @@ if TYPE_CHECKING:  # pragma: no cover
     from ..store import Database
     from ..store.db import Conn
 
-__all__ = ["INTERRUPTED_ERROR", "SKIPPED_ERROR", "ClockStore", "base36"]
+__all__ = [
+    "INTERRUPTED_ERROR",
+    "NO_LEADER_ERROR",
+    "SKIPPED_ERROR",
+    "ClockStore",
+    "SlotTaken",
+    "base36",
+]
 
 MAX_TRIGGER_CHARS = 500
 MAX_TOOL_CALLS = 20
 INTERRUPTED_ERROR = "the process running it ended before the run finished (restart)"
 SKIPPED_ERROR = "the previous run of this task was still running"
+NO_LEADER_ERROR = "skipped (no leader): no process held the clock at the planned time"
 _SKIP_COUNT = re.compile(r"\((\d+) triggers skipped\)$")
+SLOT_EPSILON = 0.001  # planned times are kept to the millisecond (`ania_nb.clock.schedule`)
 
 _TASK_COLUMNS = (
     "id, cron, title, content, target, enabled, run_once, timeout, created_by, creator, "
@@ -42,7 +53,7 @@ _TASK_COLUMNS = (
 _LOG_COLUMNS = (
     "id, task_id, title, target, trigger, status, started_at, finished_at, duration_ms, manual, "
     "scheduled_at, iterations, prompt_tokens, completion_tokens, total_tokens, cached_tokens, "
-    "tool_calls, tool_calls_total, reply, error"
+    "tool_calls, tool_calls_total, reply, error, missed_from"
 )
 
 # Columns `update` may write (the model's UPDATABLE_FIELDS plus who/when/next).
@@ -62,6 +73,10 @@ _EDITABLE = frozenset(
     }
 )
 _DIGITS = "0123456789abcdefghijklmnopqrstuvwxyz"
+
+
+class SlotTaken(Exception):
+    """The fire's ``(task, planned time)`` is recorded already (another leader's): do not run."""
 
 
 def base36(number: int) -> str:
@@ -141,8 +156,16 @@ class ClockStore:
         scheduled_at: float | None,
         next_run_at: float | None = None,
         started_at: float | None = None,
+        missed_from: float | None = None,
+        skip: str | None = None,
     ) -> tuple[ClockTask, TaskLogEntry] | None:
         """Log a run of the task as ``running`` — or ``skipped`` when a live process runs it.
+
+        A scheduled run is fenced by its slot: when an entry of the task with the planned time
+        ``scheduled_at`` exists already (another leader fired it), nothing is written and
+        `SlotTaken` is raised — the caller must not run it. ``missed_from``: the oldest missed
+        planned time this fire also stands for (kept after any slot recorded before it);
+        ``skip``: log the slot ``skipped`` with this reason instead of running it.
 
         Reads the task in the same transaction (one trip to the store thread when a task is
         due) and returns it with the entry; None, logging nothing, when the task is gone or a
@@ -151,7 +174,7 @@ class ClockStore:
         stores its ``next_run_at`` too (None for a run-once task, which waits for its run).
         ``started_at`` defaults to now (the clock passes the moment it fired).
         """
-        planned = (scheduled_at, next_run_at)
+        planned = _Planned(scheduled_at, next_run_at, missed_from, skip)
         return await self.db.run(
             _begin_run,
             task_id,
@@ -326,17 +349,28 @@ async def _live_runner(conn: Conn, task_id: str) -> bool:
     return any(found is not False for found in alive.values())
 
 
+@dataclass(frozen=True)
+class _Planned:
+    """What `_begin_run` knows of a scheduled fire (all None for a manual run)."""
+
+    scheduled_at: float | None
+    next_run_at: float | None
+    missed_from: float | None
+    skip: str | None
+
+
 async def _begin_run(
     conn: Conn,
     task_id: str,
     make_trigger: Callable[[ClockTask], str],
     manual: bool,
-    planned: tuple[float | None, float | None],
+    planned: _Planned,
     now: float,
     max_entries: int,
 ) -> tuple[ClockTask, TaskLogEntry] | None:
     owner = conn.owner
-    scheduled_at, next_run_at = planned
+    scheduled_at, next_run_at = planned.scheduled_at, planned.next_run_at
+    missed_from = planned.missed_from
     async with transaction(conn):
         # The check for a live run and the insert of ours are one step for every process:
         # on PostgreSQL two processes would otherwise both see "not busy" and both run.
@@ -345,8 +379,15 @@ async def _begin_run(
         if not rows or (not manual and not rows[0].enabled):
             return None
         task = rows[0]
+        if scheduled_at is not None:
+            # The fence: one entry per (task, planned time), checked under the task's lock
+            # (the unique index clock_log_slot backs it up); the loser writes nothing.
+            if await _slot_recorded(conn, task.id, scheduled_at):
+                raise SlotTaken(f"clock task {task.id}: planned time {scheduled_at} is taken")
+            missed_from = await _missed_since(conn, task.id, scheduled_at, missed_from)
         trigger = clean_text(cut(make_trigger(task), MAX_TRIGGER_CHARS))
-        busy = await _live_runner(conn, task.id)
+        busy = planned.skip is None and await _live_runner(conn, task.id)
+        skipped = busy or planned.skip is not None
         if scheduled_at is not None:
             task.next_run_at = None if task.run_once and not busy else next_run_at
             await conn.execute(
@@ -358,11 +399,12 @@ async def _begin_run(
             and (again := await _skipped_again(conn, task.id, scheduled_at, now)) is not None
         ):
             return task, again
-        status = "skipped" if busy else RUNNING
+        status = "skipped" if skipped else RUNNING
         inserted = await conn.fetchone(
             "INSERT INTO clock_log (task_id, title, target, trigger, status, started_at, "
             "finished_at, duration_ms, manual, scheduled_at, error, owner_host, owner_pid, "
-            "owner_start) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) RETURNING id",
+            "owner_start, missed_from) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) "
+            "RETURNING id",
             (
                 task.id,
                 task.title,
@@ -370,17 +412,18 @@ async def _begin_run(
                 trigger,
                 status,
                 now,
-                now if busy else None,
-                0 if busy else None,
+                now if skipped else None,
+                0 if skipped else None,
                 int(manual),
                 scheduled_at,
-                SKIPPED_ERROR if busy else None,
+                (SKIPPED_ERROR if busy else planned.skip) if skipped else None,
                 owner.host,
                 owner.pid,
                 owner.start,
+                missed_from,
             ),
         )
-        if not busy:
+        if not skipped:
             task.last_run_at, task.last_status = now, RUNNING
             await conn.execute(
                 "UPDATE clock_tasks SET last_run_at = ?, last_status = ? WHERE id = ?",
@@ -391,6 +434,35 @@ async def _begin_run(
         return task, (await _select_logs(conn, "WHERE id = ?", (inserted[0],), 1))[0]
 
 
+async def _slot_recorded(conn: Conn, task_id: str, scheduled_at: float) -> bool:
+    """Whether the task has a scheduled entry for the planned time ``scheduled_at``."""
+    row = await conn.fetchone(
+        "SELECT 1 FROM clock_log WHERE task_id = ? AND scheduled_at = ? AND manual = 0",
+        (task_id, scheduled_at),
+    )
+    return row is not None
+
+
+async def _missed_since(
+    conn: Conn, task_id: str, scheduled_at: float, missed_from: float | None
+) -> float | None:
+    """``missed_from``, moved after any earlier slot the task has an entry for (None if none left).
+
+    So the slots an entry stands for never overlap another entry's: a leader that woke from a
+    freeze claims only the slots nobody recorded meanwhile.
+    """
+    if missed_from is None or missed_from >= scheduled_at:
+        return None
+    newest = await conn.fetchval(
+        "SELECT max(scheduled_at) FROM clock_log WHERE task_id = ? AND manual = 0 "
+        "AND scheduled_at < ?",
+        (task_id, scheduled_at),
+    )
+    if newest is not None and newest >= missed_from:
+        missed_from = float(newest) + SLOT_EPSILON
+    return missed_from if missed_from < scheduled_at else None
+
+
 async def _skipped_again(
     conn: Conn, task_id: str, scheduled_at: float, now: float
 ) -> TaskLogEntry | None:
@@ -398,18 +470,20 @@ async def _skipped_again(
 
     A run outlasting many beats of a short period would otherwise flood the log with skips and
     evict every other entry; the newest entry can only be a skip while the same run goes on.
+    The entry moves to the new planned time and stands for the earlier ones (``missed_from``).
     """
     row = await conn.fetchone(
         "SELECT id, status, error, manual FROM clock_log WHERE task_id = ? "
         "ORDER BY id DESC LIMIT 1",
         (task_id,),
     )
-    if row is None or row[1] != "skipped" or row[3]:
+    if row is None or row[1] != "skipped" or row[3] or not (row[2] or "").startswith(SKIPPED_ERROR):
         return None
     found = _SKIP_COUNT.search(row[2] or "")
     count = (int(found.group(1)) if found else 1) + 1
     await conn.execute(
-        "UPDATE clock_log SET scheduled_at = ?, finished_at = ?, error = ? WHERE id = ?",
+        "UPDATE clock_log SET missed_from = coalesce(missed_from, scheduled_at), "
+        "scheduled_at = ?, finished_at = ?, error = ? WHERE id = ?",
         (scheduled_at, now, f"{SKIPPED_ERROR} ({count} triggers skipped)", row[0]),
     )
     return (await _select_logs(conn, "WHERE id = ?", (row[0],), 1))[0]
@@ -491,11 +565,24 @@ async def _mark_interrupted(conn: Conn) -> int:
     async with transaction(conn):
         gone = await _orphans(conn)
         for entry_id, task_id in gone:
+            owner = await conn.fetchone(
+                "SELECT owner_host, owner_pid, owner_start FROM clock_log WHERE id = ?",
+                (entry_id,),
+            )
             await conn.execute(
                 "UPDATE clock_log SET status = 'interrupted', error = ? WHERE id = ? "
                 "AND status = 'running'",
                 (INTERRUPTED_ERROR, entry_id),
             )
+            if owner is not None:
+                # The run's record in `runs` (TaskLogRecorder: sender clock:<task id>) belongs
+                # to the same dead process: it ends with the entry, not at the next start.
+                await conn.execute(
+                    "UPDATE runs SET status = 'interrupted', error = ? WHERE status = ? "
+                    "AND sender = ? AND owner_host IS NOT DISTINCT FROM ? "
+                    "AND owner_pid IS NOT DISTINCT FROM ? AND owner_start IS NOT DISTINCT FROM ?",
+                    (RUN_INTERRUPTED_ERROR, RUNNING, f"clock:{task_id}", *owner),
+                )
             await conn.execute(
                 "UPDATE clock_tasks SET last_status = 'interrupted' WHERE id = ? "
                 "AND last_status = ?",

@@ -595,6 +595,13 @@ class ClockSettings(Section):
         "creates or reschedules (an @every period, a cron schedule's closest fire times); "
         "run-once tasks and admins are exempt; 0 = no limit.",
     )
+    misfire: Literal["run_once_late", "skip"] = Field(
+        "run_once_late",
+        description="What happens to a task's planned fire times that passed while no process "
+        "held the clock (all stopped, or a leader replaced): run_once_late = one late run "
+        "standing for all of them; skip = one 'skipped (no leader)' task-log entry instead. "
+        "Looked back to the task's stored next fire time.",
+    )
 
 
 class SubagentSettings(Endpoint):

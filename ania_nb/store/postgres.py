@@ -18,6 +18,7 @@ from ania_nb.addresses import mask_url
 from ania_nb.errors import StoreError
 
 from .db import POSTGRES, Params, transaction
+from .locks import DEFAULT_IDLE_TIMEOUT, AdvisoryLocks
 from .owner import Owner, current_owner
 from .schema import MIGRATIONS, OWN_TABLES, statement_for
 
@@ -32,6 +33,7 @@ T = TypeVar("T")
 
 POOL_MAX = 10  # connections per process; each run holds one only for one operation
 CONNECT_TIMEOUT_S = 10
+IDLE_IN_TRANSACTION_MS = 4000  # no operation waits on its client for this long mid-transaction
 _MIGRATION_LOCK = 0x616E6961  # "ania": every ania-nb process migrating this database waits on it
 
 
@@ -185,7 +187,14 @@ class PostgresDatabase:
             url,
             min_size=1,
             max_size=POOL_MAX,
-            kwargs={"autocommit": True, "connect_timeout": CONNECT_TIMEOUT_S},
+            kwargs={
+                "autocommit": True,
+                "connect_timeout": CONNECT_TIMEOUT_S,
+                # A process frozen inside a transaction (SIGSTOP) would hold its row and
+                # advisory locks for ever: the server ends such a transaction, so the others go
+                # on (the clock's replacement of a frozen leader counts on it).
+                "options": f"-c idle_in_transaction_session_timeout={IDLE_IN_TRANSACTION_MS}",
+            },
             open=False,
             name="ania-store",
         )
@@ -217,6 +226,17 @@ class PostgresDatabase:
             raise StoreError(
                 f"store operation {_op_name(fn)!r} failed on {self.location}: {_first_line(exc)}"
             ) from exc
+
+    def advisory_locks(
+        self, *, application_name: str = "ania-nb", idle_timeout: float = DEFAULT_IDLE_TIMEOUT
+    ) -> AdvisoryLocks:
+        """A dedicated connection to this database for session advisory locks (`store.locks`).
+
+        Not from the pool; the caller closes it.
+        """
+        return AdvisoryLocks(
+            self._url, application_name=application_name, idle_timeout=idle_timeout
+        )
 
     async def close(self) -> None:
         """Close the pool (waits for operations holding a connection); again is a no-op."""

@@ -276,6 +276,24 @@ MIGRATIONS: tuple[tuple[str, ...], ...] = (
         )""",
         "ALTER TABLE outbox ADD COLUMN owner TEXT",
     ),
+    # The clock's fencing (``clock/store.py``): a scheduled fire is recorded under its
+    # ``(task, planned time)`` key before it runs, so two leaders in a hand-over gap cannot both
+    # fire one slot (manual runs have no planned time: not a slot). ``missed_from``: the oldest
+    # planned time a row also stands for (slots coalesced into one late fire, or skipped while
+    # no process held the clock). A duplicate recorded before the key existed keeps its row,
+    # its planned time moved into its error text.
+    (
+        "ALTER TABLE clock_log ADD COLUMN missed_from REAL",
+        """UPDATE clock_log SET error = coalesce(error || ' ', '')
+            || '[a second fire of planned time ' || scheduled_at || ', from before slots were '
+            || 'fenced]', scheduled_at = NULL
+            WHERE manual = 0 AND scheduled_at IS NOT NULL AND EXISTS (
+                SELECT 1 FROM clock_log earlier WHERE earlier.task_id = clock_log.task_id
+                AND earlier.scheduled_at = clock_log.scheduled_at AND earlier.manual = 0
+                AND earlier.id < clock_log.id)""",
+        "CREATE UNIQUE INDEX IF NOT EXISTS clock_log_slot ON clock_log (task_id, scheduled_at) "
+        "WHERE manual = 0",
+    ),
 )
 
 # ania-nb's tables in the order their migration steps create them (the order `ania-nb store
