@@ -24,7 +24,7 @@ import contextlib
 import logging
 import os
 from collections import Counter
-from collections.abc import Iterator, Sequence
+from collections.abc import Awaitable, Callable, Iterator, Sequence
 from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
@@ -47,6 +47,7 @@ TEXT = "search_text"  # what the full-text index sees: title, tags and the chunk
 NGRAM_MIN, NGRAM_MAX = 1, 3
 OPTIMIZE_EVERY = 64  # writes between compactions (each add is a fragment; many slow queries)
 PRIMARY_KEY = "id"
+SET_UP_ATTEMPTS = 5  # of a one-time change (index, primary key) other processes may race
 _PRIMARY_KEY_MARK = b"lance-schema:unenforced-primary-key:position"  # field metadata Lance sets
 
 
@@ -129,11 +130,36 @@ class LanceTable:
         return opened
 
     async def _ensure_primary_key(self) -> None:
-        """Declare ``id`` the primary key (tables made before replicas lack it; idempotent)."""
-        schema = await self.table.schema()
-        if _PRIMARY_KEY_MARK not in (schema.field(PRIMARY_KEY).metadata or {}):
-            with _writing(self.name, "declaring its primary key"):
-                await self.table.set_unenforced_primary_key(PRIMARY_KEY)
+        """Declare ``id`` the primary key (tables made before replicas lack it)."""
+
+        async def declared() -> bool:
+            schema = await self.table.schema()
+            return _PRIMARY_KEY_MARK in (schema.field(PRIMARY_KEY).metadata or {})
+
+        await self._set_up("declaring its primary key", declared, self._declare_primary_key)
+
+    async def _declare_primary_key(self) -> None:
+        await self.table.set_unenforced_primary_key(PRIMARY_KEY)
+
+    async def _set_up(
+        self, what: str, done: Callable[[], Awaitable[bool]], do: Callable[[], Awaitable[None]]
+    ) -> None:
+        """Do a one-time change unless ``done``; a process doing it at once is not an error.
+
+        Two replicas opening a new table both try: the later commit conflicts (or finds the
+        index there), so the state is read again and the change is skipped or tried again.
+        """
+        for attempt in range(SET_UP_ATTEMPTS):
+            if await done():
+                return
+            try:
+                await do()
+                return
+            except (OSError, RuntimeError, ValueError):
+                if attempt == SET_UP_ATTEMPTS - 1:
+                    with _writing(self.name, what):
+                        raise
+                await self.refresh()
 
     # ------------------------------------------------------------------ vectors
 
@@ -299,18 +325,23 @@ class LanceTable:
             await asyncio.shield(self._maintenance)
 
     async def _ensure_text_index(self) -> None:
-        indices = await self.table.list_indices()
-        if any(TEXT in i.columns for i in indices):
-            return
-        config = FTS(
+        """The n-gram full-text index and the scope index (made once, by any process)."""
+        text = FTS(
             base_tokenizer="ngram",
             ngram_min_length=NGRAM_MIN,
             ngram_max_length=NGRAM_MAX,
             stem=False,
             remove_stop_words=False,
         )
-        await self.table.create_index(TEXT, config=config, replace=True)
-        await self.table.create_index("scope", config=BTree(), replace=True)
+        for column, config in ((TEXT, text), ("scope", BTree())):
+
+            async def indexed(column: str = column) -> bool:
+                return any(column in i.columns for i in await self.table.list_indices())
+
+            async def create(column: str = column, config: Any = config) -> None:
+                await self.table.create_index(column, config=config, replace=False)
+
+            await self._set_up(f"indexing {column}", indexed, create)
 
     async def _vector_index_name(self) -> str:
         indices = await self.table.list_indices()
