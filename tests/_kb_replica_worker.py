@@ -1,11 +1,11 @@
-"""One replica of a knowledge race (tests/test_knowledge_replicas.py): add, report as JSON.
+"""One replica of a knowledge race (tests/test_knowledge_replicas.py): add in lockstep, report.
 
 Run as ``python tests/_kb_replica_worker.py <spec JSON>``. The worker opens the knowledge
-store at the spec's ``kb.uri`` (moto's S3 server), prints ``ready``, waits for a line on stdin
-(the barrier: the test releases both processes at once), adds the spec's documents and saves
-its memories one call at a time (a commit each, so the two processes interleave), and prints
-one JSON line: for every document and memory, its id and whether this process created it, or
-the refusal it got.
+store at the spec's ``kb.uri`` (moto's S3 server) and prints ``ready``. Then, for each of the
+spec's documents and then each of its memories, it waits for a line on stdin (the test sends
+one to every replica at once, so their calls overlap), adds that one document or saves that
+one memory (a commit each), and prints one JSON line: the id and whether this process
+created it, or the refusal it got.
 """
 
 from __future__ import annotations
@@ -23,25 +23,24 @@ async def main(spec: dict[str, Any]) -> None:
     knowledge = Knowledge(Config().with_overrides(spec["config"]), spec["data_dir"])
     await knowledge.open()
     print("ready", flush=True)
-    await asyncio.to_thread(sys.stdin.readline)
-    docs: list[dict[str, Any]] = []
-    for title, content in spec["docs"]:
+    scope = spec["scope"]
+    for kind, item in [
+        *(("doc", d) for d in spec["docs"]),
+        *(("memory", m) for m in spec["memories"]),
+    ]:
+        await asyncio.to_thread(sys.stdin.readline)
+        report: dict[str, Any] = {"kind": kind, "item": item}
         try:
-            added = await knowledge.kb.add(spec["scope"], title, content)
+            if kind == "doc":
+                added = await knowledge.kb.add(scope, item[0], item[1])
+                report.update(id=added.document.id, created=added.created)
+            else:
+                entry, new = await knowledge.memory.save(scope, item)
+                report.update(id=entry.id, created=new)
         except KnowledgeError as exc:
-            docs.append({"title": title, "refused": str(exc)})
-        else:
-            docs.append({"title": title, "id": added.document.id, "created": added.created})
-    memories: list[dict[str, Any]] = []
-    for content in spec["memories"]:
-        try:
-            entry, new = await knowledge.memory.save(spec["scope"], content)
-        except KnowledgeError as exc:
-            memories.append({"content": content, "refused": str(exc)})
-        else:
-            memories.append({"content": content, "id": entry.id, "created": new})
+            report["refused"] = str(exc)
+        print(json.dumps(report), flush=True)
     await knowledge.aclose()
-    print(json.dumps({"docs": docs, "memories": memories}), flush=True)
 
 
 if __name__ == "__main__":
