@@ -114,7 +114,7 @@ class KnowledgeBase:
         kb = self.store.config.kb
         keys = [dedupe_key(d.title, d.content) for d in docs]
         pieces = [chunk_text(d.content, kb.chunk_chars, kb.chunk_overlap_chars) for d in docs]
-        async with table.lock:  # one batch at a time here; other processes: see _settle
+        async with table.lock:  # one batch at a time here; other processes: by id, and _settle
             await table.refresh()
             known = await self._known(table, scope, keys)
             count = await self._count(table, scope)
