@@ -22,7 +22,7 @@ import pytest
 from _s3 import BUCKET, s3_options
 
 from ania_nb.config import Config
-from ania_nb.knowledge import Knowledge, KnowledgeError
+from ania_nb.knowledge import Knowledge, KnowledgeError, SourceDoc
 from ania_nb.knowledge.chunking import dedupe_key
 from ania_nb.knowledge.kb import content_id
 
@@ -243,6 +243,26 @@ async def test_two_stores_adding_the_same_documents_at_once_keep_one_of_each(
     assert sorted(d.title for d in documents) == sorted(title for title, _ in docs)
     for one, two in zip(ones, twos, strict=True):
         assert one.document.id == two.document.id
+        assert sorted([one.created, two.created]) == [False, True]
+
+
+async def test_two_stores_adding_the_same_documents_in_batches_keep_one_of_each(
+    tmp_path: Path,
+) -> None:
+    """The issue's case (65 duplicates of 100 before): `add_many`, 64 a commit, at once."""
+    first, second = local(tmp_path), local(tmp_path)
+    docs = [SourceDoc(f"Batch {i}", f"Short document number {i}.") for i in range(80)]
+    try:
+        await asyncio.gather(first.open(), second.open())
+        ones, twos = await asyncio.gather(
+            first.kb.add_many(SCOPE, docs), second.kb.add_many(SCOPE, docs)
+        )
+        documents = await first.kb.documents(SCOPE)
+    finally:
+        await asyncio.gather(first.aclose(), second.aclose())
+    assert len(documents) == 80 and len({d.title for d in documents}) == 80
+    for one, two in zip(ones, twos, strict=True):
+        assert one.document == two.document  # both told the stored one, created_at too
         assert sorted([one.created, two.created]) == [False, True]
 
 
