@@ -73,6 +73,10 @@ SLOW_MODULES = {
 # Tests that start a process in modules that are otherwise fast (by function name: every
 # parametrisation of it).
 SLOW_TESTS = {
+    "tests/test_knowledge_replicas.py": {  # two processes on moto's S3 server
+        "test_two_replicas_adding_the_same_and_different_documents_store_each_once",
+        "test_two_replicas_filling_one_scope_never_exceed_max_docs_or_max_entries",
+    },
     "tests/test_store_backends.py": {
         "test_pg_several_processes_opening_a_fresh_database_migrate_it_once",
         "test_serve_says_in_one_line_why_the_store_cannot_be_opened",

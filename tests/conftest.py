@@ -143,6 +143,30 @@ def inbox() -> ApprovalInbox:
 # ------------------------------------------------------------------ PostgreSQL
 
 
+@pytest.fixture
+def s3_server() -> Iterator[str]:
+    """moto's S3 server on 127.0.0.1 (a thread), with an empty bucket; its endpoint URL."""
+    import urllib.request
+
+    from _s3 import BUCKET, s3_client
+    from moto.server import ThreadedMotoServer
+
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
+    server.start()
+    try:
+        host, port = server.get_host_and_port()
+        endpoint = f"http://{host}:{port}"
+        # moto keeps its buckets in this process across servers: start each test empty
+        with urllib.request.urlopen(urllib.request.Request(f"{endpoint}/moto-api/reset", b"")):
+            pass
+        client = s3_client(endpoint)
+        client.create_bucket(Bucket=BUCKET)
+        client.close()
+        yield endpoint
+    finally:
+        server.stop()
+
+
 @pytest.fixture(scope="session")
 def pg_required() -> bool:
     """Whether a missing PostgreSQL fails the tests that need it (ANIA_REQUIRE_POSTGRES=1)."""

@@ -1,16 +1,17 @@
 """Where the knowledge tables live (``kb.uri``): a folder of one's own, or an S3 object store.
 
 Real LanceDB every time; the object store is moto's S3 server on 127.0.0.1 (a thread of this
-process), with the bucket made by boto3 and the credentials given in ``kb.storage_options``.
+process: the `s3_server` fixture of tests/conftest.py), with the bucket made by boto3 and the
+credentials given in ``kb.storage_options``.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+from _s3 import BUCKET, SECRET_KEY, bucket_keys, s3_options
 
 from ania_nb.config import Config
 from ania_nb.errors import ConfigError
@@ -18,8 +19,6 @@ from ania_nb.knowledge import Knowledge
 
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
 
-BUCKET = "ania-kb"
-KEY_ID, SECRET_KEY = "test-key-id", "test-secret-access-key-0042"
 DEPLOY = "Deploy the service with the blue-green script; the canary runs ten minutes first."
 
 
@@ -67,58 +66,6 @@ async def test_a_folder_uri_holds_the_kb_and_the_memories(llm: Any, tmp_path: Pa
         assert [d.title for d in await again.kb.documents("nb:a")] == ["Deploying"]
     finally:
         await again.aclose()
-
-
-@pytest.fixture
-def s3_server() -> Iterator[str]:
-    """moto's S3 server on 127.0.0.1 (a thread), with an empty bucket; its endpoint URL."""
-    import boto3
-    from moto.server import ThreadedMotoServer
-
-    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
-    server.start()
-    try:
-        host, port = server.get_host_and_port()
-        endpoint = f"http://{host}:{port}"
-        client = boto3.client(
-            "s3",
-            endpoint_url=endpoint,
-            aws_access_key_id=KEY_ID,
-            aws_secret_access_key=SECRET_KEY,
-            region_name="us-east-1",
-        )
-        client.create_bucket(Bucket=BUCKET)
-        client.close()
-        yield endpoint
-    finally:
-        server.stop()
-
-
-def s3_options(endpoint: str) -> dict[str, str]:
-    return {
-        "aws_endpoint": endpoint,
-        "aws_region": "us-east-1",
-        "aws_access_key_id": KEY_ID,
-        "aws_secret_access_key": SECRET_KEY,
-        "allow_http": "true",
-    }
-
-
-def bucket_keys(endpoint: str) -> list[str]:
-    import boto3
-
-    client = boto3.client(
-        "s3",
-        endpoint_url=endpoint,
-        aws_access_key_id=KEY_ID,
-        aws_secret_access_key=SECRET_KEY,
-        region_name="us-east-1",
-    )
-    try:
-        pages = client.get_paginator("list_objects_v2").paginate(Bucket=BUCKET)
-        return [item["Key"] for page in pages for item in page.get("Contents", [])]
-    finally:
-        client.close()
 
 
 async def test_an_s3_uri_ingests_and_searches_in_the_bucket(

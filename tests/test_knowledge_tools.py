@@ -227,10 +227,12 @@ async def test_global_and_other_sessions_documents_cannot_be_deleted(
     assert [d.id for d in await knowledge.kb.documents("nb:other")] == [other.id]
 
 
-@pytest.mark.parametrize("bad", ["", "  ", "xyz", "1a2b3c4d5", "' OR '1'='1", "1a2b3c4g"])
+@pytest.mark.parametrize(
+    "bad", ["", "  ", "xyz", "1a2b3c4d5", "1a2b3c4d5e6f7a8", "' OR '1'='1", "1a2b3c4g"]
+)
 async def test_malformed_ids_are_refused(tools: Tools, knowledge: Knowledge, bad: str) -> None:
     await knowledge.kb.add("nb:a", "Keep", "keep me")
-    with pytest.raises(ToolError, match="is not a document id: ids are 8 hex characters"):
+    with pytest.raises(ToolError, match="is not a document id: ids are 16 hex characters"):
         await tools("kb_delete", id=bad)
     with pytest.raises(ToolError, match="is not a memory id"):
         await tools("memory_forget", id=bad)

@@ -327,7 +327,7 @@ def test_ania_kb_commands_add_search_delete_and_show_the_panel(shell, tmp_path):
     summary = "added 2 document(s) (2 chunks), 1 file(s) skipped: 'docs/empty.md' has no text"
     assert summary in shown_text(out)  # the bar's final text
     assert "  ! skipped 'docs/empty.md' has no text to add" in out.stdout
-    assert re.search(r"\+ \[\w{8}\] Deploying · 1 chunk\(s\) · docs/deploy.md", out.stdout)
+    assert re.search(r"\+ \[\w{16}\] Deploying · 1 chunk\(s\) · docs/deploy.md", out.stdout)
     run(shell, "%ania kb add faq.md --scope global")
 
     shell.user_ns["tips"] = {"text": ["Water the plants on Mondays."], "who": ["Ops"]}
@@ -346,7 +346,7 @@ def test_ania_kb_commands_add_search_delete_and_show_the_panel(shell, tmp_path):
     _, out = run(shell, "%ania kb")
     panel_text = shown_text(out)
     assert "📚 knowledge base · nb:default · 2 document(s), 2 chunk(s)" in panel_text
-    doc_id = re.search(r"\[(\w{8})\] Deploying", panel_text).group(1)
+    doc_id = re.search(r"\[(\w{16})\] Deploying", panel_text).group(1)
     _, out = run(shell, "%ania kb global")
     assert "· global · 2 document(s)" in shown_text(out)
 

@@ -52,6 +52,13 @@ class KbSettings(Section):
         "allow_http); values masked wherever shown.",
         json_schema_extra={"sensitive": "mapping"},
     )
+    refresh_seconds: float = Field(
+        5.0,
+        ge=0,
+        description="Seconds a read may lag behind documents and memories other processes "
+        "(replicas sharing kb.uri) stored; 0 = look before every read. A process's own "
+        "writes, dedupe and the per-scope limits always read the newest version.",
+    )
     max_docs: int = Field(500, ge=1, description="Documents per scope (kb_add refuses beyond).")
     max_content_chars: int = Field(
         8000, ge=100, description="Characters of one kb_add document (longer is cut with …)."

@@ -93,6 +93,10 @@ class Knowledge:
         await self.store.open()
         await self.store.wait_filled()
 
+    async def upkeep(self) -> None:
+        """Compact the tables and refresh their indices (one process at a time; see the store)."""
+        await self.store.upkeep()
+
     async def aclose(self) -> None:
         """Stop background work (stored data is durable after every call)."""
         await self.store.aclose()

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-import secrets
+import hashlib
 import time
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
@@ -31,6 +31,16 @@ def clamp_top_k(top_k: int | None) -> int:
     if top_k is None or top_k <= 0:
         return DEFAULT_TOP_K
     return min(int(top_k), MAX_TOP_K)
+
+
+def content_id(scope: str, key: str) -> str:
+    """The id of a document or memory: 16 hex characters of its scope and dedupe key.
+
+    Every process gives equal content in one scope the same id, so two replicas adding it at
+    once insert one id and Lance keeps one (`tables.LanceTable.insert_new`). Ids stored
+    before are 8 random hex characters; they stay, found by their dedupe key.
+    """
+    return hashlib.sha256(f"{scope}\n{key}".encode()).hexdigest()[:16]
 
 
 def check_scope(scope: str) -> str:
@@ -104,32 +114,85 @@ class KnowledgeBase:
         kb = self.store.config.kb
         keys = [dedupe_key(d.title, d.content) for d in docs]
         pieces = [chunk_text(d.content, kb.chunk_chars, kb.chunk_overlap_chars) for d in docs]
-        async with table.lock:  # check-then-add: dedupe and the per-scope limit
+        async with table.lock:  # one batch at a time here; other processes: by id, and _settle
+            await table.refresh()
             known = await self._known(table, scope, keys)
-            count = await table.count(f"scope = {_q(scope)} AND chunk_index = 0")
+            count = await self._count(table, scope)
             results: list[AddResult] = []
+            new_keys: dict[str, str] = {}  # id → dedupe key of the documents written now
             rows: list[dict[str, Any]] = []
-            new_keys: dict[str, Document] = {}
+            full = False
             for doc, key, chunks in zip(docs, keys, pieces, strict=True):
-                existing = known.get(key) or new_keys.get(key)
+                existing = known.get(key)
                 if existing is not None:
                     results.append(AddResult(existing, created=False))
                     continue
                 if count >= kb.max_docs:
-                    await self._write(table, rows)  # what came before stays
-                    raise KnowledgeError(f"kb full ({kb.max_docs}), delete some")
+                    full = True  # what came before is written, then the refusal raised
+                    break
                 document = Document(
-                    secrets.token_hex(4), scope, doc.title, doc.source, doc.tags,
+                    content_id(scope, key), scope, doc.title, doc.source, doc.tags,
                     time.time(), len(chunks), len(doc.content),
                 )  # fmt: skip
                 rows.extend(_rows(document, key, chunks))
-                new_keys[key] = document
+                known[key], new_keys[document.id] = document, key
                 results.append(AddResult(document, created=True))
                 count += 1
-            await self._write(table, rows)
+            await self._embed(table, rows)
+            inserted = await table.insert_new(rows)
+            if inserted < len(rows):  # another process stored some of them meanwhile
+                results = await self._theirs(table, scope, results, new_keys)
+            if await self._settle(table, scope, results) or full:
+                raise KnowledgeError(f"kb full ({kb.max_docs}), delete some")
         return results
 
-    async def _write(self, table: Any, rows: list[dict[str, Any]]) -> None:
+    async def _count(self, table: Any, scope: str) -> int:
+        return int(await table.count(f"scope = {_q(scope)} AND chunk_index = 0"))
+
+    async def _theirs(
+        self, table: Any, scope: str, results: list[AddResult], keys: dict[str, str]
+    ) -> list[AddResult]:
+        """``results`` with the documents another process stored first marked not created.
+
+        A stored document is ours if it carries our ``created_at``; one of the same id and
+        another dedupe key is a collision of ids, refused (the new document is not stored).
+        """
+        ours = {r.document.id: r.document.created_at for r in results if r.created}
+        ids = ", ".join(_q(i) for i in keys)
+        where = f"chunk_index = 0 AND doc_id IN ({ids})"
+        stored = {r["doc_id"]: r for r in await table.rows(where, [*DOC_COLUMNS, "dedupe"])}
+        theirs: dict[str, Document] = {}
+        for doc_id, key in keys.items():
+            row = stored.get(doc_id)
+            if row is None or row["created_at"] == ours[doc_id]:
+                continue  # ours (or deleted meanwhile by someone)
+            if (row["scope"], row["dedupe"]) != (scope, key):
+                raise KnowledgeError(_collision(doc_id, row["title"] or ""))
+            theirs[doc_id] = _document(row)
+        return [
+            AddResult(theirs[r.document.id], created=False) if r.document.id in theirs else r
+            for r in results
+        ]
+
+    async def _settle(self, table: Any, scope: str, results: list[AddResult]) -> bool:
+        """Hold ``kb.max_docs`` against other processes: True if documents of ours were undone.
+
+        Each process counts the scope after its commit and deletes as many of the documents
+        it just added (last first) as the scope is over the limit. So at rest a scope never
+        holds more: the last batch kept was counted within the limit with everything committed
+        before it. Two processes undoing at once may both undo and leave room unused; a
+        process dying between its commit and its count leaves its batch (≤ 64 documents) over.
+        """
+        await table.refresh()
+        over = await self._count(table, scope) - self.store.config.kb.max_docs
+        ours = [r.document.id for r in results if r.created]
+        if over <= 0 or not ours:
+            return False
+        undone = ", ".join(_q(i) for i in ours[-over:])
+        await table.delete(f"scope = {_q(scope)} AND doc_id IN ({undone})")
+        return True
+
+    async def _embed(self, table: Any, rows: list[dict[str, Any]]) -> None:
         if not rows:
             return
         if self.store.writes_vectors():
@@ -139,7 +202,6 @@ class KnowledgeBase:
         elif await table.vector_label() is not None:
             for row in rows:
                 row["vector"] = None
-        await table.add(rows)
 
     async def _known(self, table: Any, scope: str, keys: list[str]) -> dict[str, Document]:
         wanted = ", ".join(_q(k) for k in set(keys))
@@ -306,6 +368,13 @@ def _hit(ranked: Ranked) -> Hit:
         score=round(ranked.score, 4),
         similarity=None if similarity is None else round(similarity, 4),
         match=round(ranked.match, 4),
+    )
+
+
+def _collision(doc_id: str, stored_title: str) -> str:
+    return (
+        f"a document was not stored: its id {doc_id} is taken by the document "
+        f"{stored_title!r} (a hash collision); change its title a little and add it again"
     )
 
 

@@ -8,7 +8,6 @@ with the vector similarity when the embedder is ready (weights as in the kb).
 from __future__ import annotations
 
 import hashlib
-import secrets
 import time
 from collections.abc import Sequence
 from typing import Any
@@ -16,7 +15,7 @@ from typing import Any
 from ania_nb.text import cut
 
 from .chunking import collapse_ws, match_share
-from .kb import check_scope
+from .kb import check_scope, content_id
 from .model import KnowledgeError, MemoryEntry
 from .search import sql_string
 from .store import MEMORY_TABLE, KnowledgeStore
@@ -66,8 +65,9 @@ class MemoryBook:
         key = hashlib.sha256(collapse_ws(text).encode()).hexdigest()
         tag_list = [t.strip() for t in tags if t and t.strip()]
         table = await self._table()
-        async with table.lock:
-            where = f"scope = {sql_string(scope)}"
+        where = f"scope = {sql_string(scope)}"
+        async with table.lock:  # one save at a time here; other processes: by id and recount
+            await table.refresh()
             same = await table.rows(f"{where} AND dedupe = {sql_string(key)}", COLUMNS, limit=1)
             if same:
                 return _entry(same[0]), False
@@ -75,7 +75,7 @@ class MemoryBook:
             if count >= settings.max_entries:
                 raise KnowledgeError(f"memory full ({count} entries), use memory_forget first")
             entry = MemoryEntry(
-                secrets.token_hex(4), scope, text, (user_id or "").strip(), tuple(tag_list),
+                content_id(scope, key), scope, text, (user_id or "").strip(), tuple(tag_list),
                 time.time(),
             )  # fmt: skip
             row: dict[str, Any] = {
@@ -93,8 +93,24 @@ class MemoryBook:
                 row["vector"] = vectors[0] if vectors else None
             elif await table.vector_label() is not None:
                 row["vector"] = None
-            await table.add([row])
+            if not await table.insert_new([row]):  # another process saved this id meanwhile
+                return await self._stored(table, scope, key, entry.id), False
+            await table.refresh()  # the limit, held as the kb holds kb.max_docs (see kb._settle)
+            count = await table.count(where)
+            if count > settings.max_entries:
+                await table.delete(f"{where} AND id = {sql_string(entry.id)}")
+                raise KnowledgeError(f"memory full ({count - 1} entries), use memory_forget first")
         return entry, True
+
+    async def _stored(self, table: Any, scope: str, key: str, memory_id: str) -> MemoryEntry:
+        """The memory another process stored under ``memory_id``; a collision is refused."""
+        rows = await table.rows(f"id = {sql_string(memory_id)}", [*COLUMNS, "dedupe"], limit=1)
+        if not rows or (rows[0]["scope"], rows[0]["dedupe"]) != (scope, key):
+            raise KnowledgeError(
+                f"the memory was not saved: its id {memory_id} is taken by another memory "
+                "(a hash collision); word it a little differently and save it again"
+            )
+        return _entry(rows[0])
 
     async def entries(self, scope: str) -> list[MemoryEntry]:
         """Every memory of a scope, newest first."""

@@ -28,7 +28,7 @@ class SourceDoc:
 class Document:
     """A stored kb document (its chunks live in the chunk table)."""
 
-    id: str  # 8 hex characters
+    id: str  # 16 hex characters of scope and content (`kb.content_id`); 8 random ones before
     scope: str
     title: str
     source: str
@@ -80,7 +80,7 @@ class Hit:
 class MemoryEntry:
     """One long-term memory of a scope."""
 
-    id: str  # 8 hex characters
+    id: str  # 16 hex characters of scope and content (`kb.content_id`); 8 random ones before
     scope: str
     content: str
     user_id: str = ""

@@ -94,7 +94,7 @@ class KnowledgeStore:
             options = {k: v.get_secret_value() for k, v in self.config.kb.storage_options.items()}
             ann = self.config.kb.ann_threshold
             try:
-                db = await tables.connect(uri, folder, options)
+                db = await tables.connect(uri, folder, options, self.config.kb.refresh_seconds)
                 self.tables[KB_TABLE] = await tables.LanceTable.open(
                     db, KB_TABLE, tables.kb_fields(), ann
                 )
@@ -261,6 +261,19 @@ class KnowledgeStore:
         """Wait for index upkeep running in the background."""
         for table in self.tables.values():
             await table.wait_maintenance()
+
+    async def upkeep(self) -> None:
+        """Compact every table and fold new rows into its indices (ANN index once big enough).
+
+        Safe while other processes write: Lance retries or refuses a conflicting compaction
+        (logged, the next upkeep tries again), and their writes never wait for it (this
+        process's do, table by table). Meant for one process at a time (the clock leader);
+        each process also does it in the background after many writes of its own.
+        """
+        await self.open()
+        for table in self.tables.values():
+            await table.wait_maintenance()  # not two compactions of one table from one process
+            await table.maintain()
 
     async def aclose(self) -> None:
         """Stop background work; stored data is already durable."""

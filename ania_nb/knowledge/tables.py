@@ -6,16 +6,27 @@ Each kind of content (kb chunks, memories) is one table of the LanceDB database 
 ``dim``) and whether every row has been embedded since the last switch (``complete``), so
 vectors of two embedders are never compared. lancedb and pyarrow are imported here, lazily by
 the callers, because importing them costs seconds.
+
+Several processes (replicas of ``ania-nb serve``) may share one database on object storage.
+Lance commits with a conditional put and retries what does not conflict. New rows are written
+with `LanceTable.insert_new`: a merge on ``id``, declared the table's (unenforced) primary key,
+inserting only ids not stored yet. Lance records the inserted ids in the commit, so two
+processes inserting one id at once conflict and the later one, retried, finds the row and
+inserts nothing: ids made from the content (see `kb.content_id`) give dedupe across processes.
+The merge runs without an index on ``id``: Lance's indexed merge path leaves the inserted ids
+out of the commit (measured: duplicates again).
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import os
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Iterator, Sequence
 from dataclasses import dataclass
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +36,9 @@ import lancedb
 import pyarrow as pa
 from lancedb.index import FTS, BTree, HnswSq
 
+from ..text import flatten
+from .model import KnowledgeError
+
 log = logging.getLogger(__name__)
 
 VECTOR = "vector"
@@ -32,6 +46,9 @@ TEXT = "search_text"  # what the full-text index sees: title, tags and the chunk
 # n-grams of 1–3 characters: Chinese has no spaces, and single characters carry meaning.
 NGRAM_MIN, NGRAM_MAX = 1, 3
 OPTIMIZE_EVERY = 64  # writes between compactions (each add is a fragment; many slow queries)
+PRIMARY_KEY = "id"
+SET_UP_ATTEMPTS = 5  # of a one-time change (index, primary key) other processes may race
+_PRIMARY_KEY_MARK = b"lance-schema:unenforced-primary-key:position"  # field metadata Lance sets
 
 
 def kb_fields() -> list[pa.Field]:
@@ -107,9 +124,42 @@ class LanceTable:
             except ValueError:  # another process created it meanwhile
                 table = await db.open_table(name)
         opened = cls(table, ann_threshold)
+        await opened._ensure_primary_key()
         await opened._ensure_text_index()
         opened.vector_index = await opened._vector_index_name()
         return opened
+
+    async def _ensure_primary_key(self) -> None:
+        """Declare ``id`` the primary key (tables made before replicas lack it)."""
+
+        async def declared() -> bool:
+            schema = await self.table.schema()
+            return _PRIMARY_KEY_MARK in (schema.field(PRIMARY_KEY).metadata or {})
+
+        await self._set_up("declaring its primary key", declared, self._declare_primary_key)
+
+    async def _declare_primary_key(self) -> None:
+        await self.table.set_unenforced_primary_key(PRIMARY_KEY)
+
+    async def _set_up(
+        self, what: str, done: Callable[[], Awaitable[bool]], do: Callable[[], Awaitable[None]]
+    ) -> None:
+        """Do a one-time change unless ``done``; a process doing it at once is not an error.
+
+        Two replicas opening a new table both try: the later commit conflicts (or finds the
+        index there), so the state is read again and the change is skipped or tried again.
+        """
+        for attempt in range(SET_UP_ATTEMPTS):
+            if await done():
+                return
+            try:
+                await do()
+                return
+            except (OSError, RuntimeError, ValueError):
+                if attempt == SET_UP_ATTEMPTS - 1:
+                    with _writing(self.name, what):
+                        raise
+                await self.refresh()
 
     # ------------------------------------------------------------------ vectors
 
@@ -156,27 +206,45 @@ class LanceTable:
 
     async def set_vectors(self, ids: Sequence[str], vectors: Any, dim: int) -> None:
         """Store vectors of existing rows (rows deleted meanwhile are skipped)."""
-        data = pa.table(
-            {
-                "id": pa.array(list(ids), pa.string()),
-                VECTOR: pa.array(list(vectors), type=pa.list_(pa.float32(), dim)),
-            }
+        schema = pa.schema(
+            [  # Lance refuses a merge whose primary key column may be null
+                pa.field(PRIMARY_KEY, pa.string(), nullable=False),
+                pa.field(VECTOR, pa.list_(pa.float32(), dim)),
+            ]
         )
+        data = pa.table({PRIMARY_KEY: list(ids), VECTOR: list(vectors)}, schema=schema)
         async with self.lock:
-            await self.table.merge_insert("id").when_matched_update_all().execute(data)
+            with _writing(self.name, "storing vectors"):
+                merge = self.table.merge_insert(PRIMARY_KEY).when_matched_update_all()
+                await merge.execute(data)
         self.wrote()
 
     # ------------------------------------------------------------------ rows
 
-    async def add(self, rows: list[dict[str, Any]]) -> None:
-        """Append rows (call under `lock` when checks precede the write)."""
-        if rows:
-            await self.table.add(rows)
-            self.wrote()
+    async def insert_new(self, rows: list[dict[str, Any]]) -> int:
+        """Insert the rows whose ``id`` is not stored yet, in one commit; how many were inserted.
+
+        Rows another process inserted meanwhile (the same ids) are not written again.
+        """
+        if not rows:
+            return 0
+        # The table's schema: its ``id`` is not nullable, as Lance wants of a primary key, and
+        # a vector of the wrong size fails here; "null" only lets rows without a vector pass.
+        data = pa.Table.from_pylist(rows, schema=await self.table.schema())
+        merge = self.table.merge_insert(PRIMARY_KEY).when_not_matched_insert_all()
+        with _writing(self.name, f"adding {len(rows)} rows"):
+            result = await merge.use_index(False).execute(data, on_bad_vectors="null")
+        self.wrote()
+        return int(result.num_inserted_rows)
+
+    async def refresh(self) -> None:
+        """Read the newest version from now on (what other processes committed too)."""
+        await self.table.checkout_latest()
 
     async def delete(self, where: str) -> None:
         """Delete the rows matching ``where``."""
-        await self.table.delete(where)
+        with _writing(self.name, "deleting rows"):
+            await self.table.delete(where)
         self.wrote()
 
     async def delete_counted(self, where: str, counting: str | None = None) -> int:
@@ -185,6 +253,7 @@ class LanceTable:
         The count is of ``counting`` (default: ``where``); when it is 0 nothing is deleted.
         """
         async with self.lock:
+            await self.refresh()
             found = await self.count(counting or where)
             if found:
                 await self.delete(where)
@@ -245,6 +314,7 @@ class LanceTable:
         try:
             async with self.lock:
                 await self.table.optimize()
+            self.vector_index = await self._vector_index_name()  # another process may have built it
             await self._ensure_vector_index()
         except Exception:
             log.exception("upkeep of the knowledge table %s failed", self.name)
@@ -255,18 +325,23 @@ class LanceTable:
             await asyncio.shield(self._maintenance)
 
     async def _ensure_text_index(self) -> None:
-        indices = await self.table.list_indices()
-        if any(TEXT in i.columns for i in indices):
-            return
-        config = FTS(
+        """The n-gram full-text index and the scope index (made once, by any process)."""
+        text = FTS(
             base_tokenizer="ngram",
             ngram_min_length=NGRAM_MIN,
             ngram_max_length=NGRAM_MAX,
             stem=False,
             remove_stop_words=False,
         )
-        await self.table.create_index(TEXT, config=config, replace=True)
-        await self.table.create_index("scope", config=BTree(), replace=True)
+        for column, config in ((TEXT, text), ("scope", BTree())):
+
+            async def indexed(column: str = column) -> bool:
+                return any(column in i.columns for i in await self.table.list_indices())
+
+            async def create(column: str = column, config: Any = config) -> None:
+                await self.table.create_index(column, config=config, replace=False)
+
+            await self._set_up(f"indexing {column}", indexed, create)
 
     async def _vector_index_name(self) -> str:
         indices = await self.table.list_indices()
@@ -289,8 +364,37 @@ class LanceTable:
         log.info("built the ANN index of %s", self.name)
 
 
-async def connect(uri: str, folder: Path | None, storage_options: dict[str, str]) -> Any:
-    """Open the LanceDB database at ``uri``: a local ``folder`` (created) or an object store."""
+@contextlib.contextmanager
+def _writing(table: str, what: str) -> Iterator[None]:
+    """Lance's write failures as a `KnowledgeError` saying what happened (no Rust traceback)."""
+    try:
+        yield
+    except (OSError, RuntimeError, ValueError) as exc:
+        text = str(exc)
+        if "ncompatible transaction" in text or "onflict" in text or "contention" in text:
+            raise KnowledgeError(
+                f"{what} in the knowledge table {table} failed: another process (a replica "
+                f"sharing kb.uri) committed a change this write cannot be combined with, and "
+                f"Lance could not retry it; nothing of this write was stored, try again "
+                f"({flatten(text.split(', /')[0], 300)})"
+            ) from exc
+        raise KnowledgeError(
+            f"{what} in the knowledge table {table} failed: {flatten(text, 400)}"
+        ) from exc
+
+
+async def connect(
+    uri: str, folder: Path | None, storage_options: dict[str, str], refresh_seconds: float
+) -> Any:
+    """Open the LanceDB database at ``uri``: a local ``folder`` (created) or an object store.
+
+    Reads look for other processes' commits once ``refresh_seconds`` have passed since the
+    last look (0: before every read).
+    """
     if folder is not None:
         await asyncio.to_thread(folder.mkdir, parents=True, exist_ok=True)
-    return await lancedb.connect_async(uri, storage_options=storage_options or None)
+    return await lancedb.connect_async(
+        uri,
+        storage_options=storage_options or None,
+        read_consistency_interval=timedelta(seconds=refresh_seconds),
+    )

@@ -48,7 +48,7 @@ MAX_TAG = 64
 MAX_SOURCE = 500
 MAX_USER_ID = 128
 MAX_QUERY = 2000
-_ID = re.compile(r"^[0-9a-f]{8}$")
+_ID = re.compile(r"^(?:[0-9a-f]{16}|[0-9a-f]{8})$")  # 8: stored before ids were derived
 
 Tag = Annotated[str, StringConstraints(max_length=MAX_TAG)]
 Tags = Annotated[
@@ -134,12 +134,12 @@ def _refusals() -> Iterator[None]:
 
 
 def _clean_id(value: str, what: str, lister: str) -> str:
-    """An 8-hex id as shown in lists (brackets and case forgiven), else a clear refusal."""
+    """A 16-hex (older: 8-hex) id as lists show it (brackets, case forgiven), else a refusal."""
     wanted = value.strip().strip("[]").strip().lower()
     if not _ID.match(wanted):
         raise ToolError(
-            f"{value.strip()[:40]!r} is not a {what} id: ids are 8 hex characters as {lister} "
-            "shows them, e.g. 1a2b3c4d"
+            f"{value.strip()[:40]!r} is not a {what} id: ids are 16 hex characters (8 for older "
+            f"ones) as {lister} shows them, e.g. 1a2b3c4d5e6f7a8b"
         )
     return wanted
 
@@ -293,7 +293,7 @@ class KbListTool(_SessionTool, BaseTool[KbListParams]):
 class KbDeleteParams(BaseModel):
     """Parameters of kb_delete."""
 
-    id: str = Field(description="The document's ID (8 hex characters, as kb_list shows it).")
+    id: str = Field(description="The document's ID (16 hex characters, or 8, as kb_list shows it).")
 
 
 class KbDeleteTool(_SessionTool, BaseTool[KbDeleteParams]):
@@ -396,7 +396,9 @@ class MemorySearchTool(_SessionTool, BaseTool[MemorySearchParams]):
 class MemoryForgetParams(BaseModel):
     """Parameters of memory_forget."""
 
-    id: str = Field(description="The memory's ID (8 hex characters, as memory_search shows it).")
+    id: str = Field(
+        description="The memory's ID (16 hex characters, or 8, as memory_search shows it)."
+    )
 
 
 class MemoryForgetTool(_SessionTool, BaseTool[MemoryForgetParams]):
