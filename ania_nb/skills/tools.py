@@ -11,7 +11,7 @@ install like any other: it asks too.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, Field
@@ -367,10 +367,12 @@ def skill_tools(
     http_client: httpx2.AsyncClient | None = None,
     installer: SkillInstaller | None = None,
     allow_private_hosts: Iterable[str] = (),
+    changed: Callable[[], Awaitable[object]] | None = None,
 ) -> list[Tool]:
     """The skill tools for ``manager``, sorted by name; admin tools only with ``self_manage``.
 
-    ``allow_private_hosts``: non-public addresses/networks downloads may reach (tests, intranet).
+    ``allow_private_hosts``: non-public addresses/networks downloads may reach (tests, intranet);
+    ``changed``: told after each install and removal (`SkillInstaller`).
     """
     tools: list[Tool] = [SkillReadTool(manager), SkillReloadTool(manager)]
     if self_manage:
@@ -380,6 +382,7 @@ def skill_tools(
                 http_client=http_client,
                 oplog=oplog,
                 allow_private_hosts=allow_private_hosts,
+                changed=changed,
             )
         tools += [SkillListTool(manager), SkillInstallTool(installer), SkillRemoveTool(installer)]
     return sorted(tools, key=lambda t: t.name)
