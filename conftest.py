@@ -72,6 +72,10 @@ SLOW_MODULES = {
 # Tests that start a process in modules that are otherwise fast (by function name: every
 # parametrisation of it).
 SLOW_TESTS = {
+    "tests/test_replicas_shared.py": {  # stdio MCP servers
+        "test_a_replica_started_later_starts_the_servers_other_replicas_added",
+        "test_an_mcp_server_added_or_removed_on_one_replica_follows_on_the_others",
+    },
     "tests/test_store_backends.py": {
         "test_pg_several_processes_opening_a_fresh_database_migrate_it_once",
         "test_serve_says_in_one_line_why_the_store_cannot_be_opened",

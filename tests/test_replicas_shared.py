@@ -1,0 +1,136 @@
+"""Replicas on one store share what one of them changes: skills, MCP servers, config_set values.
+
+Two Agents on one store stand for two ``ania-nb serve`` replicas (on PostgreSQL: one database;
+on SQLite: two processes on one data directory). Each has its own MCP config file; the skills
+folder is the shared folder the replicas are pointed at (``skills.dir`` on shared storage).
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+from _waits import until
+from mcp_servers.support import DEMO
+
+from ania_nb import ToolContext
+from ania_nb.mcp import load_config_file
+
+pytestmark = pytest.mark.usefixtures("backend")
+
+ADMIN = ToolContext(session="g:1", sender="root")
+SKILL = """---
+name: shared-notes
+description: Notes every replica reads.
+---
+Write notes in the shared style.
+"""
+
+
+def replica(make_agent: Any, tmp_path: Path, name: str, **overrides: Any) -> Any:
+    """An Agent on the shared store (one data directory) with its own MCP file."""
+    return make_agent(
+        data_dir=tmp_path / "data",
+        overrides={
+            "store.sync_interval": 0.05,
+            "admin.ids": ["root"],
+            "mcp.config_file": str(tmp_path / f"{name}-mcp.json"),
+            **overrides,
+        },
+    )
+
+
+async def call(agent: Any, tool: str, /, **arguments: Any) -> Any:
+    """Call a tool as the model would, past the gate (the gate's approvals are tested elsewhere)."""
+    return await agent.tools.execute(tool, json.dumps(arguments), ADMIN)
+
+
+async def test_a_skill_installed_on_one_replica_is_loaded_by_the_other(make_agent, tmp_path):
+    shared = {"skills.dir": str(tmp_path / "shared-skills"), "skills.self_manage": True}
+    one = await replica(make_agent, tmp_path, "one", **shared).start()
+    two = await replica(make_agent, tmp_path, "two", **shared).start()
+    assert two.skills is not None and "shared-notes" not in two.skills
+
+    installed = await call(one, "skill_install", content=SKILL)
+    assert installed.error is None, installed.error
+    await until(lambda: "shared-notes" in two.skills, "the other replica to load the skill")
+    assert "shared-notes" in two.system_prompt
+    read = await call(two, "skill_read", skill_name="shared-notes")
+    assert "Write notes in the shared style." in read.text
+
+    removed = await call(two, "skill_remove", name="shared-notes")
+    assert removed.error is None, removed.error
+    await until(lambda: "shared-notes" not in one.skills, "the first replica to drop the skill")
+    assert "shared-notes" not in one.system_prompt
+
+
+async def test_a_config_set_value_is_saved_for_every_replica_and_applied_at_its_start(
+    make_agent, tmp_path
+):
+    on = {"config_tool.enable": True}
+    one = await replica(make_agent, tmp_path, "one", **on).start()
+    two = await replica(make_agent, tmp_path, "two", **on).start()
+    saved = await call(one, "config_set", key="agent.max_iterations", value="7")
+    assert saved.text.startswith("Saved agent.max_iterations = 7. It takes effect after a restart")
+    shown = await call(two, "config_get", key="agent.max_iterations")
+    assert "saved by config_set: 7" in shown.text  # the other replica reads the shared value
+    assert two.config.agent.max_iterations == 20  # like the replica that saved it: at a restart
+    await two.aclose()
+
+    restarted = await replica(make_agent, tmp_path, "two", **on).start()
+    assert restarted.config.agent.max_iterations == 7
+
+
+def demo_server(name: str) -> dict[str, Any]:
+    """mcp_add arguments for the demo server over stdio."""
+    return {"name": name, "command": sys.executable, "args": [str(DEMO), "stdio", "--name", name]}
+
+
+async def test_an_mcp_server_added_or_removed_on_one_replica_follows_on_the_others(
+    make_agent, tmp_path
+):
+    manage = {"mcp.self_manage": True}
+    one = await replica(make_agent, tmp_path, "one", **manage).start()
+    two = await replica(make_agent, tmp_path, "two", **manage).start()
+
+    added = await call(one, "mcp_add", **demo_server("demo"))
+    assert added.error is None, added.error
+    running = one.mcp.get("demo")
+
+    def connected(agent: Any) -> bool:
+        server = agent.mcp.get("demo")
+        return server is not None and server.state == "connected"
+
+    await until(lambda: connected(two), "the other replica to start the server", limit=30)
+    assert "mcp_load_demo" in two.tools.names()
+    assert not (tmp_path / "two-mcp.json").exists()  # its own file is the operator's
+    listed = await call(two, "mcp_list")
+    assert "added on another replica" in listed.text
+    assert one.mcp.get("demo") is running  # the replica that added it keeps its connection
+
+    removed = await call(two, "mcp_remove", name="demo")
+    assert removed.error is None, removed.error
+    await until(lambda: one.mcp.get("demo") is None, "the first replica to stop the server")
+    assert "mcp_load_demo" not in one.tools.names()
+    assert load_config_file(tmp_path / "one-mcp.json").names() == ["demo"]
+    await one.aclose()
+
+    # A restart reads its own file (which still names the server) and the store's removal.
+    again = await replica(make_agent, tmp_path, "one", **manage).start()
+    assert again.mcp.get("demo") is None
+    assert "mcp_load_demo" not in again.tools.names()
+
+
+async def test_a_replica_started_later_starts_the_servers_other_replicas_added(
+    make_agent, tmp_path
+):
+    one = await replica(make_agent, tmp_path, "one", **{"mcp.self_manage": True}).start()
+    assert (await call(one, "mcp_add", **demo_server("late"))).error is None
+    # self-management off and an empty file: the servers the store records still start
+    later = await replica(make_agent, tmp_path, "later").start()
+    assert later.mcp is not None
+    server = later.mcp.get("late")
+    assert server is not None and server.state == "connected"
