@@ -14,10 +14,13 @@ from typing import Any
 
 import pytest
 from _waits import until
-from mcp_servers.support import DEMO
+from mcp_servers.support import DEMO, settings, write_config
 
 from ania_nb import ToolContext
-from ania_nb.mcp import load_config_file
+from ania_nb.mcp import MCPRegistry, MCPServerConfig, load_config_file
+from ania_nb.mcp.shared import MCP_SERVERS_NAMESPACE, SharedServers
+from ania_nb.store import REVISIONS_NAMESPACE, Store
+from ania_nb.tools import ToolExecutor
 
 pytestmark = pytest.mark.usefixtures("backend")
 
@@ -134,3 +137,48 @@ async def test_a_replica_started_later_starts_the_servers_other_replicas_added(
     assert later.mcp is not None
     server = later.mcp.get("late")
     assert server is not None and server.state == "connected"
+
+
+def closed_port() -> int:
+    """A loopback port nobody listens on (a server there fails to connect at once)."""
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+async def test_the_stores_changes_apply_on_top_of_the_file_and_a_bad_record_is_skipped(
+    tmp_path, caplog
+):
+    dead = f"http://127.0.0.1:{closed_port()}/mcp"
+    path = write_config(
+        tmp_path / "mcp.json",
+        [{"name": n, "transport": "streamable-http", "endpoint": dead} for n in ("kept", "gone")],
+    )
+    store = await Store.open(tmp_path / "data")
+    try:
+        shared = SharedServers(store.kv(MCP_SERVERS_NAMESPACE), store.kv(REVISIONS_NAMESPACE))
+        await shared.remove("gone")
+        await shared.put(MCPServerConfig(name="added", transport="sse", endpoint=dead))
+        bad = {"entry": {"name": "broken", "transport": "carrier-pigeon"}}
+        await store.kv(MCP_SERVERS_NAMESPACE).set("broken", bad)
+        async with MCPRegistry(settings(path), ToolExecutor(), shared_servers=shared) as registry:
+            assert [(s.name, s.transport) for s in registry.servers()] == [
+                ("added", "sse"),
+                ("kept", "streamable-http"),
+            ]
+            assert "ignoring the store's shared MCP server 'broken'" in caplog.text
+            assert await store.kv(MCP_SERVERS_NAMESPACE).get("broken") == bad  # kept as it was
+
+            # Another replica removes "kept" and replaces "added": applied at the next sync.
+            await shared.remove("kept")
+            await shared.put(
+                MCPServerConfig(name="added", transport="streamable-http", endpoint=dead)
+            )
+            await registry.sync_shared()
+            assert [(s.name, s.transport) for s in registry.servers()] == [
+                ("added", "streamable-http")
+            ]
+    finally:
+        await store.close()
