@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -16,10 +17,11 @@ import pytest
 from _waits import until
 from mcp_servers.support import DEMO, settings, write_config
 
-from ania_nb import ToolContext
+from ania_nb import ToolContext, tool
 from ania_nb.mcp import MCPRegistry, MCPServerConfig, load_config_file
 from ania_nb.mcp.shared import MCP_SERVERS_NAMESPACE, SharedServers
 from ania_nb.store import REVISIONS_NAMESPACE, Store
+from ania_nb.testing import reply, tool_call
 from ania_nb.tools import ToolExecutor
 
 pytestmark = pytest.mark.usefixtures("backend")
@@ -33,10 +35,13 @@ Write notes in the shared style.
 """
 
 
-def replica(make_agent: Any, tmp_path: Path, name: str, **overrides: Any) -> Any:
+def replica(
+    make_agent: Any, tmp_path: Path, name: str, *, tools: Sequence[Any] = (), **overrides: Any
+) -> Any:
     """An Agent on the shared store (one data directory) with its own MCP file."""
     return make_agent(
         data_dir=tmp_path / "data",
+        tools=tools,
         overrides={
             "store.sync_interval": 0.05,
             "admin.ids": ["root"],
@@ -182,3 +187,46 @@ async def test_the_stores_changes_apply_on_top_of_the_file_and_a_bad_record_is_s
             ]
     finally:
         await store.close()
+
+
+written: list[str] = []
+
+
+@tool(side_effects=True)
+def write_note(text: str) -> str:
+    """Write a note (a side effect)."""
+    written.append(text)
+    return f"wrote {text}"
+
+
+async def test_plan_mode_switched_on_one_replica_holds_on_the_other(llm, make_agent, tmp_path):
+    written.clear()
+    one = replica(make_agent, tmp_path, "one", tools=[write_note])
+    two = replica(make_agent, tmp_path, "two", tools=[write_note])
+    await two.start()  # it has read the session's (unset) state before the switch
+    assert (await one.chat("/plan on", session="f:7")).text.startswith("Plan mode on")
+
+    llm.script(reply(tool_calls=[tool_call("write_note", {"text": "x"})]), reply("my plan"))
+    planned = await two.chat("do it", session="f:7")
+    assert planned.text == "my plan" and written == []
+    assert planned.tool_calls[0].result.startswith("[Plan mode] the tool write_note was blocked")
+    assert "[Plan mode] The user turned on plan mode" in llm.requests[0].messages[-1]["content"]
+    assert two.plan_mode("f:7")
+
+    assert (await two.chat("/plan off", session="f:7")).text.startswith("Plan mode off")
+    llm.script(reply(tool_calls=[tool_call("write_note", {"text": "y"})]), reply("done"))
+    acted = await one.chat("go", session="f:7")
+    assert acted.text == "done" and written == ["y"]
+
+
+async def test_a_todo_list_written_on_one_replica_is_the_list_of_the_other(
+    llm, make_agent, tmp_path
+):
+    builtin = {"agent.builtin_tools": True}
+    one = replica(make_agent, tmp_path, "one", **builtin)
+    two = replica(make_agent, tmp_path, "two", **builtin)
+    assert await two.todos("f:8") == []  # read once before the other replica writes
+    todos = {"todos": [{"content": "draft", "status": "in_progress"}]}
+    llm.script(reply(tool_calls=[tool_call("todo_write", todos)]), reply("listed"))
+    assert (await one.chat("plan it", session="f:8")).text == "listed"
+    assert [t["content"] for t in await two.todos("f:8")] == ["draft"]
