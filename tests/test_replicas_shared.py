@@ -230,3 +230,26 @@ async def test_a_todo_list_written_on_one_replica_is_the_list_of_the_other(
     llm.script(reply(tool_calls=[tool_call("todo_write", todos)]), reply("listed"))
     assert (await one.chat("plan it", session="f:8")).text == "listed"
     assert [t["content"] for t in await two.todos("f:8")] == ["draft"]
+
+
+async def test_plan_mode_switched_on_mid_run_elsewhere_blocks_the_runs_next_call(
+    llm, make_agent, tmp_path
+):
+    written.clear()
+    one = replica(make_agent, tmp_path, "one")
+
+    @tool
+    async def ask_elsewhere() -> str:
+        """Someone turns plan mode on through the other replica while this run goes on."""
+        return (await one.chat("/plan on", session="f:9")).text
+
+    two = replica(make_agent, tmp_path, "two", tools=[write_note, ask_elsewhere])
+    llm.script(
+        reply(tool_calls=[tool_call("ask_elsewhere")]),
+        reply(tool_calls=[tool_call("write_note", {"text": "z"})]),
+        reply("stopped"),
+    )
+    result = await two.chat("go", session="f:9")
+    assert result.tool_calls[0].result.startswith("Plan mode on")
+    assert result.tool_calls[1].result.startswith("[Plan mode] the tool write_note was blocked")
+    assert written == []
