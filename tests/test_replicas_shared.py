@@ -253,3 +253,16 @@ async def test_plan_mode_switched_on_mid_run_elsewhere_blocks_the_runs_next_call
     assert result.tool_calls[0].result.startswith("Plan mode on")
     assert result.tool_calls[1].result.startswith("[Plan mode] the tool write_note was blocked")
     assert written == []
+
+
+async def test_skill_reload_on_one_replica_reloads_the_shared_folder_on_the_others(
+    make_agent, tmp_path
+):
+    folder = tmp_path / "shared-skills"
+    (folder / "copied").mkdir(parents=True)
+    one = await replica(make_agent, tmp_path, "one", **{"skills.dir": str(folder)}).start()
+    two = await replica(make_agent, tmp_path, "two", **{"skills.dir": str(folder)}).start()
+    (folder / "copied" / "SKILL.md").write_text(SKILL.replace("shared-notes", "copied"))
+    reloaded = await call(one, "skill_reload")
+    assert "[copied]" in reloaded.text
+    await until(lambda: "copied" in two.skills, "the other replica to reload the folder")
