@@ -73,6 +73,7 @@ SLOW_MODULES = {
 # parametrisation of it).
 SLOW_TESTS = {
     "tests/test_replicas_shared.py": {  # stdio MCP servers
+        "test_an_mcp_add_that_cannot_be_recorded_for_the_others_changes_nothing",
         "test_a_replica_started_later_starts_the_servers_other_replicas_added",
         "test_an_mcp_server_added_or_removed_on_one_replica_follows_on_the_others",
     },

@@ -266,3 +266,18 @@ async def test_skill_reload_on_one_replica_reloads_the_shared_folder_on_the_othe
     reloaded = await call(one, "skill_reload")
     assert "[copied]" in reloaded.text
     await until(lambda: "copied" in two.skills, "the other replica to reload the folder")
+
+
+async def test_an_mcp_add_that_cannot_be_recorded_for_the_others_changes_nothing(
+    make_agent, tmp_path
+):
+    one = await replica(make_agent, tmp_path, "one", **{"mcp.self_manage": True}).start()
+    opened = await one.host.open_store()  # the shared store, as the replicas see it
+    # A revision counter another version left unusable: the record cannot be announced.
+    await opened.kv(REVISIONS_NAMESPACE).set("mcp", "not a counter")
+    failed = await call(one, "mcp_add", **demo_server("nope"))
+    assert "recording it in the store for the other replicas failed" in (failed.error or "")
+    assert one.mcp.get("nope") is None and "mcp_load_nope" not in one.tools.names()
+    assert load_config_file(tmp_path / "one-mcp.json").names() == []  # the file put back
+    assert await opened.kv(MCP_SERVERS_NAMESPACE).items() == []  # no record left behind
+    assert await opened.kv(REVISIONS_NAMESPACE).get("mcp") == "not a counter"  # kept as it was

@@ -27,6 +27,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
+from ania_nb._atomic import write_text_atomic
 from ania_nb._preview import read_bounded, visible
 from ania_nb.errors import ConfigError, ToolError, UsageError
 from ania_nb.mcp.config import (
@@ -164,6 +165,14 @@ async def _save(registry: MCPRegistry, data: dict[str, Any]) -> None:
     await asyncio.to_thread(save_config_file, registry.settings.config_file, data)
 
 
+async def _restore(registry: MCPRegistry, file: MCPConfigFile) -> None:
+    """Put the file back as it was read (a missing or empty one as empty: no servers)."""
+    if file.data:
+        await _save(registry, file.data)
+    else:
+        await asyncio.to_thread(write_text_atomic, registry.settings.config_file, "")
+
+
 async def _configured(registry: MCPRegistry, file: MCPConfigFile) -> dict[str, MCPServerConfig]:
     """The servers of the file with every replica's changes (the store's) applied, by name."""
     await registry.read_shared()
@@ -275,7 +284,7 @@ def admin_tools(registry: MCPRegistry) -> list[FunctionTool]:
                 try:  # the other replicas start it from the store
                     await registry.shared_servers.put(server)
                 except Exception as exc:
-                    await _save(registry, file.data)
+                    await _restore(registry, file)
                     await registry.remove(name)
                     raise ToolError(
                         f"MCP server '{name}' connected, but recording it in the store for the "
@@ -314,7 +323,7 @@ def admin_tools(registry: MCPRegistry) -> list[FunctionTool]:
                     await registry.shared_servers.remove(name)
                 except Exception as exc:
                     if in_file:
-                        await _save(registry, file.data)
+                        await _restore(registry, file)
                     raise ToolError(
                         f"recording the removal of '{name}' in the store for the other replicas "
                         f"failed ({type(exc).__name__}: {exc}); nothing was removed"

@@ -58,18 +58,28 @@ class SharedServers:
 
     async def put(self, server: MCPServerConfig) -> None:
         """Record ``server`` as added (every replica starts it)."""
-        await self.entries.set(server.name, {"entry": server.to_entry("servers")})
-        await self.revisions.incr(REVISION_KEY)
+        await self._record(server.name, {"entry": server.to_entry("servers")})
 
     async def remove(self, name: str) -> None:
         """Record the server ``name`` as removed (every replica stops it)."""
-        await self.entries.set(name, _REMOVED)
-        await self.revisions.incr(REVISION_KEY)
+        await self._record(name, _REMOVED)
 
-    async def forget(self, name: str) -> None:
-        """Drop the record of ``name`` (rolling back a `put` whose file save failed)."""
-        await self.entries.delete(name)
-        await self.revisions.incr(REVISION_KEY)
+    async def _record(self, name: str, value: dict[str, Any]) -> None:
+        """Write the record, then bump the revision; a failed bump puts the old record back.
+
+        In this order a replica that sees the new revision reads the new record.
+        """
+        missing = object()
+        previous = await self.entries.get(name, missing)
+        await self.entries.set(name, value)
+        try:
+            await self.revisions.incr(REVISION_KEY)
+        except BaseException:
+            if previous is missing:
+                await self.entries.delete(name)
+            else:
+                await self.entries.set(name, previous)
+            raise
 
 
 def _entry(name: str, value: Any) -> MCPServerConfig:
