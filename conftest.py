@@ -77,6 +77,11 @@ SLOW_TESTS = {
         "test_two_replicas_adding_the_same_and_different_documents_store_each_once",
         "test_two_replicas_filling_one_scope_never_exceed_max_docs_or_max_entries",
     },
+    "tests/test_replicas_shared.py": {  # stdio MCP servers
+        "test_an_mcp_add_that_cannot_be_recorded_for_the_others_changes_nothing",
+        "test_a_replica_started_later_starts_the_servers_other_replicas_added",
+        "test_an_mcp_server_added_or_removed_on_one_replica_follows_on_the_others",
+    },
     "tests/test_store_backends.py": {
         "test_pg_several_processes_opening_a_fresh_database_migrate_it_once",
         "test_serve_says_in_one_line_why_the_store_cannot_be_opened",

@@ -204,6 +204,12 @@ class StoreSettings(Section):
         description="Run records kept per session (its oldest evicted); token counting "
         "does not depend on it.",
     )
+    sync_interval: float = Field(
+        2.0,
+        gt=0,
+        description="Seconds between checks for MCP servers and skills another replica (a "
+        "process on the same store) added or removed; each check is one small query.",
+    )
 
     @field_validator("url")
     @classmethod

@@ -33,6 +33,7 @@ from .config_tools import ConfigCenter, ConfigFile
 from .gate import ToolGate
 from .hook_config import parse_hooks
 from .hooks import PRE_TOOL_OUTCOME, HookOutcome, HookRunner, payload_for, stop_run
+from .plan import NAMESPACE as PLAN_NAMESPACE
 from .plan import PLAN_NOTE, PlanMode
 from .roles import Roles
 from .slash import SlashCommands
@@ -122,6 +123,7 @@ class Governance:
     def attach(self, store: Store) -> None:
         """Bind the parts that persist to the opened store."""
         self.todos.kv = store.kv("todos")
+        self.plan.kv = store.kv(PLAN_NAMESPACE)
         self.approvals.oplog = store.oplog
         self.approvals.store = store.approvals
         if self.center is not None:
@@ -153,6 +155,7 @@ class Governance:
         if submitted.blocked or submitted.stopped:
             reason = submitted.reason if submitted.blocked else submitted.stop_reason
             return PreparedPrompt(text, blocked=reason)
+        await self.plan.load(session)
         parts = [
             submitted.context,
             PLAN_NOTE if plan or self.plan.is_on(session) else "",

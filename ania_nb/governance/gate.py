@@ -84,6 +84,8 @@ class ToolGate:
         refused = self.roles.refusal(ctx.role, call.name) if self.roles is not None else None
         if refused is not None:  # not offered to this run, called anyway
             return GateDecision(refused, "blocked", "role")
+        if not ctx.plan_mode:
+            await self.plan.load(ctx.session)  # switched on another replica meanwhile
         blocked = self.plan.blocks(ctx.session, call.name, tool, this_run=ctx.plan_mode)
         if blocked is not None:
             return GateDecision(blocked, "blocked", "plan")

@@ -2,12 +2,22 @@
 
 While on, each user turn starts with `PLAN_NOTE` and the tool gate blocks every side-effect tool:
 the original's list below [orig §9.1] plus any tool marked ``side_effects=True``. ``todo_write`` and
-read-only tools stay available. Plan mode lives in memory (a restart turns it off).
+read-only tools stay available. Once the store is open, plan mode is kept in its KV namespace
+``plan`` (session → on/off), so every replica of the agent on that store (and a restart) sees
+it: a switch is written at once, and each turn and each gated call reads the session's state
+first (one small read).
 """
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from ..tools import Tool
+
+if TYPE_CHECKING:  # pragma: no cover
+    from ..store import KVNamespace
+
+NAMESPACE = "plan"
 
 PLAN_BLOCKED_TOOLS = frozenset(
     {
@@ -46,20 +56,47 @@ class PlanMode:
     """Which sessions are in plan mode."""
 
     def __init__(self) -> None:
+        self.kv: KVNamespace | None = None  # bound when the store opens
         self._on: set[str] = set()
+        self._unsaved: set[str] = set()  # switched in memory, not written to the store yet
 
     def is_on(self, session: str) -> bool:
-        """Whether the session is in plan mode."""
+        """Whether the session is in plan mode (as last read or set here)."""
         return session in self._on
 
     def set(self, session: str, on: bool) -> bool:
-        """Turn plan mode on or off; returns whether it changed."""
+        """Turn plan mode on or off; returns whether it changed (stored by the next `load`)."""
         changed = self.is_on(session) != on
         if on:
             self._on.add(session)
         else:
             self._on.discard(session)
+        self._unsaved.add(session)
         return changed
+
+    async def load(self, session: str) -> None:
+        """Bring the session's state in line with the store: write a switch made here, else read.
+
+        What another replica (or an earlier process) stored wins over this memory; a session
+        never switched anywhere keeps its state here.
+        """
+        if self.kv is None:
+            return
+        if session in self._unsaved:
+            await self.save(session)
+            return
+        stored = await self.kv.get(session)
+        if isinstance(stored, bool):
+            if stored:
+                self._on.add(session)
+            else:
+                self._on.discard(session)
+
+    async def save(self, session: str) -> None:
+        """Write the session's switch to the store (once it is open)."""
+        if self.kv is not None and session in self._unsaved:
+            await self.kv.set(session, self.is_on(session))
+            self._unsaved.discard(session)
 
     def blocks(
         self, session: str, name: str, tool: Tool | None, *, this_run: bool = False

@@ -94,7 +94,10 @@ class SlashCommands:
             role = self.roles.role_of(session, sender)
             if rank(role) < rank("trusted"):
                 return f"/plan {action} is for admins and trusted users in a group."
-        return self.plan.command(session, args)
+        await self.plan.load(session)  # what another replica switched
+        answer = self.plan.command(session, args)
+        await self.plan.save(session)  # so every replica's next turn and call sees it
+        return answer
 
     async def _help(self, session: str, args: str, sender: str | None) -> str:
         lines = ["Commands:", *(f"/{name} — {text}" for name, text in self._help_texts.items())]

@@ -93,7 +93,7 @@ def _lines(todos: list[Todo]) -> list[str]:
 
 
 class TodoBook:
-    """Every main session's task list, cached in memory and kept in a KV namespace."""
+    """Every main session's task list, kept in a KV namespace (in memory until it opens)."""
 
     def __init__(self) -> None:
         self.kv: KVNamespace | None = None  # bound when the store opens
@@ -101,11 +101,10 @@ class TodoBook:
         self._reminded: dict[str, str] = {}  # session → hash of the last reminder
 
     async def get(self, session: str) -> list[Todo]:
-        """The session's list (loaded from the store on first use)."""
-        if session not in self._lists:
-            stored = await self.kv.get(session, []) if self.kv is not None else []
-            self._lists[session] = [dict(t) for t in stored]
-        return [dict(t) for t in self._lists[session]]
+        """The session's list, read from the store each time (another replica may write it)."""
+        if self.kv is not None:
+            self._lists[session] = [dict(t) for t in await self.kv.get(session, [])]
+        return [dict(t) for t in self._lists.get(session, [])]
 
     async def put(self, session: str, todos: list[Todo]) -> None:
         """Replace the session's list (and its stored copy)."""

@@ -4,7 +4,9 @@ Registered in the shared executor when ``MCPSettings.self_manage`` is on. Change
 runtime and persisted to the MCP config file (atomically, in the file's own form): ``mcp_add``
 connects first and saves second, and undoes the connection if saving fails, so the runtime and
 the file never disagree; ``mcp_remove`` edits the file first and always succeeds there, even for a
-server that is not running. File I/O runs in worker threads.
+server that is not running. File I/O runs in worker threads. With the store's `SharedServers`
+(an Agent's registry) each change is recorded there too, after the file, so every replica of the
+agent applies it (`MCPRegistry.sync_shared`); a failed record rolls the file and the server back.
 
 The servers are shared by every chat, so changing them is an admin's act: ``mcp_add`` and
 ``mcp_remove`` always wait for an admin's approval (``needs_admin_approval``, which the tool
@@ -25,6 +27,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
+from ania_nb._atomic import write_text_atomic
 from ania_nb._preview import read_bounded, visible
 from ania_nb.errors import ConfigError, ToolError, UsageError
 from ania_nb.mcp.config import (
@@ -162,6 +165,28 @@ async def _save(registry: MCPRegistry, data: dict[str, Any]) -> None:
     await asyncio.to_thread(save_config_file, registry.settings.config_file, data)
 
 
+async def _restore(registry: MCPRegistry, file: MCPConfigFile) -> None:
+    """Put the file back as it was read (a missing or empty one as empty: no servers)."""
+    if file.data:
+        await _save(registry, file.data)
+    else:
+        await asyncio.to_thread(write_text_atomic, registry.settings.config_file, "")
+
+
+async def _configured(registry: MCPRegistry, file: MCPConfigFile) -> dict[str, MCPServerConfig]:
+    """The servers of the file with every replica's changes (the store's) applied, by name."""
+    await registry.read_shared()
+    return {s.name: s for s in registry.overlay(file.servers)}
+
+
+def _entry_known(registry: MCPRegistry, path: Path, name: str) -> MCPServerConfig | str:
+    """The entry for ``name``: the store's shared one (as last read), else the file's."""
+    if name in registry.shared_state:
+        shared = registry.shared_state[name]
+        return shared if shared is not None else f"MCP server {name!r} was removed (shared)"
+    return _entry_in_file(path, name)
+
+
 def admin_tools(registry: MCPRegistry) -> list[FunctionTool]:
     """The four self-management tools, bound to ``registry``."""
     path = registry.settings.config_file
@@ -169,8 +194,11 @@ def admin_tools(registry: MCPRegistry) -> list[FunctionTool]:
     async def mcp_list() -> str:
         """List the MCP servers (config file and running), with their state and tool counts."""
         problem = ""
+        in_file: set[str] = set()
         try:
-            configured = {s.name: s for s in (await _read(registry)).servers}
+            file = await _read(registry)
+            in_file = set(file.names())
+            configured = await _configured(registry, file)
         except ToolError as exc:
             configured, problem = {}, f"\n(config file problem: {exc})"
         running = {s.name: s for s in registry.servers()}
@@ -197,6 +225,8 @@ def admin_tools(registry: MCPRegistry) -> list[FunctionTool]:
                 state = "disabled" if config and config.disabled else "not running"
             if config is None:
                 state += ", not in the config file"
+            elif name not in in_file:
+                state += ", added on another replica (not in this replica's file)"
             about = f": {description}" if description else ""
             lines.append(f"- {name}{about} ({target}; {state})")
         return "\n".join(lines) + problem
@@ -231,7 +261,8 @@ def admin_tools(registry: MCPRegistry) -> list[FunctionTool]:
         )
         async with registry.file_lock:
             file = await _read(registry)
-            if name in file.names() or registry.get(name) is not None:
+            taken = name in file.names() or name in await _configured(registry, file)
+            if taken or registry.get(name) is not None:
                 raise ToolError(f"an MCP server named '{name}' already exists; mcp_remove it first")
             try:
                 server = validate_server(entry, "mcp_add", f"server '{name}'")
@@ -249,6 +280,17 @@ def admin_tools(registry: MCPRegistry) -> list[FunctionTool]:
                     f"MCP server '{name}' connected, but saving {str(path)!r} failed "
                     f"({type(exc).__name__}: {exc}); it was disconnected again, nothing changed"
                 ) from None
+            if registry.shared_servers is not None:
+                try:  # the other replicas start it from the store
+                    await registry.shared_servers.put(server)
+                except Exception as exc:
+                    await _restore(registry, file)
+                    await registry.remove(name)
+                    raise ToolError(
+                        f"MCP server '{name}' connected, but recording it in the store for the "
+                        f"other replicas failed ({type(exc).__name__}: {exc}); it was "
+                        "disconnected again, nothing changed"
+                    ) from None
         if registry.mode == "lazy":
             usage = f"list its tools with mcp_discover_{name}, then load one with mcp_load_{name}"
         else:
@@ -264,9 +306,10 @@ def admin_tools(registry: MCPRegistry) -> list[FunctionTool]:
         async with registry.file_lock:
             file = await _read(registry)
             in_file = name in file.names()
-            if not in_file and registry.get(name) is None:
+            configured = await _configured(registry, file)
+            if name not in configured and not in_file and registry.get(name) is None:
                 raise ToolError(
-                    f"no MCP server named '{name}'. Configured: [{', '.join(file.names())}]"
+                    f"no MCP server named '{name}'. Configured: [{', '.join(sorted(configured))}]"
                 )
             if in_file:
                 try:
@@ -274,6 +317,16 @@ def admin_tools(registry: MCPRegistry) -> list[FunctionTool]:
                 except OSError as exc:
                     raise ToolError(
                         f"saving {str(path)!r} failed ({exc}); nothing was removed"
+                    ) from None
+            if registry.shared_servers is not None:
+                try:  # the other replicas stop it too, and skip it at their next start
+                    await registry.shared_servers.remove(name)
+                except Exception as exc:
+                    if in_file:
+                        await _restore(registry, file)
+                    raise ToolError(
+                        f"recording the removal of '{name}' in the store for the other replicas "
+                        f"failed ({type(exc).__name__}: {exc}); nothing was removed"
                     ) from None
         try:
             await registry.remove(name)
@@ -288,7 +341,7 @@ def admin_tools(registry: MCPRegistry) -> list[FunctionTool]:
         name = _name(name)
         try:
             if registry.get(name) is None:
-                server = next((s for s in (await _read(registry)).servers if s.name == name), None)
+                server = (await _configured(registry, await _read(registry))).get(name)
                 if server is None:
                     known = sorted({s.name for s in registry.servers()})
                     raise ToolError(f"no MCP server named '{name}'. Known: [{', '.join(known)}]")
@@ -325,7 +378,7 @@ def admin_tools(registry: MCPRegistry) -> list[FunctionTool]:
     def remove_summary(arguments: Mapping[str, Any]) -> str:
         name = str(arguments.get("name", "")).strip()
         head = f"mcp_remove: stop MCP server {visible(name)} and delete it from {str(path)!r}"
-        found = _entry_in_file(Path(path), name)
+        found = _entry_known(registry, Path(path), name)
         if isinstance(found, str):
             running = " (it is running)" if registry.get(name) is not None else ""
             return f"{head}{running}: {found}"
@@ -340,7 +393,7 @@ def admin_tools(registry: MCPRegistry) -> list[FunctionTool]:
         running = registry.get(name)
         if running is not None:
             return f"mcp_reconnect: restart MCP server {visible(name)} with its current config"
-        found = _entry_in_file(Path(path), name)
+        found = _entry_known(registry, Path(path), name)
         if isinstance(found, str):
             shown.pop(name, None)
             return f"mcp_reconnect: start MCP server {visible(name)}: {found}; nothing will run"

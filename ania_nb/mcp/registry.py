@@ -6,6 +6,10 @@ owner already uses (a built-in, a user tool, an earlier server in config order) 
 ``<server>__<name>``. Servers start concurrently; one that fails is logged and left ``failed``
 (``reconnect`` revives it from its config entry). Removing a server unloads its tools from
 every session.
+
+With ``shared_servers`` (the store's `SharedServers`, as an Agent passes it) the servers
+``mcp_add`` and ``mcp_remove`` changed on any replica apply on top of the file, at start and at
+each `sync_shared`.
 """
 
 from __future__ import annotations
@@ -28,6 +32,9 @@ from ania_nb.mcp.config import (
 )
 from ania_nb.mcp.manager import MCPServerError, MCPToolManager, ServerState
 from ania_nb.mcp.tools import MCPToolset
+
+if TYPE_CHECKING:
+    from ania_nb.mcp.shared import SharedServers
 
 if TYPE_CHECKING:
     from ania_nb._http import MCPClientFactory
@@ -66,10 +73,12 @@ class MCPRegistry:
         approval_enabled: bool = False,
         security: SecuritySettings | None = None,
         viewer: ImageViewer | None = None,
+        shared_servers: SharedServers | None = None,
     ) -> None:
         """``approval_enabled`` (the agent's ``approval.enable``): destructive tools ask first.
 
-        ``viewer`` shows the images MCP tools return to the model (None: they are described).
+        ``viewer`` shows the images MCP tools return to the model (None: they are described);
+        ``shared_servers`` holds the admin tools' changes for every replica (None: this file only).
         """
         self.settings = settings
         self.approval_enabled = approval_enabled
@@ -88,6 +97,9 @@ class MCPRegistry:
         self._starting: list[asyncio.Task[None]] = []  # first connections (start)
         self.config_error: str | None = None  # why the config file could not be used
         self.config_form: Form | None = None  # which form the file was written in
+        self.shared_servers = shared_servers
+        # The store's shared servers as last read (None = removed), for the admin tools' texts.
+        self.shared_state: dict[str, MCPServerConfig | None] = {}
 
     @property
     def mode(self) -> Literal["lazy", "eager"]:
@@ -119,19 +131,12 @@ class MCPRegistry:
             _log.error("%s", self.config_error)
             config = MCPConfigFile(path=Path(self.settings.config_file))
         self.config_form = config.form if config.servers else None
+        servers = self.overlay(config.servers, await self.read_shared())
         async with self._lock:
-            for server in config.servers:
+            for server in servers:
                 if not server.disabled:
-                    manager = self._manager(server)
-                    self._managers[server.name] = manager
-                    if self.settings.lazy_load:  # usable (it waits) while connecting
-                        self._register(manager)
-        self._starting = []
-        for manager in self._managers.values():
-            manager.starting = asyncio.create_task(
-                self._start_one(manager), name=f"mcp-start:{manager.name}"
-            )
-            self._starting.append(manager.starting)
+                    self._put(server)
+        self._starting = [self._connect_soon(m) for m in self._managers.values()]
         if wait:
             await self.wait_started()
         if self.settings.self_manage:
@@ -140,6 +145,66 @@ class MCPRegistry:
             for tool in admin_tools(self):
                 self.shared.add(tool, replace=True)
                 self._admin.append(tool.name)
+
+    def overlay(
+        self,
+        servers: Sequence[MCPServerConfig],
+        shared: dict[str, MCPServerConfig | None] | None = None,
+    ) -> list[MCPServerConfig]:
+        """The file's ``servers`` with the shared changes applied: removed ones out, added in.
+
+        A shared entry replaces the file's entry of the same name (it is the later admin act).
+        """
+        shared = self.shared_state if shared is None else shared
+        out: list[MCPServerConfig] = []
+        for server in servers:
+            if server.name not in shared:
+                out.append(server)
+            elif (changed := shared[server.name]) is not None:
+                out.append(changed)
+        known = {s.name for s in servers}
+        out += [s for name, s in sorted(shared.items()) if s is not None and name not in known]
+        return out
+
+    async def read_shared(self) -> dict[str, MCPServerConfig | None]:
+        """Read the store's shared servers (kept in `shared_state`); {} without a store."""
+        if self.shared_servers is None:
+            return {}
+        self.shared_state = await self.shared_servers.state()
+        return self.shared_state
+
+    async def sync_shared(self) -> None:
+        """Apply the shared changes another replica made: stop removed servers, start added ones.
+
+        A server added there connects here in the background, like one of the file at start
+        (one that fails here is left ``failed``, for ``mcp_reconnect``); a server whose entry
+        changed is restarted with the new entry. Servers of this file alone are left alone.
+        """
+        if not self._started:
+            return
+        shared = await self.read_shared()
+        async with self._lock:
+            for name, server in sorted(shared.items()):
+                running = self._managers.get(name)
+                if running is not None and (server is None or running.config != server):
+                    await self._drop(name)
+                if server is not None and (running is None or running.config != server):
+                    _log.info("MCP server %r was added on another replica; starting it", name)
+                    self._starting.append(self._connect_soon(self._put(server)))
+
+    def _put(self, server: MCPServerConfig) -> MCPToolManager:
+        """Make (not connect) the manager of ``server``; lazy mode registers its pair at once."""
+        manager = self._manager(server)
+        self._managers[server.name] = manager
+        if self.settings.lazy_load:  # usable (it waits) while connecting
+            self._register(manager)
+        return manager
+
+    def _connect_soon(self, manager: MCPToolManager) -> asyncio.Task[None]:
+        manager.starting = asyncio.create_task(
+            self._start_one(manager), name=f"mcp-start:{manager.name}"
+        )
+        return manager.starting
 
     async def _start_one(self, manager: MCPToolManager) -> None:
         """Connect one configured server and register its tools (or drop its lazy pair)."""
@@ -203,15 +268,19 @@ class MCPRegistry:
     async def remove(self, name: str) -> bool:
         """Unregister a server's tools and close it; False if no such server was known."""
         async with self._lock:
-            manager = self._managers.pop(name, None)
-            if manager is None:
-                return False
-            toolset = self._toolsets.get(name)
-            if toolset is not None:
-                toolset.unload_everywhere()
-            self._unregister(name)
-            await manager.aclose()
-            return True
+            return await self._drop(name)
+
+    async def _drop(self, name: str) -> bool:
+        """`remove` under the lock."""
+        manager = self._managers.pop(name, None)
+        if manager is None:
+            return False
+        toolset = self._toolsets.get(name)
+        if toolset is not None:
+            toolset.unload_everywhere()
+        self._unregister(name)
+        await manager.aclose()
+        return True
 
     async def reconnect(self, name: str) -> MCPServerStatus:
         """Reconnect a server (also one that failed at start) and register its tools again.

@@ -17,7 +17,8 @@ from .._http import HttpClients
 from ..config import SAVED_CONFIG_NAMESPACE, Config, ConfigLayers
 from ..engine.context import BeforeCompact, ContextWindow
 from ..engine.llm import LLMClient
-from ..store import Store
+from ..store import REVISIONS_NAMESPACE, Store
+from .shared import SharedChanges
 
 if TYPE_CHECKING:  # pragma: no cover
     from ..mcp import MCPRegistry
@@ -25,6 +26,8 @@ if TYPE_CHECKING:  # pragma: no cover
     from ..tools import ToolExecutor
 
 log = logging.getLogger(__name__)
+
+SKILLS_REVISION = "skills"  # the store's counter bumped by skill_install / skill_remove
 
 
 @dataclass
@@ -38,6 +41,7 @@ class Runtime:
     one_shot_llm: LLMClient | None = None  # clock, subagent and team runs (None = ``llm``)
     skills: SkillManager | None = None
     mcp: MCPRegistry | None = None
+    shared: SharedChanges | None = None  # other replicas' MCP and skill changes
 
     @classmethod
     async def open(
@@ -89,8 +93,17 @@ class Runtime:
                 else None
             )
             runtime = cls(config, store, llm, window, one_shot)
+            shared = SharedChanges(store.kv(REVISIONS_NAMESPACE), config.store.sync_interval)
+            runtime.shared = shared
             runtime.skills = await _open_skills(config, tools, store)
-            runtime.mcp = await _open_mcp(config, tools, http)
+            if runtime.skills is not None:
+                shared.on(SKILLS_REVISION, runtime.skills.refresh)
+            runtime.mcp = await _open_mcp(config, tools, http, store)
+            if runtime.mcp is not None:
+                from ..mcp.shared import REVISION_KEY as MCP_REVISION
+
+                shared.on(MCP_REVISION, runtime.mcp.sync_shared)
+            await shared.start()
             return runtime
         except BaseException:
             if runtime is not None:
@@ -104,7 +117,9 @@ class Runtime:
         return self.skills.registry_prompt() if self.skills is not None else ""
 
     async def aclose(self) -> None:
-        """Stop MCP servers, close model clients and the store."""
+        """Stop watching for shared changes and MCP servers, close model clients and the store."""
+        if self.shared is not None:
+            await self.shared.aclose()
         if self.mcp is not None:
             await self.mcp.aclose()
             if self.mcp.viewer is not None and self.mcp.viewer.describer is not None:
@@ -131,18 +146,24 @@ async def _open_skills(config: Config, tools: ToolExecutor, store: Store) -> Ski
         self_manage=config.skills.self_manage,
         oplog=store.oplog,
         allow_private_hosts=config.skills.allow_private_hosts,
+        changed=lambda: store.kv(REVISIONS_NAMESPACE).incr(SKILLS_REVISION),
     ):
         tools.add(tool, replace=True)
     return manager
 
 
-async def _open_mcp(config: Config, tools: ToolExecutor, http: HttpClients) -> MCPRegistry | None:
-    """The MCP tier: only when the MCP servers file has content.
+async def _open_mcp(
+    config: Config, tools: ToolExecutor, http: HttpClients, store: Store
+) -> MCPRegistry | None:
+    """The MCP tier: when the MCP servers file has content, or a replica's mcp_add left some.
 
     An empty file means none, like a missing one (the bash sandbox's stand-in for it is empty).
     """
+    from ..mcp.shared import MCP_SERVERS_NAMESPACE, SharedServers
+
+    shared = SharedServers(store.kv(MCP_SERVERS_NAMESPACE), store.kv(REVISIONS_NAMESPACE))
     exists = await asyncio.to_thread(_has_content, Path(config.mcp.config_file))
-    if not exists and not config.mcp.self_manage:
+    if not exists and not config.mcp.self_manage and not await shared.entries.keys():
         return None
     from ..mcp import MCPRegistry
     from ..tools.builtin import image_viewer
@@ -154,6 +175,7 @@ async def _open_mcp(config: Config, tools: ToolExecutor, http: HttpClients) -> M
         approval_enabled=config.approval.enable,
         security=config.security,
         viewer=image_viewer(config, http.vision_client),  # images MCP tools return
+        shared_servers=shared,
     )
     await registry.start(wait=False)  # a slow server never delays the first reply
     return registry

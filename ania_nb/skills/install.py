@@ -15,7 +15,7 @@ import secrets
 import shutil
 import tempfile
 import unicodedata
-from collections.abc import Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING
@@ -107,14 +107,17 @@ class SkillInstaller:
         max_content_bytes: int = 256 * 1024,
         timeout: float = 120.0,
         allow_private_hosts: Iterable[str] = (),
+        changed: Callable[[], Awaitable[object]] | None = None,
     ) -> None:
         """Configure limits; without ``http_client`` each download uses a fresh guarded client.
 
         Downloads reach public addresses only, plus ``allow_private_hosts`` (addresses or CIDR
-        networks, ``skills.allow_private_hosts``).
+        networks, ``skills.allow_private_hosts``). ``changed`` is told after every install and
+        removal (an Agent bumps the store's ``skills`` revision: other replicas reload).
         """
         self.manager = manager
         self.oplog = oplog
+        self.changed = changed
         self.codeload_base = codeload_base.rstrip("/")
         self.max_download_bytes = max_download_bytes
         self.max_content_bytes = max_content_bytes
@@ -151,6 +154,7 @@ class SkillInstaller:
             raise
         verb = "replaced" if result.replaced else "installed"
         await audit(f"{verb} {result.skill.name!r} at {result.skill.location} from {source}")
+        await self._tell_others()
         return result
 
     async def remove(
@@ -172,7 +176,21 @@ class SkillInstaller:
         what = removed.location if isinstance(removed, Skill) else removed.name + "/"
         shown = removed.name if isinstance(removed, Skill) else name.strip()
         await audit(f"removed {shown!r} at {what}")
+        await self._tell_others()
         return removed
+
+    async def _tell_others(self) -> None:
+        """Tell ``changed`` (the other replicas); the change itself is done whatever it says."""
+        if self.changed is None:
+            return
+        try:
+            await self.changed()
+        except Exception:
+            log.warning(
+                "the skills folder changed, but the other replicas could not be told; they "
+                "see it after skill_reload or a restart",
+                exc_info=True,
+            )
 
     # -- install ---------------------------------------------------------------------------
 

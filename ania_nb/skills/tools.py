@@ -11,7 +11,8 @@ install like any other: it asks too.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterable, Mapping
+import logging
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, Field
@@ -45,6 +46,9 @@ MAX_PARSED_CHARS = 256 * 1024  # larger SKILL.md text is refused by the installe
 SUMMARY_CONTENT_CHARS = 4000  # SKILL.md text shown to the admin who approves a replacement
 MAX_LISTED = 200  # attachments listed per section; a vendored tree must not flood the context
 CATEGORY = "ai"  # op-log category of AI-originated changes; the actor is the requesting user
+
+
+log = logging.getLogger(__name__)
 
 
 def _truncated(text: str, what: str, path: str, extra: str = "") -> str:
@@ -163,13 +167,21 @@ class SkillReloadTool(BaseTool[_NoParams]):
 
     name = "skill_reload"
 
-    def __init__(self, manager: SkillManager) -> None:
-        """Refresh ``manager``."""
+    def __init__(
+        self, manager: SkillManager, changed: Callable[[], Awaitable[object]] | None = None
+    ) -> None:
+        """Refresh ``manager``; tell ``changed`` (the other replicas reload the folder too)."""
         self.manager = manager
+        self.changed = changed
 
     async def execute(self, params: _NoParams, ctx: ToolContext) -> str:
         """Reload and report the loaded and the skipped skills."""
         await self.manager.refresh()
+        if self.changed is not None:
+            try:
+                await self.changed()
+            except Exception:
+                log.warning("the other replicas could not be told to reload", exc_info=True)
         names = self.manager.names()
         text = (
             f"Skills reloaded from {self.manager.dir.absolute()}: {len(names)} "
@@ -367,12 +379,14 @@ def skill_tools(
     http_client: httpx2.AsyncClient | None = None,
     installer: SkillInstaller | None = None,
     allow_private_hosts: Iterable[str] = (),
+    changed: Callable[[], Awaitable[object]] | None = None,
 ) -> list[Tool]:
     """The skill tools for ``manager``, sorted by name; admin tools only with ``self_manage``.
 
-    ``allow_private_hosts``: non-public addresses/networks downloads may reach (tests, intranet).
+    ``allow_private_hosts``: non-public addresses/networks downloads may reach (tests, intranet);
+    ``changed``: told after each install and removal (`SkillInstaller`).
     """
-    tools: list[Tool] = [SkillReadTool(manager), SkillReloadTool(manager)]
+    tools: list[Tool] = [SkillReadTool(manager), SkillReloadTool(manager, changed)]
     if self_manage:
         if installer is None:
             installer = SkillInstaller(
@@ -380,6 +394,7 @@ def skill_tools(
                 http_client=http_client,
                 oplog=oplog,
                 allow_private_hosts=allow_private_hosts,
+                changed=changed,
             )
         tools += [SkillListTool(manager), SkillInstallTool(installer), SkillRemoveTool(installer)]
     return sorted(tools, key=lambda t: t.name)

@@ -16,6 +16,9 @@ if TYPE_CHECKING:
 
 _NAMESPACE_RE = re.compile(r"[a-z][a-z0-9_.-]{0,63}")
 
+REVISIONS_NAMESPACE = "revisions"
+"""The namespace of change counters other processes poll (``mcp``, ``skills``: replicas reload)."""
+
 
 class KVNamespace:
     """One namespace of the ``kv`` table; values are anything ``json.dumps`` accepts."""
