@@ -1015,6 +1015,9 @@ async def _script(argv: list[str] | None = None) -> int:
     parser.add_argument("--format", choices=["array", "string"], default="array")
     parser.add_argument("--heartbeat", type=float, metavar="SECONDS", help="heartbeat interval")
     parser.add_argument("--report-sent", action="store_true", help="push message_sent events")
+    parser.add_argument(
+        "--buffered", action="store_true", help="a send queue per connection (several bots)"
+    )
     parser.add_argument("--print-actions", action="store_true")
     parser.add_argument("--no-stdin", action="store_true", help="ignore stdin; run until a signal")
     opts = parser.parse_args(argv)
@@ -1029,6 +1032,7 @@ async def _script(argv: list[str] | None = None) -> int:
         opts.format,
         heartbeat_interval=opts.heartbeat,
         report_sent=opts.report_sent,
+        buffered=opts.buffered,
     )
     if opts.print_actions:
         impl.on_action = lambda action: emit({"action": action.as_dict()})
