@@ -67,6 +67,7 @@ SLOW_MODULES = {
     "tests/test_runner_serve.py",  # one ania-nb serve for the module
     "tests/test_runner_durable.py",  # ania-nb serve killed and restarted, reconnect storms
     "tests/test_runner_background.py",  # ania-nb serve stopped and killed during a subagent
+    "tests/test_runner_replicas.py",  # three ania-nb serve replicas on one PostgreSQL
     "tests/security/test_chat_serve.py",  # likewise
 }
 

@@ -7,6 +7,13 @@ It plays the part NapCat/Lagrange play in production, over real WebSockets (`web
 - reverse mode: ``await impl.connect(url)`` dials the bot as a Universal client (``X-Self-ID``,
   ``X-Client-Role``, ``Authorization: Bearer``) and reconnects after ``await impl.drop()``.
 
+Several bots at once, as NapCat, Lagrange.OneBot and go-cqhttp serve several replicas of one bot:
+every event goes to every connected client (each forward-mode client, or one reverse-mode
+``connect`` per replica's URL), and each action records which client sent it
+(``Action.client``: the ``client`` query parameter a forward-mode client dials with, or
+``connect(url, client=…)``). With ``buffered=True`` each connection has its own send queue, as
+Node's ``ws`` buffers per socket: a frozen client (SIGSTOP) never delays the others' events.
+
 Tests inject messages (``private_message``, ``group_message``), watch the bot's actions
 (``impl.actions``, ``wait_for_action``), and make the next actions fail or stall. Everything
 the impl sends or receives is kept, so ``get_msg`` and the history actions answer from it.
@@ -152,6 +159,7 @@ class Action:
     echo: Any
     response: dict[str, Any] | None = None
     connection: int = 0
+    client: str = ""  # who sent it: see `OneBotImpl.clients`
 
     @property
     def segments(self) -> list[Segment]:
@@ -178,6 +186,7 @@ class Action:
             "params": self.params,
             "echo": self.echo,
             "response": self.response,
+            "client": self.client,
         }
 
 
@@ -304,6 +313,7 @@ class OneBotImpl:
         heartbeat_interval: float | None = None,
         report_sent: bool = False,
         first_message_id: int = 1000,
+        buffered: bool = False,
     ) -> None:
         if message_format not in ("array", "string"):
             raise ValueError(f"message_format must be 'array' or 'string', not {message_format!r}")
@@ -313,6 +323,7 @@ class OneBotImpl:
         self.nickname = nickname
         self.heartbeat_interval = heartbeat_interval
         self.report_sent = report_sent  # push message_sent events for the bot's own messages
+        self.buffered = buffered  # a send queue per connection: a stalled client delays no other
         self.on_action: Callable[[Action], None] | None = None  # called once each is answered
         self.actions: list[Action] = []
         self.events: list[dict[str, Any]] = []  # every event pushed, in order
@@ -322,14 +333,16 @@ class OneBotImpl:
         self.connections = 0  # successful connections so far
         self.dial_failures = 0  # reverse mode: attempts that found nothing listening
         self.request_headers: list[dict[str, str]] = []  # forward mode: each accepted upgrade
+        self.clients: dict[int, str] = {}  # connection number -> client name ("" when unnamed)
         # A platform never reuses a message id; a second impl in one test starts elsewhere.
         self._next_id = first_message_id
         self._live: dict[int, tuple[ClientConnection | ServerConnection, str]] = {}
+        self._queues: dict[int, asyncio.Queue[dict[str, Any]]] = {}  # buffered: per connection
         self._rules: list[_Rule] = []
         self._release = asyncio.Event()
         self._changed = asyncio.Event()
         self._server: Server | None = None
-        self._reverse: asyncio.Task[None] | None = None
+        self._reverse: dict[str, asyncio.Task[None]] = {}  # reverse mode: one dialler per URL
         self._reconnect = True
         self._tasks: set[asyncio.Task[Any]] = set()
 
@@ -341,9 +354,14 @@ class OneBotImpl:
         return any(role != "api" for _, role in self._live.values())
 
     @property
+    def connected_clients(self) -> set[str]:
+        """Names of the clients with an open event-receiving connection."""
+        return {self.clients[n] for n, (_, role) in self._live.items() if role != "api"}
+
+    @property
     def redialing(self) -> bool:
         """Reverse mode: whether the impl is connected or still dials (False after a final drop)."""
-        return self._reverse is not None and not self._reverse.done()
+        return any(not task.done() for task in self._reverse.values())
 
     async def serve(self, host: str = "127.0.0.1", port: int = 0) -> str:
         """Forward mode: listen for the bot; returns ``ws://host:port`` (paths /, /api, /event)."""
@@ -379,8 +397,10 @@ class OneBotImpl:
         return None
 
     async def _serve_connection(self, ws: ServerConnection) -> None:
-        path = urlsplit(ws.request.path if ws.request else "/").path.rstrip("/")
-        await self._run(ws, {"/api": "api", "/event": "event"}.get(path, "universal"))
+        parts = urlsplit(ws.request.path if ws.request else "/")
+        client = next(iter(parse_qs(parts.query).get("client", [])), "")
+        role = {"/api": "api", "/event": "event"}.get(parts.path.rstrip("/"), "universal")
+        await self._run(ws, role, client)
 
     async def connect(
         self,
@@ -391,16 +411,21 @@ class OneBotImpl:
         deadline: float = 10.0,
         retry_interval: float = 0.1,
         auth: Literal["Bearer", "Token", "query"] = "Bearer",
+        client: str = "",
     ) -> None:
         """Reverse mode: dial the bot until connected (or ``deadline`` s pass); keep reconnecting.
+
+        Call it once per URL to serve several bots (one reverse-WS entry per replica); ``client``
+        names the connections to this URL in `clients` and `Action.client`.
 
         A refused handshake (HTTP 401/403/…) raises `HandshakeRejected` at once; after the first
         success every drop is retried every ``retry_interval`` s until `aclose`. The token goes
         as ``Authorization: <auth> <token>``, or with ``auth="query"`` as the URL-quoted
         ``access_token`` query parameter (authorization.md allows both; go-cqhttp says Token).
         """
-        if self._reverse is not None and not self._reverse.done():
-            raise RuntimeError("already connected or connecting; drop(reconnect=False) first")
+        running = self._reverse.get(url)
+        if running is not None and not running.done():
+            raise RuntimeError(f"already connected or connecting to {url}; drop(reconnect=False)")
         headers = {"X-Self-ID": self.self_id, "X-Client-Role": role}
         token = self.access_token if token is _UNSET else token
         if token is not None and auth == "query":
@@ -409,17 +434,18 @@ class OneBotImpl:
             headers["Authorization"] = f"{auth} {token}"
         first: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self._reconnect = True
-        self._reverse = asyncio.create_task(
-            self._reverse_loop(url, headers, role.lower(), first, retry_interval, deadline)
+        dialler = asyncio.create_task(
+            self._reverse_loop(url, headers, role.lower(), first, retry_interval, deadline, client)
         )
-        self._reverse.add_done_callback(lambda _: self._notify())  # wakes waiters on `redialing`
+        self._reverse[url] = dialler
+        dialler.add_done_callback(lambda _: self._notify())  # wakes waiters on `redialing`
         try:
             await asyncio.wait_for(asyncio.shield(first), deadline + 1)
         except BaseException:
-            self._reverse.cancel()
+            dialler.cancel()
             with contextlib.suppress(BaseException):
-                await self._reverse
-            self._reverse = None
+                await dialler
+            self._reverse.pop(url, None)
             raise
 
     async def _reverse_loop(
@@ -430,6 +456,7 @@ class OneBotImpl:
         first: asyncio.Future[None],
         retry_interval: float,
         deadline: float,
+        client: str,
     ) -> None:
         give_up = asyncio.get_running_loop().time() + deadline
         while not first.done() or self._reconnect:  # drop(reconnect=False) ends the redialing
@@ -459,21 +486,31 @@ class OneBotImpl:
                 if not first.done():
                     first.set_result(None)
                 await self._run(
-                    ws, "api" if role == "api" else "event" if role == "event" else "universal"
+                    ws,
+                    "api" if role == "api" else "event" if role == "event" else "universal",
+                    client,
                 )
                 if not self._reconnect:
                     return
             await asyncio.sleep(retry_interval)  # the spec's reconnect_interval
 
-    async def _run(self, ws: ClientConnection | ServerConnection, role: str) -> None:
+    async def _run(
+        self, ws: ClientConnection | ServerConnection, role: str, client: str = ""
+    ) -> None:
         self.connections += 1
         conn_id = self.connections
+        self.clients[conn_id] = client
         self._live[conn_id] = (ws, role)
         self._notify()
         beat: asyncio.Task[None] | None = None
+        writer: asyncio.Task[None] | None = None
         try:
             if role != "api":
                 await self._send(ws, self._meta("lifecycle", sub_type="connect"))
+                if self.buffered:
+                    queue: asyncio.Queue[dict[str, Any]] = asyncio.Queue()
+                    self._queues[conn_id] = queue
+                    writer = asyncio.create_task(self._write_queued(ws, queue))
                 if self.heartbeat_interval:
                     beat = asyncio.create_task(self._heartbeats(ws))
             async for raw in ws:
@@ -487,10 +524,19 @@ class OneBotImpl:
         except ConnectionClosed:
             pass
         finally:
-            if beat is not None:
-                beat.cancel()
+            for task in (beat, writer):
+                if task is not None:
+                    task.cancel()
+            self._queues.pop(conn_id, None)
             del self._live[conn_id]
             self._notify()
+
+    async def _write_queued(
+        self, ws: ClientConnection | ServerConnection, queue: asyncio.Queue[dict[str, Any]]
+    ) -> None:
+        """Buffered mode: send one connection's events in order, at its own pace."""
+        while await self._send(ws, await queue.get()):
+            pass
 
     async def drop(self, *, reconnect: bool = True, abrupt: bool = False) -> None:
         """Close every open connection (``abrupt``: without a closing handshake).
@@ -522,11 +568,12 @@ class OneBotImpl:
         self._reconnect = False
         for ws, _ in list(self._live.values()):  # first, so the bot sees a proper close
             await ws.close()
-        if self._reverse is not None:
-            self._reverse.cancel()
+        for dialler in self._reverse.values():
+            dialler.cancel()
+        for dialler in self._reverse.values():
             with contextlib.suppress(BaseException):
-                await self._reverse
-            self._reverse = None
+                await dialler
+        self._reverse.clear()
         if self._server is not None:
             self._server.close()
             await self._server.wait_closed()
@@ -569,12 +616,21 @@ class OneBotImpl:
         await self.push(self._heartbeat_event())
 
     async def push(self, event: dict[str, Any], *, wait: float = 10) -> None:
-        """Send an event to every event-receiving connection (waiting up to ``wait`` s for one)."""
+        """Send an event to every event-receiving connection (waiting up to ``wait`` s for one).
+
+        Buffered: queued for each connection (sent in order at its own pace), not awaited.
+        """
         await self.wait_until(lambda: self.connected, wait, "a bot connection to push an event to")
         self.events.append(event)
         delivered = 0
-        for ws, role in list(self._live.values()):
-            if role != "api" and await self._send(ws, event):
+        for conn_id, (ws, role) in list(self._live.items()):
+            if role == "api":
+                continue
+            queue = self._queues.get(conn_id)
+            if queue is not None:
+                queue.put_nowait(event)
+                delivered += 1
+            elif await self._send(ws, event):
                 delivered += 1
         if not delivered:
             raise ConnectionError("the bot connection closed before the event was sent")
@@ -738,7 +794,13 @@ class OneBotImpl:
             return
         params = request.get("params")
         params = params if isinstance(params, dict) else {}
-        action = Action(request["action"], params, request.get("echo"), connection=conn_id)
+        action = Action(
+            request["action"],
+            params,
+            request.get("echo"),
+            connection=conn_id,
+            client=self.clients.get(conn_id, ""),
+        )
         self.actions.append(action)
         self._notify()
         rule = self._rule_for(action.name)
@@ -953,6 +1015,9 @@ async def _script(argv: list[str] | None = None) -> int:
     parser.add_argument("--format", choices=["array", "string"], default="array")
     parser.add_argument("--heartbeat", type=float, metavar="SECONDS", help="heartbeat interval")
     parser.add_argument("--report-sent", action="store_true", help="push message_sent events")
+    parser.add_argument(
+        "--buffered", action="store_true", help="a send queue per connection (several bots)"
+    )
     parser.add_argument("--print-actions", action="store_true")
     parser.add_argument("--no-stdin", action="store_true", help="ignore stdin; run until a signal")
     opts = parser.parse_args(argv)
@@ -967,6 +1032,7 @@ async def _script(argv: list[str] | None = None) -> int:
         opts.format,
         heartbeat_interval=opts.heartbeat,
         report_sent=opts.report_sent,
+        buffered=opts.buffered,
     )
     if opts.print_actions:
         impl.on_action = lambda action: emit({"action": action.as_dict()})

@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import contextlib
 import json
+import socket
 import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -639,3 +641,91 @@ async def test_standalone_script_reverse_mode_sigterm_and_unreachable() -> None:
         out, _ = await asyncio.wait_for(refused.communicate(), 20)
         assert refused.returncode == 2
         assert "HTTP 401" in json.loads(out)["error"]
+
+
+# ---------------------------------------------------------------- several bots (replicas)
+
+
+async def test_forward_broadcasts_every_event_to_every_client_and_names_who_sent() -> None:
+    async with OneBotImpl(access_token=TOKEN) as onebot:
+        url = await onebot.serve()
+        first = await open_client(f"{url}/?client=r1")
+        second = await open_client(f"{url}/?client=r2")
+        await onebot.wait_until(lambda: onebot.connected_clients == {"r1", "r2"})
+        message_id = await onebot.private_message(42, "to all")
+        for ws in (first, second):  # NapCat's forward server: every event to every client
+            event = await recv_json(ws)
+            assert (event["message_id"], event["raw_message"]) == (message_id, "to all")
+        await call(second, "send_private_msg", user_id=42, message="from r2")
+        await call(first, "send_private_msg", user_id=42, message="from r1")
+        sent = {a.text: a.client for a in onebot.actions if a.name == "send_private_msg"}
+        assert sent == {"from r1": "r1", "from r2": "r2"}
+        assert onebot.actions[0].as_dict()["client"] == "r2"
+
+
+def stalled_client(port: int) -> socket.socket:
+    """A client that upgrades to a WebSocket and then reads nothing, as one under SIGSTOP.
+
+    Blocking (run it in a thread); a small receive buffer, so the server's writes to it block
+    after a few MiB instead of tens (autotuning).
+    """
+    sock = socket.socket()
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    sock.connect(("127.0.0.1", port))
+    sock.sendall(
+        b"GET /?client=frozen HTTP/1.1\r\nHost: 127.0.0.1\r\nUpgrade: websocket\r\n"
+        b"Connection: Upgrade\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n"
+        b"Sec-WebSocket-Version: 13\r\n\r\n"
+    )
+    head = b""
+    while b"\r\n\r\n" not in head:
+        head += sock.recv(1)
+    assert head.startswith(b"HTTP/1.1 101"), head
+    return sock
+
+
+async def test_buffered_fan_out_lets_a_stalled_client_delay_no_other() -> None:
+    big = "x" * 2**18  # 512 KiB events (the text twice): 20 MiB in all
+    async with OneBotImpl(buffered=True) as onebot:
+        url = await onebot.serve()
+        stalled = await asyncio.to_thread(stalled_client, int(url.rsplit(":", 1)[1]))
+        try:
+            live = await open_client(f"{url}/?client=live", token=None)
+            await onebot.wait_until(lambda: onebot.connected_clients == {"frozen", "live"})
+            ids = [
+                await asyncio.wait_for(onebot.private_message(7, f"{n} {big}"), 5)
+                for n in range(40)
+            ]
+            got = []
+            while len(got) < len(ids):
+                got.append(json.loads(await asyncio.wait_for(live.recv(), 10))["message_id"])
+            assert got == ids  # in order, all of them, while the other client reads nothing
+            await live.close()
+        finally:
+            stalled.close()  # before the impl closes: its writes to it end at once
+
+
+async def test_reverse_dials_one_entry_per_replica_and_broadcasts() -> None:
+    bots = [Bot(), Bot()]
+    async with contextlib.AsyncExitStack() as stack:
+        ports = []
+        for bot in bots:
+            server = await stack.enter_async_context(serve(bot.handler, "127.0.0.1", 0))
+            ports.append(next(iter(server.sockets)).getsockname()[1])
+        onebot = await stack.enter_async_context(OneBotImpl())
+        for n, port in enumerate(ports):
+            await onebot.connect(f"ws://127.0.0.1:{port}/", client=f"r{n}")
+        with pytest.raises(RuntimeError, match="already connected"):
+            await onebot.connect(f"ws://127.0.0.1:{ports[0]}/")
+        assert onebot.connected_clients == {"r0", "r1"}
+        message_id = await onebot.group_message(5, 6, "hello all", at_bot=True)
+        for bot in bots:
+            assert (await asyncio.wait_for(bot.frames.get(), 10))["sub_type"] == "connect"
+            assert (await asyncio.wait_for(bot.frames.get(), 10))["message_id"] == message_id
+        send = {"action": "send_group_msg", "params": {"group_id": 5, "message": "ok"}}
+        await bots[1].sockets[0].send(json.dumps(send))
+        action = await onebot.wait_for_action("send_group_msg", answered=True)
+        assert action.client == "r1"
+        await onebot.drop()  # both entries dial again
+        await onebot.wait_until(lambda: onebot.connections == 4 and onebot.connected_clients)
+        assert onebot.redialing

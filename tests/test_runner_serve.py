@@ -83,8 +83,9 @@ def write_config(path: Path, llm: ScriptedLLM, data: Path, /, **sections: dict[s
 class Serve:
     """One ``ania-nb serve`` subprocess: its stderr lines, collected as they come."""
 
-    def __init__(self, config: Path) -> None:
+    def __init__(self, config: Path, *options: str) -> None:
         self.config = config
+        self.options = options  # more command-line options after --config
         self.lines: list[str] = []
         self._changed = asyncio.Condition()
         self.proc: asyncio.subprocess.Process | None = None
@@ -98,6 +99,7 @@ class Serve:
             "serve",
             "--config",
             str(self.config),
+            *self.options,
             cwd=self.config.parent,
             env=env,
             stdin=asyncio.subprocess.DEVNULL,
