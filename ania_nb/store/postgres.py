@@ -52,9 +52,16 @@ class PostgresConn:
         return cur.rowcount
 
     async def executemany(self, sql: str, rows: Iterable[Params]) -> None:
-        """Run one statement once per parameter row (pipelined by psycopg)."""
+        """Run one statement once per parameter row (several rows pipelined by psycopg)."""
+        batch = [_storable(row) for row in rows]
+        if len(batch) <= 1:
+            # psycopg pipelines every executemany; entering and leaving pipeline mode costs
+            # more than the one round trip a single row needs (most history writes are one).
+            if batch:
+                await self.raw.execute(_pg_sql(sql), batch[0])
+            return
         async with self.raw.cursor() as cur:
-            await cur.executemany(_pg_sql(sql), [_storable(row) for row in rows])
+            await cur.executemany(_pg_sql(sql), batch)
 
     async def fetchone(self, sql: str, params: Params = ()) -> tuple[Any, ...] | None:
         """Run one statement; return its first row, or None."""
