@@ -323,15 +323,15 @@ async def insert_run(
     locked = False
     if run_id is None:
         if conn.dialect.name == "postgres":
-            # The pruner's lock (see `prune`) taken by the INSERT itself: one round trip less
-            # per run. The prune's DELETE that follows is a new statement, so its snapshot
-            # is taken with the lock held, as with a separate lock statement.
+            # The session's pruner lock (see `prune`) taken by the INSERT itself: one round
+            # trip less per run. The prune's DELETE that follows is a new statement, so its
+            # snapshot is taken with the lock held, as with a separate lock statement.
             row = await conn.fetchone(
                 "INSERT INTO runs (session, sender, input, status, started_at, owner_host, "
                 "owner_pid, owner_start) SELECT ?, ?, ?, ?, ?, ?, ?, ? "
                 "FROM (SELECT pg_advisory_xact_lock(hashtextextended(?, 0))) AS pruner "
                 "RETURNING id",
-                (*values, PRUNE_LOCK),
+                (*values, _session_lock(session)),
             )
             locked = True
         else:
@@ -363,6 +363,11 @@ async def insert_run(
 PRUNE_LOCK = "runs-prune"
 
 
+def _session_lock(session: str) -> str:
+    """The lock key of ``session``'s pruner."""
+    return f"{PRUNE_LOCK}:{session}"
+
+
 async def prune(
     conn: Conn, session: str, retention: Retention, run_id: int, *, locked: bool = False
 ) -> None:
@@ -374,17 +379,24 @@ async def prune(
     allow, the table holds all of them and shrinks back once they finish. ``locked``: the
     caller holds the pruner's lock already.
     """
-    # One pruner at a time: two processes pruning at once would each count the rows the other
-    # is deleting and evict twice as many (a no-op on SQLite, whose writers are exclusive).
+    # One pruner per session at a time (and one for the whole table): two processes pruning at
+    # once would each count the rows the other is deleting and evict twice as many (no-ops on
+    # SQLite, whose writers are exclusive). Not one lock for all: a begin step holds it until
+    # its commit, so every run start would wait for the one before, across sessions.
     if not locked:
+        await conn.lock(_session_lock(session))
+    check_all = run_id % retention.check_every == 0
+    if check_all:
+        # Before deleting anything: a pruner holding rows locked never waits for this lock,
+        # so two pruners cannot deadlock (the session's lock is always taken first).
         await conn.lock(PRUNE_LOCK)
-    await conn.execute(
+    await conn.defer(
         "DELETE FROM runs WHERE id IN (SELECT id FROM runs WHERE session = ? AND status != ? "
         f"ORDER BY id LIMIT {conn.dialect.greatest}"
         "(0, (SELECT count(*) FROM runs WHERE session = ?) - ?))",
         (session, RUNNING, session, retention.max_per_session),
     )
-    if run_id % retention.check_every:
+    if not check_all:
         return
     over = await conn.fetchval("SELECT count(*) FROM runs") - retention.max_entries
     if over > 0:

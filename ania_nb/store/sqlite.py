@@ -49,6 +49,10 @@ class SqliteConn:
         """Run one statement once per parameter row."""
         self.raw.executemany(sql, (_storable(row) for row in rows))
 
+    async def defer(self, sql: str, params: Params = ()) -> None:
+        """Run a statement whose result nobody reads (at once: there is no round trip to save)."""
+        self.raw.execute(sql, _storable(params))
+
     async def fetchone(self, sql: str, params: Params = ()) -> tuple[Any, ...] | None:
         """Run one statement; return its first row, or None."""
         row: tuple[Any, ...] | None = self.raw.execute(sql, _storable(params)).fetchone()

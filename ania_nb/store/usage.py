@@ -103,7 +103,8 @@ async def add_counts(
 ) -> int:
     """Write one ledger row per call and add it to the day's counters; returns the total added.
 
-    Runs inside the caller's transaction. Calls that used no tokens leave no row.
+    Runs inside the caller's transaction (deferred: see `Conn.defer`). Calls that used no
+    tokens leave no row.
     """
     at = time.time() if now is None else now
     for model, t in calls:
@@ -114,11 +115,11 @@ async def add_counts(
         params += (day, session, *counts)
         if conn.dialect.name == "postgres":
             # The three writes as one statement (one round trip): data-modifying WITH clauses.
-            await conn.execute(f"WITH ledger AS ({_LEDGER}), daily AS ({_DAILY}) {_COUNTER}", params)
+            await conn.defer(f"WITH ledger AS ({_LEDGER}), daily AS ({_DAILY}) {_COUNTER}", params)
         else:
-            await conn.execute(_LEDGER, params[:9])
-            await conn.execute(_DAILY, params[9:15])
-            await conn.execute(_COUNTER, params[15:])
+            await conn.defer(_LEDGER, params[:9])
+            await conn.defer(_DAILY, params[9:15])
+            await conn.defer(_COUNTER, params[15:])
     return counted_total(calls)
 
 
