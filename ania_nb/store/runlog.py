@@ -111,10 +111,11 @@ class Retention:
     def check_every(self) -> int:
         """Runs between two checks of ``max_entries`` (1 % of it; every run below 200).
 
-        A check over the limit evicts this many rows more, so the next check finds the table
-        at the limit again: counting the whole table (a scan) is done once per that many runs.
-        Only an id lost to a rolled-back start skips a check, letting the table pass the limit
-        by fewer than this many rows until the next one.
+        Counting the whole table is a scan: it is done once per that many runs. A check over
+        the limit evicts this many rows more, so from the first eviction on the table stays at
+        the limit between checks too. Before it (filling up), or after an id lost to a
+        rolled-back start, the table passes the limit by fewer than this many rows until the
+        next check.
         """
         return max(1, self.max_entries // 100)
 

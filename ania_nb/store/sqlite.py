@@ -35,7 +35,8 @@ class SqliteConn:
     """`ania_nb.store.db.Conn` over a `sqlite3.Connection` (its awaits never suspend)."""
 
     dialect = SQLITE
-    errors: tuple[type[Exception], ...] = (sqlite3.Error,)
+    # OverflowError: an int wider than 64 bits, refused by the driver before the statement.
+    errors: tuple[type[Exception], ...] = (sqlite3.Error, OverflowError)
 
     def __init__(self, raw: sqlite3.Connection) -> None:
         """Wrap the store thread's connection."""
