@@ -130,7 +130,7 @@ async def test_a_failing_deferred_write_fails_its_transaction_and_keeps_nothing(
             # The same key again: refused (on PostgreSQL only when the COMMIT carries it).
             await conn.defer(_KV_INSERT, ("d", "a", "2"))
 
-    with pytest.raises(StoreError, match="(?i)unique|duplicate"):
+    with pytest.raises(StoreError, match=r"(?i)unique|duplicate"):
         await store.db.run(op)
     assert await store.kv("d").keys() == []  # the first write went with the transaction
     await store.kv("d").set("b", 2)  # the connection is usable again (rolled back)

@@ -461,7 +461,8 @@ async def finish_run(
     knows the real outcome better than whoever marked it.
     """
     updated = await conn.execute(
-        f"UPDATE runs SET {_outcome_set(conn)} WHERE id = :id AND status IN (:running, :interrupted)",
+        f"UPDATE runs SET {_outcome_set(conn)} "
+        "WHERE id = :id AND status IN (:running, :interrupted)",
         {
             **counts,
             "status": status,

@@ -111,8 +111,8 @@ async def add_counts(
         if not _uses_tokens(t):
             continue
         counts = (t.prompt, t.completion, t.cached, t.total)
-        params = (day, session, run_id, model, *counts, at, day, model, *counts)
-        params += (day, session, *counts)
+        params: tuple[object, ...] = (day, session, run_id, model, *counts, at)
+        params += (day, model, *counts, day, session, *counts)
         if conn.dialect.name == "postgres":
             # The three writes as one statement (one round trip): data-modifying WITH clauses.
             await conn.defer(f"WITH ledger AS ({_LEDGER}), daily AS ({_DAILY}) {_COUNTER}", params)
@@ -131,7 +131,6 @@ def counted_total(calls: Sequence[Call]) -> int:
 def _uses_tokens(t: Tokens) -> bool:
     """Whether a call used any tokens (a call that used none leaves no ledger row)."""
     return bool(t.total or t.prompt or t.completion or t.cached)
-
 
 
 class UsageLedger:
