@@ -12,7 +12,7 @@ from _sql import fetch, scalar
 
 from ania_nb.errors import StoreError, UsageError
 from ania_nb.store import Store, ToolCallRecord
-from ania_nb.store.db import POSTGRES, SQLITE, Conn, clean_text, to_json
+from ania_nb.store.db import POSTGRES, SQLITE, Conn, clean_text, to_json, transaction
 from ania_nb.store.postgres import PostgresDatabase, _pg_sql
 from ania_nb.store.schema import MIGRATIONS, statement_for
 from ania_nb.store.sqlite import SqliteDatabase
@@ -106,6 +106,51 @@ async def test_incr_counts_big_and_negative_numbers(store: Store) -> None:
     assert await kv.incr("n", 2**40) == 2**40
     assert await kv.incr("n", -(2**41)) == -(2**40)
     assert await kv.get("n") == -(2**40)
+
+
+# --- deferred statements: sent later on PostgreSQL, never lost, never half-kept -----------
+
+_KV_INSERT = "INSERT INTO kv (ns, key, value, updated_at) VALUES (?, ?, ?, 0)"
+
+
+async def test_a_deferred_write_is_sent_even_when_nothing_follows_it(store: Store) -> None:
+    async def op(conn: Conn) -> None:
+        await conn.defer(_KV_INSERT, ("d", "k", "1"))
+
+    await store.db.run(op)  # the operation ends right after: its end sends what it deferred
+    assert await store.kv("d").get("k") == 1
+
+
+async def test_a_failing_deferred_write_fails_its_transaction_and_keeps_nothing(
+    store: Store,
+) -> None:
+    async def op(conn: Conn) -> None:
+        async with transaction(conn):
+            await conn.defer(_KV_INSERT, ("d", "a", "1"))
+            # The same key again: refused (on PostgreSQL only when the COMMIT carries it).
+            await conn.defer(_KV_INSERT, ("d", "a", "2"))
+
+    with pytest.raises(StoreError, match=r"(?i)unique|duplicate"):
+        await store.db.run(op)
+    assert await store.kv("d").keys() == []  # the first write went with the transaction
+
+    async def and_then_read(conn: Conn) -> Any:
+        with pytest.raises(conn.errors):
+            await op(conn)
+        # The same connection, at once: rolled back, not left in a failed transaction.
+        return await conn.fetchval("SELECT count(*) FROM kv WHERE ns = ?", ("d",))
+
+    assert await store.db.run(and_then_read) == 0
+
+
+async def test_deferred_writes_go_in_order_before_the_next_read(store: Store) -> None:
+    async def op(conn: Conn) -> tuple[Any, ...] | None:
+        async with transaction(conn):
+            await conn.defer(_KV_INSERT, ("d", "q", "1"))
+            await conn.defer("UPDATE kv SET value = ? WHERE ns = ? AND key = ?", ("'x%?", "d", "q"))
+            return await conn.fetchone("SELECT value FROM kv WHERE ns = ? AND key = ?", ("d", "q"))
+
+    assert await store.db.run(op) == ("'x%?",)  # quotes, % and ? survive the binding
 
 
 # --- the schema: one list of steps for both -------------------------------------------------

@@ -229,6 +229,44 @@ async def test_malformed_bookkeeping_values_are_stored_not_raised(small: Store) 
         await journal.finish("s", run_id, "done")
 
 
+async def test_a_record_the_database_refuses_still_leaves_the_steps_history(
+    small: Store, caplog: pytest.LogCaptureFixture
+) -> None:
+    journal = small.journal
+    run_id, _ = await journal.begin("s", "work", sender=None, message=USER, load_history=False)
+    huge = {"total_tokens": 2**70}  # an int no integer column holds: the close is refused
+    with caplog.at_level(logging.WARNING, logger="ania_nb.store.journal"):
+        await journal.finish(
+            "s", run_id, "success", messages=[{"role": "assistant", "content": "ok"}], usage=huge
+        )
+    assert [m["role"] for m in await small.history.load("s")] == ["user", "assistant"]
+    assert "recording its outcome 'success' failed" in caplog.text
+    record = await small.runs.get(run_id)
+    assert record is not None and record.status == "running"  # left for recovery, not lost
+    await journal.finish("s", run_id, "success", reply="fine")  # a sane close still works
+    record = await small.runs.get(run_id)
+    assert record is not None and (record.status, record.reply) == ("success", "fine")
+
+
+async def test_the_global_cap_holds_between_its_checks(tmp_path: Path) -> None:
+    limit = 500  # checked every 5 runs (1 %)
+    s = await Store.open(tmp_path / "data", run_log_max_entries=limit)
+    try:
+        counts = []
+        for i in range(limit + 60):
+            await s.runs.finish(await s.runs.start(f"s{i % 3}", f"run {i}"), "success")
+            if i >= limit - 10:
+                counts.append(await s.runs.count())
+        # Filling up, the table passes the limit by fewer than 5 rows until the next check;
+        # from the first eviction on it stays at the limit, also between two checks, and no
+        # more is evicted than the room for the 5 runs until the next one.
+        assert limit < max(counts[:20]) < limit + 5
+        assert max(counts[20:]) == limit
+        assert min(counts[20:]) >= limit - 5
+    finally:
+        await s.close()
+
+
 async def test_lone_surrogates_are_stored_and_history_round_trips(small: Store) -> None:
     bad = "half a pair \ud83d here"
     journal = small.journal

@@ -116,6 +116,14 @@ class Conn(Protocol):
         """Run one statement once per parameter row."""
         ...
 
+    async def defer(self, sql: str, params: Params = ()) -> None:
+        """Run a statement whose result nobody reads; it may be sent with the next statement.
+
+        For writes whose failure fails the whole operation anyway: the error may surface at a
+        later statement of the operation (at the latest when it ends), not at this call.
+        """
+        ...
+
     async def fetchone(self, sql: str, params: Params = ()) -> tuple[Any, ...] | None:
         """Run one statement; return its first row, or None."""
         ...
@@ -186,13 +194,19 @@ async def transaction(conn: Conn) -> AsyncIterator[Conn]:
     """Run the block in one write transaction: commit on success, roll back on any error."""
     # SQLite: IMMEDIATE takes the write lock up front, so another process cannot make us fail
     # halfway. PostgreSQL: READ COMMITTED; writers that must not interleave take conn.lock().
-    await conn.execute(conn.dialect.begin)
+    # Deferred: on PostgreSQL the BEGIN travels with the block's first statement.
+    await conn.defer(conn.dialect.begin)
     try:
         yield conn
     except BaseException:
         await conn.execute("ROLLBACK")
         raise
-    await conn.execute("COMMIT")
+    try:
+        await conn.execute("COMMIT")
+    except Exception:
+        # E.g. a deferred statement sent with the COMMIT failed: nothing of the block stays.
+        await conn.execute("ROLLBACK")
+        raise
 
 
 _UNSTORABLE = re.compile("[\x00\ud800-\udfff]")

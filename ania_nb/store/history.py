@@ -111,13 +111,14 @@ async def _insert(
 async def insert_rows(
     conn: Conn, session: str, encoded: list[Any], now: float, *, replace: bool
 ) -> None:
-    """Insert rows (inside the caller's transaction)."""
+    """Insert rows (inside the caller's transaction; deferred: see `Conn.defer`)."""
     if replace:
-        await conn.execute("DELETE FROM chat_history WHERE session = ?", (session,))
-    await conn.executemany(
-        "INSERT INTO chat_history (session, message, created_at) VALUES (?, ?, ?)",
-        [(session, raw, now) for raw in encoded],
-    )
+        await conn.defer("DELETE FROM chat_history WHERE session = ?", (session,))
+    for raw in encoded:
+        await conn.defer(
+            "INSERT INTO chat_history (session, message, created_at) VALUES (?, ?, ?)",
+            (session, raw, now),
+        )
 
 
 async def _clear(conn: Conn, session: str) -> int:

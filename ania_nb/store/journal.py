@@ -35,13 +35,14 @@ from .runlog import (
     Retention,
     ToolCallRecord,
     add_tool_call_row,
+    close_running,
     finish_run,
     insert_run,
     prepare_finish,
     prepare_start,
     prepare_tool_call,
 )
-from .usage import UsageLedger, add_counts, as_calls
+from .usage import UsageLedger, add_counts, as_calls, counted_total
 
 if TYPE_CHECKING:
     from .db import Conn, Database
@@ -341,12 +342,54 @@ async def _finish(
     counting: Counting | None,
     effects: list[Effect],
 ) -> list[int]:
+    args = (conn, session, run_id, encoded, outcome, begun, retention, now, counting, effects)
+    try:
+        return await _finish_step(*args, quick=True)
+    except _QuickCloseFailed as exc:
+        # Nothing of the step was written (the close is its first statement): again, with the
+        # record's write in a savepoint, so that the history is stored whatever it does.
+        log.warning("run %d: closing its record failed (%s); trying step by step", run_id, exc)
+        return await _finish_step(*args, quick=False)
+
+
+class _QuickCloseFailed(Exception):
+    """The one-statement close of a run's record failed (its transaction is rolled back)."""
+
+
+async def _finish_step(
+    conn: Conn,
+    session: str,
+    run_id: int,
+    encoded: list[str],
+    outcome: Outcome,
+    begun: _Begun | None,
+    retention: Retention,
+    now: float,
+    counting: Counting | None,
+    effects: list[Effect],
+    *,
+    quick: bool,
+) -> list[int]:
+    """The finish step; ``quick``: first try to close a still running record in one statement.
+
+    The usual end of a run is one UPDATE (outcome and what the step counts) and no savepoint;
+    a record that is missing, finished or marked interrupted takes the careful path.
+    """
     async with transaction(conn):
+        closed = False
+        if quick:
+            noted = (counting[0], counted_total(counting[1])) if counting else None
+            try:
+                closed = await close_running(conn, run_id, outcome, now, noted)
+            except conn.errors as exc:
+                raise _QuickCloseFailed(exc) from exc
         if encoded:
             await insert_rows(conn, session, encoded, now, replace=False)
         outbox_ids = await apply_effects(conn, effects, run_id, now)
         # Counted whatever becomes of the record: a quota must not depend on bookkeeping.
         added = await _count(conn, session, run_id, counting, now)
+        if closed:
+            return outbox_ids
 
         async def close() -> None:
             row = await conn.fetchone("SELECT status FROM runs WHERE id = ?", (run_id,))

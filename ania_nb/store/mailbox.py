@@ -406,7 +406,7 @@ async def _set_inbox_state(
         return
     marks = ",".join("?" * len(ids))
     final = ",".join("?" * len(INBOX_FINAL))
-    await conn.execute(
+    await conn.defer(
         f"UPDATE inbox SET state = ?, run_id = coalesce(?, run_id), updated_at = ? "
         f"WHERE id IN ({marks}) AND state NOT IN ({final})",
         (state, run_id, now, *ids, *INBOX_FINAL),
@@ -608,7 +608,7 @@ async def _mark_sent(conn: Conn, row_ids: tuple[int, ...], now: float) -> None:
 
 
 async def _set_sent(conn: Conn, row_ids: Sequence[int], now: float) -> None:
-    await conn.execute(
+    await conn.defer(
         f"UPDATE outbox SET state = 'sent', error = NULL, updated_at = ? "
         f"WHERE id IN ({','.join('?' * len(row_ids))}) AND state = 'sending'",
         (now, *row_ids),

@@ -49,37 +49,88 @@ class PostgresConn:
         self.raw = raw
         self.owner = owner or current_owner()
         self.errors: tuple[type[Exception], ...] = (psycopg.Error,)
+        # Deferred statements, bound on this side, sent before the next statement in the
+        # same round trip (one simple query): a round trip costs far more than the binding.
+        self._deferred: list[str] = []
+        self._binder: psycopg.AsyncClientCursor[Any] | None = None
 
     async def execute(self, sql: str, params: Params = ()) -> int:
         """Run one statement; return the number of rows it changed."""
-        cur = await self.raw.execute(_pg_sql(sql), _storable(params))
+        if sql == "ROLLBACK":
+            self._deferred.clear()  # never sent: nothing of it to undo
+            if self.raw.info.transaction_status == _IDLE:
+                return 0  # the BEGIN was still waiting here: no transaction to end
+        cur = await self._send(sql, params)
         return cur.rowcount
 
     async def executemany(self, sql: str, rows: Iterable[Params]) -> None:
-        """Run one statement once per parameter row (pipelined by psycopg)."""
+        """Run one statement once per parameter row (several rows pipelined by psycopg)."""
+        batch = [_storable(row) for row in rows]
+        if len(batch) <= 1:
+            # psycopg pipelines every executemany; entering and leaving pipeline mode costs
+            # more than the one round trip a single row needs (most history writes are one).
+            if batch:
+                await self._send(sql, batch[0])
+            return
+        await self.flush()
         async with self.raw.cursor() as cur:
-            await cur.executemany(_pg_sql(sql), [_storable(row) for row in rows])
+            await cur.executemany(_pg_sql(sql), batch)
+
+    async def defer(self, sql: str, params: Params = ()) -> None:
+        """Queue a statement nobody reads the result of; it goes with the next statement."""
+        self._deferred.append(self._bind(sql, params))
+
+    async def flush(self) -> None:
+        """Send the deferred statements now (if any)."""
+        if self._deferred:
+            batch = "; ".join(self._deferred)
+            self._deferred.clear()
+            await self.raw.cursor().execute(batch.encode(), prepare=False)
 
     async def fetchone(self, sql: str, params: Params = ()) -> tuple[Any, ...] | None:
         """Run one statement; return its first row, or None."""
-        cur = await self.raw.execute(_pg_sql(sql), _storable(params))
+        cur = await self._send(sql, params)
         return await cur.fetchone()
 
     async def fetchall(self, sql: str, params: Params = ()) -> list[tuple[Any, ...]]:
         """Run one statement; return all its rows."""
-        cur = await self.raw.execute(_pg_sql(sql), _storable(params))
+        cur = await self._send(sql, params)
         return await cur.fetchall()
 
     async def fetchval(self, sql: str, params: Params = ()) -> Any:
         """Run one statement; return the first column of its first row (None without rows)."""
-        cur = await self.raw.execute(_pg_sql(sql), _storable(params))
+        cur = await self._send(sql, params)
         row = await cur.fetchone()
         return None if row is None else row[0]
 
     async def lock(self, key: str) -> None:
         """Wait for the transaction-scoped advisory lock on ``key`` (released at commit)."""
-        await self.raw.execute("SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))", (key,))
+        await self._send("SELECT pg_advisory_xact_lock(hashtextextended(?, 0))", (key,))
 
+    async def _send(self, sql: str, params: Params) -> psycopg.AsyncCursor[Any]:
+        """Run ``sql`` after the deferred statements, in one round trip; its cursor."""
+        if not self._deferred:
+            return await self.raw.execute(_pg_sql(sql), _storable(params))
+        # One simple query: the server runs the statements in order and stops at the first
+        # error; the cursor is moved on to the last statement's result (``sql``'s).
+        batch = "; ".join([*self._deferred, self._bind(sql, params)])
+        self._deferred.clear()
+        cur = self.raw.cursor()
+        await cur.execute(batch.encode(), prepare=False)
+        while cur.nextset():
+            pass
+        return cur
+
+    def _bind(self, sql: str, params: Params) -> str:
+        """``sql`` with ``params`` bound as literals (psycopg's client-side quoting)."""
+        if self._binder is None:
+            import psycopg
+
+            self._binder = psycopg.AsyncClientCursor(self.raw)
+        return self._binder.mogrify(_pg_sql(sql), _storable(params))
+
+
+_IDLE = 0  # psycopg.pq.TransactionStatus.IDLE: no transaction open on the connection
 
 _PLACEHOLDER = re.compile(r"'(?:[^']|'')*'|\"(?:[^\"]|\"\")*\"|::|\?|(?<![\w:]):([A-Za-z_]\w*)|%")
 
@@ -221,7 +272,10 @@ class PostgresDatabase:
             )
         try:
             async with self._pool.connection() as raw:
-                return await fn(PostgresConn(raw, self.owner), *args, **kwargs)
+                conn = PostgresConn(raw, self.owner)
+                result = await fn(conn, *args, **kwargs)
+                await conn.flush()  # what the operation deferred after its last statement
+                return result
         except psycopg.Error as exc:
             raise StoreError(
                 f"store operation {_op_name(fn)!r} failed on {self.location}: {_first_line(exc)}"

@@ -107,6 +107,18 @@ class Retention:
         positive_int("max_entries", self.max_entries)
         positive_int("max_per_session", self.max_per_session)
 
+    @property
+    def check_every(self) -> int:
+        """Runs between two checks of ``max_entries`` (1 % of it; every run below 200).
+
+        Counting the whole table is a scan: it is done once per that many runs. A check over
+        the limit evicts this many rows more, so from the first eviction on the table stays at
+        the limit between checks too. Before it (filling up), or after an id lost to a
+        rolled-back start, the table passes the limit by fewer than this many rows until the
+        next check.
+        """
+        return max(1, self.max_entries // 100)
+
 
 class RunLog:
     """Start, update and finish run records, kept as `Retention` says."""
@@ -309,12 +321,26 @@ async def insert_run(
     """
     owner = conn.owner
     values = (session, sender, text, RUNNING, now, owner.host, owner.pid, owner.start)
+    locked = False
     if run_id is None:
-        row = await conn.fetchone(
-            "INSERT INTO runs (session, sender, input, status, started_at, owner_host, "
-            "owner_pid, owner_start) VALUES (?, ?, ?, ?, ?, ?, ?, ?) RETURNING id",
-            values,
-        )
+        if conn.dialect.name == "postgres":
+            # The session's pruner lock (see `prune`) taken by the INSERT itself: one round
+            # trip less per run. The prune's DELETE that follows is a new statement, so its
+            # snapshot is taken with the lock held, as with a separate lock statement.
+            row = await conn.fetchone(
+                "INSERT INTO runs (session, sender, input, status, started_at, owner_host, "
+                "owner_pid, owner_start) SELECT ?, ?, ?, ?, ?, ?, ?, ? "
+                "FROM (SELECT pg_advisory_xact_lock(hashtextextended(?, 0))) AS pruner "
+                "RETURNING id",
+                (*values, _session_lock(session)),
+            )
+            locked = True
+        else:
+            row = await conn.fetchone(
+                "INSERT INTO runs (session, sender, input, status, started_at, owner_host, "
+                "owner_pid, owner_start) VALUES (?, ?, ?, ?, ?, ?, ?, ?) RETURNING id",
+                values,
+            )
         assert row is not None  # an INSERT … RETURNING always returns its row
         run_id = int(row[0])
     else:
@@ -331,31 +357,51 @@ async def insert_run(
                 "pg_sequence_last_value(pg_get_serial_sequence('runs', 'id')::regclass), 0)",
                 (run_id, run_id),
             )
-    await prune(conn, session, retention)
+    await prune(conn, session, retention, run_id, locked=locked)
     return run_id
 
 
-async def prune(conn: Conn, session: str, retention: Retention) -> None:
+PRUNE_LOCK = "runs-prune"
+
+
+def _session_lock(session: str) -> str:
+    """The lock key of ``session``'s pruner."""
+    return f"{PRUNE_LOCK}:{session}"
+
+
+async def prune(
+    conn: Conn, session: str, retention: Retention, run_id: int, *, locked: bool = False
+) -> None:
     """Evict *finished* rows beyond ``retention`` (see `Retention`); running rows stay.
 
-    ``session`` (the one that just started a run) is cut to its own limit; then, over the
-    global limit, rows go from the sessions holding the most. While more runs are in flight
-    than the limits allow, the table holds all of them and shrinks back once they finish.
+    ``session`` (the one that just started run ``run_id``) is cut to its own limit. The global
+    limit is checked when ``run_id`` is a multiple of ``retention.check_every``; over it, rows
+    go from the sessions holding the most. While more runs are in flight than the limits
+    allow, the table holds all of them and shrinks back once they finish. ``locked``: the
+    caller holds the pruner's lock already.
     """
-    # One pruner at a time: two processes pruning at once would each count the rows the other
-    # is deleting and evict twice as many (a no-op on SQLite, whose writers are exclusive).
-    await conn.lock("runs-prune")
-    await conn.execute(
+    # One pruner per session at a time (and one for the whole table): two processes pruning at
+    # once would each count the rows the other is deleting and evict twice as many (no-ops on
+    # SQLite, whose writers are exclusive). Not one lock for all: a begin step holds it until
+    # its commit, so every run start would wait for the one before, across sessions.
+    if not locked:
+        await conn.lock(_session_lock(session))
+    check_all = run_id % retention.check_every == 0
+    if check_all:
+        # Before deleting anything: a pruner holding rows locked never waits for this lock,
+        # so two pruners cannot deadlock (the session's lock is always taken first).
+        await conn.lock(PRUNE_LOCK)
+    await conn.defer(
         "DELETE FROM runs WHERE id IN (SELECT id FROM runs WHERE session = ? AND status != ? "
         f"ORDER BY id LIMIT {conn.dialect.greatest}"
         "(0, (SELECT count(*) FROM runs WHERE session = ?) - ?))",
         (session, RUNNING, session, retention.max_per_session),
     )
+    if not check_all:
+        return
     over = await conn.fetchval("SELECT count(*) FROM runs") - retention.max_entries
     if over > 0:
-        # Counting every session's rows is a scan of the index: make room for 1 % of the
-        # limit at once, so a store at its limit scans once per that many runs, not per run.
-        await _evict_from_the_biggest(conn, over + retention.max_entries // 100)
+        await _evict_from_the_biggest(conn, over + retention.check_every - 1)
 
 
 async def _evict_from_the_biggest(conn: Conn, rows: int) -> None:
@@ -415,12 +461,7 @@ async def finish_run(
     knows the real outcome better than whoever marked it.
     """
     updated = await conn.execute(
-        "UPDATE runs SET status = :status, finished_at = :now, "
-        f"duration_ms = {conn.dialect.greatest}"
-        "(0, CAST(ROUND((:now - started_at) * 1000) AS BIGINT)), "
-        "iterations = :iterations, prompt_tokens = :prompt_tokens, "
-        "completion_tokens = :completion_tokens, total_tokens = :total_tokens, "
-        "cached_tokens = :cached_tokens, reply = :reply, error = :error "
+        f"UPDATE runs SET {_outcome_set(conn)} "
         "WHERE id = :id AND status IN (:running, :interrupted)",
         {
             **counts,
@@ -439,6 +480,50 @@ async def finish_run(
     if row is None:
         raise UsageError(f"no run with id {run_id} (it may have been evicted from the run log)")
     raise UsageError(f"run {run_id} already finished with status {row[0]!r}")
+
+
+async def close_running(
+    conn: Conn,
+    run_id: int,
+    outcome: tuple[str, dict[str, int], str | None, str | None],
+    now: float,
+    counted: tuple[str, int] | None,
+) -> bool:
+    """Set the outcome of a row still ``running`` and note ``counted`` (day, tokens) on it.
+
+    One statement for a run's usual end; False (nothing written) when the row is missing or
+    not running, which the caller handles as `finish_run` does.
+    """
+    status, counts, reply, error = outcome
+    day, added = counted if counted is not None else (None, 0)
+    updated = await conn.execute(
+        f"UPDATE runs SET {_outcome_set(conn)}, counted_tokens = counted_tokens + :added, "
+        "usage_day = coalesce(:day, usage_day) WHERE id = :id AND status = :running",
+        {
+            **counts,
+            "status": status,
+            "now": now,
+            "reply": reply,
+            "error": error,
+            "id": run_id,
+            "running": RUNNING,
+            "added": added,
+            "day": day if added else None,
+        },
+    )
+    return bool(updated)
+
+
+def _outcome_set(conn: Conn) -> str:
+    """The SET list of a run's outcome (named parameters: the outcome's and ``now``)."""
+    return (
+        "status = :status, finished_at = :now, "
+        f"duration_ms = {conn.dialect.greatest}"
+        "(0, CAST(ROUND((:now - started_at) * 1000) AS BIGINT)), "
+        "iterations = :iterations, prompt_tokens = :prompt_tokens, "
+        "completion_tokens = :completion_tokens, total_tokens = :total_tokens, "
+        "cached_tokens = :cached_tokens, reply = :reply, error = :error"
+    )
 
 
 async def _mark_interrupted(conn: Conn, stale_before: float | None) -> int:

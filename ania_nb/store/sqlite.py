@@ -36,7 +36,8 @@ class SqliteConn:
     """`ania_nb.store.db.Conn` over a `sqlite3.Connection` (its awaits never suspend)."""
 
     dialect = SQLITE
-    errors: tuple[type[Exception], ...] = (sqlite3.Error,)
+    # OverflowError: an int wider than 64 bits, refused by the driver before the statement.
+    errors: tuple[type[Exception], ...] = (sqlite3.Error, OverflowError)
 
     def __init__(self, raw: sqlite3.Connection) -> None:
         """Wrap the store thread's connection."""
@@ -54,6 +55,10 @@ class SqliteConn:
     async def executemany(self, sql: str, rows: Iterable[Params]) -> None:
         """Run one statement once per parameter row."""
         self.raw.executemany(sql, (_storable(row) for row in rows))
+
+    async def defer(self, sql: str, params: Params = ()) -> None:
+        """Run a statement whose result nobody reads (at once: there is no round trip to save)."""
+        self.raw.execute(sql, _storable(params))
 
     async def fetchone(self, sql: str, params: Params = ()) -> tuple[Any, ...] | None:
         """Run one statement; return its first row, or None."""

@@ -38,6 +38,18 @@ _ADD = (
     "total_tokens = {table}.total_tokens + excluded.total_tokens"
 )
 
+_LEDGER = (
+    f"INSERT INTO usage_ledger (day, session, run_id, model, kind, {COUNTS}, at) "
+    "VALUES (?, ?, ?, ?, 'call', ?, ?, ?, ?, ?)"
+)
+_DAILY = f"INSERT INTO usage_daily (day, model, {COUNTS}) VALUES (?, ?, ?, ?, ?, ?) " + _ADD.format(
+    key="day, model", table="usage_daily"
+)
+_COUNTER = (
+    f"INSERT INTO usage_counters (day, session, {COUNTS}) VALUES (?, ?, ?, ?, ?, ?) "
+    + _ADD.format(key="day, session", table="usage_counters")
+)
+
 
 class Tokens(Protocol):
     """Token counts as the engine's ``Tokens`` has them (the store does not import it)."""
@@ -91,31 +103,34 @@ async def add_counts(
 ) -> int:
     """Write one ledger row per call and add it to the day's counters; returns the total added.
 
-    Runs inside the caller's transaction. Calls that used no tokens leave no row.
+    Runs inside the caller's transaction (deferred: see `Conn.defer`). Calls that used no
+    tokens leave no row.
     """
     at = time.time() if now is None else now
-    added = 0
     for model, t in calls:
-        if not (t.total or t.prompt or t.completion or t.cached):
+        if not _uses_tokens(t):
             continue
         counts = (t.prompt, t.completion, t.cached, t.total)
-        await conn.execute(
-            f"INSERT INTO usage_ledger (day, session, run_id, model, kind, {COUNTS}, at) "
-            "VALUES (?, ?, ?, ?, 'call', ?, ?, ?, ?, ?)",
-            (day, session, run_id, model, *counts, at),
-        )
-        await conn.execute(
-            f"INSERT INTO usage_daily (day, model, {COUNTS}) VALUES (?, ?, ?, ?, ?, ?) "
-            + _ADD.format(key="day, model", table="usage_daily"),
-            (day, model, *counts),
-        )
-        await conn.execute(
-            f"INSERT INTO usage_counters (day, session, {COUNTS}) VALUES (?, ?, ?, ?, ?, ?) "
-            + _ADD.format(key="day, session", table="usage_counters"),
-            (day, session, *counts),
-        )
-        added += t.total
-    return added
+        params: tuple[object, ...] = (day, session, run_id, model, *counts, at)
+        params += (day, model, *counts, day, session, *counts)
+        if conn.dialect.name == "postgres":
+            # The three writes as one statement (one round trip): data-modifying WITH clauses.
+            await conn.defer(f"WITH ledger AS ({_LEDGER}), daily AS ({_DAILY}) {_COUNTER}", params)
+        else:
+            await conn.defer(_LEDGER, params[:9])
+            await conn.defer(_DAILY, params[9:15])
+            await conn.defer(_COUNTER, params[15:])
+    return counted_total(calls)
+
+
+def counted_total(calls: Sequence[Call]) -> int:
+    """The tokens `add_counts` adds for ``calls`` (what the run record notes as counted)."""
+    return sum(t.total for _, t in calls if _uses_tokens(t))
+
+
+def _uses_tokens(t: Tokens) -> bool:
+    """Whether a call used any tokens (a call that used none leaves no ledger row)."""
+    return bool(t.total or t.prompt or t.completion or t.cached)
 
 
 class UsageLedger:
