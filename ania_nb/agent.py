@@ -89,6 +89,7 @@ class _Resolved:
 
 CLOCK_HELP = "/clock list|add|del|on|off|info|timeout|run|log|help: scheduled tasks"
 APPROVAL_ROWS_KEPT = 7 * 86400.0  # seconds an ended approval row is kept (pruned at resume)
+KB_UPKEEP_SECONDS = 600.0  # a served Agent holding the clock compacts the knowledge this often
 
 
 class Agent:
@@ -186,6 +187,7 @@ class Agent:
         self._callbacks_of: Callable[[InboxEntry], Callbacks] | None = None
         self._route_stored: Callable[[InboxEntry], Awaitable[bool]] | None = None
         self._recovered = _Resolved()  # cut-off rows re-run or announced, since the start
+        self._upkeeper: asyncio.Task[None] | None = None
 
     def _assemble(self, config: Config) -> None:
         """Build what the settings decide: governance, approval rules and the built-in tools.
@@ -703,6 +705,7 @@ class Agent:
             before = (self._recovered.rerun, self._recovered.notified)
             await claims.sweep(age=0.0, dead=False)
             claims.start()
+            self._start_upkeep()
             return Recovery(
                 claims.taken_over,
                 self._recovered.rerun - before[0],
@@ -723,7 +726,27 @@ class Agent:
             queued += entry.kind != "approval"
         if claims is not None:
             claims.start()
+            self._start_upkeep()
         return Recovery(queued, rerun, notified, len(uncertain), children)
+
+    def _start_upkeep(self) -> None:
+        if self._upkeeper is None:
+            self._upkeeper = asyncio.create_task(self._upkeep_forever(), name="ania-kb-upkeep")
+
+    async def _upkeep_forever(self) -> None:
+        """The served Agent that holds the clock compacts and indexes the knowledge, for all.
+
+        Replicas share one knowledge location; one of them (the clock's leader) does the upkeep
+        every `KB_UPKEEP_SECONDS`. Each process still compacts after many writes of its own.
+        """
+        while True:
+            await asyncio.sleep(KB_UPKEEP_SECONDS)
+            if not self.clock.active or not self.knowledge.exists():
+                continue
+            try:
+                await self.knowledge.upkeep()
+            except Exception:
+                log.exception("the knowledge upkeep failed (tried again later)")
 
     async def _orphans(self, session: str | None = None) -> list[tuple[InboxEntry, bool]]:
         """Inbox rows whose run a crash cut off (of ``session``), with "side effects started".
@@ -1171,6 +1194,9 @@ class Agent:
             await asyncio.gather(*self._settling, return_exceptions=True)
         await self.agents.aclose()
         await self.knowledge.aclose()
+        if self._upkeeper is not None:
+            self._upkeeper.cancel()
+            await asyncio.gather(self._upkeeper, return_exceptions=True)
         if self._claims is not None:
             await self._claims.aclose()
             await self._claims.replica.close()

@@ -245,3 +245,27 @@ async def test_a_live_replicas_id_is_refused_and_status_lists_the_replicas(
         assert await after.db.run(list_replicas) == []
     finally:
         await after.close()
+
+
+async def test_only_the_clocks_leader_does_the_knowledge_upkeep(
+    llm: Any, replicas: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import ania_nb.agent as agent_module
+
+    monkeypatch.setattr(agent_module, "KB_UPKEEP_SECONDS", 0.05)
+    a, b = await replicas(2)
+    upkept: list[str] = []
+    for replica in (a, b):
+        knowledge = replica.agent.knowledge
+        real = knowledge.upkeep
+
+        async def upkeep(real: Any = real, name: str = replica.agent.replica.id) -> None:
+            upkept.append(name)
+            await real()  # the real compaction (a spy, not a stand-in)
+
+        monkeypatch.setattr(knowledge, "upkeep", upkeep)
+        monkeypatch.setattr(knowledge, "exists", lambda: True)
+    await until(lambda: len(upkept) >= 3, "upkeeps")
+    leader = a if a.agent.clock.active else b
+    assert [a.agent.clock.active, b.agent.clock.active].count(True) == 1
+    assert set(upkept) == {leader.agent.replica.id}
