@@ -620,7 +620,7 @@ class Clock:
     async def _finish(
         self, task: ClockTask, entry: TaskLogEntry, outcome: Outcome, once: bool
     ) -> TaskLogEntry:
-        """Close the entry, deliver the result, then delete or disable a run-once task."""
+        """Close the entry, delete or disable a run-once task, then deliver the result."""
         assert self._store is not None
         self._running.discard(task.id)
         final = await self._store.finish_run(
@@ -631,7 +631,12 @@ class Clock:
             error=outcome.error,
         )
         final = final or entry
+        # A run-once task is settled before anyone hears of the result: what they look up then
+        # is final (its events still follow run_finished).
+        settled = await self._settle_once(task, outcome.status == "success") if once else None
         await self._emit("run_finished", task.id, task=task, entry=final)
+        if settled is not None:
+            await self._emit(settled[0], task.id, task=settled[1])
         if outcome.delivery and outcome.status != "interrupted":
             await self.host.outbox.publish(
                 Delivery(
@@ -644,14 +649,15 @@ class Clock:
                     meta={"task_id": task.id, "entry_id": entry.id, "created_by": task.created_by},
                 )
             )
-        if once:
-            await self._settle_once(task, outcome.status == "success")
         return final
 
-    async def _settle_once(self, task: ClockTask, succeeded: bool) -> None:
+    async def _settle_once(
+        self, task: ClockTask, succeeded: bool
+    ) -> tuple[EventKind, ClockTask] | None:
         """After a scheduled run of a run-once task: delete it, or keep it disabled with its log.
 
-        A task made repeating during its run is scheduled again instead.
+        A task made repeating during its run is scheduled again instead. Returns the event to
+        send (the caller sends it after ``run_finished``).
         """
         assert self._store is not None
         event: tuple[EventKind, ClockTask] | None = None
@@ -659,7 +665,7 @@ class Clock:
             self._once_running.discard(task.id)
             current = await self._store.get(task.id)
             if current is None:
-                return  # deleted during the run
+                return None  # deleted during the run
             if not current.run_once:  # made repeating meanwhile: it goes on
                 await self._apply(current)
                 event = ("task_updated", current)
@@ -676,8 +682,7 @@ class Clock:
                     current, self._revs[task.id] = done
                     await self._apply(current)
                     event = ("task_updated", current)
-        if event is not None:
-            await self._emit(event[0], task.id, task=event[1])
+        return event
 
     async def _emit(
         self,
