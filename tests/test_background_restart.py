@@ -276,7 +276,7 @@ async def test_a_store_of_the_previous_version_gets_the_table(tmp_path: Path) ->
         await conn.execute("ALTER TABLE approvals DROP COLUMN verdict")
         await conn.execute("DROP TABLE replicas")
         await conn.execute("ALTER TABLE outbox DROP COLUMN owner")
-        await conn.execute("DROP INDEX clock_log_slot")
+        await conn.execute("DROP INDEX clock_log_slot")  # the clock's fencing step
         await conn.execute("ALTER TABLE clock_log DROP COLUMN missed_from")
         await conn.execute(f"PRAGMA user_version = {step}")
 

@@ -237,7 +237,7 @@ async def test_a_leader_whose_lock_session_ended_steps_down_and_another_takes_ov
     _postgres_only(backend)
     leader = await open_clock()
     standby = await open_clock()
-    leader.clock.poll_interval = 0.5  # the standby (0.05 s) sees the free lease first
+    leader.clock.poll_interval = 2.0  # the standby (0.05 s) sees the free lease first
     await leader.clock.create(cron="@every 1h", title="t", content="c", target="nb:x")
     await until(lambda: len(leader.clock._scheduler) == 1, "the leader schedules the task")
     # What the server does to a frozen leader's session (idle_session_timeout), or a network cut.

@@ -23,7 +23,7 @@ from ..store.owner import Owner, liveness
 from ..store.runlog import INTERRUPTED_ERROR as RUN_INTERRUPTED_ERROR
 from ..store.runlog import prepare_finish, prepare_tool_call
 from ..text import cut
-from .model import RUNNING, ClockTask, TaskLogEntry
+from .model import RUNNING, ClockError, ClockTask, TaskLogEntry
 
 if TYPE_CHECKING:  # pragma: no cover
     from ..store import Database
@@ -75,7 +75,7 @@ _EDITABLE = frozenset(
 _DIGITS = "0123456789abcdefghijklmnopqrstuvwxyz"
 
 
-class SlotTaken(Exception):
+class SlotTaken(ClockError):
     """The fire's ``(task, planned time)`` is recorded already (another leader's): do not run."""
 
 
