@@ -20,7 +20,8 @@ from mcp_servers.support import DEMO, settings, write_config
 from ania_nb import ToolContext, tool
 from ania_nb.mcp import MCPRegistry, MCPServerConfig, load_config_file
 from ania_nb.mcp.shared import MCP_SERVERS_NAMESPACE, SharedServers
-from ania_nb.store import REVISIONS_NAMESPACE, Store
+from ania_nb.store import Store
+from ania_nb.store.kv import REVISIONS_NAMESPACE
 from ania_nb.testing import reply, tool_call
 from ania_nb.tools import ToolExecutor
 

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from ania_nb.errors import ConfigError
 from ania_nb.mcp.config import MCPServerConfig, validate_server
-from ania_nb.store import REVISIONS_NAMESPACE
+from ania_nb.store.kv import REVISIONS_NAMESPACE
 
 if TYPE_CHECKING:
     from ania_nb.store import KVNamespace

@@ -17,7 +17,8 @@ from .._http import HttpClients
 from ..config import SAVED_CONFIG_NAMESPACE, Config, ConfigLayers
 from ..engine.context import BeforeCompact, ContextWindow
 from ..engine.llm import LLMClient
-from ..store import REVISIONS_NAMESPACE, Store
+from ..store import Store
+from ..store.kv import REVISIONS_NAMESPACE
 from .shared import SharedChanges
 
 if TYPE_CHECKING:  # pragma: no cover

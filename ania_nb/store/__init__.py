@@ -22,7 +22,7 @@ from .children import ChildLog, ChildRow
 from .db import Database, open_database
 from .history import ChatHistory
 from .journal import RunJournal
-from .kv import REVISIONS_NAMESPACE, KVNamespace
+from .kv import KVNamespace
 from .mailbox import (
     Effect,
     Inbox,
@@ -38,7 +38,6 @@ from .runlog import RunLog, RunRecord, ToolCallRecord
 from .usage import DayCount, UsageLedger
 
 __all__ = [
-    "REVISIONS_NAMESPACE",
     "ApprovalLog",
     "ApprovalRow",
     "ChatHistory",
