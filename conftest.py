@@ -56,6 +56,7 @@ SLOW_MODULES = {
     "tests/test_mcp_admin.py",
     "tests/test_mcp_results.py",
     "tests/test_mcp_agent.py",
+    "tests/test_mcp_prompts.py",
     "tests/test_hooks.py",
     "tests/test_builtin_bash.py",
     "tests/security/test_sandbox.py",
@@ -126,6 +127,7 @@ SLOW_TESTS = {
     "tests/test_mcp_config.py": {"test_importing_ania_nb_mcp_does_not_import_the_sdk"},
     "tests/test_notebook.py": {
         "test_ania_mcp_add_reports_bad_input_and_failed_servers_without_a_traceback",
+        "test_ania_mcp_lists_prompts_and_a_cell_runs_one",
         "test_help_shows_the_magic_names_and_their_usage",
         "test_load_ext_is_light_and_registers_the_magics",
         "test_load_ext_without_the_notebook_extra_names_the_pip_install",

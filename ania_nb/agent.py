@@ -201,8 +201,11 @@ class Agent:
         self._builtins = names
 
     def _register_commands(self, governance: Governance) -> None:
-        """The slash commands of the Agent's own parts: ``/clock`` and ``/quota``."""
+        """The slash commands of the Agent's own parts: ``/clock``, ``/quota``, MCP prompts."""
+        from .mcp.prompts import MCPPrompts
+
         governance.slash.register("clock", self.clock.command, CLOCK_HELP)
+        governance.slash.server_commands = MCPPrompts(lambda: self.mcp)
 
         async def quota(session: str, args: str, sender: str | None) -> str:
             return await quota_command(self.quota, governance.is_admin, session, args, sender)
@@ -448,7 +451,7 @@ class Agent:
             routed = await self.governance.slash.route(session, *command, sender=sender)
             if routed.prompt is None:
                 return RunResult(routed.reply or "", "success", session)
-            text = routed.prompt
+            text, images = routed.prompt, (*images, *routed.images)
         pending = Pending(
             text,
             sender,
@@ -508,7 +511,7 @@ class Agent:
         recovered: bool = False,
     ) -> Accepted:
         """Route a stored command, or queue a stored message (``recovered``: past the limit)."""
-        session, text = inbound.session, inbound.text
+        session, text, images = inbound.session, inbound.text, tuple(inbound.images)
         state = self.session(session)
         command = parse_slash(text) if inbound.kind == "command" else None
         if command is not None:
@@ -517,11 +520,11 @@ class Agent:
                 reply = routed.reply or ""
                 await self._answer_now(session, inbox_id, reply)
                 return Accepted(inbox_id, "answered", reply=reply)
-            text = routed.prompt
+            text, images = routed.prompt, (*inbound.images, *routed.images)
         pending = Pending(
             text,
             inbound.sender,
-            inbound.images,
+            images,
             callbacks or self.outbox.callbacks_for(session),
             asyncio.get_running_loop().create_future(),
             inbound.model,

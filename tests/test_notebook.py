@@ -722,3 +722,23 @@ def test_a_background_run_stopped_by_ania_stop_ends_its_view(shell, llm):
     views = [o for o in gc.get_objects() if isinstance(o, RunView)]
     [view] = [v for v in views if v.prompt == "slow task with a view"]
     assert view.status == "stopped" and not view.live
+
+
+def test_ania_mcp_lists_prompts_and_a_cell_runs_one(shell, llm, tmp_path):
+    from mcp_servers.support import stdio_entry
+
+    config = tmp_path / "mcp.json"
+    config.write_text(json.dumps({"servers": [stdio_entry("demo", prompts=True)]}))
+    state_of(shell).overrides.update({"mcp.config_file": str(config)})
+    _, captured = run(shell, "%ania mcp")
+    assert (
+        "prompts (run one in a %%agent cell): /demo:broken, /demo:chat-log, /demo:review"
+        in captured.stdout
+    )
+    llm.script(reply("reviewed"))
+    run(shell, '%%agent -q\n/demo:review "x = 1" language=go')
+    user = [m for m in llm.requests[0].messages if m["role"] == "user"][-1]["content"]
+    assert "Please review this go code:\nx = 1" in str(user)
+    run(shell, "%%agent -q\n/demo:review")  # bad input: the usage, no model call
+    assert shell.user_ns["_"].text.startswith("/demo:review needs code\nusage:")
+    assert len(llm.requests) == 1

@@ -21,16 +21,20 @@ import asyncio
 import contextlib
 import logging
 import time
-from typing import TYPE_CHECKING, Any, Literal, Protocol
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING, Any, Literal, Protocol, TypeVar
 
 from ania_nb.errors import ConfigError, MCPServerError, ToolError
 from ania_nb.mcp.config import MCPServerConfig, expand_env
 from ania_nb.mcp.results import ToolOutput, convert_result
 from ania_nb.mcp.transport import (
+    RemotePrompt,
     RemoteTool,
     StderrTail,
+    list_remote_prompts,
     list_remote_tools,
     load_sdk,
+    offers_prompts,
     open_session,
 )
 
@@ -52,6 +56,8 @@ class ProgressHandler(Protocol):
 
 _log = logging.getLogger(__name__)
 
+_T = TypeVar("_T")
+_Listing = tuple[list[RemoteTool], list[RemotePrompt]]  # what a connect lists
 ServerState = Literal["idle", "connecting", "connected", "disconnected", "failed", "closed"]
 _STOP_GRACE = 10.0  # seconds a runner gets to unwind (stdio shutdown is itself bounded by ~6 s)
 _MAX_BACKOFF = 60.0  # longest pause between automatic reconnect attempts
@@ -91,6 +97,7 @@ class MCPToolManager:
         self._state: ServerState = "idle"
         self._error: str | None = None
         self._tools: list[RemoteTool] = []
+        self._prompts: list[RemotePrompt] = []
         self._session: ClientSession | None = None
         self._task: asyncio.Task[None] | None = None
         self._stop: asyncio.Event | None = None
@@ -126,6 +133,11 @@ class MCPToolManager:
     def tools(self) -> list[RemoteTool]:
         """The server's tools after the entry's filter, sorted by name."""
         return self._tools
+
+    @property
+    def prompts(self) -> list[RemotePrompt]:
+        """The server's prompts as listed at the last connect, sorted by name."""
+        return self._prompts
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -171,7 +183,7 @@ class MCPToolManager:
             self._state, self._error = "failed", str(exc)
             raise MCPServerError(str(exc), server=self.name) from None
         self._state, self._error = "connecting", None
-        ready: asyncio.Future[list[RemoteTool]] = asyncio.get_running_loop().create_future()
+        ready: asyncio.Future[_Listing] = asyncio.get_running_loop().create_future()
         stderr = StderrTail(self.name) if self.config.transport == "stdio" else None
         self._stop = asyncio.Event()
         lost = asyncio.Event()
@@ -182,7 +194,7 @@ class MCPToolManager:
             self._run(live, ready, self._stop, stderr, lost), name=f"mcp:{self.name}"
         )
         try:
-            tools = await asyncio.wait_for(asyncio.shield(ready), self.timeout)
+            tools, prompts = await asyncio.wait_for(asyncio.shield(ready), self.timeout)
         except asyncio.CancelledError:
             await self._stop_runner(cancel=True)
             self._state, self._error = "failed", "the connection attempt was cancelled"
@@ -205,6 +217,7 @@ class MCPToolManager:
                 server=self.name,
             ) from None
         self._tools = self._select(tools)
+        self._prompts = prompts
         self.generation += 1
         self._state = "connected"
         _log.info("MCP server %r connected: %d tools", self.name, len(self._tools))
@@ -212,7 +225,7 @@ class MCPToolManager:
     async def _run(
         self,
         live: MCPServerConfig,
-        ready: asyncio.Future[list[RemoteTool]],
+        ready: asyncio.Future[_Listing],
         stop: asyncio.Event,
         stderr: StderrTail | None,
         lost: asyncio.Event,
@@ -225,8 +238,9 @@ class MCPToolManager:
                     stack, live, self.timeout, stderr, self.client_factory, self.security
                 )
                 tools = await list_remote_tools(session)
+                prompts = await self._list_prompts(session)
                 self._session = session
-                ready.set_result(tools)
+                ready.set_result((tools, prompts))
                 why = await self._watch(session, stop, lost)
                 if why is not None and self._session is session:
                     tail = stderr.text() if stderr is not None else ""
@@ -247,6 +261,16 @@ class MCPToolManager:
                 self._session = None
             if stderr is not None:
                 stderr.close_writer()
+
+    async def _list_prompts(self, session: ClientSession) -> list[RemotePrompt]:
+        """The server's prompts; one that fails to list them keeps its tools (logged)."""
+        if not offers_prompts(session):
+            return []
+        try:
+            return await list_remote_prompts(session)
+        except Exception as exc:
+            _log.warning("MCP server %r: prompts/list failed: %s", self.name, describe(exc))
+            return []
 
     async def _watch(
         self, session: ClientSession, stop: asyncio.Event, lost: asyncio.Event
@@ -381,8 +405,6 @@ class MCPToolManager:
         self.check_available()
         session = self._session
         assert session is not None
-        import anyio
-        import httpx2
         from mcp import MCPError
         from mcp_types import CONNECTION_CLOSED
 
@@ -394,14 +416,7 @@ class MCPToolManager:
                     f"MCP server '{self.name}' rejected the call to '{tool}': {exc.message}"
                 ) from None
             lost = "the connection was closed (the server may have crashed)"
-        except (
-            OSError,
-            anyio.BrokenResourceError,
-            anyio.ClosedResourceError,
-            anyio.EndOfStream,
-            httpx2.TransportError,
-            httpx2.HTTPStatusError,
-        ) as exc:
+        except _connection_errors() as exc:
             lost = describe(exc)
         except Exception as exc:
             raise ToolError(
@@ -416,3 +431,44 @@ class MCPToolManager:
         if self._session is session:
             self._mark_lost(lost)
         raise ToolError(self.unavailable_message())
+
+    async def request(self, what: str, send: Callable[[ClientSession], Awaitable[_T]]) -> _T:
+        """Send one request (``what``: e.g. "prompts/get 'x'") on the live session.
+
+        Waits for / revives the connection like a tool call; raises `ToolError` saying what
+        went wrong (the server refused, or the connection was lost, which marks it lost).
+        """
+        await self.ready()
+        session = self._session
+        assert session is not None
+        from mcp import MCPError
+        from mcp_types import CONNECTION_CLOSED
+
+        try:
+            return await send(session)
+        except MCPError as exc:
+            if exc.code != CONNECTION_CLOSED:
+                raise ToolError(f"MCP server '{self.name}' refused {what}: {exc.message}") from None
+            lost = "the connection was closed (the server may have crashed)"
+        except _connection_errors() as exc:
+            lost = describe(exc)
+        except Exception as exc:
+            raise ToolError(f"{what} on MCP server '{self.name}' failed: {describe(exc)}") from None
+        if self._session is session:
+            self._mark_lost(lost)
+        raise ToolError(self.unavailable_message())
+
+
+def _connection_errors() -> tuple[type[BaseException], ...]:
+    """The exceptions that mean the transport under a session died (SDK imported by then)."""
+    import anyio
+    import httpx2
+
+    return (
+        OSError,
+        anyio.BrokenResourceError,
+        anyio.ClosedResourceError,
+        anyio.EndOfStream,
+        httpx2.TransportError,
+        httpx2.HTTPStatusError,
+    )

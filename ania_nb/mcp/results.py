@@ -16,7 +16,7 @@ from typing import Any
 
 from ania_nb.text import cut
 
-__all__ = ["MAX_IMAGES", "TRUNCATION_MARKER", "ToolOutput", "convert_result"]
+__all__ = ["MAX_IMAGES", "TRUNCATION_MARKER", "ToolOutput", "convert_blocks", "convert_result"]
 
 TRUNCATION_MARKER = "\n...(MCP tool result truncated"
 MAX_IMAGES = 4  # per result: a screenshot tool's output, not a photo album
@@ -34,9 +34,17 @@ class ToolOutput:
 
 def convert_result(result: Any, limit: int) -> ToolOutput:
     """Convert a ``CallToolResult``; the text is truncated at ``limit`` characters."""
+    return convert_blocks(result.content, limit, result.structured_content)
+
+
+def convert_blocks(blocks: Any, limit: int, structured: Any = None) -> ToolOutput:
+    """Convert MCP content blocks (a tool result's, a prompt message's); text cut at ``limit``.
+
+    ``structured`` (a tool's ``structuredContent``) stands in as JSON when nothing else came.
+    """
     parts: list[str] = []
     images: list[str] = []
-    for block in result.content:
+    for block in blocks:
         kind = getattr(block, "type", "")
         if kind == "text":
             parts.append(block.text)
@@ -50,8 +58,8 @@ def convert_result(result: Any, limit: int) -> ToolOutput:
                 _binary(parts, images, "resource", inner.mime_type, inner.blob, str(inner.uri))
         elif kind in ("image", "audio"):
             _binary(parts, images, kind, block.mime_type, block.data, None)
-    if not parts and not images and result.structured_content is not None:
-        parts.append(json.dumps(result.structured_content, ensure_ascii=False, sort_keys=True))
+    if not parts and not images and structured is not None:
+        parts.append(json.dumps(structured, ensure_ascii=False, sort_keys=True))
     text = "\n".join(parts)
     text = cut(text, limit, marker=f"{TRUNCATION_MARKER}: {len(text)} characters in total)")
     return ToolOutput(text, images)

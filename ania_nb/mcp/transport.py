@@ -30,10 +30,14 @@ if TYPE_CHECKING:
     from ania_nb.config import SecuritySettings
 
 __all__ = [
+    "PromptArgument",
+    "RemotePrompt",
     "RemoteTool",
     "StderrTail",
+    "list_remote_prompts",
     "list_remote_tools",
     "load_sdk",
+    "offers_prompts",
     "open_session",
 ]
 
@@ -53,6 +57,24 @@ class RemoteTool:
     read_only: bool
     destructive: bool = False  # the server set destructiveHint: true (and not readOnlyHint)
     task_support: str | None = None  # execution.taskSupport: forbidden / optional / required
+
+
+@dataclass(frozen=True)
+class PromptArgument:
+    """One argument of a server prompt."""
+
+    name: str
+    description: str = ""
+    required: bool = False
+
+
+@dataclass(frozen=True)
+class RemotePrompt:
+    """A prompt as the server lists it (``prompts/list``), SDK-independent."""
+
+    name: str
+    description: str
+    arguments: tuple[PromptArgument, ...] = ()
 
 
 _import_lock = threading.Lock()
@@ -249,3 +271,30 @@ async def list_remote_tools(session: ClientSession) -> list[RemoteTool]:
         if not cursor:
             break
     return tools
+
+
+def offers_prompts(session: ClientSession) -> bool:
+    """Whether the server declared the prompts capability in its initialize answer."""
+    init = session.initialize_result
+    return init is not None and init.capabilities.prompts is not None
+
+
+async def list_remote_prompts(session: ClientSession) -> list[RemotePrompt]:
+    """Every prompt the server lists, following pagination, sorted by name."""
+    import mcp_types
+
+    prompts: list[RemotePrompt] = []
+    cursor: str | None = None
+    for _ in range(_MAX_PAGES):
+        params = mcp_types.PaginatedRequestParams(cursor=cursor) if cursor else None
+        page = await session.list_prompts(params=params)
+        for prompt in page.prompts:
+            arguments = tuple(
+                PromptArgument(a.name, (a.description or "").strip(), bool(a.required))
+                for a in prompt.arguments or ()
+            )
+            prompts.append(RemotePrompt(prompt.name, (prompt.description or "").strip(), arguments))
+        cursor = page.next_cursor
+        if not cursor:
+            break
+    return sorted(prompts, key=lambda p: p.name)

@@ -92,6 +92,10 @@ async def _mcp(state: NotebookState, args: list[str]) -> None:
             error = f"  error: {s.error}" if s.error else ""
             row = f"{s.name:<20} {s.state:<10} {s.tools:>3} tools  {s.transport:<10} {s.target}"
             print(row + error)
+            manager = registry.get(s.name)
+            if manager is not None and s.state == "connected" and manager.prompts:
+                names = ", ".join(f"/{s.name}:{p.name}" for p in manager.prompts)
+                print(f"{'':<20} prompts (run one in a %%agent cell): {names}")
         if not registry.servers():
             print("no MCP servers")
         return

@@ -11,6 +11,8 @@ leaves a file there): servers connected one after another would never get past i
 ``--media`` adds tools whose results are not text: ``picture`` (a PNG image block), ``sound``
 (audio), ``document`` (a PDF blob resource and an image blob resource), ``steps`` (reports
 progress while it works) and ``batch_job`` (listed with ``execution.taskSupport: required``).
+``--prompts`` adds prompts: ``review`` (``code`` required, ``language`` optional), ``chat-log``
+(a user, an assistant and an image message) and ``broken`` (fails).
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ from typing import Annotated, Literal
 
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
+from mcp.server.mcpserver.prompts.base import AssistantMessage, UserMessage
 from mcp_types import (
     AudioContent,
     BlobResourceContents,
@@ -64,7 +67,9 @@ class DemoServer(MCPServer):
         ]
 
 
-def build(name: str, extra: int, annotated: bool = False, media: bool = False) -> MCPServer:
+def build(
+    name: str, extra: int, annotated: bool = False, media: bool = False, prompts: bool = False
+) -> MCPServer:
     server = DemoServer(name, instructions="Test server for ania-nb.")
 
     @server.tool(annotations=ToolAnnotations(read_only_hint=True))
@@ -134,6 +139,8 @@ def build(name: str, extra: int, annotated: bool = False, media: bool = False) -
         _add_annotated(server)
     if media:
         _add_media(server)
+    if prompts:
+        _add_prompts(server)
     for i in range(extra):
         server.add_tool(
             _extra(i),
@@ -205,6 +212,27 @@ def _add_media(server: DemoServer) -> None:
     server.task_required = frozenset({"batch_job"})
 
 
+def _add_prompts(server: MCPServer) -> None:
+    @server.prompt(description="Review a piece of code.")
+    def review(
+        code: Annotated[str, Field(description="the code to review")], language: str = "python"
+    ) -> str:
+        return f"Please review this {language} code:\n{code}"
+
+    @server.prompt(name="chat-log", description="A short exchange about a topic, with a picture.")
+    def chat_log(topic: str) -> list[UserMessage | AssistantMessage]:
+        image = ImageContent(type="image", data=PNG, mime_type="image/png")
+        return [
+            UserMessage(f"Tell me about {topic}."),
+            AssistantMessage(f"{topic} is a big subject; what part?"),
+            UserMessage(content=image),
+        ]
+
+    @server.prompt(description="Always fails.")
+    def broken() -> str:
+        raise ValueError("this prompt is broken on purpose")
+
+
 def _extra(i: int) -> Callable[[str], str]:
     def tool(text: str = "") -> str:
         return f"extra {i}: {text}"
@@ -246,10 +274,11 @@ def main() -> None:
     parser.add_argument("--parties", type=int, default=1)
     parser.add_argument("--annotated", action="store_true")
     parser.add_argument("--media", action="store_true")
+    parser.add_argument("--prompts", action="store_true")
     args = parser.parse_args()
     if args.barrier is not None:
         wait_at_barrier(args.barrier, args.name, args.parties)
-    server = build(args.name, args.extra, args.annotated, args.media)
+    server = build(args.name, args.extra, args.annotated, args.media, args.prompts)
     if args.transport == "stdio":
         server.run("stdio")
     else:
