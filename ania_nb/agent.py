@@ -452,6 +452,7 @@ class Agent:
             if routed.prompt is None:
                 return RunResult(routed.reply or "", "success", session)
             text, images = routed.prompt, (*images, *routed.images)
+        text, images = await self._with_mentions(text, tuple(images))
         pending = Pending(
             text,
             sender,
@@ -521,6 +522,8 @@ class Agent:
                 await self._answer_now(session, inbox_id, reply)
                 return Accepted(inbox_id, "answered", reply=reply)
             text, images = routed.prompt, (*inbound.images, *routed.images)
+        if inbound.kind in ("message", "command"):
+            text, images = await self._with_mentions(text, images)
         pending = Pending(
             text,
             inbound.sender,
@@ -539,6 +542,18 @@ class Agent:
             )
             return Accepted(inbox_id, "dropped")
         return Accepted(inbox_id, "queued")
+
+    async def _with_mentions(
+        self, text: str, images: tuple[str, ...]
+    ) -> tuple[str, tuple[str, ...]]:
+        """``@server:uri`` mentions in a user's message: the resources read and attached."""
+        registry = self.mcp
+        if registry is None or "@" not in text:
+            return text, images
+        from .mcp.mentions import attach_mentions
+
+        attached = await attach_mentions(registry, text)
+        return attached.text, (*images, *attached.images)
 
     async def _queue_stored(self, inbox_id: int, inbound: Inbound) -> bool:
         """Queue a message the Agent's own work stored (`AgentHost.queue_stored`)."""

@@ -742,3 +742,35 @@ def test_ania_mcp_lists_prompts_and_a_cell_runs_one(shell, llm, tmp_path):
     run(shell, "%%agent -q\n/demo:review")  # bad input: the usage, no model call
     assert shell.user_ns["_"].text.startswith("/demo:review needs code\nusage:")
     assert len(llm.requests) == 1
+
+
+def test_ania_mcp_read_shows_a_resource_and_keeps_it_up_to_date(shell, llm, tmp_path):
+    from mcp_servers.support import stdio_entry
+
+    def shown(captured):
+        return [(o.data.get("text/plain", ""), o.update) for o in captured.outputs]
+
+    config = tmp_path / "mcp.json"
+    config.write_text(json.dumps({"servers": [stdio_entry("demo", resources=True)]}))
+    state_of(shell).overrides.update({"mcp.config_file": str(config)})
+    _, captured = run(shell, "%ania mcp read demo memo://note")
+    assert shown(captured) == [("note v0", False)]
+    assert "(kept up to date: demo sends updates of memo://note)" in captured.stdout
+    _, captured = run(shell, "%ania mcp read demo memo://logo.png")  # an image, as an image
+    assert "image/png" in captured.outputs[-1].data
+    demo = state_of(shell).agent().mcp.get("demo")
+    outputs = []
+
+    async def bump():
+        from IPython.core.getipython import get_ipython
+
+        pub = get_ipython().display_pub  # this cell's capture: updates of earlier outputs too
+        await demo.call("bump_note", {}, generation=demo.generation)
+        await until(lambda: any(o["update"] for o in pub.outputs), "the note to be re-shown")
+        outputs.extend(pub.outputs)
+
+    shell.user_ns["bump"] = bump
+    run(shell, "await bump()")
+    assert [(o["data"]["text/plain"], o["update"]) for o in outputs] == [("note v1", True)]
+    _, captured = run(shell, "%ania mcp read demo memo://gone")
+    assert "refused resources/read 'memo://gone'" in captured.stderr

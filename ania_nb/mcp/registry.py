@@ -261,12 +261,16 @@ class MCPRegistry:
             # The pair is kept across reconnects (its bytes stay stable) unless the server's
             # tool names changed: the load tool's description lists them.
             described = self._lazy_names.get(name)
-            if described != sorted(toolset.tools()):
+            names = [
+                *sorted(toolset.tools()),
+                *(["<resources>"] if manager.has_resources else []),
+            ]
+            if described != names:
                 self._unregister(name)
                 self._owned[name] = self._add_unique(
-                    [toolset.discover_tool(), toolset.load_tool()], name
+                    [toolset.discover_tool(), toolset.load_tool(), *_resource_tools(toolset)], name
                 )
-                self._lazy_names[name] = sorted(toolset.tools())
+                self._lazy_names[name] = names
             return
         # Eager: every connected server again, in config order, so an earlier server keeps a
         # clashing name whichever connected first (a later one gets <server>__<name>).
@@ -279,7 +283,7 @@ class MCPRegistry:
                 server, MCPToolset(each, approval_enabled=self.approval_enabled, viewer=self.viewer)
             )
             exposed = [tools.exposed(n, self.shared.get) for n in sorted(tools.tools())]
-            self._owned[server] = self._add_unique(exposed, server)
+            self._owned[server] = self._add_unique([*exposed, *_resource_tools(tools)], server)
 
     def _add_unique(self, tools: Sequence[Tool], server: str) -> list[str]:
         added: list[str] = []
@@ -303,3 +307,10 @@ class MCPRegistry:
         if name not in self._managers:  # removed for good, not re-registering
             self._toolsets.pop(name, None)
             self._lazy_names.pop(name, None)
+
+
+def _resource_tools(toolset: MCPToolset) -> list[Tool]:
+    """``mcp_resources_<server>`` and ``mcp_read_<server>`` when the server offers resources."""
+    if not toolset.manager.has_resources:
+        return []
+    return [toolset.resources_tool(), toolset.read_tool()]

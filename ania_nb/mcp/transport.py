@@ -25,6 +25,7 @@ from ania_nb.text import cut
 if TYPE_CHECKING:
     import httpx2
     from mcp import ClientSession
+    from mcp.client.session import MessageHandlerFnT
 
     from ania_nb._http import MCPClientFactory
     from ania_nb.config import SecuritySettings
@@ -32,13 +33,16 @@ if TYPE_CHECKING:
 __all__ = [
     "PromptArgument",
     "RemotePrompt",
+    "RemoteResource",
     "RemoteTool",
+    "ServerFeatures",
     "StderrTail",
     "list_remote_prompts",
+    "list_remote_resources",
     "list_remote_tools",
     "load_sdk",
-    "offers_prompts",
     "open_session",
+    "server_features",
 ]
 
 _log = logging.getLogger(__name__)
@@ -183,12 +187,13 @@ async def open_session(
     stderr: StderrTail | None = None,
     client_factory: MCPClientFactory | None = None,
     security: SecuritySettings | None = None,
+    message_handler: MessageHandlerFnT | None = None,
 ) -> ClientSession:
     """Enter the transport and an initialised `ClientSession` on ``stack`` (in this task).
 
     HTTP transports get their client from ``client_factory`` (default: the SDK's own); a stdio
     server inherits the environment without ``ANIA_*`` and ``security.secret_env`` variables,
-    plus its entry's own ``env``.
+    plus its entry's own ``env``. ``message_handler`` receives the server's notifications.
     """
     import mcp_types
     from mcp import ClientSession, StdioServerParameters, stdio_client
@@ -238,7 +243,7 @@ async def open_session(
     read_stream, write_stream = streams
     info = mcp_types.Implementation(name="ania-nb", version=VERSION)
     session = await stack.enter_async_context(
-        ClientSession(read_stream, write_stream, client_info=info)
+        ClientSession(read_stream, write_stream, client_info=info, message_handler=message_handler)
     )
     await session.initialize()
     return session
@@ -273,10 +278,78 @@ async def list_remote_tools(session: ClientSession) -> list[RemoteTool]:
     return tools
 
 
-def offers_prompts(session: ClientSession) -> bool:
-    """Whether the server declared the prompts capability in its initialize answer."""
+@dataclass(frozen=True)
+class ServerFeatures:
+    """What the server declared besides tools: resources (and subscribe), prompts."""
+
+    resources: bool = False
+    subscribe: bool = False
+    prompts: bool = False
+
+
+def server_features(session: ClientSession) -> ServerFeatures:
+    """The capabilities of the server's initialize answer, as `ServerFeatures`."""
     init = session.initialize_result
-    return init is not None and init.capabilities.prompts is not None
+    if init is None:
+        return ServerFeatures()
+    caps = init.capabilities
+    resources = caps.resources
+    return ServerFeatures(
+        resources=resources is not None,
+        subscribe=bool(resources is not None and resources.subscribe),
+        prompts=caps.prompts is not None,
+    )
+
+
+@dataclass(frozen=True)
+class RemoteResource:
+    """A resource (``uri``) or a resource template (``uri`` is the RFC 6570 template)."""
+
+    uri: str
+    name: str
+    description: str = ""
+    mime_type: str = ""
+    size: int | None = None
+    template: bool = False
+
+
+async def list_remote_resources(session: ClientSession) -> list[RemoteResource]:
+    """Every resource, then every template, the server lists (pagination followed)."""
+    import mcp_types
+
+    found: list[RemoteResource] = []
+    for kind in ("resources", "templates"):
+        cursor: str | None = None
+        for _ in range(_MAX_PAGES):
+            params = mcp_types.PaginatedRequestParams(cursor=cursor) if cursor else None
+            if kind == "resources":
+                page: Any = await session.list_resources(params=params)
+                for r in page.resources:
+                    found.append(
+                        RemoteResource(
+                            str(r.uri),
+                            r.name,
+                            (r.description or "").strip(),
+                            r.mime_type or "",
+                            r.size,
+                        )
+                    )
+            else:
+                page = await session.list_resource_templates(params=params)
+                for t in page.resource_templates:
+                    found.append(
+                        RemoteResource(
+                            t.uri_template,
+                            t.name,
+                            (t.description or "").strip(),
+                            t.mime_type or "",
+                            template=True,
+                        )
+                    )
+            cursor = page.next_cursor
+            if not cursor:
+                break
+    return found
 
 
 async def list_remote_prompts(session: ClientSession) -> list[RemotePrompt]:

@@ -13,6 +13,10 @@ leaves a file there): servers connected one after another would never get past i
 progress while it works) and ``batch_job`` (listed with ``execution.taskSupport: required``).
 ``--prompts`` adds prompts: ``review`` (``code`` required, ``language`` optional), ``chat-log``
 (a user, an assistant and an image message) and ``broken`` (fails).
+``--resources`` adds resources (``memo://note`` text, ``memo://logo.png`` an image,
+``memo://data.bin`` binary, the template ``memo://notes/{name}``), subscriptions, and the tools
+``bump_note`` (changes the note and notifies subscribers) and ``linked`` (a resource link and an
+embedded text resource).
 """
 
 from __future__ import annotations
@@ -28,6 +32,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Annotated, Literal
 
+from mcp.server.lowlevel.server import HandlerEntry
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
 from mcp.server.mcpserver.prompts.base import AssistantMessage, UserMessage
@@ -35,11 +40,16 @@ from mcp_types import (
     AudioContent,
     BlobResourceContents,
     EmbeddedResource,
+    EmptyResult,
     ImageContent,
+    ResourceLink,
+    SubscribeRequestParams,
     TextContent,
+    TextResourceContents,
     Tool,
     ToolAnnotations,
     ToolExecution,
+    UnsubscribeRequestParams,
 )
 from pydantic import Field
 
@@ -68,7 +78,12 @@ class DemoServer(MCPServer):
 
 
 def build(
-    name: str, extra: int, annotated: bool = False, media: bool = False, prompts: bool = False
+    name: str,
+    extra: int,
+    annotated: bool = False,
+    media: bool = False,
+    prompts: bool = False,
+    resources: bool = False,
 ) -> MCPServer:
     server = DemoServer(name, instructions="Test server for ania-nb.")
 
@@ -141,6 +156,8 @@ def build(
         _add_media(server)
     if prompts:
         _add_prompts(server)
+    if resources:
+        _add_resources(server)
     for i in range(extra):
         server.add_tool(
             _extra(i),
@@ -233,6 +250,51 @@ def _add_prompts(server: MCPServer) -> None:
         raise ValueError("this prompt is broken on purpose")
 
 
+def _add_resources(server: MCPServer) -> None:
+    version = [0]
+
+    @server.resource("memo://note", name="note", description="A note that changes.")
+    def note() -> str:
+        return f"note v{version[0]}"
+
+    @server.resource("memo://logo.png", name="logo", mime_type="image/png")
+    def logo() -> bytes:
+        return base64.b64decode(PNG)
+
+    @server.resource("memo://data.bin", name="data", mime_type="application/octet-stream")
+    def data() -> bytes:
+        return bytes(range(64))
+
+    @server.resource("memo://notes/{name}", name="named-note", description="A note by name.")
+    def named(name: str) -> str:
+        return f"note called {name}"
+
+    @server.tool()
+    async def bump_note(ctx: Context) -> str:
+        """Change the note and tell subscribers."""
+        version[0] += 1
+        await ctx.session.send_resource_updated("memo://note")
+        return f"note is now v{version[0]}"
+
+    @server.tool()
+    def linked() -> list[ResourceLink | EmbeddedResource]:
+        """Return a link to the note and an embedded text resource."""
+        inline = TextResourceContents(uri="memo://inline", mime_type="text/plain", text="inline")
+        return [
+            ResourceLink(
+                type="resource_link", uri="memo://note", name="note", mime_type="text/plain"
+            ),
+            EmbeddedResource(type="resource", resource=inline),
+        ]
+
+    async def subscribed(ctx: object, params: object) -> EmptyResult:
+        return EmptyResult()
+
+    handlers = server._lowlevel_server._request_handlers
+    handlers["resources/subscribe"] = HandlerEntry(SubscribeRequestParams, subscribed)
+    handlers["resources/unsubscribe"] = HandlerEntry(UnsubscribeRequestParams, subscribed)
+
+
 def _extra(i: int) -> Callable[[str], str]:
     def tool(text: str = "") -> str:
         return f"extra {i}: {text}"
@@ -275,10 +337,11 @@ def main() -> None:
     parser.add_argument("--annotated", action="store_true")
     parser.add_argument("--media", action="store_true")
     parser.add_argument("--prompts", action="store_true")
+    parser.add_argument("--resources", action="store_true")
     args = parser.parse_args()
     if args.barrier is not None:
         wait_at_barrier(args.barrier, args.name, args.parties)
-    server = build(args.name, args.extra, args.annotated, args.media, args.prompts)
+    server = build(args.name, args.extra, args.annotated, args.media, args.prompts, args.resources)
     if args.transport == "stdio":
         server.run("stdio")
     else:

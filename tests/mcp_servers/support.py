@@ -35,15 +35,16 @@ def stdio_entry(
     name: str = "demo", *, extra: int = 0, barrier: tuple[Path, int] | None = None, **fields: Any
 ) -> dict[str, Any]:
     """A ``servers``-form entry starting the demo server over stdio (``media=True``: --media,
-    ``prompts=True``: --prompts).
+    ``prompts=True``: --prompts, ``resources=True``: --resources).
 
     ``barrier=(folder, n)``: the server waits until n servers started with that folder.
     """
     args = [str(DEMO), "stdio", "--name", name]
     if fields.pop("media", False):
         args.append("--media")
-    if fields.pop("prompts", False):
-        args.append("--prompts")
+    for flag in ("prompts", "resources"):
+        if fields.pop(flag, False):
+            args.append(f"--{flag}")
     if extra:
         args += ["--extra", str(extra)]
     if barrier is not None:
