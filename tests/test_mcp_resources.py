@@ -183,3 +183,15 @@ async def test_server_everything_resources(llm, make_agent, tmp_path, transport)
         await everything.call("toggle-subscriber-updates", {}, generation=everything.generation)
         await until(updated.is_set, "server-everything to send a resources/updated", limit=30)
         await stop()
+
+
+async def test_mentions_together_stay_within_max_result_chars(llm, make_agent, tmp_path):
+    agent = await _agent_with(
+        make_agent, tmp_path, stdio_entry("demo", resources=True), **{"mcp.max_result_chars": 100}
+    )
+    llm.script(reply("ok"))
+    many = " ".join(f"@demo:memo://notes/{'x' * 40}{i}" for i in range(4))
+    await agent.chat(many)
+    sent = user_text(llm.requests[0])
+    assert f"note called {'x' * 40}0" in sent  # 53 characters, then the second is cut to 47
+    assert sent.count("not read, the attachments reached 100 characters") == 2  # none left
