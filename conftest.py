@@ -58,6 +58,7 @@ SLOW_MODULES = {
     "tests/test_mcp_agent.py",
     "tests/test_mcp_prompts.py",
     "tests/test_mcp_resources.py",
+    "tests/test_mcp_sampling.py",
     "tests/test_hooks.py",
     "tests/test_builtin_bash.py",
     "tests/security/test_sandbox.py",

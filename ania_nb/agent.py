@@ -20,7 +20,7 @@ from .engine.callbacks import NO_CALLBACKS, ApprovalRequest, Callbacks, Verdict
 from .engine.context import BeforeCompact
 from .engine.loop import Gate, GateDecision, ToolCall
 from .engine.messages import Message
-from .errors import UsageError
+from .errors import LLMError, ToolError, UsageError
 from .governance import ApprovalManager, Governance, PythonHook
 from .governance.approval import (
     SUSPENDED,
@@ -71,7 +71,9 @@ from .tools.builtin import HttpSource, ImageViewer, default_tools, gated_tools, 
 
 if TYPE_CHECKING:  # pragma: no cover
     from .mcp import MCPRegistry
+    from .mcp.sampling import SampledReply, SamplingRequest
     from .skills import SkillManager
+    from .tools.base import ToolContext
 
 log = logging.getLogger(__name__)
 CLOCK_HELP = "/clock list|add|del|on|off|info|timeout|run|log|help: scheduled tasks"
@@ -287,6 +289,8 @@ class Agent:
                         self._assemble(rt.config)
                     self.governance.attach(rt.store)
                     self._services = self._run_services(rt)
+                    if rt.mcp is not None:
+                        rt.mcp.use_sampler(self._sample)
                     rt.store.journal.usage_day = self.quota.counting_day
                     self._rt = rt
                     await self.quota.prune_at_start()
@@ -542,6 +546,57 @@ class Agent:
             )
             return Accepted(inbox_id, "dropped")
         return Accepted(inbox_id, "queued")
+
+    async def _sample(self, request: SamplingRequest, ctx: ToolContext) -> SampledReply:
+        """An MCP server's sampling request: a person approves it, then the model answers.
+
+        In a notebook the local user approves; in a chat only an admin does, unless
+        ``mcp.sampling_requester_approves`` lets the requester. The tokens go to the run's usage.
+        """
+        from .engine.usage import Usage
+        from .mcp.sampling import SampledReply, describe_request
+
+        rt = await self._ensure_open()
+        settings = self.config.mcp
+        model = _sampling_model(request.hints, [settings.sampling_model, rt.llm.model])
+        admin_only = ctx.admin_only_approval or (
+            ctx.sender is not None and not settings.sampling_requester_approves
+        )
+        verdict = await self.governance.approvals.request(
+            session=ctx.session,
+            tool=f"mcp_sampling_{request.server}"[:64],
+            summary=f"MCP server '{request.server}' asks {model} for a completion",
+            details=describe_request(request, model),
+            callbacks=ctx.callbacks,
+            requester=ctx.sender,
+            requesters=ctx.requesters,
+            admin_only=admin_only,
+            call_id=ctx.call_id,
+        )
+        if not verdict.allowed:
+            raise ToolError(
+                f"the sampling request of MCP server '{request.server}' was not approved"
+                + (f": {verdict.reason}" if verdict.reason else "")
+            )
+        client = await rt.llm.with_model(model)  # a copy: its limits are this request's
+        client.max_tokens = request.max_tokens
+        if request.temperature is not None:
+            client.temperature = request.temperature
+        messages = [{"role": "system", "content": request.system_prompt}] * bool(
+            request.system_prompt
+        ) + [{"role": role, "content": text} for role, text in request.messages]
+        try:
+            completion = await client.complete(messages)
+        except LLMError as exc:
+            raise ToolError(f"the model could not answer the sampling request: {exc}") from None
+        usage = ctx.run_state.get("usage")
+        if not isinstance(usage, Usage):  # outside a run: still the session's tokens
+            usage = Usage()
+            self.host.add_derived_usage(ctx.session, usage)
+        usage.add_completion(completion, messages, count_iteration=False)
+        text = completion.message.get("content") or ""
+        stop = "maxTokens" if completion.finish_reason == "length" else "endTurn"
+        return SampledReply(str(text), completion.asked or completion.model, stop)
 
     async def _with_mentions(
         self, text: str, images: tuple[str, ...]
@@ -1006,3 +1061,18 @@ class Agent:
     async def __aexit__(self, *exc: object) -> None:
         """Close everything."""
         await self.aclose()
+
+
+def _sampling_model(hints: tuple[str, ...], configured: list[str]) -> str:
+    """The model for a sampling request: the first configured one a server's hint names.
+
+    ``configured`` is in preference order (``mcp.sampling_model``, then the main model); a
+    hint matches a model whose name contains it (``"claude"`` names ``"claude-3-haiku"``).
+    Without a matching hint the first configured model answers.
+    """
+    models = [m for m in configured if m]
+    for hint in hints:
+        for model in models:
+            if hint.strip() and hint.strip().lower() in model.lower():
+                return model
+    return models[0]

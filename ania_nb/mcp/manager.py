@@ -46,6 +46,8 @@ if TYPE_CHECKING:
 
     from ania_nb._http import MCPClientFactory
     from ania_nb.config import MCPSettings, SecuritySettings
+    from ania_nb.mcp.sampling import Sampler
+    from ania_nb.tools.base import ToolContext
 
 __all__ = ["MCPServerError", "MCPToolManager", "ProgressHandler", "ServerState"]
 
@@ -107,6 +109,8 @@ class MCPToolManager:
         self._resources: list[RemoteResource] = []
         self._watchers: dict[str, list[ResourceWatcher]] = {}  # uri -> who shows it
         self._notified: set[asyncio.Task[None]] = set()  # watcher calls in flight
+        self.sampler: Sampler | None = None  # answers sampling requests (the Agent sets it)
+        self._calls: list[ToolContext] = []  # contexts of the tool calls in flight, in order
         self._session: ClientSession | None = None
         self._task: asyncio.Task[None] | None = None
         self._stop: asyncio.Event | None = None
@@ -265,6 +269,7 @@ class MCPToolManager:
                     self.client_factory,
                     self.security,
                     message_handler=self._on_message,
+                    sampling_callback=self._on_sampling,
                 )
                 tools = await list_remote_tools(session)
                 features = server_features(session)
@@ -307,6 +312,19 @@ class MCPToolManager:
         except Exception as exc:
             _log.warning("MCP server %r: %s failed: %s", self.name, lister.__name__, describe(exc))
             return []
+
+    async def _on_sampling(self, context: Any, params: Any) -> Any:
+        """``sampling/createMessage``: answered for the latest tool call in flight, if any."""
+        from ania_nb.mcp.sampling import answer_sampling
+
+        return await answer_sampling(
+            self.name,
+            params,
+            allowed=self.config.sampling,
+            ctx=self._calls[-1] if self._calls else None,
+            sampler=self.sampler,
+            cap=self.settings.sampling_max_tokens,
+        )
 
     async def _on_message(self, message: Any) -> None:
         """A server notification (or a transport exception the SDK surfaces)."""
@@ -447,10 +465,12 @@ class MCPToolManager:
         *,
         generation: int,
         on_progress: ProgressHandler | None = None,
+        ctx: ToolContext | None = None,
     ) -> ToolOutput:
         """Call a tool; returns its output (text truncated) or raises `ToolError` for the model.
 
         ``on_progress(progress, total, message)`` receives the server's progress notifications.
+        ``ctx`` (the calling run's) is who the server's sampling requests during the call ask.
         """
         if generation != self.generation:
             raise ToolError(
@@ -464,6 +484,8 @@ class MCPToolManager:
         from mcp import MCPError
         from mcp_types import CONNECTION_CLOSED
 
+        if ctx is not None:
+            self._calls.append(ctx)
         try:
             result = await session.call_tool(tool, arguments, progress_callback=on_progress)
         except MCPError as exc:
@@ -485,6 +507,9 @@ class MCPToolManager:
                 message = output.text or f"MCP tool '{tool}' reported an error without a message"
                 raise ToolError(message)
             return output
+        finally:
+            if ctx is not None:
+                self._calls.remove(ctx)
         if self._session is session:
             self._mark_lost(lost)
         raise ToolError(self.unavailable_message())

@@ -32,6 +32,7 @@ from ania_nb.mcp.tools import MCPToolset
 if TYPE_CHECKING:
     from ania_nb._http import MCPClientFactory
     from ania_nb.config import MCPSettings, SecuritySettings
+    from ania_nb.mcp.sampling import Sampler
     from ania_nb.tools.base import Tool
     from ania_nb.tools.builtin.images import ImageViewer
     from ania_nb.tools.executor import ToolExecutor
@@ -88,6 +89,7 @@ class MCPRegistry:
         self._starting: list[asyncio.Task[None]] = []  # first connections (start)
         self.config_error: str | None = None  # why the config file could not be used
         self.config_form: Form | None = None  # which form the file was written in
+        self.sampler: Sampler | None = None  # answers servers' sampling requests (use_sampler)
 
     @property
     def mode(self) -> Literal["lazy", "eager"]:
@@ -242,10 +244,18 @@ class MCPRegistry:
             self._managers.clear()
             await asyncio.gather(*(m.aclose() for m in managers), return_exceptions=True)
 
+    def use_sampler(self, sampler: Sampler | None) -> None:
+        """Answer the sampling requests of every server (allowed per server) with ``sampler``."""
+        self.sampler = sampler
+        for manager in self._managers.values():
+            manager.sampler = sampler
+
     def _manager(self, server: MCPServerConfig) -> MCPToolManager:
-        return MCPToolManager(
+        manager = MCPToolManager(
             server, self.settings, client_factory=self.client_factory, security=self.security
         )
+        manager.sampler = self.sampler
+        return manager
 
     def _status(self, name: str) -> MCPServerStatus:
         return next(s for s in self.servers() if s.name == name)

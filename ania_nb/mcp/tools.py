@@ -112,6 +112,7 @@ class MCPTool:
             arguments,
             generation=self.generation,
             on_progress=self._progress_reporter(ctx) if ctx.callbacks.on_event else None,
+            ctx=ctx,
         )
         return await show_output(output, ctx, self.name, self.viewer)
 

@@ -25,7 +25,7 @@ from ania_nb.text import cut
 if TYPE_CHECKING:
     import httpx2
     from mcp import ClientSession
-    from mcp.client.session import MessageHandlerFnT
+    from mcp.client.session import MessageHandlerFnT, SamplingFnT
 
     from ania_nb._http import MCPClientFactory
     from ania_nb.config import SecuritySettings
@@ -188,12 +188,14 @@ async def open_session(
     client_factory: MCPClientFactory | None = None,
     security: SecuritySettings | None = None,
     message_handler: MessageHandlerFnT | None = None,
+    sampling_callback: SamplingFnT | None = None,
 ) -> ClientSession:
     """Enter the transport and an initialised `ClientSession` on ``stack`` (in this task).
 
     HTTP transports get their client from ``client_factory`` (default: the SDK's own); a stdio
     server inherits the environment without ``ANIA_*`` and ``security.secret_env`` variables,
-    plus its entry's own ``env``. ``message_handler`` receives the server's notifications.
+    plus its entry's own ``env``. ``message_handler`` receives the server's notifications;
+    ``sampling_callback`` answers its sampling requests (and advertises the capability).
     """
     import mcp_types
     from mcp import ClientSession, StdioServerParameters, stdio_client
@@ -243,7 +245,13 @@ async def open_session(
     read_stream, write_stream = streams
     info = mcp_types.Implementation(name="ania-nb", version=VERSION)
     session = await stack.enter_async_context(
-        ClientSession(read_stream, write_stream, client_info=info, message_handler=message_handler)
+        ClientSession(
+            read_stream,
+            write_stream,
+            client_info=info,
+            message_handler=message_handler,
+            sampling_callback=sampling_callback,
+        )
     )
     await session.initialize()
     return session

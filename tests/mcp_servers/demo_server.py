@@ -145,6 +145,23 @@ def build(
         return f"{info.name}/{info.version}" if info is not None else "unknown"
 
     @server.tool()
+    async def ask_model(question: str, ctx: Context) -> str:
+        """Ask the client's model (MCP sampling) and return its answer or its refusal."""
+        from mcp import MCPError
+        from mcp_types import ModelHint, ModelPreferences, SamplingMessage
+
+        try:
+            result = await ctx.session.create_message(
+                [SamplingMessage(role="user", content=TextContent(type="text", text=question))],
+                max_tokens=5000,
+                system_prompt="You answer in one word.",
+                model_preferences=ModelPreferences(hints=[ModelHint(name="cheap")]),
+            )
+        except MCPError as exc:
+            return f"refused: {exc.message}"
+        return f"{result.model} said: {result.content.text}"
+
+    @server.tool()
     def header(key: str, ctx: Context) -> str:
         """Return one HTTP request header (or <none>)."""
         headers = ctx.headers or {}

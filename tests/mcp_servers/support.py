@@ -19,6 +19,7 @@ from ania_nb.tools import SessionToolExecutor, ToolContext, ToolExecutor
 DEMO = Path(__file__).with_name("demo_server.py")
 DEMO_TOOLS = [
     "add",
+    "ask_model",
     "client",
     "fail",
     "get_env",
