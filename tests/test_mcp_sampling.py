@@ -38,7 +38,7 @@ def sampling_requests(llm):
 
 
 async def test_an_approved_request_is_answered_by_our_model_and_counted(llm, make_agent, tmp_path):
-    entry = stdio_entry("demo", sampling=True)
+    entry = stdio_entry("demo", sampling=True, ask=True)
     agent = await _agent_with(make_agent, tmp_path, entry, **{"mcp.sampling_max_tokens": 50})
     sampled_usage = {"prompt_tokens": 70000, "completion_tokens": 11}
     llm.route(SAMPLING_SYSTEM, reply("four", usage=sampled_usage))
@@ -66,7 +66,10 @@ async def test_an_approved_request_is_answered_by_our_model_and_counted(llm, mak
 
 async def test_sampling_is_off_by_default_and_a_denial_is_refused(llm, make_agent, tmp_path):
     agent = await _agent_with(
-        make_agent, tmp_path, stdio_entry("off"), stdio_entry("on", sampling=True)
+        make_agent,
+        tmp_path,
+        stdio_entry("off", ask=True),
+        stdio_entry("on", sampling=True, ask=True),
     )
     llm.script(
         reply(tool_calls=[tool_call("ask_model", {"question": "hi"})]),
@@ -90,7 +93,10 @@ async def test_sampling_is_off_by_default_and_a_denial_is_refused(llm, make_agen
 
 async def test_in_a_chat_only_an_admin_may_approve(llm, make_agent, tmp_path):
     agent = await _agent_with(
-        make_agent, tmp_path, stdio_entry("demo", sampling=True), **{"admin.ids": ["boss"]}
+        make_agent,
+        tmp_path,
+        stdio_entry("demo", sampling=True, ask=True),
+        **{"admin.ids": ["boss"]},
     )
     llm.script(reply(tool_calls=[tool_call("ask_model", {"question": "hi"})]), reply("ok"))
     asked: list = []

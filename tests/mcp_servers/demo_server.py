@@ -16,7 +16,8 @@ progress while it works) and ``batch_job`` (listed with ``execution.taskSupport:
 ``--resources`` adds resources (``memo://note`` text, ``memo://logo.png`` an image,
 ``memo://data.bin`` binary, the template ``memo://notes/{name}``), subscriptions, and the tools
 ``bump_note`` (changes the note and notifies subscribers) and ``linked`` (a resource link and an
-embedded text resource).
+embedded text resource). ``--ask`` adds ``ask_model`` (asks the client's model through MCP
+sampling).
 """
 
 from __future__ import annotations
@@ -84,6 +85,7 @@ def build(
     media: bool = False,
     prompts: bool = False,
     resources: bool = False,
+    ask: bool = False,
 ) -> MCPServer:
     server = DemoServer(name, instructions="Test server for ania-nb.")
 
@@ -145,23 +147,6 @@ def build(
         return f"{info.name}/{info.version}" if info is not None else "unknown"
 
     @server.tool()
-    async def ask_model(question: str, ctx: Context) -> str:
-        """Ask the client's model (MCP sampling) and return its answer or its refusal."""
-        from mcp import MCPError
-        from mcp_types import ModelHint, ModelPreferences, SamplingMessage
-
-        try:
-            result = await ctx.session.create_message(
-                [SamplingMessage(role="user", content=TextContent(type="text", text=question))],
-                max_tokens=5000,
-                system_prompt="You answer in one word.",
-                model_preferences=ModelPreferences(hints=[ModelHint(name="cheap")]),
-            )
-        except MCPError as exc:
-            return f"refused: {exc.message}"
-        return f"{result.model} said: {result.content.text}"
-
-    @server.tool()
     def header(key: str, ctx: Context) -> str:
         """Return one HTTP request header (or <none>)."""
         headers = ctx.headers or {}
@@ -175,6 +160,8 @@ def build(
         _add_prompts(server)
     if resources:
         _add_resources(server)
+    if ask:
+        _add_ask(server)
     for i in range(extra):
         server.add_tool(
             _extra(i),
@@ -267,6 +254,25 @@ def _add_prompts(server: MCPServer) -> None:
         raise ValueError("this prompt is broken on purpose")
 
 
+def _add_ask(server: MCPServer) -> None:
+    @server.tool()
+    async def ask_model(question: str, ctx: Context) -> str:
+        """Ask the client's model (MCP sampling) and return its answer or its refusal."""
+        from mcp import MCPError
+        from mcp_types import ModelHint, ModelPreferences, SamplingMessage
+
+        try:
+            result = await ctx.session.create_message(
+                [SamplingMessage(role="user", content=TextContent(type="text", text=question))],
+                max_tokens=5000,
+                system_prompt="You answer in one word.",
+                model_preferences=ModelPreferences(hints=[ModelHint(name="cheap")]),
+            )
+        except MCPError as exc:
+            return f"refused: {exc.message}"
+        return f"{result.model} said: {result.content.text}"
+
+
 def _add_resources(server: MCPServer) -> None:
     version = [0]
 
@@ -355,10 +361,13 @@ def main() -> None:
     parser.add_argument("--media", action="store_true")
     parser.add_argument("--prompts", action="store_true")
     parser.add_argument("--resources", action="store_true")
+    parser.add_argument("--ask", action="store_true")
     args = parser.parse_args()
     if args.barrier is not None:
         wait_at_barrier(args.barrier, args.name, args.parties)
-    server = build(args.name, args.extra, args.annotated, args.media, args.prompts, args.resources)
+    server = build(
+        args.name, args.extra, args.annotated, args.media, args.prompts, args.resources, args.ask
+    )
     if args.transport == "stdio":
         server.run("stdio")
     else:

@@ -19,7 +19,6 @@ from ania_nb.tools import SessionToolExecutor, ToolContext, ToolExecutor
 DEMO = Path(__file__).with_name("demo_server.py")
 DEMO_TOOLS = [
     "add",
-    "ask_model",
     "client",
     "fail",
     "get_env",
@@ -36,14 +35,14 @@ def stdio_entry(
     name: str = "demo", *, extra: int = 0, barrier: tuple[Path, int] | None = None, **fields: Any
 ) -> dict[str, Any]:
     """A ``servers``-form entry starting the demo server over stdio (``media=True``: --media,
-    ``prompts=True``: --prompts, ``resources=True``: --resources).
+    ``prompts=True``: --prompts, ``resources=True``: --resources, ``ask=True``: --ask).
 
     ``barrier=(folder, n)``: the server waits until n servers started with that folder.
     """
     args = [str(DEMO), "stdio", "--name", name]
     if fields.pop("media", False):
         args.append("--media")
-    for flag in ("prompts", "resources"):
+    for flag in ("prompts", "resources", "ask"):
         if fields.pop(flag, False):
             args.append(f"--{flag}")
     if extra:
