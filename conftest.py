@@ -57,6 +57,9 @@ SLOW_MODULES = {
     "tests/test_mcp_admin.py",
     "tests/test_mcp_results.py",
     "tests/test_mcp_agent.py",
+    "tests/test_mcp_prompts.py",
+    "tests/test_mcp_resources.py",
+    "tests/test_mcp_sampling.py",
     "tests/test_hooks.py",
     "tests/test_builtin_bash.py",
     "tests/security/test_sandbox.py",
@@ -137,6 +140,8 @@ SLOW_TESTS = {
     "tests/test_mcp_config.py": {"test_importing_ania_nb_mcp_does_not_import_the_sdk"},
     "tests/test_notebook.py": {
         "test_ania_mcp_add_reports_bad_input_and_failed_servers_without_a_traceback",
+        "test_ania_mcp_lists_prompts_and_a_cell_runs_one",
+        "test_ania_mcp_read_shows_a_resource_and_keeps_it_up_to_date",
         "test_help_shows_the_magic_names_and_their_usage",
         "test_load_ext_is_light_and_registers_the_magics",
         "test_load_ext_without_the_notebook_extra_names_the_pip_install",

@@ -21,7 +21,7 @@ from .engine.callbacks import NO_CALLBACKS, ApprovalRequest, Callbacks, Verdict
 from .engine.context import BeforeCompact
 from .engine.loop import Gate, GateDecision, ToolCall
 from .engine.messages import Message
-from .errors import UsageError
+from .errors import LLMError, ToolError, UsageError
 from .governance import ApprovalManager, Governance, PythonHook
 from .governance.approval import (
     SUSPENDED,
@@ -74,7 +74,9 @@ from .tools.builtin import HttpSource, ImageViewer, default_tools, gated_tools, 
 
 if TYPE_CHECKING:  # pragma: no cover
     from .mcp import MCPRegistry
+    from .mcp.sampling import SampledReply, SamplingRequest
     from .skills import SkillManager
+    from .tools.base import ToolContext
 
 log = logging.getLogger(__name__)
 
@@ -224,8 +226,11 @@ class Agent:
         self._builtins = names
 
     def _register_commands(self, governance: Governance) -> None:
-        """The slash commands of the Agent's own parts: ``/clock`` and ``/quota``."""
+        """The slash commands of the Agent's own parts: ``/clock``, ``/quota``, MCP prompts."""
+        from .mcp.prompts import MCPPrompts
+
         governance.slash.register("clock", self.clock.command, CLOCK_HELP)
+        governance.slash.server_commands = MCPPrompts(lambda: self.mcp)
 
         async def quota(session: str, args: str, sender: str | None) -> str:
             return await quota_command(self.quota, governance.is_admin, session, args, sender)
@@ -307,6 +312,8 @@ class Agent:
                         self._assemble(rt.config)
                     self.governance.attach(rt.store)
                     self._services = self._run_services(rt)
+                    if rt.mcp is not None:
+                        rt.mcp.use_sampler(self._sample)
                     rt.store.journal.usage_day = self.quota.counting_day
                     self._rt = rt
                     await self.quota.prune_at_start()
@@ -471,7 +478,8 @@ class Agent:
             routed = await self.governance.slash.route(session, *command, sender=sender)
             if routed.prompt is None:
                 return RunResult(routed.reply or "", "success", session)
-            text = routed.prompt
+            text, images = routed.prompt, (*images, *routed.images)
+        text, images = await self._with_mentions(text, tuple(images))
         pending = Pending(
             text,
             sender,
@@ -566,7 +574,7 @@ class Agent:
         recovered: bool = False,
     ) -> Accepted:
         """Route a stored command, or queue a stored message (``recovered``: past the limit)."""
-        session, text = inbound.session, inbound.text
+        session, text, images = inbound.session, inbound.text, tuple(inbound.images)
         state = self.session(session)
         command = parse_slash(text) if inbound.kind == "command" else None
         if command is not None:
@@ -575,11 +583,13 @@ class Agent:
                 reply = routed.reply or ""
                 await self._answer_now(session, inbox_id, reply)
                 return Accepted(inbox_id, "answered", reply=reply)
-            text = routed.prompt
+            text, images = routed.prompt, (*inbound.images, *routed.images)
+        if inbound.kind in ("message", "command"):
+            text, images = await self._with_mentions(text, images)
         pending = Pending(
             text,
             inbound.sender,
-            inbound.images,
+            images,
             callbacks or self.outbox.callbacks_for(session),
             asyncio.get_running_loop().create_future(),
             inbound.model,
@@ -594,6 +604,69 @@ class Agent:
             )
             return Accepted(inbox_id, "dropped")
         return Accepted(inbox_id, "queued")
+
+    async def _sample(self, request: SamplingRequest, ctx: ToolContext) -> SampledReply:
+        """An MCP server's sampling request: a person approves it, then the model answers.
+
+        In a notebook the local user approves; in a chat only an admin does, unless
+        ``mcp.sampling_requester_approves`` lets the requester. The tokens go to the run's usage.
+        """
+        from .engine.usage import Usage
+        from .mcp.sampling import SampledReply, describe_request
+
+        rt = await self._ensure_open()
+        settings = self.config.mcp
+        model = _sampling_model(request.hints, [settings.sampling_model, rt.llm.model])
+        admin_only = ctx.admin_only_approval or (
+            ctx.sender is not None and not settings.sampling_requester_approves
+        )
+        verdict = await self.governance.approvals.request(
+            session=ctx.session,
+            tool=f"mcp_sampling_{request.server}"[:64],
+            summary=f"MCP server '{request.server}' asks {model} for a completion",
+            details=describe_request(request, model),
+            callbacks=ctx.callbacks,
+            requester=ctx.sender,
+            requesters=ctx.requesters,
+            admin_only=admin_only,
+            call_id=ctx.call_id,
+        )
+        if not verdict.allowed:
+            raise ToolError(
+                f"the sampling request of MCP server '{request.server}' was not approved"
+                + (f": {verdict.reason}" if verdict.reason else "")
+            )
+        client = await rt.llm.with_model(model)  # a copy: its limits are this request's
+        client.max_tokens = request.max_tokens
+        if request.temperature is not None:
+            client.temperature = request.temperature
+        messages = [{"role": "system", "content": request.system_prompt}] * bool(
+            request.system_prompt
+        ) + [{"role": role, "content": text} for role, text in request.messages]
+        try:
+            completion = await client.complete(messages)
+        except LLMError as exc:
+            raise ToolError(f"the model could not answer the sampling request: {exc}") from None
+        usage = ctx.run_state.get("usage")
+        if not isinstance(usage, Usage):  # outside a run: still the session's tokens
+            usage = Usage()
+            self.host.add_derived_usage(ctx.session, usage)
+        usage.add_completion(completion, messages, count_iteration=False)
+        text = completion.message.get("content") or ""
+        stop = "maxTokens" if completion.finish_reason == "length" else "endTurn"
+        return SampledReply(str(text), completion.asked or completion.model, stop)
+
+    async def _with_mentions(
+        self, text: str, images: tuple[str, ...]
+    ) -> tuple[str, tuple[str, ...]]:
+        """``@server:uri`` mentions in a user's message: the resources read and attached."""
+        registry = self.mcp
+        if registry is None or "@" not in text:
+            return text, images
+        from .mcp.mentions import attach_mentions
+
+        attached = await attach_mentions(registry, text)
+        return attached.text, (*images, *attached.images)
 
     async def _queue_stored(self, inbox_id: int, inbound: Inbound) -> bool:
         """Queue a message the Agent's own work stored (`AgentHost.queue_stored`)."""
@@ -1215,3 +1288,18 @@ class Agent:
     async def __aexit__(self, *exc: object) -> None:
         """Close everything."""
         await self.aclose()
+
+
+def _sampling_model(hints: tuple[str, ...], configured: list[str]) -> str:
+    """The model for a sampling request: the first configured one a server's hint names.
+
+    ``configured`` is in preference order (``mcp.sampling_model``, then the main model); a
+    hint matches a model whose name contains it (``"claude"`` names ``"claude-3-haiku"``).
+    Without a matching hint the first configured model answers.
+    """
+    models = [m for m in configured if m]
+    for hint in hints:
+        for model in models:
+            if hint.strip() and hint.strip().lower() in model.lower():
+                return model
+    return models[0]

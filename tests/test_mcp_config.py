@@ -286,3 +286,19 @@ def test_filters():
     for bad in ({}, {"prefix": []}, {"names": [""]}, {"any": []}, {"regex": "x"}):
         with pytest.raises(ValidationError):
             ToolFilter.model_validate(bad)
+
+
+def test_sampling_is_off_unless_an_entry_allows_it_and_is_written_back():
+    form, (plain, sampled) = parse_config(
+        {
+            "mcpServers": {
+                "plain": {"command": "x"},
+                "sampled": {"url": "https://example.org/mcp", "sampling": True},
+            }
+        }
+    )
+    assert not plain.sampling and sampled.sampling
+    assert "sampling" not in plain.to_entry(form)
+    assert sampled.to_entry(form)["sampling"] is True
+    with pytest.raises(ConfigError, match="field 'sampling'"):
+        parse_config({"mcpServers": {"bad": {"command": "x", "sampling": "maybe"}}})

@@ -64,6 +64,7 @@ def test_audio_and_binary_resources_are_described_not_dropped() -> None:
         "[audio (audio/wav, 2.0 KB) returned by the tool; it cannot be shown here]",
         "[binary resource file:///r.pdf (application/pdf, 10 bytes) returned by the tool; "
         "it cannot be shown here]",
+        "[resource file:///a.txt (text/plain)]",  # an embedded text resource says what it is
         "plain text",
     ]
 

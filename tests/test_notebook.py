@@ -722,3 +722,55 @@ def test_a_background_run_stopped_by_ania_stop_ends_its_view(shell, llm):
     views = [o for o in gc.get_objects() if isinstance(o, RunView)]
     [view] = [v for v in views if v.prompt == "slow task with a view"]
     assert view.status == "stopped" and not view.live
+
+
+def test_ania_mcp_lists_prompts_and_a_cell_runs_one(shell, llm, tmp_path):
+    from mcp_servers.support import stdio_entry
+
+    config = tmp_path / "mcp.json"
+    config.write_text(json.dumps({"servers": [stdio_entry("demo", prompts=True)]}))
+    state_of(shell).overrides.update({"mcp.config_file": str(config)})
+    _, captured = run(shell, "%ania mcp")
+    assert (
+        "prompts (run one in a %%agent cell): /demo:broken, /demo:chat-log, /demo:review"
+        in captured.stdout
+    )
+    llm.script(reply("reviewed"))
+    run(shell, '%%agent -q\n/demo:review "x = 1" language=go')
+    user = [m for m in llm.requests[0].messages if m["role"] == "user"][-1]["content"]
+    assert "Please review this go code:\nx = 1" in str(user)
+    run(shell, "%%agent -q\n/demo:review")  # bad input: the usage, no model call
+    assert shell.user_ns["_"].text.startswith("/demo:review needs code\nusage:")
+    assert len(llm.requests) == 1
+
+
+def test_ania_mcp_read_shows_a_resource_and_keeps_it_up_to_date(shell, llm, tmp_path):
+    from mcp_servers.support import stdio_entry
+
+    def shown(captured):
+        return [(o.data.get("text/plain", ""), o.update) for o in captured.outputs]
+
+    config = tmp_path / "mcp.json"
+    config.write_text(json.dumps({"servers": [stdio_entry("demo", resources=True)]}))
+    state_of(shell).overrides.update({"mcp.config_file": str(config)})
+    _, captured = run(shell, "%ania mcp read demo memo://note")
+    assert shown(captured) == [("note v0", False)]
+    assert "(kept up to date: demo sends updates of memo://note)" in captured.stdout
+    _, captured = run(shell, "%ania mcp read demo memo://logo.png")  # an image, as an image
+    assert "image/png" in captured.outputs[-1].data
+    demo = state_of(shell).agent().mcp.get("demo")
+    outputs = []
+
+    async def bump():
+        from IPython.core.getipython import get_ipython
+
+        pub = get_ipython().display_pub  # this cell's capture: updates of earlier outputs too
+        await demo.call("bump_note", {}, generation=demo.generation)
+        await until(lambda: any(o["update"] for o in pub.outputs), "the note to be re-shown")
+        outputs.extend(pub.outputs)
+
+    shell.user_ns["bump"] = bump
+    run(shell, "await bump()")
+    assert [(o["data"]["text/plain"], o["update"]) for o in outputs] == [("note v1", True)]
+    _, captured = run(shell, "%ania mcp read demo memo://gone")
+    assert "refused resources/read 'memo://gone'" in captured.stderr

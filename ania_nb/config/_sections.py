@@ -430,6 +430,20 @@ class MCPSettings(Section):
         description="Seconds between pings of an HTTP/SSE server, to notice a dead one before "
         "the next call (stdio servers are watched through their process); 0 = no pings.",
     )
+    sampling_model: str = Field(
+        "",
+        description="Model that answers MCP sampling requests (servers with "
+        "mcpServers.<name>.sampling = true); empty = the main model, or the configured model a "
+        "server's model hint names.",
+    )
+    sampling_max_tokens: int = Field(
+        1024, ge=1, description="Cap on an MCP sampling request's maxTokens."
+    )
+    sampling_requester_approves: bool = Field(
+        False,
+        description="In chats, the person who started the run may approve a server's sampling "
+        "request (default: admins only; in a notebook the local user always may).",
+    )
 
 
 class SkillSettings(Section):

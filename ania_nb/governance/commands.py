@@ -17,6 +17,8 @@ from ..errors import UsageError
 from ._files import WatchedJSON, read_text, write_atomic
 
 NAME_RE = re.compile(r"^[a-zA-Z][a-zA-Z0-9_-]{0,31}$")
+# An MCP prompt: a server name (the MCP config's rule), ':', a prompt name (not a path or URL).
+SERVER_COMMAND_RE = re.compile(r"^[A-Za-z0-9_-]{1,64}:[A-Za-z0-9_.-][^\s/:]{0,127}$")
 BUILTIN_COMMANDS = frozenset(
     {
         "clock",
@@ -42,11 +44,16 @@ def parse_slash(text: str) -> tuple[str, str] | None:
     """``(name, args)`` of a message that is a command (``/name …``), else None.
 
     A first word that is no valid command name (``/usr/bin/env``, ``/ ``) is ordinary text.
+    ``/<server>:<prompt>`` (an MCP server's prompt) is a command too, its name kept as typed.
     The arguments are the rest of the message, trimmed (line breaks kept).
     """
     stripped = text.strip()
     match = re.match(r"/(\S+)(.*)", stripped, re.DOTALL)
-    if match is None or not NAME_RE.match(match.group(1)):
+    if match is None:
+        return None
+    if SERVER_COMMAND_RE.match(match.group(1)):  # /<server>:<prompt>: names kept as typed
+        return match.group(1), match.group(2).strip()
+    if not NAME_RE.match(match.group(1)):
         return None
     return match.group(1).lower(), match.group(2).strip()
 

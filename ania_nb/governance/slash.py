@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
+from typing import Protocol
 
 from ..errors import UsageError
 from ..session_keys import is_group
@@ -32,10 +33,33 @@ HELP = {
 
 @dataclass(frozen=True)
 class Routed:
-    """A command's outcome: a direct ``reply``, or the ``prompt`` to process as a message."""
+    """A command's outcome: a direct ``reply``, or the ``prompt`` (and images) to process."""
 
     reply: str | None = None
     prompt: str | None = None
+    images: tuple[str, ...] = ()
+
+
+class Expansion(Protocol):
+    """A server command expanded: the prompt text and the images it carries."""
+
+    @property
+    def text(self) -> str:
+        """The prompt."""
+
+    @property
+    def images(self) -> tuple[str, ...]:
+        """Images (data URIs) to attach."""
+
+
+class ServerCommands(Protocol):
+    """Commands named ``<server>:<name>`` that another part provides (MCP prompts)."""
+
+    def listing(self) -> list[str]:
+        """``/server:name … — what it does`` lines, sorted, without connecting anything."""
+
+    async def expand(self, name: str, args: str) -> Expansion:
+        """The prompt for ``/name args``; raises `UsageError` with the usage on bad input."""
 
 
 class SlashCommands:
@@ -62,6 +86,7 @@ class SlashCommands:
             "help": self._help,
         }
         self._help_texts = dict(HELP)
+        self.server_commands: ServerCommands | None = None  # MCP prompts, set by the Agent
 
     def register(
         self,
@@ -75,6 +100,8 @@ class SlashCommands:
 
     async def route(self, session: str, name: str, args: str, sender: str | None) -> Routed:
         """Answer a built-in, expand a custom command, or explain an unknown one."""
+        if ":" in name:
+            return await self._server_command(name, args)
         handler = self._builtins.get(name)
         if handler is not None:
             return Routed(reply=await handler(session, args, sender))
@@ -84,6 +111,15 @@ class SlashCommands:
         if name in custom:
             return Routed(prompt=expand(custom[name], args))
         return Routed(reply=f"Unknown command /{name}.\n" + await self._help(session, "", sender))
+
+    async def _server_command(self, name: str, args: str) -> Routed:
+        if self.server_commands is None:
+            return Routed(reply=f"/{name}: no MCP servers are configured, so there are no prompts.")
+        try:
+            expanded = await self.server_commands.expand(name, args)
+        except UsageError as exc:
+            return Routed(reply=str(exc))
+        return Routed(prompt=expanded.text, images=tuple(expanded.images))
 
     async def _stop(self, session: str, args: str, sender: str | None) -> str:
         return "Stopped the reply." if self.stop(session) else "Nothing is running."
@@ -103,6 +139,9 @@ class SlashCommands:
         lines = ["Commands:", *(f"/{name} — {text}" for name, text in self._help_texts.items())]
         custom = await self.book.all() if self.book is not None else {}
         lines += [f"/{name} — {_preview(t)}" for name, t in sorted(custom.items())]
+        prompts = self.server_commands.listing() if self.server_commands is not None else []
+        if prompts:
+            lines += ["MCP prompts (arguments by position or name=value):", *prompts]
         return "\n".join(lines)
 
     async def _cmd(self, session: str, args: str, sender: str | None) -> str:

@@ -118,6 +118,11 @@ class MCPServerConfig(BaseModel):
     description: str = Field("", description="What the server offers (shown to the model).")
     filter: ToolFilter | None = Field(None, description="Which tools to expose.")
     disabled: bool = Field(False, description="Keep the entry but do not start it.")
+    sampling: bool = Field(
+        False,
+        description="Let the server ask ania-nb's model for completions (sampling/createMessage),"
+        " each request approved by a person.",
+    )
 
     @model_validator(mode="before")
     @classmethod
@@ -192,6 +197,8 @@ class MCPServerConfig(BaseModel):
             kind = "sse" if self.transport == "sse" else "http"
             entry = {"type": kind, "url": self.endpoint, "headers": self.headers}
         entry.update(timeout=self.timeout, description=self.description)
+        if self.sampling:
+            entry["sampling"] = True
         entry["filter"] = self.filter.to_json() if self.filter is not None else None
         return {k: v for k, v in entry.items() if v not in (None, "", [], {})}
 

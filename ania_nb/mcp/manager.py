@@ -21,17 +21,24 @@ import asyncio
 import contextlib
 import logging
 import time
-from typing import TYPE_CHECKING, Any, Literal, Protocol
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING, Any, Literal, Protocol, TypeVar
 
 from ania_nb.errors import ConfigError, MCPServerError, ToolError
 from ania_nb.mcp.config import MCPServerConfig, expand_env
-from ania_nb.mcp.results import ToolOutput, convert_result
+from ania_nb.mcp.results import ToolOutput, convert_result, read_tool_name
 from ania_nb.mcp.transport import (
+    RemotePrompt,
+    RemoteResource,
     RemoteTool,
+    ServerFeatures,
     StderrTail,
+    list_remote_prompts,
+    list_remote_resources,
     list_remote_tools,
     load_sdk,
     open_session,
+    server_features,
 )
 
 if TYPE_CHECKING:
@@ -39,6 +46,8 @@ if TYPE_CHECKING:
 
     from ania_nb._http import MCPClientFactory
     from ania_nb.config import MCPSettings, SecuritySettings
+    from ania_nb.mcp.sampling import Sampler
+    from ania_nb.tools.base import ToolContext
 
 __all__ = ["MCPServerError", "MCPToolManager", "ProgressHandler", "ServerState"]
 
@@ -52,6 +61,10 @@ class ProgressHandler(Protocol):
 
 _log = logging.getLogger(__name__)
 
+_T = TypeVar("_T")
+# what a connect finds: tools, prompts, features, resources (and templates)
+_Listing = tuple[list[RemoteTool], list[RemotePrompt], ServerFeatures, list[RemoteResource]]
+ResourceWatcher = Callable[[str], Awaitable[None]]  # called with the URI of an updated resource
 ServerState = Literal["idle", "connecting", "connected", "disconnected", "failed", "closed"]
 _STOP_GRACE = 10.0  # seconds a runner gets to unwind (stdio shutdown is itself bounded by ~6 s)
 _MAX_BACKOFF = 60.0  # longest pause between automatic reconnect attempts
@@ -91,6 +104,13 @@ class MCPToolManager:
         self._state: ServerState = "idle"
         self._error: str | None = None
         self._tools: list[RemoteTool] = []
+        self._prompts: list[RemotePrompt] = []
+        self._features = ServerFeatures()
+        self._resources: list[RemoteResource] = []
+        self._watchers: dict[str, list[ResourceWatcher]] = {}  # uri -> who shows it
+        self._notified: set[asyncio.Task[None]] = set()  # watcher calls in flight
+        self.sampler: Sampler | None = None  # answers sampling requests (the Agent sets it)
+        self._calls: list[ToolContext] = []  # contexts of the tool calls in flight, in order
         self._session: ClientSession | None = None
         self._task: asyncio.Task[None] | None = None
         self._stop: asyncio.Event | None = None
@@ -126,6 +146,25 @@ class MCPToolManager:
     def tools(self) -> list[RemoteTool]:
         """The server's tools after the entry's filter, sorted by name."""
         return self._tools
+
+    @property
+    def features(self) -> ServerFeatures:
+        """What the server declared at the last connect (resources, subscribe, prompts)."""
+        return self._features
+
+    @property
+    def has_resources(self) -> bool:
+        """Whether the server listed any resource or template at the last connect.
+
+        (Servers built on the SDK declare the capability even with nothing to offer; the
+        resource tools are only offered when there is something to read.)
+        """
+        return bool(self._resources)
+
+    @property
+    def prompts(self) -> list[RemotePrompt]:
+        """The server's prompts as listed at the last connect, sorted by name."""
+        return self._prompts
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -171,7 +210,7 @@ class MCPToolManager:
             self._state, self._error = "failed", str(exc)
             raise MCPServerError(str(exc), server=self.name) from None
         self._state, self._error = "connecting", None
-        ready: asyncio.Future[list[RemoteTool]] = asyncio.get_running_loop().create_future()
+        ready: asyncio.Future[_Listing] = asyncio.get_running_loop().create_future()
         stderr = StderrTail(self.name) if self.config.transport == "stdio" else None
         self._stop = asyncio.Event()
         lost = asyncio.Event()
@@ -182,7 +221,7 @@ class MCPToolManager:
             self._run(live, ready, self._stop, stderr, lost), name=f"mcp:{self.name}"
         )
         try:
-            tools = await asyncio.wait_for(asyncio.shield(ready), self.timeout)
+            listing = await asyncio.wait_for(asyncio.shield(ready), self.timeout)
         except asyncio.CancelledError:
             await self._stop_runner(cancel=True)
             self._state, self._error = "failed", "the connection attempt was cancelled"
@@ -204,6 +243,7 @@ class MCPToolManager:
                 f"MCP server {self.name!r} ({where}) could not be connected: {reason}",
                 server=self.name,
             ) from None
+        tools, self._prompts, self._features, self._resources = listing
         self._tools = self._select(tools)
         self.generation += 1
         self._state = "connected"
@@ -212,7 +252,7 @@ class MCPToolManager:
     async def _run(
         self,
         live: MCPServerConfig,
-        ready: asyncio.Future[list[RemoteTool]],
+        ready: asyncio.Future[_Listing],
         stop: asyncio.Event,
         stderr: StderrTail | None,
         lost: asyncio.Event,
@@ -222,11 +262,21 @@ class MCPToolManager:
         try:
             async with contextlib.AsyncExitStack() as stack:
                 session = await open_session(
-                    stack, live, self.timeout, stderr, self.client_factory, self.security
+                    stack,
+                    live,
+                    self.timeout,
+                    stderr,
+                    self.client_factory,
+                    self.security,
+                    message_handler=self._on_message,
+                    sampling_callback=self._on_sampling,
                 )
                 tools = await list_remote_tools(session)
+                features = server_features(session)
+                prompts = await self._optional(session, features.prompts, list_remote_prompts)
+                resources = await self._optional(session, features.resources, list_remote_resources)
                 self._session = session
-                ready.set_result(tools)
+                ready.set_result((tools, prompts, features, resources))
                 why = await self._watch(session, stop, lost)
                 if why is not None and self._session is session:
                     tail = stderr.text() if stderr is not None else ""
@@ -247,6 +297,54 @@ class MCPToolManager:
                 self._session = None
             if stderr is not None:
                 stderr.close_writer()
+
+    async def _optional(
+        self,
+        session: ClientSession,
+        declared: bool,
+        lister: Callable[[ClientSession], Awaitable[list[_T]]],
+    ) -> list[_T]:
+        """A listing besides tools (prompts, resources): a server failing it keeps its tools."""
+        if not declared:
+            return []
+        try:
+            return await lister(session)
+        except Exception as exc:
+            _log.warning("MCP server %r: %s failed: %s", self.name, lister.__name__, describe(exc))
+            return []
+
+    async def _on_sampling(self, context: Any, params: Any) -> Any:
+        """``sampling/createMessage``: answered for the latest tool call in flight, if any."""
+        from ania_nb.mcp.sampling import answer_sampling
+
+        return await answer_sampling(
+            self.name,
+            params,
+            allowed=self.config.sampling,
+            ctx=self._calls[-1] if self._calls else None,
+            sampler=self.sampler,
+            cap=self.settings.sampling_max_tokens,
+        )
+
+    async def _on_message(self, message: Any) -> None:
+        """A server notification (or a transport exception the SDK surfaces)."""
+        import mcp_types
+
+        if isinstance(message, mcp_types.ResourceUpdatedNotification):
+            uri = str(message.params.uri)
+            for watcher in list(self._watchers.get(uri, ())):
+                task = asyncio.ensure_future(watcher(uri))  # never block the session's reader
+                self._notified.add(task)
+                task.add_done_callback(self._watcher_done)
+
+    def _watcher_done(self, task: asyncio.Task[None]) -> None:
+        self._notified.discard(task)
+        if not task.cancelled() and task.exception() is not None:
+            _log.warning(
+                "MCP server %r: showing an updated resource failed: %s",
+                self.name,
+                describe(task.exception() or Exception()),
+            )
 
     async def _watch(
         self, session: ClientSession, stop: asyncio.Event, lost: asyncio.Event
@@ -367,10 +465,12 @@ class MCPToolManager:
         *,
         generation: int,
         on_progress: ProgressHandler | None = None,
+        ctx: ToolContext | None = None,
     ) -> ToolOutput:
         """Call a tool; returns its output (text truncated) or raises `ToolError` for the model.
 
         ``on_progress(progress, total, message)`` receives the server's progress notifications.
+        ``ctx`` (the calling run's) is who the server's sampling requests during the call ask.
         """
         if generation != self.generation:
             raise ToolError(
@@ -381,11 +481,11 @@ class MCPToolManager:
         self.check_available()
         session = self._session
         assert session is not None
-        import anyio
-        import httpx2
         from mcp import MCPError
         from mcp_types import CONNECTION_CLOSED
 
+        if ctx is not None:
+            self._calls.append(ctx)
         try:
             result = await session.call_tool(tool, arguments, progress_callback=on_progress)
         except MCPError as exc:
@@ -394,25 +494,119 @@ class MCPToolManager:
                     f"MCP server '{self.name}' rejected the call to '{tool}': {exc.message}"
                 ) from None
             lost = "the connection was closed (the server may have crashed)"
-        except (
-            OSError,
-            anyio.BrokenResourceError,
-            anyio.ClosedResourceError,
-            anyio.EndOfStream,
-            httpx2.TransportError,
-            httpx2.HTTPStatusError,
-        ) as exc:
+        except _connection_errors() as exc:
             lost = describe(exc)
         except Exception as exc:
             raise ToolError(
                 f"MCP call to '{tool}' on server '{self.name}' failed: {describe(exc)}"
             ) from None
         else:
-            output = convert_result(result, self.settings.max_result_chars)
+            reader = read_tool_name(self.name) if self.has_resources else None
+            output = convert_result(result, self.settings.max_result_chars, reader)
             if result.is_error:
                 message = output.text or f"MCP tool '{tool}' reported an error without a message"
                 raise ToolError(message)
             return output
+        finally:
+            if ctx is not None:
+                self._calls.remove(ctx)
         if self._session is session:
             self._mark_lost(lost)
         raise ToolError(self.unavailable_message())
+
+    async def request(self, what: str, send: Callable[[ClientSession], Awaitable[_T]]) -> _T:
+        """Send one request (``what``: e.g. "prompts/get 'x'") on the live session.
+
+        Waits for / revives the connection like a tool call; raises `ToolError` saying what
+        went wrong (the server refused, or the connection was lost, which marks it lost).
+        """
+        await self.ready()
+        session = self._session
+        assert session is not None
+        from mcp import MCPError
+        from mcp_types import CONNECTION_CLOSED
+
+        try:
+            return await send(session)
+        except MCPError as exc:
+            if exc.code != CONNECTION_CLOSED:
+                raise ToolError(f"MCP server '{self.name}' refused {what}: {exc.message}") from None
+            lost = "the connection was closed (the server may have crashed)"
+        except _connection_errors() as exc:
+            lost = describe(exc)
+        except Exception as exc:
+            raise ToolError(f"{what} on MCP server '{self.name}' failed: {describe(exc)}") from None
+        if self._session is session:
+            self._mark_lost(lost)
+        raise ToolError(self.unavailable_message())
+
+    # ------------------------------------------------------------------ resources
+
+    async def list_resources(self) -> list[RemoteResource]:
+        """The server's resources, then its templates; raises `ToolError` when it cannot."""
+        return await self.request("resources/list", list_remote_resources)
+
+    async def read_resource(self, uri: str) -> Any:
+        """``resources/read``: the SDK's ``ReadResourceResult``; raises `ToolError`."""
+        return await self.request(f"resources/read {uri!r}", lambda s: s.read_resource(uri))
+
+    async def watch(self, uri: str, watcher: ResourceWatcher) -> Callable[[], Awaitable[None]]:
+        """Subscribe to ``uri`` (``resources/subscribe``); ``watcher(uri)`` runs on each update.
+
+        Returns the coroutine function that stops watching. Raises `ToolError` when the server
+        does not support subscriptions or refuses this one.
+        """
+        await self.ready()
+        if not self._features.subscribe:
+            raise ToolError(f"MCP server '{self.name}' does not support resource subscriptions")
+        first = uri not in self._watchers
+        self._watchers.setdefault(uri, []).append(watcher)
+        if first:
+            try:
+                await self.request(f"resources/subscribe {uri!r}", _subscriber(uri, True))
+            except ToolError:
+                self._watchers.pop(uri, None)
+                raise
+
+        async def stop() -> None:
+            watchers = self._watchers.get(uri, [])
+            if watcher in watchers:
+                watchers.remove(watcher)
+            if not watchers and self._watchers.pop(uri, None) is not None:
+                with contextlib.suppress(ToolError):
+                    await self.request(f"resources/unsubscribe {uri!r}", _subscriber(uri, False))
+
+        return stop
+
+
+def _subscriber(uri: str, on: bool) -> Callable[[ClientSession], Awaitable[Any]]:
+    """``resources/(un)subscribe``, the notification form servers of every version answer.
+
+    The SDK flags it deprecated for 2026-07-28 servers (``subscriptions/listen`` replaces it);
+    the reference servers and the SDK's own server still serve it, so the warning is muted.
+    """
+
+    async def send(session: ClientSession) -> Any:
+        import warnings
+
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", message="resources/(un)?subscribe is removed")
+            call = session.subscribe_resource if on else session.unsubscribe_resource
+            return await call(uri)
+
+    return send
+
+
+def _connection_errors() -> tuple[type[BaseException], ...]:
+    """The exceptions that mean the transport under a session died (SDK imported by then)."""
+    import anyio
+    import httpx2
+
+    return (
+        OSError,
+        anyio.BrokenResourceError,
+        anyio.ClosedResourceError,
+        anyio.EndOfStream,
+        httpx2.TransportError,
+        httpx2.HTTPStatusError,
+    )

@@ -39,6 +39,7 @@ if TYPE_CHECKING:
 if TYPE_CHECKING:
     from ania_nb._http import MCPClientFactory
     from ania_nb.config import MCPSettings, SecuritySettings
+    from ania_nb.mcp.sampling import Sampler
     from ania_nb.tools.base import Tool
     from ania_nb.tools.builtin.images import ImageViewer
     from ania_nb.tools.executor import ToolExecutor
@@ -100,6 +101,7 @@ class MCPRegistry:
         self.shared_servers = shared_servers
         # The store's shared servers as last read (None = removed), for the admin tools' texts.
         self.shared_state: dict[str, MCPServerConfig | None] = {}
+        self.sampler: Sampler | None = None  # answers servers' sampling requests (use_sampler)
 
     @property
     def mode(self) -> Literal["lazy", "eager"]:
@@ -311,10 +313,18 @@ class MCPRegistry:
             self._managers.clear()
             await asyncio.gather(*(m.aclose() for m in managers), return_exceptions=True)
 
+    def use_sampler(self, sampler: Sampler | None) -> None:
+        """Answer the sampling requests of every server (allowed per server) with ``sampler``."""
+        self.sampler = sampler
+        for manager in self._managers.values():
+            manager.sampler = sampler
+
     def _manager(self, server: MCPServerConfig) -> MCPToolManager:
-        return MCPToolManager(
+        manager = MCPToolManager(
             server, self.settings, client_factory=self.client_factory, security=self.security
         )
+        manager.sampler = self.sampler
+        return manager
 
     def _status(self, name: str) -> MCPServerStatus:
         return next(s for s in self.servers() if s.name == name)
@@ -330,12 +340,16 @@ class MCPRegistry:
             # The pair is kept across reconnects (its bytes stay stable) unless the server's
             # tool names changed: the load tool's description lists them.
             described = self._lazy_names.get(name)
-            if described != sorted(toolset.tools()):
+            names = [
+                *sorted(toolset.tools()),
+                *(["<resources>"] if manager.has_resources else []),
+            ]
+            if described != names:
                 self._unregister(name)
                 self._owned[name] = self._add_unique(
-                    [toolset.discover_tool(), toolset.load_tool()], name
+                    [toolset.discover_tool(), toolset.load_tool(), *_resource_tools(toolset)], name
                 )
-                self._lazy_names[name] = sorted(toolset.tools())
+                self._lazy_names[name] = names
             return
         # Eager: every connected server again, in config order, so an earlier server keeps a
         # clashing name whichever connected first (a later one gets <server>__<name>).
@@ -348,7 +362,7 @@ class MCPRegistry:
                 server, MCPToolset(each, approval_enabled=self.approval_enabled, viewer=self.viewer)
             )
             exposed = [tools.exposed(n, self.shared.get) for n in sorted(tools.tools())]
-            self._owned[server] = self._add_unique(exposed, server)
+            self._owned[server] = self._add_unique([*exposed, *_resource_tools(tools)], server)
 
     def _add_unique(self, tools: Sequence[Tool], server: str) -> list[str]:
         added: list[str] = []
@@ -372,3 +386,10 @@ class MCPRegistry:
         if name not in self._managers:  # removed for good, not re-registering
             self._toolsets.pop(name, None)
             self._lazy_names.pop(name, None)
+
+
+def _resource_tools(toolset: MCPToolset) -> list[Tool]:
+    """``mcp_resources_<server>`` and ``mcp_read_<server>`` when the server offers resources."""
+    if not toolset.manager.has_resources:
+        return []
+    return [toolset.resources_tool(), toolset.read_tool()]

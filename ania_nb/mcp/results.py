@@ -16,7 +16,15 @@ from typing import Any
 
 from ania_nb.text import cut
 
-__all__ = ["MAX_IMAGES", "TRUNCATION_MARKER", "ToolOutput", "convert_result"]
+__all__ = [
+    "MAX_IMAGES",
+    "TRUNCATION_MARKER",
+    "ToolOutput",
+    "convert_blocks",
+    "convert_contents",
+    "convert_result",
+    "read_tool_name",
+]
 
 TRUNCATION_MARKER = "\n...(MCP tool result truncated"
 MAX_IMAGES = 4  # per result: a screenshot tool's output, not a photo album
@@ -32,29 +40,78 @@ class ToolOutput:
     images: list[str] = field(default_factory=list)
 
 
-def convert_result(result: Any, limit: int) -> ToolOutput:
-    """Convert a ``CallToolResult``; the text is truncated at ``limit`` characters."""
+def read_tool_name(server: str) -> str:
+    """``mcp_read_<server>``: the tool that reads a server's resources."""
+    return f"mcp_read_{server}"[:64]
+
+
+def convert_result(result: Any, limit: int, reader: str | None = None) -> ToolOutput:
+    """Convert a ``CallToolResult``; the text is truncated at ``limit`` characters.
+
+    ``reader`` (the server's ``mcp_read_<server>`` tool, when it has one) is named in the line
+    shown for each resource link, so the model knows how to open it.
+    """
+    return convert_blocks(result.content, limit, result.structured_content, reader)
+
+
+def convert_blocks(
+    blocks: Any, limit: int, structured: Any = None, reader: str | None = None
+) -> ToolOutput:
+    """Convert MCP content blocks (a tool result's, a prompt message's); text cut at ``limit``.
+
+    ``structured`` (a tool's ``structuredContent``) stands in as JSON when nothing else came.
+    """
     parts: list[str] = []
     images: list[str] = []
-    for block in result.content:
+    for block in blocks:
         kind = getattr(block, "type", "")
         if kind == "text":
             parts.append(block.text)
         elif kind == "resource_link":
-            parts.append(f"[resource link: {block.uri}]")
+            parts.append(_link(block, reader))
         elif kind == "resource":
-            inner = block.resource
-            if hasattr(inner, "text"):
-                parts.append(inner.text)
-            else:
-                _binary(parts, images, "resource", inner.mime_type, inner.blob, str(inner.uri))
+            _contents(parts, images, block.resource, labelled=True)
         elif kind in ("image", "audio"):
             _binary(parts, images, kind, block.mime_type, block.data, None)
-    if not parts and not images and result.structured_content is not None:
-        parts.append(json.dumps(result.structured_content, ensure_ascii=False, sort_keys=True))
+    if not parts and not images and structured is not None:
+        parts.append(json.dumps(structured, ensure_ascii=False, sort_keys=True))
+    return _output(parts, images, limit)
+
+
+def convert_contents(contents: Any, limit: int) -> ToolOutput:
+    """Convert a ``ReadResourceResult``'s contents (text kept, images shown, binary described)."""
+    parts: list[str] = []
+    images: list[str] = []
+    many = len(contents) > 1
+    for inner in contents:
+        _contents(parts, images, inner, labelled=many)
+    return _output(parts, images, limit)
+
+
+def _output(parts: list[str], images: list[str], limit: int) -> ToolOutput:
     text = "\n".join(parts)
     text = cut(text, limit, marker=f"{TRUNCATION_MARKER}: {len(text)} characters in total)")
     return ToolOutput(text, images)
+
+
+def _contents(parts: list[str], images: list[str], inner: Any, *, labelled: bool) -> None:
+    """One resource's contents: its text (after a ``[resource <uri>]`` line), or binary."""
+    if hasattr(inner, "text"):
+        mime = f" ({inner.mime_type})" if inner.mime_type else ""
+        parts.append(f"[resource {inner.uri}{mime}]\n{inner.text}" if labelled else inner.text)
+    else:
+        _binary(parts, images, "resource", inner.mime_type, inner.blob, str(inner.uri))
+
+
+def _link(block: Any, reader: str | None) -> str:
+    """A resource link as one line: where it points, what it is, how to read it."""
+    about = [str(x) for x in (block.name, block.mime_type) if x]
+    if block.size is not None:
+        about.append(_human(int(block.size)))
+    what = f" ({', '.join(about)})" if about else ""
+    description = f": {' '.join(str(block.description).split())}" if block.description else ""
+    how = f"; read it with {reader}(uri=...)" if reader else ""
+    return f"[resource link: {block.uri}{what}{description}{how}]"
 
 
 def _binary(

@@ -22,15 +22,16 @@ from typing import TYPE_CHECKING, Annotated, Any
 from ania_nb.engine.callbacks import RunEvent
 from ania_nb.errors import ToolError
 from ania_nb.mcp.manager import MCPToolManager, ProgressHandler
-from ania_nb.mcp.transport import RemoteTool
-from ania_nb.text import flatten
+from ania_nb.mcp.results import ToolOutput, convert_contents, read_tool_name
+from ania_nb.mcp.transport import RemoteResource, RemoteTool
+from ania_nb.text import cut, flatten
 from ania_nb.tools.base import FunctionTool, Tool, ToolContext
 from ania_nb.tools.schema import function_definition, normalize_input_schema
 
 if TYPE_CHECKING:
     from ania_nb.tools.builtin.images import ImageViewer
 
-__all__ = ["MCPTool", "MCPToolset"]
+__all__ = ["MCPTool", "MCPToolset", "read_tool_name", "show_output"]
 
 _log = logging.getLogger(__name__)
 
@@ -111,17 +112,9 @@ class MCPTool:
             arguments,
             generation=self.generation,
             on_progress=self._progress_reporter(ctx) if ctx.callbacks.on_event else None,
+            ctx=ctx,
         )
-        if not output.images:
-            return output.text
-        event = {"id": ctx.call_id, "name": self.name, "images": output.images}
-        await ctx.callbacks.emit(RunEvent("tool_images", ctx.session, event))
-        count = len(output.images)
-        if self.viewer is None:
-            note = CANNOT_VIEW_HERE.format(n=count)
-        else:
-            note = await self.viewer.show(output.images, ctx, f"{count} image(s) it returned")
-        return f"{output.text}\n{note}" if output.text else note
+        return await show_output(output, ctx, self.name, self.viewer)
 
     def _progress_reporter(self, ctx: ToolContext) -> ProgressHandler:
         """Server progress -> ``tool_progress`` events, at most one per PROGRESS_INTERVAL."""
@@ -146,8 +139,50 @@ class MCPTool:
         return report
 
 
+async def show_output(
+    output: ToolOutput, ctx: ToolContext, tool: str, viewer: ImageViewer | None
+) -> str:
+    """The text for the model; images go to the front end and, through ``viewer``, the model."""
+    if not output.images:
+        return output.text
+    event = {"id": ctx.call_id, "name": tool, "images": output.images}
+    await ctx.callbacks.emit(RunEvent("tool_images", ctx.session, event))
+    count = len(output.images)
+    if viewer is None:
+        note = CANNOT_VIEW_HERE.format(n=count)
+    else:
+        note = await viewer.show(output.images, ctx, f"{count} image(s) it returned")
+    return f"{output.text}\n{note}" if output.text else note
+
+
 def _one_line(text: str) -> str:
     return flatten(text.split("\n", 1)[0], _LINE_LIMIT, marker="...")
+
+
+def describe_resources(server: str, found: list[RemoteResource], limit: int) -> str:
+    """The listing ``mcp_resources_<server>`` returns (sorted by URI; bounded)."""
+    resources = sorted((r for r in found if not r.template), key=lambda r: r.uri)
+    templates = sorted((r for r in found if r.template), key=lambda r: r.uri)
+    if not resources and not templates:
+        return f"MCP server '{server}' lists no resources."
+    reader = read_tool_name(server)
+    lines = [
+        f"MCP server '{server}' has {len(resources)} resources and {len(templates)} templates; "
+        f"read one with {reader}(uri=...)."
+    ]
+
+    def line(r: RemoteResource) -> str:
+        about = ", ".join(x for x in (r.name, r.mime_type) if x)
+        size = f", {r.size} bytes" if r.size is not None else ""
+        text = f"{r.uri} ({about}{size})"
+        return f"{text}: {_one_line(r.description)}" if r.description else text
+
+    lines += [line(r) for r in resources]
+    if templates:
+        lines.append("Templates (fill in each {placeholder}, then read the URI):")
+        lines += [line(r) for r in templates]
+    text = "\n".join(lines)
+    return cut(text, limit, marker=f"\n...(listing truncated: {len(found)} entries in total)")
 
 
 class MCPToolset:
@@ -233,6 +268,44 @@ class MCPToolset:
             tools[name] = self._make(remote, name)
         self._cache = (self.manager.generation, tools)
         return tools
+
+    def resources_tool(self) -> FunctionTool:
+        """``mcp_resources_<server>``: the read-only listing of its resources and templates."""
+        server, label = self.server, self.manager.config.label
+
+        async def resources() -> str:
+            found = await self.manager.list_resources()
+            return describe_resources(server, found, self.manager.settings.max_result_chars)
+
+        return FunctionTool(
+            resources,
+            name=f"mcp_resources_{server}"[:64],
+            description=(
+                f"List the resources (documents, data) and resource templates of MCP server "
+                f"'{label}'; read one with {read_tool_name(server)}."
+            ),
+        )
+
+    def read_tool(self) -> FunctionTool:
+        """``mcp_read_<server>(uri)``: read one resource (read-only; text cut, images shown)."""
+        server, label = self.server, self.manager.config.label
+        name = read_tool_name(server)
+
+        async def read(
+            uri: Annotated[str, "The resource URI (a template's URI with its values filled)."],
+            ctx: ToolContext,
+        ) -> str:
+            if not uri.strip():
+                raise ToolError(f"{name} needs the uri of a resource (see mcp_resources_{server})")
+            result = await self.manager.read_resource(uri.strip())
+            output = convert_contents(result.contents, self.manager.settings.max_result_chars)
+            if not output.text and not output.images:
+                return f"resource {uri} of MCP server '{server}' is empty"
+            return await show_output(output, ctx, name, self.viewer)
+
+        return FunctionTool(
+            read, name=name, description=f"Read a resource of MCP server '{label}' by its URI."
+        )
 
     def discover_tool(self) -> FunctionTool:
         """``mcp_discover_<server>``: the read-only, sorted listing of the server's tools."""

@@ -25,16 +25,24 @@ from ania_nb.text import cut
 if TYPE_CHECKING:
     import httpx2
     from mcp import ClientSession
+    from mcp.client.session import MessageHandlerFnT, SamplingFnT
 
     from ania_nb._http import MCPClientFactory
     from ania_nb.config import SecuritySettings
 
 __all__ = [
+    "PromptArgument",
+    "RemotePrompt",
+    "RemoteResource",
     "RemoteTool",
+    "ServerFeatures",
     "StderrTail",
+    "list_remote_prompts",
+    "list_remote_resources",
     "list_remote_tools",
     "load_sdk",
     "open_session",
+    "server_features",
 ]
 
 _log = logging.getLogger(__name__)
@@ -53,6 +61,24 @@ class RemoteTool:
     read_only: bool
     destructive: bool = False  # the server set destructiveHint: true (and not readOnlyHint)
     task_support: str | None = None  # execution.taskSupport: forbidden / optional / required
+
+
+@dataclass(frozen=True)
+class PromptArgument:
+    """One argument of a server prompt."""
+
+    name: str
+    description: str = ""
+    required: bool = False
+
+
+@dataclass(frozen=True)
+class RemotePrompt:
+    """A prompt as the server lists it (``prompts/list``), SDK-independent."""
+
+    name: str
+    description: str
+    arguments: tuple[PromptArgument, ...] = ()
 
 
 _import_lock = threading.Lock()
@@ -161,12 +187,15 @@ async def open_session(
     stderr: StderrTail | None = None,
     client_factory: MCPClientFactory | None = None,
     security: SecuritySettings | None = None,
+    message_handler: MessageHandlerFnT | None = None,
+    sampling_callback: SamplingFnT | None = None,
 ) -> ClientSession:
     """Enter the transport and an initialised `ClientSession` on ``stack`` (in this task).
 
     HTTP transports get their client from ``client_factory`` (default: the SDK's own); a stdio
     server inherits the environment without ``ANIA_*`` and ``security.secret_env`` variables,
-    plus its entry's own ``env``.
+    plus its entry's own ``env``. ``message_handler`` receives the server's notifications;
+    ``sampling_callback`` answers its sampling requests (and advertises the capability).
     """
     import mcp_types
     from mcp import ClientSession, StdioServerParameters, stdio_client
@@ -216,7 +245,13 @@ async def open_session(
     read_stream, write_stream = streams
     info = mcp_types.Implementation(name="ania-nb", version=VERSION)
     session = await stack.enter_async_context(
-        ClientSession(read_stream, write_stream, client_info=info)
+        ClientSession(
+            read_stream,
+            write_stream,
+            client_info=info,
+            message_handler=message_handler,
+            sampling_callback=sampling_callback,
+        )
     )
     await session.initialize()
     return session
@@ -249,3 +284,98 @@ async def list_remote_tools(session: ClientSession) -> list[RemoteTool]:
         if not cursor:
             break
     return tools
+
+
+@dataclass(frozen=True)
+class ServerFeatures:
+    """What the server declared besides tools: resources (and subscribe), prompts."""
+
+    resources: bool = False
+    subscribe: bool = False
+    prompts: bool = False
+
+
+def server_features(session: ClientSession) -> ServerFeatures:
+    """The capabilities of the server's initialize answer, as `ServerFeatures`."""
+    init = session.initialize_result
+    if init is None:
+        return ServerFeatures()
+    caps = init.capabilities
+    resources = caps.resources
+    return ServerFeatures(
+        resources=resources is not None,
+        subscribe=bool(resources is not None and resources.subscribe),
+        prompts=caps.prompts is not None,
+    )
+
+
+@dataclass(frozen=True)
+class RemoteResource:
+    """A resource (``uri``) or a resource template (``uri`` is the RFC 6570 template)."""
+
+    uri: str
+    name: str
+    description: str = ""
+    mime_type: str = ""
+    size: int | None = None
+    template: bool = False
+
+
+async def list_remote_resources(session: ClientSession) -> list[RemoteResource]:
+    """Every resource, then every template, the server lists (pagination followed)."""
+    import mcp_types
+
+    found: list[RemoteResource] = []
+    for kind in ("resources", "templates"):
+        cursor: str | None = None
+        for _ in range(_MAX_PAGES):
+            params = mcp_types.PaginatedRequestParams(cursor=cursor) if cursor else None
+            if kind == "resources":
+                page: Any = await session.list_resources(params=params)
+                for r in page.resources:
+                    found.append(
+                        RemoteResource(
+                            str(r.uri),
+                            r.name,
+                            (r.description or "").strip(),
+                            r.mime_type or "",
+                            r.size,
+                        )
+                    )
+            else:
+                page = await session.list_resource_templates(params=params)
+                for t in page.resource_templates:
+                    found.append(
+                        RemoteResource(
+                            t.uri_template,
+                            t.name,
+                            (t.description or "").strip(),
+                            t.mime_type or "",
+                            template=True,
+                        )
+                    )
+            cursor = page.next_cursor
+            if not cursor:
+                break
+    return found
+
+
+async def list_remote_prompts(session: ClientSession) -> list[RemotePrompt]:
+    """Every prompt the server lists, following pagination, sorted by name."""
+    import mcp_types
+
+    prompts: list[RemotePrompt] = []
+    cursor: str | None = None
+    for _ in range(_MAX_PAGES):
+        params = mcp_types.PaginatedRequestParams(cursor=cursor) if cursor else None
+        page = await session.list_prompts(params=params)
+        for prompt in page.prompts:
+            arguments = tuple(
+                PromptArgument(a.name, (a.description or "").strip(), bool(a.required))
+                for a in prompt.arguments or ()
+            )
+            prompts.append(RemotePrompt(prompt.name, (prompt.description or "").strip(), arguments))
+        cursor = page.next_cursor
+        if not cursor:
+            break
+    return sorted(prompts, key=lambda p: p.name)

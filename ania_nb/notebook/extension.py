@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -26,6 +27,8 @@ class NotebookState:
         self._agent: Agent | None = None
         self.background: set[asyncio.Task[Any]] = set()
         self._session: str | None = None  # this notebook's session, once identified
+        # (server, uri) -> stop watching: the live output of %ania mcp read, one per resource
+        self.resource_views: dict[tuple[str, str], Callable[[], Awaitable[None]]] = {}
         from .firstrun import FirstRun
 
         self.first_run = FirstRun()  # checks key and endpoint before a run, until one passes

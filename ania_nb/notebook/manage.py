@@ -17,7 +17,8 @@ from .extension import NotebookState
 
 USAGE = (
     "usage: %ania (status) | config [set] [key=value …] | "
-    "mcp [list|add NAME CMD [ARGS…]|remove NAME|reconnect NAME] | skills [list|reload] | "
+    "mcp [list|add NAME CMD [ARGS…]|remove NAME|reconnect NAME|read NAME URI] | "
+    "skills [list|reload] | "
     "plan on|off|status | todo | stop | history [list|show [S]|clear [S]] | tools | log [ID] | "
     "team [list|create|delete] | clock [list|log|…] | "
     "kb [SCOPE|add|add-df|search|delete] | memory [SCOPE|forget] | "
@@ -92,6 +93,10 @@ async def _mcp(state: NotebookState, args: list[str]) -> None:
             error = f"  error: {s.error}" if s.error else ""
             row = f"{s.name:<20} {s.state:<10} {s.tools:>3} tools  {s.transport:<10} {s.target}"
             print(row + error)
+            manager = registry.get(s.name)
+            if manager is not None and s.state == "connected" and manager.prompts:
+                names = ", ".join(f"/{s.name}:{p.name}" for p in manager.prompts)
+                print(f"{'':<20} prompts (run one in a %%agent cell): {names}")
         if not registry.servers():
             print("no MCP servers")
         return
@@ -111,6 +116,13 @@ async def _mcp(state: NotebookState, args: list[str]) -> None:
             return
         elif sub == "reconnect":
             status = await registry.reconnect(name)
+        elif sub == "read":
+            from .manage_mcp import read_resource
+
+            if len(args) != 3:
+                raise UsageError("usage: %ania mcp read NAME URI")
+            await read_resource(state, name, args[2])
+            return
         else:
             raise UsageError(f"unknown %ania mcp command {sub!r}")
     except MCPServerError as exc:  # the server's fault, not the user's: said, not a traceback

@@ -11,6 +11,13 @@ leaves a file there): servers connected one after another would never get past i
 ``--media`` adds tools whose results are not text: ``picture`` (a PNG image block), ``sound``
 (audio), ``document`` (a PDF blob resource and an image blob resource), ``steps`` (reports
 progress while it works) and ``batch_job`` (listed with ``execution.taskSupport: required``).
+``--prompts`` adds prompts: ``review`` (``code`` required, ``language`` optional), ``chat-log``
+(a user, an assistant and an image message) and ``broken`` (fails).
+``--resources`` adds resources (``memo://note`` text, ``memo://logo.png`` an image,
+``memo://data.bin`` binary, the template ``memo://notes/{name}``), subscriptions, and the tools
+``bump_note`` (changes the note and notifies subscribers) and ``linked`` (a resource link and an
+embedded text resource). ``--ask`` adds ``ask_model`` (asks the client's model through MCP
+sampling).
 """
 
 from __future__ import annotations
@@ -26,17 +33,24 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Annotated, Literal
 
+from mcp.server.lowlevel.server import HandlerEntry
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
+from mcp.server.mcpserver.prompts.base import AssistantMessage, UserMessage
 from mcp_types import (
     AudioContent,
     BlobResourceContents,
     EmbeddedResource,
+    EmptyResult,
     ImageContent,
+    ResourceLink,
+    SubscribeRequestParams,
     TextContent,
+    TextResourceContents,
     Tool,
     ToolAnnotations,
     ToolExecution,
+    UnsubscribeRequestParams,
 )
 from pydantic import Field
 
@@ -64,7 +78,15 @@ class DemoServer(MCPServer):
         ]
 
 
-def build(name: str, extra: int, annotated: bool = False, media: bool = False) -> MCPServer:
+def build(
+    name: str,
+    extra: int,
+    annotated: bool = False,
+    media: bool = False,
+    prompts: bool = False,
+    resources: bool = False,
+    ask: bool = False,
+) -> MCPServer:
     server = DemoServer(name, instructions="Test server for ania-nb.")
 
     @server.tool(annotations=ToolAnnotations(read_only_hint=True))
@@ -134,6 +156,12 @@ def build(name: str, extra: int, annotated: bool = False, media: bool = False) -
         _add_annotated(server)
     if media:
         _add_media(server)
+    if prompts:
+        _add_prompts(server)
+    if resources:
+        _add_resources(server)
+    if ask:
+        _add_ask(server)
     for i in range(extra):
         server.add_tool(
             _extra(i),
@@ -205,6 +233,91 @@ def _add_media(server: DemoServer) -> None:
     server.task_required = frozenset({"batch_job"})
 
 
+def _add_prompts(server: MCPServer) -> None:
+    @server.prompt(description="Review a piece of code.")
+    def review(
+        code: Annotated[str, Field(description="the code to review")], language: str = "python"
+    ) -> str:
+        return f"Please review this {language} code:\n{code}"
+
+    @server.prompt(name="chat-log", description="A short exchange about a topic, with a picture.")
+    def chat_log(topic: str) -> list[UserMessage | AssistantMessage]:
+        image = ImageContent(type="image", data=PNG, mime_type="image/png")
+        return [
+            UserMessage(f"Tell me about {topic}."),
+            AssistantMessage(f"{topic} is a big subject; what part?"),
+            UserMessage(content=image),
+        ]
+
+    @server.prompt(description="Always fails.")
+    def broken() -> str:
+        raise ValueError("this prompt is broken on purpose")
+
+
+def _add_ask(server: MCPServer) -> None:
+    @server.tool()
+    async def ask_model(question: str, ctx: Context) -> str:
+        """Ask the client's model (MCP sampling) and return its answer or its refusal."""
+        from mcp import MCPError
+        from mcp_types import ModelHint, ModelPreferences, SamplingMessage
+
+        try:
+            result = await ctx.session.create_message(
+                [SamplingMessage(role="user", content=TextContent(type="text", text=question))],
+                max_tokens=5000,
+                system_prompt="You answer in one word.",
+                model_preferences=ModelPreferences(hints=[ModelHint(name="cheap")]),
+            )
+        except MCPError as exc:
+            return f"refused: {exc.message}"
+        return f"{result.model} said: {result.content.text}"
+
+
+def _add_resources(server: MCPServer) -> None:
+    version = [0]
+
+    @server.resource("memo://note", name="note", description="A note that changes.")
+    def note() -> str:
+        return f"note v{version[0]}"
+
+    @server.resource("memo://logo.png", name="logo", mime_type="image/png")
+    def logo() -> bytes:
+        return base64.b64decode(PNG)
+
+    @server.resource("memo://data.bin", name="data", mime_type="application/octet-stream")
+    def data() -> bytes:
+        return bytes(range(64))
+
+    @server.resource("memo://notes/{name}", name="named-note", description="A note by name.")
+    def named(name: str) -> str:
+        return f"note called {name}"
+
+    @server.tool()
+    async def bump_note(ctx: Context) -> str:
+        """Change the note and tell subscribers."""
+        version[0] += 1
+        await ctx.session.send_resource_updated("memo://note")
+        return f"note is now v{version[0]}"
+
+    @server.tool()
+    def linked() -> list[ResourceLink | EmbeddedResource]:
+        """Return a link to the note and an embedded text resource."""
+        inline = TextResourceContents(uri="memo://inline", mime_type="text/plain", text="inline")
+        return [
+            ResourceLink(
+                type="resource_link", uri="memo://note", name="note", mime_type="text/plain"
+            ),
+            EmbeddedResource(type="resource", resource=inline),
+        ]
+
+    async def subscribed(ctx: object, params: object) -> EmptyResult:
+        return EmptyResult()
+
+    handlers = server._lowlevel_server._request_handlers
+    handlers["resources/subscribe"] = HandlerEntry(SubscribeRequestParams, subscribed)
+    handlers["resources/unsubscribe"] = HandlerEntry(UnsubscribeRequestParams, subscribed)
+
+
 def _extra(i: int) -> Callable[[str], str]:
     def tool(text: str = "") -> str:
         return f"extra {i}: {text}"
@@ -246,10 +359,15 @@ def main() -> None:
     parser.add_argument("--parties", type=int, default=1)
     parser.add_argument("--annotated", action="store_true")
     parser.add_argument("--media", action="store_true")
+    parser.add_argument("--prompts", action="store_true")
+    parser.add_argument("--resources", action="store_true")
+    parser.add_argument("--ask", action="store_true")
     args = parser.parse_args()
     if args.barrier is not None:
         wait_at_barrier(args.barrier, args.name, args.parties)
-    server = build(args.name, args.extra, args.annotated, args.media)
+    server = build(
+        args.name, args.extra, args.annotated, args.media, args.prompts, args.resources, args.ask
+    )
     if args.transport == "stdio":
         server.run("stdio")
     else:
