@@ -199,6 +199,33 @@ async def test_a_changing_result_or_other_arguments_is_never_a_repeat(llm, make_
     assert all(c.outcome == "ok" for c in result.tool_calls) and result.warnings == []
 
 
+async def test_a_tool_with_side_effects_repeats_whatever_its_result(llm, make_agent):
+    """Each reminder a model creates has a new id: the results differ, the reminders pile up."""
+    made: list[str] = []
+
+    @tool(side_effects=True)
+    def remind(text: str) -> str:
+        """Create a reminder."""
+        made.append(text)
+        return f"created reminder #{len(made)}"
+
+    same = tool_call("remind", {"text": "stretch"})
+    llm.script(reply(tool_calls=[same] * 5), *[reply(tool_calls=[same]) for _ in range(15)])
+    llm.script(reply("reminded"))
+    agent = make_agent(tools=[remind])
+    result = await agent.chat("remind me in 1 minute to stretch")
+    assert result.ok and len(result.tool_calls) == 20
+    assert made == ["stretch"] * 3  # agent.max_repeat_calls: 3 ran, 17 were not run
+    skipped = result.tool_calls[3]
+    assert "repeated call of a tool with side effects" in (skipped.error or "")
+    assert skipped.result.startswith("Not run: you already called remind with these arguments")
+    assert "created reminder #3" in skipped.result  # the last result, as a reminder
+    assert result.warnings == [
+        "remind was called 17 more time(s) with the same arguments after 3 run(s); those calls "
+        "were not run"
+    ]
+
+
 def test_arguments_compare_as_json_and_odd_text_never_raises():
     assert canonical_arguments('{"b": 1, "a": [1, 2]}') == canonical_arguments('{"a":[1,2],"b":1}')
     assert canonical_arguments(" {bad ") == "{bad"

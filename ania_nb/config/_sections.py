@@ -595,6 +595,13 @@ class ClockSettings(Section):
         "creates or reschedules (an @every period, a cron schedule's closest fire times); "
         "run-once tasks and admins are exempt; 0 = no limit.",
     )
+    max_tasks_per_run: int = Field(
+        0,
+        ge=0,
+        description="Tasks one clock run may create with clock_create (its subagents may "
+        "create none); 0 = none, so a task's runs never multiply tasks. Admins are not exempt: "
+        "nobody stands behind a clock run.",
+    )
 
 
 class SubagentSettings(Endpoint):

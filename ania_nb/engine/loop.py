@@ -29,7 +29,7 @@ from .concurrency import gather_all
 from .llm import Completion, LLMClient, RetryNotice
 from .messages import EMPTY_REPLY_MESSAGE, LIMIT_MESSAGE, Message, strip_think, user_message
 from .repair import clean_text
-from .repeats import REPEAT_ERROR, Claim, RepeatGuard, repeat_text
+from .repeats import EFFECT_REPEAT_ERROR, REPEAT_ERROR, Claim, RepeatGuard, repeat_text
 from .text_calls import find_text_calls
 from .untrusted import strip_control_tokens
 from .usage import Usage
@@ -240,6 +240,9 @@ class ToolLoop:
     max_result_chars: int = 20000
     max_repeat_calls: int = 3
     """Identical calls (same arguments, same result) run per loop before repeats are refused."""
+    has_side_effects: Callable[[str], bool] | None = None
+    """Whether the tool of this name changes things: its identical calls count as repeats
+    whatever their results (see `RepeatGuard`)."""
     text_tool_calls: bool = False
     """Run tool calls the model wrote as text (see `find_text_calls`)."""
     stream: bool = False
@@ -411,7 +414,11 @@ class ToolLoop:
         self, calls: list[ToolCall], finished: dict[str, ToolCallResult]
     ) -> list[ToolCallResult]:
         # Claimed in call order before any runs, so parallel duplicates are counted as well.
-        claims = [self._repeats.claim(call.name, call.arguments) for call in calls]
+        effectful = self.has_side_effects or (lambda name: False)
+        claims = [
+            self._repeats.claim(call.name, call.arguments, effectful=effectful(call.name))
+            for call in calls
+        ]
         runs = (self._run_one(c, k, finished.get(c.id)) for c, k in zip(calls, claims, strict=True))
         results = list(await gather_all(*runs))
         self.results.extend(results)
@@ -460,8 +467,8 @@ class ToolLoop:
             if task is not None and task.cancelling():
                 raise
             earlier = "(the earlier identical call did not finish)"
-        text = repeat_text(call.name, claim.count, earlier)
-        error = REPEAT_ERROR.format(count=claim.count)
+        text = repeat_text(call.name, claim.count, earlier, effectful=claim.effectful)
+        error = (EFFECT_REPEAT_ERROR if claim.effectful else REPEAT_ERROR).format(count=claim.count)
         return ToolCallResult(call.id, call.name, call.arguments, text, error, 0, "error")
 
     async def _execute(self, call: ToolCall) -> ToolCallResult:

@@ -21,7 +21,7 @@ from pydantic import BaseModel, Field, StringConstraints
 
 from ania_nb.engine.untrusted import untrusted
 from ania_nb.errors import ToolError
-from ania_nb.session_keys import describe, read_scopes
+from ania_nb.session_keys import read_scopes
 from ania_nb.text import cut
 from ania_nb.tools.base import BaseTool, Tool, ToolContext
 
@@ -162,7 +162,9 @@ class _SessionTool:
         self.knowledge = knowledge
         self.session = session
         self.config = config
-        self.description = f"{type(self).description} Scope: {describe(session)}."
+        # The same bytes in every session (prompt caching): the scope is the chat the call is
+        # made in, known at call time.
+        self.description = f"{type(self).description} Scope: the current chat."
 
     def _writable(self) -> str:
         """The session's scope, refused when the session is called ``global``."""

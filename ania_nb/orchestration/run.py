@@ -31,6 +31,7 @@ from ..engine.repair import clean_text, repair_history
 from ..engine.usage import Usage
 from ..errors import ResourceError, RunError
 from ..governance.gate import CHECKPOINT
+from ..governance.plan import has_side_effects
 from ..result import RunResult, RunStatus
 from ..tools import ToolContext
 from .checkpoint import SUSPENDED, ApprovalSuspension, RunCheckpoint
@@ -392,6 +393,9 @@ class _Run:
             max_iterations=services.limits.max_iterations,
             max_result_chars=services.limits.max_tool_result_chars,
             max_repeat_calls=services.limits.max_repeat_calls,
+            has_side_effects=lambda name: has_side_effects(
+                name, executor.get(name) if executor is not None else None
+            ),
             text_tool_calls=services.limits.text_tool_calls,
             stream=services.limits.stream,
             usage=self.usage,
