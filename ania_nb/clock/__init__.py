@@ -44,7 +44,15 @@ if TYPE_CHECKING:  # pragma: no cover
     from ..store import Store
     from ..tools import Tool
 
-__all__ = ["POLL_SECONDS", "Clock", "ClockError", "ClockEvent", "ClockTask", "TaskLogEntry"]
+__all__ = [
+    "POLL_SECONDS",
+    "Clock",
+    "ClockError",
+    "ClockEvent",
+    "ClockTask",
+    "DuplicateTaskError",
+    "TaskLogEntry",
+]
 
 log = logging.getLogger("ania_nb.clock")
 

@@ -93,13 +93,15 @@ class LLMSettings(Endpoint):
             "(a runaway small model), with a notice; 0 = never."
         ),
     )
-    text_tool_calls: bool = Field(
-        False,
+    text_tool_calls: bool | Literal["auto"] = Field(
+        "auto",
         description=(
-            "Run tool calls a model writes as text (<tool_call> tags, a fenced JSON "
-            '{"name", "arguments"} block, Hermes/Qwen forms) instead of sending tool_calls; '
-            "for local models whose server does not parse them (llama-server --jinja "
-            "usually does)."
+            "Run tool calls a model writes as text instead of sending tool_calls (<tool_call> "
+            'or <tools> tags, <function=…> blocks, fenced or bare JSON {"name", "arguments"}): '
+            '"auto" when tools were offered and the answer ends with such calls (only calls, '
+            "or the model's words then calls), for any endpoint; true whenever they appear; "
+            "false never (an answer that is only such a call then ends as an error). Small "
+            "local models do this often, also behind llama-server --jinja."
         ),
     )
 
