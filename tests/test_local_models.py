@@ -468,6 +468,32 @@ def test_more_text_call_forms(text, calls, rest):
     assert found.text == (text if rest is None else rest)
 
 
+# ------------------------------------------------------------------ #36: prompt caching
+
+
+def tools_bytes(request: Any) -> str:
+    """The ``tools`` array exactly as the request's body carried it."""
+    raw = request.raw.decode("utf-8")
+    start = raw.index("[", raw.index('"tools"'))
+    _, end = json.JSONDecoder().raw_decode(raw, start)
+    return raw[start:end]
+
+
+async def test_tool_definitions_are_byte_identical_across_sessions(llm, make_agent):
+    """Session names in 13 descriptions made every new chat re-read ~3,600 prompt tokens."""
+    overrides = {"agent.builtin_tools": True, "embedding.provider": "none"}
+    agent = make_agent(tools=[add], overrides=overrides)
+    sessions = ["nb:default", "g:qq:123", "f:qq:42", "nb:other"]
+    for session in sessions:
+        llm.script(reply("hi"))
+        assert (await agent.chat("hello", session=session)).ok
+    sent = [tools_bytes(r) for r in llm.requests]
+    names = {t["function"]["name"] for t in llm.requests[0].body["tools"]}
+    assert {"clock_create", "kb_add", "memory_save"} <= names  # the families that named it
+    assert all(tools == sent[0] for tools in sent[1:])
+    assert not any(key in sent[0] for key in ("qq:123", "qq:42", "nb:other"))
+
+
 # ------------------------------------------------------------------ item 6: empty final reply
 
 
