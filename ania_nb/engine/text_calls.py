@@ -292,7 +292,8 @@ def _json_calls(text: str, names: Collection[str] | None) -> list[TextCall] | No
 def _json_values(text: str) -> list[Any] | None:
     """The JSON values ``text`` consists of (separated by blanks, commas or semicolons)."""
     decoder = json.JSONDecoder()
-    values, at = [], 0
+    values: list[Any] = []
+    at = 0
     while True:
         while at < len(text) and text[at] in _SEPARATORS:
             at += 1
