@@ -343,7 +343,8 @@ async def test_the_same_task_is_not_created_twice_and_a_different_one_is(agent, 
     await agent.clock.create(target="nb:b", **REMIND)  # another chat's own task
     await agent.clock.create(target="nb:a", **{**REMIND, "cron": "@every 2m"})
     await agent.clock.create(target="nb:a", **{**REMIND, "content": "drink water"})
-    assert len(await agent.clock.list()) == 4
+    await agent.clock.create(target="nb:a", run_once=True, **REMIND)  # once is another task
+    assert len(await agent.clock.list()) == 5
     text = await call(agent, llm, "nb:a", "clock_create", REMIND)
     assert text.startswith(f"task ID={first.id} already exists with this schedule")
     assert text.endswith("not created again")

@@ -39,7 +39,7 @@ class ClockError(UsageError):
 
 
 class DuplicateTaskError(ClockError):
-    """A task with the same schedule, title, content and target exists: ``task`` is it.
+    """A task with the same schedule (and mode), title, content and target exists: ``task``.
 
     A small model may ask for one reminder several times in one request; each would fire.
     """
@@ -54,12 +54,13 @@ class DuplicateTaskError(ClockError):
 
 
 IDENTITY_FIELDS = ("cron", "title", "content", "target")
-"""What makes two tasks the same task (their runs would do the same thing at the same time)."""
+"""With the mode (run-once or repeating): what makes two tasks the same task (their runs would
+do the same thing at the same time)."""
 
 
 def same_task(task: ClockTask, fields: dict[str, Any]) -> bool:
-    """Whether ``task`` has the checked ``fields``' schedule, title, content and target."""
-    return all(
+    """Whether ``task`` has the checked ``fields``' schedule, mode, title, content and target."""
+    return task.run_once == bool(fields["run_once"]) and all(
         str(getattr(task, name)).strip() == str(fields[name]).strip() for name in IDENTITY_FIELDS
     )
 
