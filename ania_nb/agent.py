@@ -30,7 +30,7 @@ from .governance.approval import (
     stored_verdict,
 )
 from .governance.commands import parse_slash
-from .governance.plan import PLAN_BLOCKED_TOOLS
+from .governance.plan import has_side_effects
 from .knowledge import Knowledge
 from .orchestration import (
     AgentHost,
@@ -382,8 +382,7 @@ class Agent:
         run_id = ctx.run_state.get("run_id") if isinstance(ctx.run_state, dict) else None
         executor = ctx.executor
         tool = executor.get(call.name) if executor is not None else None
-        effectful = call.name in PLAN_BLOCKED_TOOLS or (tool is not None and tool.side_effects)
-        if run_id is None or not effectful or self._rt is None:
+        if run_id is None or not has_side_effects(call.name, tool) or self._rt is None:
             return
         if not self.outbox.durable(ctx.session):  # no front end re-runs this session's turns
             return

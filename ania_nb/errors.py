@@ -8,8 +8,9 @@ Four families, kept apart so callers can catch exactly what they mean (attribute
     │   ├── ToolDefinitionError a tool cannot become a function schema [tool]
     │   ├── ClockError          (ania_nb.clock) a clock task request was refused: bad schedule,
     │   │   │                   blank content, unknown task or field
-    │   │   └── SlotTaken       (ania_nb.clock.store) a scheduled fire's planned time was
-    │   │                       recorded by another leader: that fire must not run
+    │   │   ├── SlotTaken       (ania_nb.clock.store) a scheduled fire's planned time was
+    │   │   │                   recorded by another leader: that fire must not run
+    │   │   └── DuplicateTaskError  the same task (schedule, title, content, target) exists [task]
     │   ├── TeamError           (ania_nb.agents) a saved team is invalid, over a limit or exists
     │   ├── KnowledgeError      (ania_nb.knowledge) a kb/memory request was refused: blank,
     │   │                       full scope, unknown id, read-only scope

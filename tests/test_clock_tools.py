@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 
+from ania_nb.clock.model import DuplicateTaskError
 from ania_nb.clock.tools import OWNERSHIP_ERROR
 from ania_nb.testing import reply, tool_call
 
@@ -104,7 +105,7 @@ async def test_create_list_get_delete_through_the_model(agent, llm):
     assert [t.id for t in await agent.clock.list()] == [task.id]
 
 
-async def test_descriptions_name_the_session_and_parameters_are_typed(agent, llm):
+async def test_descriptions_are_the_same_in_every_session_and_parameters_are_typed(agent, llm):
     await call(agent, llm, "g:qq:42", "clock_list")
     tools = {t["function"]["name"]: t["function"] for t in llm.requests[0].tools}
     assert {n for n in tools if n.startswith("clock_")} == {
@@ -116,16 +117,17 @@ async def test_descriptions_name_the_session_and_parameters_are_typed(agent, llm
         "clock_log",
     }
     for name in ("clock_create", "clock_list", "clock_get", "clock_update", "clock_delete"):
-        assert "the group chat qq:42 (session g:qq:42)" in tools[name]["description"]
+        assert "Scope: the tasks of the current chat only." in tools[name]["description"]
+        assert "qq:42" not in tools[name]["description"]  # the scope is known at call time
     create = tools["clock_create"]["parameters"]
-    assert sorted(create["required"]) == ["content", "cron", "title"]
+    assert sorted(create["required"]) == ["content", "title"]  # cron, or after for once
     assert create["properties"]["run_once"]["type"] == "boolean"
     assert create["properties"]["timeout_sec"]["type"] == "number"
     assert tools["clock_update"]["parameters"]["required"] == ["id"]
     assert tools["clock_log"]["parameters"]["properties"]["limit"]["type"] == "integer"
-    await call(agent, llm, "f:tg:7", "clock_list")
-    tools = {t["function"]["name"]: t["function"] for t in llm.requests[-1].tools}
-    assert "the private chat with tg:7 (session f:tg:7)" in tools["clock_get"]["description"]
+    listed = await call(agent, llm, "f:tg:7", "clock_list")
+    assert listed == "No clock tasks for f:tg:7 yet."  # the result names the scope
+    assert llm.requests[-1].tools == llm.requests[0].tools  # byte for byte: prompt caching
 
 
 async def test_tasks_of_another_session_are_out_of_reach(agent, llm):
@@ -307,3 +309,98 @@ async def test_no_clock_tools_when_the_clock_or_the_built_ins_are_off(make_agent
         False,
     ]
     assert not {n for n in sent[2] if n.startswith(("subagent_", "team_", "todo_"))}
+
+
+# ------------------------------------------------------------------ one request, one task (#36)
+
+REMIND = {"cron": "@every 1m", "title": "stretch", "content": "remind me to stretch"}
+
+
+async def test_one_request_calling_clock_create_twenty_times_makes_one_task(agent, llm):
+    """A 1.5B model called clock_create 7 times for one reminder; each result named a new id."""
+    same = [tool_call("clock_create", REMIND) for _ in range(10)]
+    llm.script(
+        reply(tool_calls=same),  # ten in one round, run in parallel
+        *[reply(tool_calls=[tool_call("clock_create", REMIND)]) for _ in range(10)],
+        reply("I will remind you."),
+    )
+    result = await agent.chat("Remind me in 1 minute to stretch", session="nb:a")
+    [task] = await agent.clock.list()
+    assert result.ok and len(result.tool_calls) == 20
+    texts = [c.result for c in result.tool_calls]
+    assert sum(t.startswith(f"created task ID={task.id}") for t in texts) == 1
+    assert all(
+        t.startswith((f"created task ID={task.id}", f"task ID={task.id} already exists", "Not run"))
+        for t in texts
+    )  # never a second id
+
+
+async def test_the_same_task_is_not_created_twice_and_a_different_one_is(agent, llm):
+    first = await agent.clock.create(target="nb:a", **REMIND)
+    with pytest.raises(DuplicateTaskError) as refused:  # /clock add and the API alike
+        await agent.clock.create(target="nb:a", **{**REMIND, "title": " stretch "})
+    assert refused.value.task == first and f"task ID={first.id}" in str(refused.value)
+    await agent.clock.create(target="nb:b", **REMIND)  # another chat's own task
+    await agent.clock.create(target="nb:a", **{**REMIND, "cron": "@every 2m"})
+    await agent.clock.create(target="nb:a", **{**REMIND, "content": "drink water"})
+    await agent.clock.create(target="nb:a", run_once=True, **REMIND)  # once is another task
+    assert len(await agent.clock.list()) == 5
+    text = await call(agent, llm, "nb:a", "clock_create", REMIND)
+    assert text.startswith(f"task ID={first.id} already exists with this schedule")
+    assert text.endswith("not created again")
+
+
+async def test_in_n_minutes_is_a_run_once_task(agent, llm):
+    text = await call(agent, llm, "nb:a", "clock_create", {**REMIND, "cron": "", "after": "1m"})
+    [task] = await agent.clock.list()
+    assert (task.cron, task.run_once) == ("@every 1m", True)
+    assert text.startswith(f"created task ID={task.id}, mode=once, cron=@every 1m")
+    both = await call(agent, llm, "nb:a", "clock_create", {**REMIND, "after": "1m"})
+    assert "either cron" in both
+    neither = await call(agent, llm, "nb:a", "clock_create", {**REMIND, "cron": ""})
+    assert "give cron for a repeating task" in neither
+    assert len(await agent.clock.list()) == 1
+
+
+async def test_a_clock_run_cannot_create_clock_tasks(agent, llm):
+    """A fired task's run has the clock tools: it must not make the tasks multiply."""
+    task = await agent.clock.create(target="nb:a", **REMIND)
+    others = [tool_call("clock_create", {**REMIND, "title": f"t{n}"}) for n in range(20)]
+    llm.script(reply(tool_calls=others), reply("stretch now!"))
+    entry = await agent.clock.run_now(task.id)
+    assert entry.status == "success" and entry.reply == "stretch now!"
+    assert [t.id for t in await agent.clock.list()] == [task.id]
+    refused = [c.result for c in entry.tool_calls]
+    assert len(refused) == 20
+    assert all("clock.max_tasks_per_run = 0" in r for r in refused), refused[0]
+
+
+async def test_a_clock_run_may_create_up_to_its_cap(make_agent, llm):
+    agent = make_agent(overrides={"agent.builtin_tools": True, "clock.max_tasks_per_run": 2})
+    task = await agent.clock.create(target="nb:a", **REMIND)
+    others = [tool_call("clock_create", {**REMIND, "title": f"t{n}"}) for n in range(5)]
+    llm.script(reply(tool_calls=others), reply("done"))
+    entry = await agent.clock.run_now(task.id)
+    assert len(await agent.clock.list()) == 3  # the task and two of its run's
+    outcomes = [c.result.startswith("created task") for c in entry.tool_calls]
+    assert sum(outcomes) == 2
+
+
+async def test_the_subagents_of_a_clock_run_do_not_see_clock_create(agent, llm):
+    task = await agent.clock.create(target="nb:a", **REMIND)
+    llm.script(
+        reply(tool_calls=[tool_call("subagent_run", {"task": "look around"})]),
+        reply("started"),
+    )
+
+    def is_child(request: Any) -> bool:  # its task is its first user message
+        return "look around" in str(request.messages[1].get("content"))
+
+    llm.route(is_child, reply("child done"))
+    llm.script(reply("all done"))
+    entry = await agent.clock.run_now(task.id)
+    assert entry.status == "success"
+    [child] = [r for r in llm.requests if is_child(r)]
+    names = {t["function"]["name"] for t in child.tools or []}
+    assert "clock_create" not in names
+    assert "clock_list" in names  # the rest of the clock tools stay

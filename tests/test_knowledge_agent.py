@@ -46,7 +46,7 @@ async def test_a_subagent_searches_its_parents_session(make_agent: Any, llm: Any
     child = [r for r in llm.requests if CHILD in r.system]
     assert tools_of(child[0]) >= KNOWLEDGE_TOOLS
     found = last_tool_result(child[1])
-    assert "《Deploy》（g:1）" in found and "Other group" not in found
+    assert '"Deploy" (g:1)' in found and "Other group" not in found
 
 
 async def test_team_members_get_the_sessions_knowledge_tools(make_agent: Any, llm: Any) -> None:

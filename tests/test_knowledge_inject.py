@@ -93,8 +93,8 @@ async def test_matching_chunks_of_the_session_and_global_are_injected(
     lines = inside(found).split("\n")
     assert lines[0] == KB_HEADER
     assert sorted(lines[1:]) == [
-        "《Deploy policy》：Deploy only on weekdays.",
-        f"《Deploying》（nb:a）：{DEPLOY}",
+        '"Deploy policy": Deploy only on weekdays.',
+        f'"Deploying" (nb:a): {DEPLOY}',
     ]
     assert {h.doc_id for h in found.hits} == {mine.id, shared.id}
     assert found.memories == []
@@ -131,7 +131,7 @@ async def test_top_k_and_the_cut_of_each_chunk(knowledge: Knowledge) -> None:
     lines = inside(found).split("\n")
     assert lines[0] == KB_HEADER and len(lines) == 3
     for line, h in zip(lines[1:], found.hits, strict=True):
-        passage = line.split("）：", 1)[1]
+        passage = line.split("): ", 1)[1]
         assert len(passage) == 60 and passage.endswith("…")
         assert h.text.startswith(passage[:-1])
 
@@ -191,7 +191,7 @@ async def test_memories_join_when_enabled(knowledge: Knowledge) -> None:
     lines = memory_part.split("\n")
     assert lines[0] == MEMORY_HEADER
     assert (
-        lines[1] == f"[{tea.id}] Alice drinks green tea every morning（记于 {day(tea.created_at)}）"
+        lines[1] == f"[{tea.id}] Alice drinks green tea every morning (saved {day(tea.created_at)})"
     )
     assert all("another chat" not in line for line in lines)
     assert found.event()["memories"][0] == {"id": tea.id, "content": tea.content}
@@ -247,8 +247,8 @@ async def test_agent_injects_into_the_turn_but_not_the_history(make_agent: Any, 
     await agent.knowledge.kb.add(GLOBAL_SCOPE, "Deploying", DEPLOY)
     llm.script(reply("use make deploy"), reply("you are welcome"))
     await agent.chat("how do I make deploy work?", session="nb:a")
-    turn = json.dumps(llm.requests[-1].messages, ensure_ascii=False)
-    assert KB_HEADER in turn and f"《Deploying》：{DEPLOY}" in turn
+    turn = "\n".join(str(m["content"]) for m in llm.requests[-1].messages)
+    assert KB_HEADER in turn and f'"Deploying": {DEPLOY}' in turn
     await agent.chat("thanks", session="nb:a")
     later = json.dumps(llm.requests[-1].messages, ensure_ascii=False)
     assert "how do I make deploy work?" in later and KB_HEADER not in later

@@ -75,32 +75,32 @@ def hit(title: str, scope: str, text: str, doc_id: str = "1a2b3c4d") -> Hit:
 
 
 def test_chunk_line_names_the_scope_only_when_not_global() -> None:
-    assert chunk_line(hit("Deploy", "nb:a", "run make")) == "《Deploy》（nb:a）：run make"
-    assert chunk_line(hit("Deploy", GLOBAL_SCOPE, "run make")) == "《Deploy》：run make"
-    assert chunk_line(hit("", GLOBAL_SCOPE, "bare")) == "：bare"
-    assert chunk_line(hit("T", GLOBAL_SCOPE, "x" * 50), 10) == "《T》：" + "x" * 9 + "…"
+    assert chunk_line(hit("Deploy", "nb:a", "run make")) == '"Deploy" (nb:a): run make'
+    assert chunk_line(hit("Deploy", GLOBAL_SCOPE, "run make")) == '"Deploy": run make'
+    assert chunk_line(hit("", GLOBAL_SCOPE, "bare")) == "bare"
+    assert chunk_line(hit("T", GLOBAL_SCOPE, "x" * 50), 10) == '"T": ' + "x" * 9 + "…"
 
 
 def test_hits_text_header_and_no_result_text() -> None:
     hits = [hit("A", "nb:a", "one", "aaaaaaaa"), hit("B", GLOBAL_SCOPE, "two", "bbbbbbbb")]
     assert (
         hits_text(hits, "q")
-        == "知识库相关片段（2 条）：\n[aaaaaaaa] 《A》（nb:a）：one\n[bbbbbbbb] 《B》：two"
+        == 'Knowledge base passages (2):\n[aaaaaaaa] "A" (nb:a): one\n[bbbbbbbb] "B": two'
     )
-    assert hits_text([], "部署") == "no material related to「部署」"
+    assert hits_text([], "部署") == 'no material related to "部署"'
 
 
 def test_memory_lines_leave_out_empty_parts() -> None:
     ts = 1_700_000_000.0
     full = MemoryEntry("0badcafe", "nb:a", "likes tea", "qq:1", ("drink", "pref"), ts)
     bare = MemoryEntry("deadbeef", "nb:a", "plain", created_at=ts)
-    assert memory_line(full) == f"[0badcafe] (qq:1) <drink,pref> likes tea（记于 {day(ts)}）"
-    assert memory_line(bare) == f"[deadbeef] plain（记于 {day(ts)}）"
+    assert memory_line(full) == f"[0badcafe] (qq:1) <drink,pref> likes tea (saved {day(ts)})"
+    assert memory_line(bare) == f"[deadbeef] plain (saved {day(ts)})"
     assert memories_text([], 0, "") == "no memories yet"
-    assert memories_text([bare, full], 2, "").startswith("长期记忆（共 2 条）：\n[deadbeef]")
-    assert memories_text([full], 2, "tea").startswith("相关记忆（1/2 条）：\n[0badcafe]")
+    assert memories_text([bare, full], 2, "").startswith("Long-term memories (2):\n[deadbeef]")
+    assert memories_text([full], 2, "tea").startswith("Related memories (1 of 2):\n[0badcafe]")
     assert memories_text([], 2, "xyz") == (
-        "no memory related to「xyz」; call memory_search without a query to list all 2 memories"
+        'no memory related to "xyz"; call memory_search without a query to list all 2 memories'
     )
 
 
@@ -109,7 +109,7 @@ def test_document_line() -> None:
     doc = Document("1a2b3c4d", "nb:a", "Guide", "g.md", ("ops",), ts, 3, 1500)
     assert (
         document_line(doc)
-        == f"[1a2b3c4d] 《Guide》 <ops> 3 chunks, 1500 chars, from g.md, added {day(ts)}"
+        == f'[1a2b3c4d] "Guide" <ops> 3 chunks, 1500 chars, from g.md, added {day(ts)}'
     )
     bare = Document("1a2b3c4d", "nb:a", "", "", (), ts, 1, 9)
     assert document_line(bare) == f"[1a2b3c4d] (untitled) 1 chunk, 9 chars, added {day(ts)}"
@@ -129,7 +129,7 @@ def test_tools_follow_the_enable_switches(knowledge: Knowledge) -> None:
     [search] = [
         t for t in knowledge_tools(knowledge, "g:qq:1", make_config()) if t.name == "kb_search"
     ]
-    assert "the group chat qq:1 (session g:qq:1)" in search.description
+    assert search.description.endswith("Scope: the current chat.")  # no session: cacheable
     assert not search.side_effects
     assert all(
         t.side_effects
@@ -175,21 +175,21 @@ async def test_add_search_list_delete(tools: Tools, knowledge: Knowledge) -> Non
         tags=["ops", " ", "ops"], source="wiki",
     )  # fmt: skip
     [doc] = await knowledge.kb.documents("nb:a")
-    assert added == f"已加入知识库（ID={doc.id}）：Deploying"
+    assert added == f"Added to the knowledge base (ID={doc.id}): Deploying"
     assert (doc.title, doc.tags, doc.source) == ("Deploying", ("ops",), "wiki")
 
     found = await tools("kb_search", query="make deploy")
-    line = f"[{doc.id}] 《Deploying》（nb:a）：Run make deploy from the repo root."
-    assert found == f"知识库相关片段（1 条）：\n{line}"
+    line = f'[{doc.id}] "Deploying" (nb:a): Run make deploy from the repo root.'
+    assert found == f"Knowledge base passages (1):\n{line}"
     assert await tools("kb_search", query="quantum chromodynamics") == (
-        "no material related to「quantum chromodynamics」"
+        'no material related to "quantum chromodynamics"'
     )
 
     listed = await tools("kb_list")
     assert listed == f"Knowledge base of nb:a (1 documents):\n{document_line(doc)}"
 
     deleted = await tools("kb_delete", id=f"[{doc.id.upper()}]")  # as listed, case forgiven
-    assert deleted == f"已删除知识库文档（ID={doc.id}）：Deploying (1 chunk)"
+    assert deleted == f"Deleted from the knowledge base (ID={doc.id}): Deploying (1 chunk)"
     assert await knowledge.kb.documents("nb:a") == []
     assert await tools("kb_list") == "No documents in the knowledge base of nb:a yet."
     with pytest.raises(ToolError, match=f"kb document not found: {doc.id}"):
@@ -203,10 +203,10 @@ async def test_search_covers_the_session_and_global_only(
     await knowledge.kb.add("nb:other", "Secret", "the vacation budget is 9000")
     await tools("kb_add", title="Mine", content="my vacation starts in June")
     found = await tools("kb_search", query="vacation", top_k=10)
-    assert "《Mine》（nb:a）：my vacation starts in June" in found
-    assert "《Shared》：the vacation policy allows 25 days" in found
+    assert '"Mine" (nb:a): my vacation starts in June' in found
+    assert '"Shared": the vacation policy allows 25 days' in found
     assert "Secret" not in found and "9000" not in found
-    assert found.startswith("知识库相关片段（2 条）：")
+    assert found.startswith("Knowledge base passages (2):")
     assert "The read-only global library has 1 documents" in await tools("kb_list")
 
 
@@ -251,7 +251,7 @@ async def test_a_session_called_global_cannot_write(knowledge: Knowledge) -> Non
         with pytest.raises(ToolError, match=READ_ONLY_ERROR):
             await tools(name, **arguments)
     assert [d.id for d in await knowledge.kb.documents(GLOBAL_SCOPE)] == [shared.id]
-    assert "《Shared》：policy text" in await tools("kb_search", query="policy")
+    assert '"Shared": policy text' in await tools("kb_search", query="policy")
 
 
 async def test_add_refusals_and_limits(tmp_path: Path) -> None:
@@ -270,7 +270,7 @@ async def test_add_refusals_and_limits(tmp_path: Path) -> None:
         assert doc.chars == 100
         again = await tools("kb_add", title="big", content=huge)
         assert again == (
-            f"已加入知识库（ID={doc.id}）：big\n"
+            f"Added to the knowledge base (ID={doc.id}): big\n"
             "(an identical document was already stored; nothing was added)"
         )
         await tools("kb_add", title="second", content="two")
@@ -291,25 +291,25 @@ async def test_memory_save_search_forget(tools: Tools, knowledge: Knowledge) -> 
         "memory_save", content=" Alice prefers green tea ", user_id="qq:1", tags=["drink"]
     )
     [entry] = await knowledge.memory.entries("nb:a")
-    assert saved == f"已记住（ID={entry.id}）：Alice prefers green tea"
+    assert saved == f"Remembered (ID={entry.id}): Alice prefers green tea"
     assert (entry.user_id, entry.tags) == ("qq:1", ("drink",))
     assert await tools("memory_save", content="Alice  prefers green tea") == saved  # dedupe
     await tools("memory_save", content="Bob works at night")
     assert len(await knowledge.memory.entries("nb:a")) == 2
 
     listed = await tools("memory_search")
-    assert listed.startswith("长期记忆（共 2 条）：\n[")
+    assert listed.startswith("Long-term memories (2):\n[")
     assert listed.splitlines()[2] == memory_line(entry)  # newest first: Alice's is second
     related = await tools("memory_search", query="green tea")
-    assert related == f"相关记忆（1/2 条）：\n{memory_line(entry)}"
+    assert related == f"Related memories (1 of 2):\n{memory_line(entry)}"
     assert await tools("memory_search", query="submarine") == (
-        "no memory related to「submarine」; "
+        'no memory related to "submarine"; '
         "call memory_search without a query to list all 2 memories"
     )
 
     assert (
         await tools("memory_forget", id=entry.id)
-        == f"已忘记（ID={entry.id}）：Alice prefers green tea"
+        == f"Forgotten (ID={entry.id}): Alice prefers green tea"
     )
     with pytest.raises(ToolError) as caught:
         await tools("memory_forget", id=entry.id)
@@ -335,7 +335,7 @@ async def test_memory_limits(tmp_path: Path) -> None:
         with pytest.raises(ToolError, match="content is empty"):
             await tools("memory_save", content="   ")
         long = await tools("memory_save", content="x" * 100_000)
-        assert long.endswith("：" + "x" * 19 + "…")
+        assert long.endswith(": " + "x" * 19 + "…")
         await tools("memory_save", content="second")
         with pytest.raises(ToolError) as caught:
             await tools("memory_save", content="third")
@@ -364,16 +364,16 @@ async def test_the_model_uses_the_tools_through_agent_chat(make_agent: Any, llm:
     agent = make_agent(overrides=AGENT_OVERRIDES)
     added = await call(agent, llm, "nb:a", "kb_add", {"title": "Deploy", "content": DEPLOY_TEXT})
     [doc] = await agent.knowledge.kb.documents("nb:a")
-    assert added == f"已加入知识库（ID={doc.id}）：Deploy"
+    assert added == f"Added to the knowledge base (ID={doc.id}): Deploy"
     sent = {t["function"]["name"] for t in llm.requests[-1].body["tools"]}
     assert set(KB_TOOLS + MEMORY_TOOLS) <= sent
     system = llm.requests[-1].messages[0]
     assert system["role"] == "system" and "【知识库】" in system["content"]
 
     found = await call(agent, llm, "nb:a", "kb_search", {"query": "make deploy"})
-    assert found == f"知识库相关片段（1 条）：\n[{doc.id}] 《Deploy》（nb:a）：{DEPLOY_TEXT}"
+    assert found == f'Knowledge base passages (1):\n[{doc.id}] "Deploy" (nb:a): {DEPLOY_TEXT}'
     elsewhere = await call(agent, llm, "nb:b", "kb_search", {"query": "make deploy"})
-    assert elsewhere == "no material related to「make deploy」"
+    assert elsewhere == 'no material related to "make deploy"'
     refused = await call(agent, llm, "nb:b", "kb_delete", {"id": doc.id})
     assert refused.startswith("Error executing tool:") and f"not found: {doc.id}" in refused
     bad = await call(agent, llm, "nb:a", "kb_search", {"query": "x", "top_k": "many"})
@@ -382,7 +382,7 @@ async def test_the_model_uses_the_tools_through_agent_chat(make_agent: Any, llm:
 
     saved = await call(agent, llm, "f:qq:7", "memory_save", {"content": "likes jazz"})
     [entry] = await agent.knowledge.memory.entries("f:qq:7")
-    assert saved == f"已记住（ID={entry.id}）：likes jazz"
+    assert saved == f"Remembered (ID={entry.id}): likes jazz"
     assert await call(agent, llm, "f:qq:8", "memory_search") == "no memories yet"
 
 
@@ -413,8 +413,8 @@ async def test_hostile_queries_find_nothing_or_something_but_never_break(
     await tools("kb_add", title="Deploy", content="run make deploy")
     await tools("memory_save", content="likes jazz")
     found = await tools("kb_search", query=query)
-    assert found.startswith(("知识库相关片段", "no material related to"))
+    assert found.startswith(("Knowledge base passages", "no material related to"))
     recalled = await tools("memory_search", query=query)
-    assert recalled.startswith(("相关记忆", "长期记忆", "no memory related to"))
+    assert recalled.startswith(("Related memories", "Long-term memories", "no memory related to"))
     assert len(await knowledge.kb.documents("nb:a")) == 1
     assert len(await knowledge.memory.entries("nb:a")) == 1

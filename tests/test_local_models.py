@@ -199,6 +199,33 @@ async def test_a_changing_result_or_other_arguments_is_never_a_repeat(llm, make_
     assert all(c.outcome == "ok" for c in result.tool_calls) and result.warnings == []
 
 
+async def test_a_tool_with_side_effects_repeats_whatever_its_result(llm, make_agent):
+    """Each reminder a model creates has a new id: the results differ, the reminders pile up."""
+    made: list[str] = []
+
+    @tool(side_effects=True)
+    def remind(text: str) -> str:
+        """Create a reminder."""
+        made.append(text)
+        return f"created reminder #{len(made)}"
+
+    same = tool_call("remind", {"text": "stretch"})
+    llm.script(reply(tool_calls=[same] * 5), *[reply(tool_calls=[same]) for _ in range(15)])
+    llm.script(reply("reminded"))
+    agent = make_agent(tools=[remind])
+    result = await agent.chat("remind me in 1 minute to stretch")
+    assert result.ok and len(result.tool_calls) == 20
+    assert made == ["stretch"] * 3  # agent.max_repeat_calls: 3 ran, 17 were not run
+    skipped = result.tool_calls[3]
+    assert "repeated call of a tool with side effects" in (skipped.error or "")
+    assert skipped.result.startswith("Not run: you already called remind with these arguments")
+    assert "created reminder #3" in skipped.result  # the last result, as a reminder
+    assert result.warnings == [
+        "remind was called 17 more time(s) with the same arguments after 3 run(s); those calls "
+        "were not run"
+    ]
+
+
 def test_arguments_compare_as_json_and_odd_text_never_raises():
     assert canonical_arguments('{"b": 1, "a": [1, 2]}') == canonical_arguments('{"a":[1,2],"b":1}')
     assert canonical_arguments(" {bad ") == "{bad"
@@ -303,22 +330,168 @@ def test_text_call_forms(text, calls, rest):
 
 
 @pytest.mark.parametrize("written", [HERMES, FENCED.split("\n", 1)[1]])
-async def test_with_text_calls_off_a_call_only_answer_is_flagged(llm, make_agent, written):
+async def test_with_text_calls_off_a_call_only_answer_is_an_error(llm, make_agent, written):
     llm.script(reply(written))
-    agent = make_agent(tools=[add])  # llm.text_tool_calls defaults to false
+    agent = make_agent(tools=[add], overrides={"llm.text_tool_calls": False})
     result = await agent.chat("2+3?")
-    assert result.ok and result.text == written and not result.tool_calls
-    assert len(result.warnings) == 1
-    assert "only a tool call written as text (add)" in result.warnings[0]
-    assert "llm.text_tool_calls = true" in result.warnings[0]
+    assert result.status == "error" and result.text == written and not result.tool_calls
+    assert "only a tool call written as text (add), which was not run" in (result.error or "")
+    assert 'set it to "auto"' in (result.error or "")
     record = (await agent.runs())[0]
-    assert record.error == f"warning: {result.warnings[0]}"
+    assert record.status == "error" and record.error == result.error
 
 
-async def test_with_text_calls_off_prose_around_a_call_is_not_flagged(llm, make_agent):
-    llm.script(reply(FENCED))  # explanation plus an example: an answer, not only a call
+async def test_with_text_calls_off_prose_around_a_call_is_a_warning(llm, make_agent):
+    llm.script(reply(FENCED))
+    agent = make_agent(tools=[add], overrides={"llm.text_tool_calls": False})
+    result = await agent.chat("how would you call add?")
+    assert result.ok and not result.tool_calls
+    assert result.warnings == [
+        "the answer contains a tool call written as text (add) that was not run "
+        "(llm.text_tool_calls = false)"
+    ]
+
+
+# ------------------------------------------------------------------ #36: auto mode, more forms
+
+
+@tool
+def weather(city: str) -> str:
+    """The weather in a city."""
+    return f"{city}: sunny"
+
+
+async def test_auto_is_the_default_and_runs_a_call_only_answer(llm, make_agent):
+    """llama-server --jinja with a 1.5B model: 0 native calls; the JSON came back as an answer."""
+    llm.script(reply(BARE_LIST), reply("2 + 3 = 5"))
+    agent = make_agent(tools=[add])  # no llm.text_tool_calls override
+    assert agent.config.llm.text_tool_calls == "auto"
+    result = await agent.chat("2+3?")
+    assert result.ok and result.text == "2 + 3 = 5" and result.warnings == []
+    assert [(c.name, c.result) for c in result.tool_calls] == [("add", "5")]
+    assert_valid(await agent.history())
+
+
+async def test_auto_runs_a_call_after_the_models_words_not_one_in_the_middle(llm, make_agent):
+    announced = (
+        'I will check the weather for you.\n{"name": "weather", "arguments": {"city": "Oslo"}}'
+    )
+    llm.script(reply(announced), reply("It is sunny in Oslo."))
+    agent = make_agent(tools=[add, weather])
+    first = await agent.chat("weather in Oslo?")
+    assert first.ok and [c.result for c in first.tool_calls] == ["Oslo: sunny"]
+    assert llm.requests[1].messages[-2]["content"] == "I will check the weather for you."
+
+    example = f"{FENCED}\nThat is how you would call it."
+    llm.script(reply(example))
+    second = await agent.chat("how would you call add?")
+    assert second.ok and not second.tool_calls and second.text == example
+    assert second.warnings == [
+        "the answer contains a tool call written as text (add) that was not run (more text "
+        'follows it; llm.text_tool_calls = "auto" runs only calls that end the answer, true '
+        "runs every one)"
+    ]
+
+
+@pytest.mark.parametrize(
+    "written",
+    [
+        '{{"name": "weather", "arguments": {{"city": "Oslo"}}}}',  # template braces, doubled
+        '{{"name": "weather", "arguments": {"city": "Oslo"}}}',
+        '<tools>\n{"name": "weather", "arguments": {"city": "Oslo"}}\n'
+        '{"name": "add", "arguments": {"a": 2, "b": 3}}\n</tools>',
+        '```json\n{"name": "weather", "arguments": {"city": "Oslo"}}\n'
+        '{"name": "add", "arguments": {"a": 2, "b": 3}}\n```',
+        '{"name": "weather", "arguments": {"city": "Oslo"}}\n'
+        '{"name": "add", "arguments": {"a": 2, "b": 3}}',  # one per line
+        '{"name": "weather", "arguments": {"city": "Oslo"}}, '
+        '{"name": "add", "arguments": {"a": 2, "b": 3}}',
+        '<function name="weather" arguments=\'{"city": "Oslo"}\'/>\n'
+        '<function name=add arguments={"a": 2, "b": 3} />',
+        'Let me look that up.\n<tool_call>{"name": "weather", "arguments": {"city": "Oslo"}}'
+        '</tool_call>\n<tool_call>{"name": "add", "arguments": {"a": 2, "b": 3}}</tool_call>',
+    ],
+)
+async def test_each_common_text_form_runs_every_call_in_order(llm, make_agent, written):
+    llm.script(reply(written), reply("done"))
+    agent = make_agent(tools=[add, weather])
+    result = await agent.chat("go")
+    calls = [(c.name, json.loads(c.arguments)) for c in result.tool_calls]
+    expected = [("weather", {"city": "Oslo"}), ("add", {"a": 2, "b": 3})]
+    assert calls == expected[: len(calls)] and len(calls) >= 1
+    assert result.ok and result.text == "done" and result.warnings == []
+    if "add" in written:
+        assert [c.result for c in result.tool_calls] == ["Oslo: sunny", "5"]
+    assert_valid(await agent.history())
+
+
+async def test_an_unknown_name_in_a_tagged_call_is_told_to_the_model(llm, make_agent):
+    llm.script(
+        reply('<tool_call>{"name": "get_weather", "arguments": {"city": "Oslo"}}</tool_call>'),
+        reply("Sorry, I cannot check the weather."),
+    )
     agent = make_agent(tools=[add])
-    assert (await agent.chat("how would you call add?")).warnings == []
+    result = await agent.chat("weather?")
+    [call] = result.tool_calls
+    assert call.name == "get_weather" and call.outcome == "error"
+    assert "tool 'get_weather' not found" in call.result
+    assert llm.requests[1].messages[-1]["content"] == call.result  # as for a native call
+
+
+async def test_call_shaped_text_that_cannot_be_read_is_a_warning(llm, make_agent):
+    llm.script(reply("Here: <tool_call>weather(city=Oslo)</tool_call>"))
+    agent = make_agent(tools=[weather])
+    result = await agent.chat("weather?")
+    assert result.ok and not result.tool_calls
+    assert result.warnings == [
+        "the answer contains text shaped like a tool call that could not be read as one, so "
+        "it was not run: <tool_call>weather(city=Oslo)</tool_call>"
+    ]
+
+
+@pytest.mark.parametrize(
+    ("text", "calls", "rest"),
+    [
+        ("<function name='f'/>", [("f", {})], ""),
+        ('<function name="f" parameters="{&quot;x&quot;: 1}"></function>', [("f", {"x": 1})], ""),
+        ("<function name='f' arguments='{x'/>", [], None),  # broken arguments: unread
+        ('Sure.\n{"name": "f", "arguments": {}}\nok', [], None),  # text after it: no tail call
+        ('{"name": "f", "arguments": {}};\n{"name": "g"}', [("f", {}), ("g", {})], ""),
+        ("<function name='" * 3000, [], None),  # unclosed quotes: linear, nothing found
+        ("{\n" * 3000, [], None),  # many line starts: only a few tried
+        ("{{" * 3000, [], None),
+    ],
+)
+def test_more_text_call_forms(text, calls, rest):
+    found = find_text_calls(text, {"f", "g"})
+    assert [(c.name, json.loads(c.arguments)) for c in found.calls] == calls
+    assert found.text == (text if rest is None else rest)
+
+
+# ------------------------------------------------------------------ #36: prompt caching
+
+
+def tools_bytes(request: Any) -> str:
+    """The ``tools`` array exactly as the request's body carried it."""
+    raw = request.raw.decode("utf-8")
+    start = raw.index("[", raw.index('"tools"'))
+    _, end = json.JSONDecoder().raw_decode(raw, start)
+    return raw[start:end]
+
+
+async def test_tool_definitions_are_byte_identical_across_sessions(llm, make_agent):
+    """Session names in 13 descriptions made every new chat re-read ~3,600 prompt tokens."""
+    overrides = {"agent.builtin_tools": True, "embedding.provider": "none"}
+    agent = make_agent(tools=[add], overrides=overrides)
+    sessions = ["nb:default", "g:qq:123", "f:qq:42", "nb:other"]
+    for session in sessions:
+        llm.script(reply("hi"))
+        assert (await agent.chat("hello", session=session)).ok
+    sent = [tools_bytes(r) for r in llm.requests]
+    names = {t["function"]["name"] for t in llm.requests[0].body["tools"]}
+    assert {"clock_create", "kb_add", "memory_save"} <= names  # the families that named it
+    assert all(tools == sent[0] for tools in sent[1:])
+    assert not any(key in sent[0] for key in ("qq:123", "qq:42", "nb:other"))
 
 
 # ------------------------------------------------------------------ item 6: empty final reply
@@ -361,8 +534,22 @@ async def test_after_the_iteration_limit_an_empty_answer_is_an_error_at_once(llm
     llm.script(reply(tool_calls=[tool_call("add", {"a": 1, "b": 1})]), reply(""))
     agent = make_agent(tools=[add], overrides={"agent.max_iterations": 1})
     result = await agent.chat("1+1?")
-    assert result.status == "error" and "empty answer" in (result.error or "")
+    assert result.status == "error" and result.error == (
+        "the run reached the iteration limit (agent.max_iterations = 1: that many rounds of "
+        "tool calls) and the model's last reply was empty; the tool results are in the record "
+        "(raise agent.max_iterations, or ask for less at once)"
+    )
+    assert "empty answer" not in result.error  # it did not give up: it was stopped
     assert len(llm.requests) == 2  # the limit notice already asked for an answer
+
+
+async def test_after_the_iteration_limit_a_call_only_answer_says_so(llm, make_agent):
+    llm.script(reply(tool_calls=[tool_call("add", {"a": 1, "b": 1})]), reply(HERMES))
+    agent = make_agent(tools=[add], overrides={"agent.max_iterations": 1})
+    result = await agent.chat("1+1?")
+    assert result.status == "error" and len(result.tool_calls) == 1  # the text call did not run
+    assert "reached the iteration limit (agent.max_iterations = 1" in (result.error or "")
+    assert "last reply was only a tool call, written as text, which was not run" in result.error
 
 
 async def test_an_empty_answer_without_tool_rounds_is_left_alone(llm, make_agent):
@@ -441,12 +628,13 @@ async def test_a_hundred_sloppy_chats_never_poison_the_session(llm, make_agent, 
         result = await agent.chat(f"chat {n}")
         statuses[result.status] = statuses.get(result.status, 0) + 1
         text_runs += sum(c.id.startswith("call_text_") for c in result.tool_calls)
-        flagged += any("written as text" in w for w in result.warnings)
+        flagged += "written as text" in (result.error or "")
         assert "invalid conversation" not in (result.error or "")  # the server never refused
         if result.tool_calls:  # never a success without an answer after tool rounds
             assert result.text or result.status == "error"
         if result.status == "error":
-            assert "empty answer" in (result.error or "")
+            error = result.error or ""
+            assert "empty answer" in error or "only a tool call written as text" in error
     assert_valid(await agent.history())
     assert len(ran) < model.tally["meme"]  # some repeats were answered, not run
     asked = sum(r.messages[-1].get("content") == EMPTY_REPLY_MESSAGE for r in llm.requests)

@@ -8,15 +8,21 @@ covered as soon as it is written.
 With ``ANIA_TEST_LLM_URL`` set (an OpenAI-compatible base URL, e.g. ``http://127.0.0.1:8080/v1``
 for ``llama-server --jinja``; ``ANIA_TEST_LLM_MODEL`` and ``ANIA_TEST_LLM_KEY`` optional), the
 live test replays `PROMPTS` through a real model with tools that always succeed and reports how
-many answers contain an engine error phrase; it fails when more than ``ANIA_TEST_LLM_MAX_BAD``
-(default: a tenth of them) do. Without it the test is skipped. Run it with ``-s`` to see the
-report.
+many prompts ran a tool, how many answers contain an engine error phrase, how many calls were
+repeats not run, and the share of prompt tokens the server had cached. It fails when fewer than
+``ANIA_TEST_LLM_MIN_TOOL_PROMPTS`` prompts (default: half of them) ran a tool — a model whose
+calls never run proves nothing — or when more than ``ANIA_TEST_LLM_MAX_BAD`` answers (default: a
+tenth of them) quote the engine. Settings of the Agent come from ``ANIA_TEST_<KEY>`` variables
+named like the ``ANIA_<KEY>`` ones (``ANIA_TEST_LLM__TEXT_TOOL_CALLS=false`` sets
+``llm.text_tool_calls``; the test configuration removes every other ``ANIA_*`` variable, so
+these are the way in). Without a URL the test is skipped. Run it with ``-s`` to see the report.
 """
 
 from __future__ import annotations
 
 import ast
 import functools
+import json
 import os
 import re
 from dataclasses import dataclass, field
@@ -216,19 +222,51 @@ class Replay:
     answers: list[str] = field(default_factory=list)
     bad: list[tuple[str, list[str]]] = field(default_factory=list)  # (answer, phrases found)
     failed_tools: int = 0
+    tool_prompts: int = 0  # prompts in which at least one tool ran
+    tool_calls: int = 0  # calls that ran (repeats not run are not counted)
+    repeats: int = 0  # identical calls answered from an earlier result instead of run
+    statuses: dict[str, int] = field(default_factory=dict)
+    prompt_tokens: int = 0
+    cached_tokens: int = 0
+    model_calls: int = 0
 
     def report(self) -> str:
-        """One line per answer that quoted an engine phrase, then the count."""
+        """One line per answer that quoted an engine phrase, then the counts."""
         lines = [f"  {found}: {answer[:160]!r}" for answer, found in self.bad]
+        cached = self.cached_tokens / self.prompt_tokens if self.prompt_tokens else 0.0
         lines.append(
-            f"{len(self.bad)} of {len(self.answers)} answers contain engine error phrases "
-            f"({self.failed_tools} tool calls failed)"
+            f"{self.tool_prompts} of {len(self.answers)} prompts ran a tool "
+            f"({self.tool_calls} calls ran, {self.failed_tools} failed, {self.repeats} repeats "
+            f"not run); {len(self.bad)} answers contain engine error phrases; statuses "
+            f"{self.statuses}; {self.model_calls} model calls, {cached:.0%} of "
+            f"{self.prompt_tokens} prompt tokens cached"
         )
         return "\n".join(lines)
 
 
-async def replay(base_url: str, model: str, api_key: str | None, data_dir: Path) -> Replay:
-    """Ask every prompt in a fresh session with the default prompt; collect quoted phrases."""
+def settings_from_environment(environ: dict[str, str]) -> dict[str, Any]:
+    """Agent overrides from ``ANIA_TEST_<SECTION>__<KEY>`` variables (JSON values, else text)."""
+    overrides: dict[str, Any] = {}
+    for name, value in environ.items():
+        key = name.removeprefix("ANIA_TEST_")
+        if key == name or "__" not in key:
+            continue  # not ours, or one of the test's own (ANIA_TEST_LLM_URL …)
+        try:
+            parsed: Any = json.loads(value)
+        except ValueError:
+            parsed = value
+        overrides[key.lower().replace("__", ".")] = parsed
+    return overrides
+
+
+async def replay(
+    base_url: str,
+    model: str,
+    api_key: str | None,
+    data_dir: Path,
+    settings: dict[str, Any] | None = None,
+) -> Replay:
+    """Ask every prompt in a fresh session with the default prompt; collect what happened."""
     agent = Agent(
         base_url=base_url,
         api_key=api_key or "not-needed",
@@ -243,6 +281,7 @@ async def replay(base_url: str, model: str, api_key: str | None, data_dir: Path)
             "llm.top_p": None,
             "llm.timeout": 600,
             "agent.run_timeout": 900,
+            **(settings or {}),
         },
     )
     found = Replay()
@@ -251,7 +290,15 @@ async def replay(base_url: str, model: str, api_key: str | None, data_dir: Path)
             result = await agent.chat(prompt, session=f"nb:live-{number}")
             answer = result.text or f"({result.status}: {result.error})"
             found.answers.append(answer)
-            found.failed_tools += sum(1 for call in result.tool_calls if call.error is not None)
+            found.statuses[result.status] = found.statuses.get(result.status, 0) + 1
+            ran = [c for c in result.tool_calls if "repeated call" not in (c.error or "")]
+            found.tool_prompts += bool(ran)
+            found.tool_calls += len(ran)
+            found.repeats += len(result.tool_calls) - len(ran)
+            found.failed_tools += sum(1 for call in ran if call.error is not None)
+            found.prompt_tokens += result.usage.prompt_tokens
+            found.cached_tokens += result.usage.cached_tokens
+            found.model_calls += result.usage.iterations
             phrases = copied_phrases(answer)
             if phrases:
                 found.bad.append((answer, phrases))
@@ -263,33 +310,63 @@ async def replay(base_url: str, model: str, api_key: str | None, data_dir: Path)
 async def test_replay_counts_quoted_phrases_on_a_scripted_server(
     llm: ScriptedLLM, tmp_path: Path
 ) -> None:
-    # The harness itself, against the scripted server: every second answer quotes the engine,
-    # and prompts about the weather go through a tool round first.
+    # The harness itself, against the scripted server: every second answer quotes the engine;
+    # prompts about the weather go through a native tool round first, prompts about files
+    # through a call written as text (as llama-server --jinja returns a small model's calls).
     replies = iter(range(10_000))
 
     def answer(request: Any) -> Any:
         last = request.messages[-1]
         if last["role"] == "user" and "weather" in str(last["content"]).lower():
             return reply(tool_calls=[tool_call("city_weather", {"city": "Oslo"})])
+        if last["role"] == "user" and "files" in str(last["content"]).lower():
+            return reply('{"name": "list_files", "arguments": {}}')
         n = next(replies)
         return reply("Error executing tool: none, all fine." if n % 2 else f"Answer {n}.")
 
     llm.responder = answer
     found = await replay(llm.base_url, "scripted", llm.api_key, tmp_path)
     assert len(found.answers) == len(PROMPTS) >= 20
+    expected = sum(("weather" in p.lower() or "files" in p.lower()) for p in PROMPTS)
+    assert found.tool_prompts == found.tool_calls == expected >= 5
     assert len(found.bad) == len(PROMPTS) // 2
     assert all("error executing tool" in phrases for _, phrases in found.bad)
-    assert found.failed_tools == 0
+    assert found.failed_tools == 0 and found.repeats == 0
+    assert f"{expected} of {len(PROMPTS)} prompts ran a tool" in found.report()
+
+    # With text calls turned off, the files prompts run nothing: the count shows it.
+    off = await replay(
+        llm.base_url, "scripted", llm.api_key, tmp_path / "off", {"llm.text_tool_calls": False}
+    )
+    assert off.tool_prompts == sum("weather" in p.lower() for p in PROMPTS) < expected
+
+
+def test_settings_come_from_ania_test_variables() -> None:
+    environ = {
+        "ANIA_TEST_LLM__TEXT_TOOL_CALLS": "false",
+        "ANIA_TEST_AGENT__MAX_ITERATIONS": "8",
+        "ANIA_TEST_LLM__MODEL": "qwen",
+        "ANIA_TEST_LLM_URL": "http://127.0.0.1:8080/v1",  # the test's own
+        "ANIA_LLM__STREAM": "false",  # not a test variable
+    }
+    assert settings_from_environment(environ) == {
+        "llm.text_tool_calls": False,
+        "agent.max_iterations": 8,
+        "llm.model": "qwen",
+    }
 
 
 @pytest.mark.skipif(not os.environ.get("ANIA_TEST_LLM_URL"), reason="ANIA_TEST_LLM_URL not set")
-async def test_live_model_answers_quote_no_engine_message(tmp_path: Path) -> None:
+async def test_live_model_runs_tools_and_answers_quote_no_engine_message(tmp_path: Path) -> None:
     found = await replay(
         os.environ["ANIA_TEST_LLM_URL"],
         os.environ.get("ANIA_TEST_LLM_MODEL", "local"),
         os.environ.get("ANIA_TEST_LLM_KEY"),
         tmp_path,
+        settings_from_environment(dict(os.environ)),
     )
     print("\n" + found.report())
+    least = int(os.environ.get("ANIA_TEST_LLM_MIN_TOOL_PROMPTS", len(PROMPTS) // 2))
+    assert found.tool_prompts >= least, found.report()
     limit = int(os.environ.get("ANIA_TEST_LLM_MAX_BAD", len(PROMPTS) // 10))
     assert len(found.bad) <= limit, found.report()

@@ -27,6 +27,7 @@ from ania_nb.runner.router import (
     SHUTDOWN_TEXT,
     STOPPED_TEXT,
     TIMEOUT_TEXT,
+    UNRUN_CALL_TEXT,
     Router,
     drop_loaded_tools,
 )
@@ -221,6 +222,33 @@ async def test_status_texts_for_timeout_and_error_and_nothing_for_a_blank_reply(
     s.agent.config.agent.run_timeout = 0.5  # only now: a loaded machine may take that long above
     await s.say(s.adapter.private("5", "slow"))
     assert (await s.adapter.wait_sent(lambda m: m.text != ERROR_TEXT)).text == TIMEOUT_TEXT
+
+
+@tool
+def lookup(city: str) -> str:
+    """The weather in a city."""
+    return f"{city}: sunny"
+
+
+async def test_a_call_written_as_text_runs_and_the_chat_gets_the_answer_not_the_json(
+    llm, serve, tmp_path
+):
+    """Two QQ users of llama-server --jinja received the model's JSON as their answer."""
+    written = '{"name": "lookup", "arguments": {"city": "Oslo"}}'
+    llm.script(reply(written), reply("Sunny in Oslo."))
+    s = await serve(tools=[lookup])  # llm.text_tool_calls: "auto", the default
+    await s.say(s.adapter.private("5", "weather in Oslo?"))
+    assert (await s.adapter.wait_sent()).text == "Sunny in Oslo."
+
+    llm.script(reply(written))
+    off = await serve(
+        tools=[lookup], overrides={"llm.text_tool_calls": False}, data_dir=tmp_path / "off"
+    )
+    await off.say(off.adapter.private("5", "and now?"))
+    notice = await off.adapter.wait_sent()
+    assert notice.text == UNRUN_CALL_TEXT and "{" not in notice.text
+    [latest] = await off.agent.runs(session="f:5")
+    assert latest.status == "error" and "only a tool call written as text" in (latest.error or "")
 
 
 async def test_a_quota_denial_sends_its_reason(llm, serve):

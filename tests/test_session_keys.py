@@ -113,8 +113,8 @@ def test_chat_refs_follow_the_grammar() -> None:
         assert ChatRef.from_session(other) is None
 
 
-def test_the_clock_and_knowledge_tools_describe_their_session_alike() -> None:
-    """Both tool families name their scope with the one reading of the key."""
+def test_the_clock_and_knowledge_tools_describe_their_scope_without_the_session() -> None:
+    """Both tool families say "the current chat": their bytes are equal in every session."""
     from ania_nb.clock.tools import _SessionTool
     from ania_nb.knowledge.tools import _SessionTool as _KnowledgeTool
 
@@ -124,8 +124,8 @@ def test_the_clock_and_knowledge_tools_describe_their_session_alike() -> None:
     class KnowledgeTool(_KnowledgeTool):
         description = "Knowledge."
 
-    clock = ClockTool(None, "g:123")  # type: ignore[arg-type]
-    kb = KnowledgeTool(None, "g:123", None)  # type: ignore[arg-type]
-    scope = "the group chat 123 (session g:123)"
-    assert clock.description == f"Clock. Scope: the tasks of {scope} only."
-    assert kb.description == f"Knowledge. Scope: {scope}."
+    for session in ("g:123", "f:9", "nb:default"):
+        clock = ClockTool(None, session)  # type: ignore[arg-type]
+        kb = KnowledgeTool(None, session, None)  # type: ignore[arg-type]
+        assert clock.description == "Clock. Scope: the tasks of the current chat only."
+        assert kb.description == "Knowledge. Scope: the current chat."

@@ -148,6 +148,28 @@ async def test_an_llm_failure_shows_the_error_status(llm, make_agent):
     assert "error: " in view.text() and "does not exist" in view.text()
 
 
+async def test_a_call_written_as_text_and_not_run_is_shown_not_silent(llm, make_agent, tmp_path):
+    """The run record had the warning, the cell showed a plain success (#36)."""
+    example = 'Like this:\n```json\n{"name": "add", "arguments": {"a": 1}}\n```\nSee?'
+    llm.script(reply(example))
+    agent = make_agent(tools=[add])
+    view = RunView(agent, session="nb:w", prompt="how do I call add?")
+    result = await agent.chat("how do I call add?", session="nb:w", callbacks=view.callbacks)
+    view.finish(result)
+    assert result.ok and len(result.warnings) == 1
+    assert "warning: the answer contains a tool call written as text (add)" in view.text()
+    assert "#ef6c00" in view.error_html.value and "written as text" in view.error_html.value
+
+    llm.script(reply('{"name": "add", "arguments": {"a": 1, "b": 2}}'))
+    off = make_agent(
+        tools=[add], overrides={"llm.text_tool_calls": False}, data_dir=tmp_path / "off"
+    )
+    view = RunView(off, session="nb:w", prompt="1+2")
+    view.finish(await off.chat("1+2", session="nb:w", callbacks=view.callbacks))
+    assert view.status == "error" and "#c62828" in view.error_html.value
+    assert "error: the answer is only a tool call written as text (add)" in view.text()
+
+
 async def test_agent_stop_shows_stopped_and_ends_the_running_tool_row(llm, make_agent):
     gate = asyncio.Event()
 

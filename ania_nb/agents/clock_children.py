@@ -70,17 +70,20 @@ class ClockChildren:
         deadline: float,
         usage: Usage,
         callbacks: Callbacks | None = None,
+        hidden: frozenset[str] = frozenset(),
     ) -> None:
         """Children of a run for ``session`` ending by ``deadline`` (``time.monotonic()``).
 
         ``usage`` is the run's tally (children's tokens join it); ``callbacks`` reach the front
-        end for images, files and approvals (default: the outbox's for the session).
+        end for images, files and approvals (default: the outbox's for the session);
+        ``hidden`` are tools the children may not see (the clock's ``clock_create``).
         """
         self.host = host
         self.session = session
         self.deadline = deadline
         self.usage = usage
         self.callbacks = callbacks if callbacks is not None else host.outbox.callbacks_for(session)
+        self.hidden = hidden
         self._children: list[Child] = []
         self._unreported: list[Child] = []
 
@@ -122,6 +125,7 @@ class ClockChildren:
                 callbacks=self.callbacks,
                 outcome=child.outcome,
                 role=child.role,
+                hidden=self.hidden,
             )
         finally:
             self.usage.include(child.outcome.usage)

@@ -204,6 +204,7 @@ async def run_subagent(
     max_iterations: int | None = None,
     outcome: SubagentOutcome | None = None,
     role: Role = "member",
+    hidden: frozenset[str] = frozenset(),
 ) -> SubagentOutcome:
     """Run one subagent on ``task`` for ``session`` within ``budget`` seconds (see `child_budget`).
 
@@ -213,7 +214,7 @@ async def run_subagent(
     (and in ``usage`` when given, even when the run is cancelled). Pass ``outcome`` to fill one
     the caller holds (it stays complete when cancellation propagates). A failed run is in the
     outcome, never raised. ``role`` is the role of the run that started the child (it may use
-    the tools that role may use).
+    the tools that role may use); ``hidden`` are tools the child may not see besides its kind's.
     """
     if system_prompt is None:
         system_prompt = compose_prompt(SUBAGENT_PROMPT, host.system_prompt_for(session))
@@ -229,6 +230,7 @@ async def run_subagent(
         usage=outcome.usage,
         max_iterations=max_iterations,
         role=role,
+        hidden=hidden,
     )
     started = time.monotonic()
     try:

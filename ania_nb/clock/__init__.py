@@ -38,10 +38,12 @@ from .model import (
     ClockError,
     ClockEvent,
     ClockTask,
+    DuplicateTaskError,
     EventKind,
     TaskLogEntry,
     check_fields,
     check_text,
+    same_task,
 )
 from .runner import CLOSED_ERROR, STOPPED_ERROR, Outcome, run_task, trigger_text
 from .schedule import CRON_RESOLUTION, Schedule, describe_period, parse_schedule, shortest_gap
@@ -53,7 +55,15 @@ if TYPE_CHECKING:  # pragma: no cover
     from ..store import Store
     from ..tools import Tool
 
-__all__ = ["POLL_SECONDS", "Clock", "ClockError", "ClockEvent", "ClockTask", "TaskLogEntry"]
+__all__ = [
+    "POLL_SECONDS",
+    "Clock",
+    "ClockError",
+    "ClockEvent",
+    "ClockTask",
+    "DuplicateTaskError",
+    "TaskLogEntry",
+]
 
 log = logging.getLogger("ania_nb.clock")
 
@@ -202,9 +212,11 @@ class Clock:
         """Create an enabled task and schedule it; returns it with ``next_run_at`` set.
 
         Raises `ClockError` for an invalid schedule (the message shows a valid example), blank
-        content, an empty target or a negative timeout. ``limited``: the creator is no admin,
-        so the chat limits apply: ``clock.min_interval`` between runs (unless run-once), and
-        at most ``clock.max_tasks_per_chat`` tasks in the target.
+        content, an empty target or a negative timeout, and `DuplicateTaskError` (naming the
+        task) when the target has a task with the same schedule, title and content.
+        ``limited``: the creator is no admin, so the chat limits apply: ``clock.min_interval``
+        between runs (unless run-once), and at most ``clock.max_tasks_per_chat`` tasks in the
+        target.
         """
         fields = check_fields(
             {
@@ -225,6 +237,9 @@ class Clock:
         fields["next_run_at"] = schedule.next_fire()
         store = await self._open()
         async with self._edits:  # counted and added in one edit: parallel adds cannot overshoot
+            for existing in await store.list(fields["target"]):
+                if same_task(existing, fields):
+                    raise DuplicateTaskError(existing)
             if limited:
                 await self._check_room(store, fields["target"])
             task, rev = await store.create(fields)

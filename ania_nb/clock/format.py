@@ -114,7 +114,19 @@ def logs_text(entries: Iterable[TaskLogEntry], heading: str, empty: str) -> str:
 
 def created_text(task: ClockTask) -> str:
     """``created task ID=x, mode=…, cron=…, target=…[, next run MM-DD HH:MM]``."""
-    text = f"created task ID={task.id}, mode={task.mode}, cron={task.cron}, target={task.target}"
+    return f"created task ID={task.id}, {_plan(task)}"
+
+
+def existing_text(task: ClockTask) -> str:
+    """What clock_create answers when the same task exists: that one, not a second task."""
+    return (
+        f"task ID={task.id} already exists with this schedule, title, content and target "
+        f"({_plan(task)}); not created again"
+    )
+
+
+def _plan(task: ClockTask) -> str:
+    text = f"mode={task.mode}, cron={task.cron}, target={task.target}"
     if task.next_run_at is not None:
         text += f", next run {local_time(task.next_run_at, '%m-%d %H:%M')}"
     return text

@@ -38,6 +38,33 @@ class ClockError(UsageError):
     """A clock request was refused: bad schedule, unknown task, blank content, bad field."""
 
 
+class DuplicateTaskError(ClockError):
+    """A task with the same schedule (and mode), title, content and target exists: ``task``.
+
+    A small model may ask for one reminder several times in one request; each would fire.
+    """
+
+    def __init__(self, task: ClockTask) -> None:
+        """Name the existing task."""
+        super().__init__(
+            f"task ID={task.id} ({task.title}) already has this schedule, title, content and "
+            f"target {task.target}; not created again"
+        )
+        self.task = task
+
+
+IDENTITY_FIELDS = ("cron", "title", "content", "target")
+"""With the mode (run-once or repeating): what makes two tasks the same task (their runs would
+do the same thing at the same time)."""
+
+
+def same_task(task: ClockTask, fields: dict[str, Any]) -> bool:
+    """Whether ``task`` has the checked ``fields``' schedule, mode, title, content and target."""
+    return task.run_once == bool(fields["run_once"]) and all(
+        str(getattr(task, name)).strip() == str(fields[name]).strip() for name in IDENTITY_FIELDS
+    )
+
+
 @dataclass
 class ClockTask:
     """One scheduled task [orig §4.2].

@@ -36,6 +36,8 @@ if TYPE_CHECKING:  # pragma: no cover
     from .model import ClockTask
     from .store import ClockStore
 
+CHILDREN_HIDDEN = frozenset({"clock_create"})
+
 log = logging.getLogger(__name__)
 
 SCENE_PROMPT = (
@@ -199,7 +201,9 @@ async def run_task(host: AgentHost, store: ClockStore, task: ClockTask, entry_id
     conversation = Conversation(history=[])
     system_prompt = host.system_prompt_for(target) + "\n\n" + SCENE_PROMPT.format(target=target)
     children = (  # its async subagents [orig §4.4]
-        ClockChildren(host, session=target, deadline=deadline, usage=usage)
+        # A clock run's own clock_create is capped (clock.max_tasks_per_run); its children
+        # get none, or they would be a way around the cap.
+        ClockChildren(host, session=target, deadline=deadline, usage=usage, hidden=CHILDREN_HIDDEN)
         if config.subagent.enable
         else None
     )

@@ -23,11 +23,10 @@ from pydantic import BaseModel, Field
 
 from ania_nb.errors import ToolError
 from ania_nb.governance.roles import rank
-from ania_nb.session_keys import describe
 from ania_nb.tools.base import BaseTool, Tool, ToolContext
 
 from . import format as fmt
-from .model import ClockError, ClockTask
+from .model import ClockError, ClockTask, DuplicateTaskError
 
 if TYPE_CHECKING:  # pragma: no cover
     from . import Clock
@@ -65,8 +64,9 @@ class _SessionTool:
         """Bind the tool to ``clock`` and to ``session``'s tasks."""
         self.clock = clock
         self.session = session
-        # The class docstring, plus whose tasks these are (the model may serve several chats).
-        self.description = f"{type(self).description} Scope: the tasks of {describe(session)} only."
+        # The same bytes in every session (prompt caching): the scope is the chat the call is
+        # made in, which the tool knows at call time; results name it.
+        self.description = f"{type(self).description} Scope: the tasks of the current chat only."
 
     def _target(self, target: str | None) -> str:
         wanted = (target or "").strip()
@@ -125,7 +125,12 @@ def creator_of(ctx: ToolContext) -> str:
 class ClockCreateParams(BaseModel):
     """Parameters of clock_create."""
 
-    cron: str = Field(description=_CRON_HELP)
+    cron: str = Field("", description="For a repeating task. " + _CRON_HELP)
+    after: str = Field(
+        "",
+        description="For a one-time task ('in 10 minutes', 'in 2 hours'): the delay until it "
+        "runs, e.g. '10m', '2h', '1h30m'; give this instead of cron (the task runs once).",
+    )
     title: str = Field(description="A short title (shown in lists and in the trigger).")
     content: str = Field(
         description="What the agent should do when the task fires (must not be blank)."
@@ -143,7 +148,8 @@ class ClockCreateTool(_SessionTool, BaseTool[ClockCreateParams]):
 
     description = (
         "Create a scheduled task: at each fire time an agent gets the content, and its final "
-        "reply is delivered to this session."
+        "reply is delivered to this chat. Call it once per task; a one-time reminder takes "
+        "'after', a repeating task 'cron'."
     )
 
     name = "clock_create"
@@ -152,22 +158,71 @@ class ClockCreateTool(_SessionTool, BaseTool[ClockCreateParams]):
     async def execute(self, params: ClockCreateParams, ctx: ToolContext) -> str:
         """Create the task (enabled, creator ai, mentioning the run's sender) and report it."""
         target = self._target(params.target)
+        cron, run_once = _schedule(params)
         created_by = creator_of(ctx)
         self._authority(created_by, ctx)
-        with _refusals():
-            task = await self.clock.create(
-                cron=params.cron,
-                title=params.title,
-                content=params.content,
-                target=target,
-                run_once=params.run_once,
-                timeout=params.timeout_sec,
-                created_by=created_by,
-                creator=CREATOR,
-                note=params.note,
-                limited=limited(self.clock, ctx),
-            )
+        # Reserved before the await: parallel calls of one round must not all pass the cap.
+        reserved = _reserve_for_clock_run(ctx, self.clock.host.config.clock.max_tasks_per_run)
+        created = False
+        try:
+            with _refusals():
+                try:
+                    task = await self.clock.create(
+                        cron=cron,
+                        title=params.title,
+                        content=params.content,
+                        target=target,
+                        run_once=run_once,
+                        timeout=params.timeout_sec,
+                        created_by=created_by,
+                        creator=CREATOR,
+                        note=params.note,
+                        limited=limited(self.clock, ctx),
+                    )
+                except DuplicateTaskError as same:  # asked twice for one thing: it exists
+                    return fmt.existing_text(same.task)
+            created = True
+        finally:
+            if reserved and not created:
+                ctx.run_state[CREATED_BY_RUN] -= 1
         return fmt.created_text(task)
+
+
+CREATED_BY_RUN = "clock_tasks_created"  # run_state key: tasks this clock run created
+
+
+def _schedule(params: ClockCreateParams) -> tuple[str, bool]:
+    """The schedule and run-once flag: ``after`` is a one-time delay, else ``cron``."""
+    after, cron = params.after.strip(), params.cron.strip()
+    if after and cron:
+        raise ToolError("give either cron (a repeating task) or after (a one-time task), not both")
+    if after:
+        return f"@every {after}", True  # fires once, ``after`` from now, then is deleted
+    if not cron:
+        raise ToolError(
+            "give cron for a repeating task (e.g. '0 9 * * *') or after for a one-time task "
+            "(e.g. '10m')"
+        )
+    return cron, params.run_once
+
+
+def _reserve_for_clock_run(ctx: ToolContext, cap: int) -> bool:
+    """Count one more task created by this clock run (False outside one); refused at ``cap``.
+
+    A run a task fires gets the clock tools too: if it could create tasks freely, a task
+    whose content says "remind me" would multiply with every run.
+    """
+    if ctx.agent_kind != "clock":
+        return False
+    made = int(ctx.run_state.get(CREATED_BY_RUN, 0))
+    if made >= cap:
+        raise ToolError(
+            f"a clock run may create at most {cap} clock task(s) "
+            f"(clock.max_tasks_per_run = {cap}); this run is the scheduled task itself, so do "
+            "what its content asks now instead of scheduling it again"
+        )
+    ctx.run_state[CREATED_BY_RUN] = made + 1
+    return True
 
 
 # ------------------------------------------------------------------ clock_list

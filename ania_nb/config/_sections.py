@@ -93,13 +93,15 @@ class LLMSettings(Endpoint):
             "(a runaway small model), with a notice; 0 = never."
         ),
     )
-    text_tool_calls: bool = Field(
-        False,
+    text_tool_calls: bool | Literal["auto"] = Field(
+        "auto",
         description=(
-            "Run tool calls a model writes as text (<tool_call> tags, a fenced JSON "
-            '{"name", "arguments"} block, Hermes/Qwen forms) instead of sending tool_calls; '
-            "for local models whose server does not parse them (llama-server --jinja "
-            "usually does)."
+            "Run tool calls a model writes as text instead of sending tool_calls (<tool_call> "
+            'or <tools> tags, <function=…> blocks, fenced or bare JSON {"name", "arguments"}): '
+            '"auto" when tools were offered and the answer ends with such calls (only calls, '
+            "or the model's words then calls), for any endpoint; true whenever they appear; "
+            "false never (an answer that is only such a call then ends as an error). Small "
+            "local models do this often, also behind llama-server --jinja."
         ),
     )
 
@@ -621,6 +623,13 @@ class ClockSettings(Section):
         "held the clock (all stopped, or a leader replaced): run_once_late = one late run "
         "standing for all of them; skip = one 'skipped (no leader)' task-log entry instead. "
         "Looked back to the task's stored next fire time.",
+    )
+    max_tasks_per_run: int = Field(
+        0,
+        ge=0,
+        description="Tasks one clock run may create with clock_create (its subagents may "
+        "create none); 0 = none, so a task's runs never multiply tasks. Admins are not exempt: "
+        "nobody stands behind a clock run.",
     )
 
 

@@ -5,8 +5,10 @@ so the engine does not depend on the tools package. The gate (plan mode, hooks, 
 inside each call's own task: a call waiting for a human never delays its siblings.
 
 Habits of small models are contained here: a call repeated with the same arguments and result
-is answered from the earlier result (`RepeatGuard`); tool calls written as text are run when
-``text_tool_calls`` is on and flagged in ``LoopResult.warnings`` when off (`find_text_calls`);
+(any result, for a tool with side effects) is answered from the earlier result (`RepeatGuard`);
+tool calls written as text are run as ``text_tool_calls`` says (by default when they end the
+reply), and what is call-shaped but not run is never a silent answer: an answer that is only
+such a call is ``LoopResult.unrun_call``, anything else a warning (`find_text_calls`);
 an empty final answer after tool rounds is asked for once more (after the iteration-limit notice,
 which already asked, it is not), then reported as ``LoopResult.empty``. An empty answer with no
 tool round before it is left alone: nothing was done that the user is owed an answer about.
@@ -29,8 +31,8 @@ from .concurrency import gather_all
 from .llm import Completion, LLMClient, RetryNotice
 from .messages import EMPTY_REPLY_MESSAGE, LIMIT_MESSAGE, Message, strip_think, user_message
 from .repair import clean_text
-from .repeats import REPEAT_ERROR, Claim, RepeatGuard, repeat_text
-from .text_calls import find_text_calls
+from .repeats import EFFECT_REPEAT_ERROR, REPEAT_ERROR, Claim, RepeatGuard, repeat_text
+from .text_calls import TextCalls, find_text_calls
 from .untrusted import strip_control_tokens
 from .usage import Usage
 
@@ -38,9 +40,23 @@ log = logging.getLogger(__name__)
 
 LOADED_IMAGES_TEXT = "These are the images you asked to load, each labelled by its marker:"
 
+TextToolCalls = bool | Literal["auto"]
+"""``llm.text_tool_calls``: run calls written as text always (True), never (False), or when
+they end the reply ("auto": the reply is only calls, or the model's words then calls)."""
+
+UNRUN_CALL = "the answer is only a tool call written as text"
+"""How the error of such an answer begins (front ends tell their users in their own words)."""
+TEXT_CALL_ERROR = (
+    UNRUN_CALL + " ({names}), which was not run "
+    '(llm.text_tool_calls = false); set it to "auto" (the default) or true to run calls a '
+    "model writes as text"
+)
 TEXT_CALL_WARNING = (
-    "the final answer is only a tool call written as text ({names}), which was not run; "
-    "set llm.text_tool_calls = true to run calls a model writes as text"
+    "the answer contains a tool call written as text ({names}) that was not run ({why})"
+)
+UNREAD_CALL_WARNING = (
+    "the answer contains text shaped like a tool call that could not be read as one, so it "
+    "was not run: {shown}"
 )
 
 
@@ -216,6 +232,8 @@ class LoopResult:
     truncated: bool = False  # the final answer was cut by the model's token limit
     empty: bool = False  # empty after tool rounds, even when asked once more
     warnings: list[str] = field(default_factory=list)  # for the run record (repeats, text calls)
+    unrun_call: str | None = None  # the answer is only a text call that was not run: why
+    limit_reached: bool = False  # agent.max_iterations rounds ran; the answer came after
 
 
 @dataclass
@@ -240,8 +258,11 @@ class ToolLoop:
     max_result_chars: int = 20000
     max_repeat_calls: int = 3
     """Identical calls (same arguments, same result) run per loop before repeats are refused."""
-    text_tool_calls: bool = False
-    """Run tool calls the model wrote as text (see `find_text_calls`)."""
+    has_side_effects: Callable[[str], bool] | None = None
+    """Whether the tool of this name changes things: its identical calls count as repeats
+    whatever their results (see `RepeatGuard`)."""
+    text_tool_calls: TextToolCalls = "auto"
+    """Run tool calls the model wrote as text (see `TextToolCalls`, `find_text_calls`)."""
     stream: bool = False
     usage: Usage = field(default_factory=Usage)
     progress: RoundProgress | None = None
@@ -249,6 +270,7 @@ class ToolLoop:
     results: list[ToolCallResult] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
     _repeats: RepeatGuard = field(default_factory=RepeatGuard, init=False, repr=False)
+    _unrun: str | None = field(default=None, init=False, repr=False)
 
     async def run(self, messages: list[Message], resume: ResumedRound | None = None) -> LoopResult:
         """Run rounds until the model answers without tools (or the iteration limit).
@@ -256,6 +278,7 @@ class ToolLoop:
         With ``resume``, its round is finished first (its text was shown when it was asked).
         """
         self._repeats = RepeatGuard(self.max_repeat_calls)
+        self._unrun = None
         names: set[str] = set()
         for _ in range(self.max_iterations):
             if resume is not None:
@@ -282,20 +305,24 @@ class ToolLoop:
         limit = user_message(LIMIT_MESSAGE)
         messages.append(limit)
         completion = await self._call(messages, [])
-        self._flag_text_calls(completion.message, names)
-        return await self._final(messages, [limit], completion, ask=False)
+        if not completion.message.get("tool_calls"):  # no tools were offered: none is run
+            self._flag_text_calls(
+                find_text_calls(strip_think(completion.message.get("content")), names)
+            )
+        result = await self._final(messages, [limit], completion, ask=False)
+        result.limit_reached = True
+        return result
 
     def _text_calls(self, completion: Completion, turn: int, names: set[str]) -> Message:
-        """The reply, its text tool calls made real ones when ``text_tool_calls`` is on."""
+        """The reply, its text tool calls made real ones when ``text_tool_calls`` says so."""
         message = completion.message
         if message.get("tool_calls") or not names:
             return message
-        if not self.text_tool_calls:
-            self._flag_text_calls(message, names)
-            return message
         # Reasoning inlined as <think> may mention a call it then decided against.
         found = find_text_calls(strip_think(message.get("content")), names)
-        if not found.calls:
+        mode = self.text_tool_calls
+        if not found.calls or not (mode is True or (mode == "auto" and found.trailing)):
+            self._flag_text_calls(found)
             return message
         calls = [
             {
@@ -309,14 +336,21 @@ class ToolLoop:
         completion.message = {**message, "content": found.text or None, "tool_calls": calls}
         return completion.message
 
-    def _flag_text_calls(self, message: Message, names: set[str]) -> None:
-        """Warn when a final answer is nothing but a tool call written as text."""
-        if message.get("tool_calls") or not names:
-            return
-        found = find_text_calls(strip_think(message.get("content")), names)
+    def _flag_text_calls(self, found: TextCalls) -> None:
+        """Note call-shaped text that is not run: never a silent answer."""
+        called = ", ".join(dict.fromkeys(c.name for c in found.calls))
         if found.whole:
-            called = ", ".join(dict.fromkeys(c.name for c in found.calls))
-            self.warnings.append(TEXT_CALL_WARNING.format(names=called))
+            self._unrun = TEXT_CALL_ERROR.format(names=called)
+        elif found.calls:
+            why = (
+                "llm.text_tool_calls = false"
+                if self.text_tool_calls is False
+                else 'more text follows it; llm.text_tool_calls = "auto" runs only calls that '
+                "end the answer, true runs every one"
+            )
+            self.warnings.append(TEXT_CALL_WARNING.format(names=called, why=why))
+        for shown in found.unread:
+            self.warnings.append(UNREAD_CALL_WARNING.format(shown=shown))
 
     async def _final(
         self, messages: list[Message], before: list[Message], completion: Completion, *, ask: bool
@@ -377,7 +411,14 @@ class ToolLoop:
         text = strip_think(final.get("content"))
         warnings = list(dict.fromkeys([*self.warnings, *self._repeats.warnings()]))
         return LoopResult(
-            text, self.usage, self.results, [*before, final], truncated, False, warnings
+            text,
+            self.usage,
+            self.results,
+            [*before, final],
+            truncated,
+            False,
+            warnings,
+            self._unrun,
         )
 
     async def _round(
@@ -411,7 +452,11 @@ class ToolLoop:
         self, calls: list[ToolCall], finished: dict[str, ToolCallResult]
     ) -> list[ToolCallResult]:
         # Claimed in call order before any runs, so parallel duplicates are counted as well.
-        claims = [self._repeats.claim(call.name, call.arguments) for call in calls]
+        effectful = self.has_side_effects or (lambda name: False)
+        claims = [
+            self._repeats.claim(call.name, call.arguments, effectful=effectful(call.name))
+            for call in calls
+        ]
         runs = (self._run_one(c, k, finished.get(c.id)) for c, k in zip(calls, claims, strict=True))
         results = list(await gather_all(*runs))
         self.results.extend(results)
@@ -460,8 +505,8 @@ class ToolLoop:
             if task is not None and task.cancelling():
                 raise
             earlier = "(the earlier identical call did not finish)"
-        text = repeat_text(call.name, claim.count, earlier)
-        error = REPEAT_ERROR.format(count=claim.count)
+        text = repeat_text(call.name, claim.count, earlier, effectful=claim.effectful)
+        error = (EFFECT_REPEAT_ERROR if claim.effectful else REPEAT_ERROR).format(count=claim.count)
         return ToolCallResult(call.id, call.name, call.arguments, text, error, 0, "error")
 
     async def _execute(self, call: ToolCall) -> ToolCallResult:

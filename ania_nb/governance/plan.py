@@ -44,6 +44,12 @@ PLAN_BLOCKED_TOOLS = frozenset(
 )
 ALWAYS_ALLOWED = frozenset({"todo_write"})
 
+
+def has_side_effects(name: str, tool: Tool | None) -> bool:
+    """Whether a call of ``name`` (the tool, if known) changes something outside the run."""
+    return name in PLAN_BLOCKED_TOOLS or (tool is not None and tool.side_effects)
+
+
 PLAN_NOTE = (
     "[Plan mode] The user turned on plan mode: only analyse and write a detailed, step-by-step "
     "plan. Tools with side effects are blocked; the user will leave plan mode (/plan off) to "
@@ -104,7 +110,7 @@ class PlanMode:
         """The block text if plan mode (the session's, or ``this_run``'s) stops this call."""
         if not (this_run or self.is_on(session)) or name in ALWAYS_ALLOWED:
             return None
-        if name in PLAN_BLOCKED_TOOLS or (tool is not None and tool.side_effects):
+        if has_side_effects(name, tool):
             return (
                 f"[Plan mode] the tool {name} was blocked. Only analyse and write a detailed "
                 "plan; wait for the user to leave plan mode with /plan off."

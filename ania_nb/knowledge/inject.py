@@ -5,11 +5,11 @@ turn's context only (never into the history), right before the user's text::
 
     <knowledge>
     【知识库】<KB_HEADER's explanation>
-    《title》（scope）：passage
+    "title" (scope): passage
     …
 
     【长期记忆】<MEMORY_HEADER's explanation>
-    [id] content（记于 YYYY-MM-DD）
+    [id] content (saved YYYY-MM-DD)
     …
     </knowledge>
 
@@ -47,8 +47,14 @@ __all__ = ["KB_HEADER", "MEMORY_HEADER", "Injection", "auto_inject", "scene_prom
 
 log = logging.getLogger(__name__)
 
-KB_HEADER = "【知识库】以下是知识库中与当前话题相关的资料，可据此回答（与话题无关可忽略）："
-MEMORY_HEADER = "【长期记忆】以下记忆可能与当前话题相关，可参考（与话题无关可忽略）："
+KB_HEADER = (
+    "【知识库】Material from the knowledge base related to the current topic; answer "
+    "from it (ignore it when it is unrelated):"
+)
+MEMORY_HEADER = (
+    "【长期记忆】Memories that may relate to the current topic; consult them (ignore "
+    "them when they are unrelated):"
+)
 # A memory line cut shorter than this says nothing useful (its id and date alone take ~25).
 MIN_MEMORY_LINE = 40
 
@@ -162,15 +168,16 @@ async def auto_inject(
 
 
 _MEMORY_SCENE = (
-    "【长期记忆】You have a long-term memory for this conversation: when you learn something "
-    "worth keeping (a preference, a fact about someone, a decision), save it with memory_save "
-    "without being asked, one self-contained fact per memory; use memory_search to recall past "
-    "things before saying you do not know; use memory_forget when a memory turns out wrong or "
-    "outdated, then save the correct one. Memories are visible only in this conversation."
+    "【长期记忆】You have a long-term memory for this conversation: when you learn "
+    "something worth keeping (a preference, a fact about someone, a decision), save it with "
+    "memory_save without being asked, one self-contained fact per memory; use memory_search "
+    "to recall past things before saying you do not know; use memory_forget when a memory "
+    "turns out wrong or outdated, then save the correct one. Memories are visible only in "
+    "this conversation."
 )
 _KB_SCENE = (
-    "【知识库】You have a knowledge base: for questions about stored material, call kb_search "
-    "first and answer from what it finds, naming the document; store complete, reusable "
+    "【知识库】You have a knowledge base: for questions about stored material, call "
+    "kb_search first and answer from what it finds, naming the document; store complete, reusable "
     "material with kb_add (not chit-chat); kb_list shows this conversation's documents and "
     "kb_delete removes one. kb_search covers this conversation's documents and the shared "
     "global library, which you can read but not change."

@@ -21,7 +21,7 @@ from pydantic import BaseModel, Field, StringConstraints
 
 from ania_nb.engine.untrusted import untrusted
 from ania_nb.errors import ToolError
-from ania_nb.session_keys import describe, read_scopes
+from ania_nb.session_keys import read_scopes
 from ania_nb.text import cut
 from ania_nb.tools.base import BaseTool, Tool, ToolContext
 
@@ -65,24 +65,26 @@ def _date(ts: float) -> str:
 
 
 def chunk_line(hit: Hit, limit: int | None = None) -> str:
-    """``《title》（scope）：chunk`` — the scope only when not global, the title only when set."""
+    """``"title" (scope): chunk`` — the scope only when not global, the title only when set."""
     text = hit.text if limit is None else cut(hit.text, limit)
-    title = f"《{hit.title}》" if hit.title else ""
-    scope = f"（{hit.scope}）" if hit.scope != GLOBAL_SCOPE else ""
-    return untrusted(f"{title}{scope}：{text}")
+    label = " ".join(
+        ([f'"{hit.title}"'] if hit.title else [])
+        + ([f"({hit.scope})"] if hit.scope != GLOBAL_SCOPE else [])
+    )
+    return untrusted(f"{label}: {text}" if label else text)
 
 
 def hits_text(hits: Sequence[Hit], query: str) -> str:
-    """kb_search's answer: a header and one ``[id] 《title》（scope）：chunk`` entry per hit."""
+    """kb_search's answer: a header and one ``[id] "title" (scope): chunk`` entry per hit."""
     if not hits:
-        return f"no material related to「{query}」"
+        return f'no material related to "{query}"'
     lines = [f"[{h.doc_id}] {chunk_line(h)}" for h in hits]
-    return f"知识库相关片段（{len(hits)} 条）：\n" + "\n".join(lines)
+    return f"Knowledge base passages ({len(hits)}):\n" + "\n".join(lines)
 
 
 def document_line(doc: Document) -> str:
-    """One kb_list line: ``[id] 《title》 <tags> N chunks, M chars, from S, added DATE``."""
-    parts = [f"[{doc.id}]", f"《{doc.title}》" if doc.title else "(untitled)"]
+    """One kb_list line: ``[id] "title" <tags> N chunks, M chars, from S, added DATE``."""
+    parts = [f"[{doc.id}]", f'"{doc.title}"' if doc.title else "(untitled)"]
     if doc.tags:
         parts.append(f"<{','.join(doc.tags)}>")
     noun = "chunk" if doc.chunks == 1 else "chunks"
@@ -94,13 +96,13 @@ def document_line(doc: Document) -> str:
 
 
 def memory_line(entry: MemoryEntry) -> str:
-    """``[id] (user_id) <tag1,tag2> content（记于 YYYY-MM-DD）``, empty parts left out."""
+    """``[id] (user_id) <tag1,tag2> content (saved YYYY-MM-DD)``, empty parts left out."""
     parts = [f"[{entry.id}]"]
     if entry.user_id:
         parts.append(f"({entry.user_id})")
     if entry.tags:
         parts.append(f"<{','.join(entry.tags)}>")
-    parts.append(f"{entry.content}（记于 {_date(entry.created_at)}）")
+    parts.append(f"{entry.content} (saved {_date(entry.created_at)})")
     return untrusted(" ".join(parts))
 
 
@@ -110,13 +112,13 @@ def memories_text(found: Sequence[MemoryEntry], total: int, query: str) -> str:
         return "no memories yet"
     if not found:
         return (
-            f"no memory related to「{query}」; call memory_search without a query to list all "
+            f'no memory related to "{query}"; call memory_search without a query to list all '
             f"{total} memories"
         )
     header = (
-        f"长期记忆（共 {total} 条）："
+        f"Long-term memories ({total}):"
         if len(found) >= total
-        else f"相关记忆（{len(found)}/{total} 条）："
+        else f"Related memories ({len(found)} of {total}):"
     )
     return header + "\n" + "\n".join(memory_line(e) for e in found)
 
@@ -162,7 +164,9 @@ class _SessionTool:
         self.knowledge = knowledge
         self.session = session
         self.config = config
-        self.description = f"{type(self).description} Scope: {describe(session)}."
+        # The same bytes in every session (prompt caching): the scope is the chat the call is
+        # made in, known at call time.
+        self.description = f"{type(self).description} Scope: the current chat."
 
     def _writable(self) -> str:
         """The session's scope, refused when the session is called ``global``."""
@@ -250,7 +254,7 @@ class KbAddTool(_SessionTool, BaseTool[KbAddParams]):
                 source=params.source.strip(),
             )
         doc = added.document
-        text = f"已加入知识库（ID={doc.id}）：{doc.title}"
+        text = f"Added to the knowledge base (ID={doc.id}): {doc.title}"
         if not added.created:
             return text + "\n(an identical document was already stored; nothing was added)"
         if len(content) > limit:
@@ -320,7 +324,7 @@ class KbDeleteTool(_SessionTool, BaseTool[KbDeleteParams]):
             if not await self.knowledge.kb.delete(scope, doc_id):
                 raise ToolError(f"kb document not found: {doc_id} (it was deleted meanwhile)")
         noun = "chunk" if doc.chunks == 1 else "chunks"
-        return f"已删除知识库文档（ID={doc.id}）：{doc.title} ({doc.chunks} {noun})"
+        return f"Deleted from the knowledge base (ID={doc.id}): {doc.title} ({doc.chunks} {noun})"
 
 
 # ------------------------------------------------------------------ memory_save
@@ -360,7 +364,7 @@ class MemorySaveTool(_SessionTool, BaseTool[MemorySaveParams]):
                 user_id=params.user_id.strip(),
                 tags=_clean_tags(params.tags),
             )
-        return f"已记住（ID={entry.id}）：{entry.content}"
+        return f"Remembered (ID={entry.id}): {entry.content}"
 
 
 # ------------------------------------------------------------------ memory_search
@@ -416,7 +420,7 @@ class MemoryForgetTool(_SessionTool, BaseTool[MemoryForgetParams]):
             entry = next((e for e in entries if e.id == memory_id), None)
             if entry is None or not await self.knowledge.memory.forget(scope, memory_id):
                 raise ToolError(f"memory not found: {memory_id}")
-        return f"已忘记（ID={entry.id}）：{entry.content}"
+        return f"Forgotten (ID={entry.id}): {entry.content}"
 
 
 def knowledge_tools(knowledge: Knowledge, session: str, config: Config) -> list[Tool]:

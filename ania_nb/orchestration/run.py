@@ -5,8 +5,9 @@ with a closed record and a ``run_end`` event, and the caller gets a `RunResult` 
 recorded, announced, then re-raised as cancellation). A failed record write is logged and never
 fails the model's work.
 
-A run is never a ``success`` without an answer: a reply cut by the token cap, or still empty
-after the loop asked once more, ends as ``error`` (the text, if any, kept). What the loop
+A run is never a ``success`` without an answer: a reply cut by the token cap, still empty after
+the loop asked once more, or only a tool call written as text that was not run, ends as
+``error`` (the text, if any, kept); after the iteration limit the error says so. What the loop
 noticed but let through (repeated calls not run, an answer that is only a tool call written as
 text) goes to ``RunResult.warnings`` and, prefixed ``warning:``, to the record's error field.
 """
@@ -25,12 +26,13 @@ from ..config import SecuritySettings
 from ..engine.callbacks import RunEvent
 from ..engine.context import ContextWindow
 from ..engine.llm import LLMClient
-from ..engine.loop import Gate, GateDecision, ToolCall, ToolCallResult, ToolLoop
+from ..engine.loop import Gate, GateDecision, TextToolCalls, ToolCall, ToolCallResult, ToolLoop
 from ..engine.messages import Message, estimate_tokens, for_storage, timestamped, user_message
 from ..engine.repair import clean_text, repair_history
 from ..engine.usage import Usage
 from ..errors import ResourceError, RunError
 from ..governance.gate import CHECKPOINT
+from ..governance.plan import has_side_effects
 from ..result import RunResult, RunStatus
 from ..tools import ToolContext
 from .checkpoint import SUSPENDED, ApprovalSuspension, RunCheckpoint
@@ -47,6 +49,15 @@ EMPTY = (
     "the model returned an empty answer, also when asked once more for one; the tool results "
     "are in the record (a larger or instruction-tuned model may do better)"
 )
+LIMIT_REACHED = (
+    "the run reached the iteration limit (agent.max_iterations = {limit}: that many rounds of "
+    "tool calls) and the model's last reply {last}; the tool results are in the record (raise "
+    "agent.max_iterations, or ask for less at once)"
+)
+LIMIT_LAST = {
+    "empty": "was empty",
+    "call": "was only a tool call, written as text, which was not run",
+}
 
 
 @dataclass(frozen=True)
@@ -57,7 +68,7 @@ class RunLimits:
     max_tool_result_chars: int = 20000
     stream: bool = False
     max_repeat_calls: int = 3  # agent.max_repeat_calls
-    text_tool_calls: bool = False  # llm.text_tool_calls
+    text_tool_calls: TextToolCalls = "auto"  # llm.text_tool_calls
 
     @classmethod
     def from_config(cls, config: Any) -> RunLimits:
@@ -189,8 +200,15 @@ class _Run:
             outcome.warnings = result.warnings
             if result.truncated:  # a cut answer is never a success; the text is kept
                 outcome.status, outcome.error = "error", TRUNCATED
+            elif result.limit_reached and (result.empty or result.unrun_call):
+                last = LIMIT_LAST["empty" if result.empty else "call"]
+                limit = self.services.limits.max_iterations
+                outcome.status = "error"
+                outcome.error = LIMIT_REACHED.format(limit=limit, last=last)
             elif result.empty:
                 outcome.status, outcome.error = "error", EMPTY
+            elif result.unrun_call:  # a call nobody ran is no answer: never a silent success
+                outcome.status, outcome.error = "error", result.unrun_call
         except TimeoutError:
             outcome = self._failed("timeout", f"the request took longer than {spec.timeout:g} s")
         except asyncio.CancelledError:
@@ -392,6 +410,9 @@ class _Run:
             max_iterations=services.limits.max_iterations,
             max_result_chars=services.limits.max_tool_result_chars,
             max_repeat_calls=services.limits.max_repeat_calls,
+            has_side_effects=lambda name: has_side_effects(
+                name, executor.get(name) if executor is not None else None
+            ),
             text_tool_calls=services.limits.text_tool_calls,
             stream=services.limits.stream,
             usage=self.usage,

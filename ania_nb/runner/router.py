@@ -55,6 +55,7 @@ from collections.abc import Callable, Coroutine
 from typing import TYPE_CHECKING, Any
 
 from ..engine.callbacks import Callbacks
+from ..engine.loop import UNRUN_CALL
 from ..engine.untrusted import untrusted
 from ..errors import StoreError, UsageError
 from ..governance.approval import parse_verdict_word
@@ -81,6 +82,10 @@ SHUTDOWN_TEXT = "服务正在关闭，这次的回复已停止，请稍后再发
 HELD_TEXT = "服务正在重启，你的消息已保存，重启后回复你~"
 SUSPENDED_TEXT = "服务正在重启：待审批的工具调用已保存，重启后会重新发送审批请求，批准后继续回复"
 KEPT_TEXT = "重启后继续"  # added to a verdict's answer during the shutdown grace
+# An answer that is only a tool call the engine did not run: not the JSON, but why.
+UNRUN_CALL_TEXT = (
+    '模型把工具调用写成了文字，没有执行（llm.text_tool_calls = false）；请管理员设为 "auto" 后再试'
+)
 STATUS_TEXTS = {
     "stopped": STOPPED_TEXT,
     "timeout": TIMEOUT_TEXT,
@@ -445,6 +450,8 @@ class Router:
                 text = str(meta.get("error") or "denied")
             elif status == "stopped":
                 text, mentions = (SHUTDOWN_TEXT if meta.get("shutdown") else STOPPED_TEXT), ()
+            elif status == "error" and str(meta.get("error") or "").startswith(UNRUN_CALL):
+                text = UNRUN_CALL_TEXT  # the call's JSON means nothing to the people here
             elif status != "success":
                 partial = text
                 text = STATUS_TEXTS.get(status, ERROR_TEXT)

@@ -101,8 +101,8 @@ async def test_updates_that_speed_a_task_up_are_refused_for_a_member(agent, llm)
 
 
 async def test_a_member_is_held_to_the_tasks_per_chat_an_admin_is_not(agent, llm):
-    for _ in range(3):
-        once = await call(agent, llm, "clock_create", create(HOURLY, run_once=True))
+    for n in range(3):  # three different tasks (the same one twice is not created again)
+        once = await call(agent, llm, "clock_create", create(HOURLY, run_once=True, title=f"{n}"))
         assert "created task" in once
     text = await call(agent, llm, "clock_create", create(HOURLY))
     assert "g:77 has 3 clock tasks" in text and "clock.max_tasks_per_chat = 3" in text, text
@@ -126,19 +126,22 @@ async def test_a_run_answering_a_member_and_an_admin_together_is_limited(agent, 
 
 
 async def test_a_clock_run_cannot_create_fast_tasks(agent, llm):
-    llm.route(
-        "You are running a scheduled task",  # the clock run's system prompt
-        reply(tool_calls=[tool_call("clock_create", create("@every 1s"))]),
-        reply("tried"),
-    )
     task = await agent.clock.create(
         cron=HOURLY, title="breed", content="create more tasks", target=GROUP, created_by=ADMIN
     )
-    entry = await agent.clock.run_now(task.id)
-    assert entry.status == "success"
-    [made] = entry.tool_calls
-    assert "clock.min_interval = 120" in made.result
-    assert [t.id for t in await agent.clock.list()] == [task.id]
+    # By default a clock run creates no task at all; allowed one, it is held to the limits.
+    for allowed, refusal in ((0, "clock.max_tasks_per_run = 0"), (1, "clock.min_interval = 120")):
+        agent.config.clock.max_tasks_per_run = allowed
+        llm.route(
+            "You are running a scheduled task",  # the clock run's system prompt
+            reply(tool_calls=[tool_call("clock_create", create("@every 1s"))]),
+            reply("tried"),
+        )
+        entry = await agent.clock.run_now(task.id)
+        assert entry.status == "success"
+        [made] = entry.tool_calls
+        assert refusal in made.result
+        assert [t.id for t in await agent.clock.list()] == [task.id]
 
 
 def test_shortest_gap_of_schedules() -> None:

@@ -94,6 +94,8 @@ class RunView(Displayable):
         self.status = "running"
         self.error: str | None = None
         self.notice = ""  # a passing note (a retry), cleared when the run ends
+        # What went wrong without failing the run (a call written as text not run, repeats).
+        self.warnings: list[str] = []
         self.usage: dict[str, int] = {}
         self.reply_text = ""  # streamed so far; the final reply after finish
         self.result: RunResult | None = None
@@ -196,6 +198,7 @@ class RunView(Displayable):
             self._render_stream()
             self.status = str(data.get("status", "error"))
             self.error = data.get("error") or self.error
+            self.warnings = [str(w) for w in data.get("warnings") or ()]
             self.notice = ""
             self._stop_ticker()
             self._render_header()
@@ -269,6 +272,7 @@ class RunView(Displayable):
         self.result = result
         self.status = result.status
         self.error = result.error
+        self.warnings = list(result.warnings)
         self.usage = result.usage.to_dict()
         self.reply_text = result.text
         self.reply.value = markdown_html(result.text)
@@ -354,6 +358,7 @@ class RunView(Displayable):
             lines.append(self.reply_text)
         if self.error:
             lines.append(f"error: {self.error}")
+        lines += [f"warning: {w}" for w in self.warnings]
         return "\n".join(lines)
 
     # -------------------------------------------------------------- internals
@@ -454,12 +459,15 @@ class RunView(Displayable):
         self.spinner.layout.display = None if self._ticking else "none"
         self.spinner.value = SPINNER[self._frame % len(SPINNER)] if self._ticking else ""
         self.elapsed_label.value = elapsed_text(self.elapsed)
-        if self.error:
-            self.error_html.value = f'<span style="color:#c62828">{html.escape(self.error)}</span>'
-        elif self.notice:
-            self.error_html.value = f'<span style="color:#ef6c00">{html.escape(self.notice)}</span>'
-        else:
-            self.error_html.value = ""
+        lines = (
+            [f'<span style="color:#c62828">{html.escape(self.error)}</span>'] if self.error else []
+        )
+        lines += [
+            f'<span style="color:#ef6c00">warning: {html.escape(w)}</span>' for w in self.warnings
+        ]
+        if self.notice and not lines:
+            lines.append(f'<span style="color:#ef6c00">{html.escape(self.notice)}</span>')
+        self.error_html.value = "<br>".join(lines)
 
     @property
     def _ticking(self) -> bool:
