@@ -472,9 +472,12 @@ class Clock:
             polls += 1
             try:
                 assert self._lease is not None
-                if self._scheduler.running and not await self._lease.check():
+                lost = self._scheduler.running and not await self._lease.check()
+                if lost:
+                    # Stand by for a poll: a standby that saw the lease free takes it first,
+                    # rather than the process that just found itself cut off or woken.
                     self._step_down()
-                if not self.active:
+                elif not self.active:
                     await self._take_over()
                 elif polls % ORPHAN_POLLS == 0 and self._store is not None:
                     # A process that died mid-run while another held the clock.
