@@ -219,6 +219,7 @@ async def test_start_answers_pending_messages_batched_and_announces_a_cut_off_re
     assert s.texts(ChatRef("private", "1")) == ["both answered"]  # one batch, like a queue
     assert "first question" in str(llm.requests[0].messages[-1])
     assert "second question" in str(llm.requests[0].messages[-1])
+    await until(lambda: s.texts(ChatRef("private", "2")), "the cut-off reply's notice")
     [notice] = s.texts(ChatRef("private", "2"))
     assert "long job" in notice and "重启" in notice
     # the row being sent when the process died is never sent again; the next one is, once
