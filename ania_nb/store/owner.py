@@ -99,12 +99,7 @@ async def liveness(conn: Conn, owners: Iterable[Owner]) -> dict[Owner, bool | No
         else:
             found[owner] = None
     if replicas:
-        rows = await conn.fetchall(
-            "SELECT objid::bigint FROM pg_locks WHERE locktype = 'advisory' "
-            "AND classid::bigint = ? AND objsubid = 2 AND granted",
-            (REPLICA_LOCKS,),
-        )
-        held = {int(objid) for (objid,) in rows}
+        held = await held_locks(conn, REPLICA_LOCKS)
         for owner, key in replicas.items():
             found[owner] = key in held
     return found
@@ -125,6 +120,16 @@ def start_token(pid: int) -> str | None:
         return f"ct:{psutil.Process(pid).create_time():.3f}"
     except (psutil.Error, OSError):
         return None
+
+
+async def held_locks(conn: Conn, namespace: int) -> set[int]:
+    """Keys of the two-part advisory locks ``(namespace, key)`` held now (PostgreSQL)."""
+    rows = await conn.fetchall(
+        "SELECT objid::bigint FROM pg_locks WHERE locktype = 'advisory' "
+        "AND classid::bigint = ? AND objsubid = 2 AND granted",
+        (namespace,),
+    )
+    return {int(objid) for (objid,) in rows}
 
 
 def is_alive(owner: Owner) -> bool:

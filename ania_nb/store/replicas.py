@@ -38,7 +38,14 @@ from typing import TYPE_CHECKING, Any
 
 from ania_nb.errors import StoreError
 
-from .owner import REPLICA_LOCKS, SESSION_LOCKS, current_owner, lock_key, replica_owner
+from .owner import (
+    REPLICA_LOCKS,
+    SESSION_LOCKS,
+    current_owner,
+    held_locks,
+    lock_key,
+    replica_owner,
+)
 
 if TYPE_CHECKING:  # pragma: no cover
     import psycopg
@@ -321,7 +328,7 @@ class PostgresReplica(Replica):
 
     async def locked_sessions(self) -> set[int]:
         """Lock keys of the sessions some replica holds now."""
-        return await self._db.run(_locked, SESSION_LOCKS)
+        return await self._db.run(held_locks, SESSION_LOCKS)
 
     async def close(self) -> None:
         """Release every lock (closing the connections), unregister; idempotent."""
@@ -370,7 +377,7 @@ async def list_replicas(conn: Conn) -> list[ReplicaInfo]:
     rows = await conn.fetchall(
         "SELECT id, host, pid, started_at, seen_at FROM replicas ORDER BY started_at"
     )
-    held = await _locked(conn, REPLICA_LOCKS) if conn.dialect.name == "postgres" else set()
+    held = await held_locks(conn, REPLICA_LOCKS) if conn.dialect.name == "postgres" else set()
     found = [_info(row, lock_key(row[0]) in held) for row in rows]
     return sorted(found, key=lambda r: not r.alive)
 
@@ -439,7 +446,7 @@ async def service_status(conn: Conn) -> ServiceStatus:
     )
     oldest = await conn.fetchval("SELECT min(received_at) FROM inbox WHERE state = 'pending'")
     postgres = conn.dialect.name == "postgres"
-    held = len(await _locked(conn, SESSION_LOCKS)) if postgres else 0
+    held = len(await held_locks(conn, SESSION_LOCKS)) if postgres else 0
     return ServiceStatus(
         conn.dialect.name,
         await list_replicas(conn) if postgres else [],
@@ -448,15 +455,6 @@ async def service_status(conn: Conn) -> ServiceStatus:
         None if oldest is None else max(0.0, time.time() - float(oldest)),
         held,
     )
-
-
-async def _locked(conn: Conn, namespace: int) -> set[int]:
-    rows = await conn.fetchall(
-        "SELECT objid::bigint FROM pg_locks WHERE locktype = 'advisory' "
-        "AND classid::bigint = ? AND objsubid = 2 AND granted",
-        (namespace,),
-    )
-    return {int(objid) for (objid,) in rows}
 
 
 async def _register(conn: Conn, replica_id: str, host: str, pid: int, now: float) -> None:
