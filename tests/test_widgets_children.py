@@ -368,6 +368,7 @@ async def test_a_real_team_run_shows_three_members_running_at_once(llm, make_age
                 for row in nested.rows.values()
             )
             and len(nested.rows) == 3
+            and len(arrived) == 3  # a row shows "running" a hop before the tool's body starts
         )
 
     await until(meeting, "all three members inside their meet call")
