@@ -174,6 +174,33 @@ async def test_queued_messages_get_one_notice_and_one_reply_mentioning_every_sen
     assert "[nickname:Bo id:2]: me too" in batch and "[nickname:Cy id:3]: and me" in batch
 
 
+async def test_a_message_right_after_the_reply_gets_no_queued_notice(llm, serve):
+    # The reply is out but the worker still tidies up (on PostgreSQL it releases the session's
+    # replica claim): the next message is answered next, so "your message is queued" would be
+    # wrong — a closed-loop chat got the notice in place of its reply.
+    llm.script(reply("first done"), reply("second done"))
+    s = await serve()
+    queues = s.agent._queues
+    tidying, go_on = asyncio.Event(), asyncio.Event()
+    idle = queues.idle
+
+    async def slow_idle(state: Any) -> bool:
+        tidying.set()
+        await go_on.wait()
+        return await idle(state) if idle is not None else False
+
+    queues.idle = slow_idle
+    await s.say(s.adapter.private("42", "one"))
+    await s.adapter.wait_sent(lambda m: m.text == "first done")
+    await asyncio.wait_for(tidying.wait(), 10)
+    assert s.agent.sessions.get("f:42").busy  # the worker is still there
+    await s.say(s.adapter.private("42", "two"))
+    go_on.set()
+    await s.adapter.wait_sent(lambda m: m.text == "second done")
+    await s.settle()
+    assert s.texts() == ["first done", "second done"]
+
+
 async def test_a_full_queue_gets_the_overflow_notice(llm, serve):
     wait_here, started, release = blocker()
     llm.script(reply(tool_calls=[tool_call("wait_here")]), reply("one"), reply("two"))

@@ -159,7 +159,9 @@ class SessionQueues:
                     await self._answer_next(state)
                 finally:
                     self._release()
-            if self.idle is None or not await self.idle(state):
+            if self.idle is not None and await self.idle(state):
+                continue
+            if not state.queue:  # else a message came while `idle` awaited: answer it too
                 return
 
     async def _answer_next(self, state: Session) -> None:

@@ -72,6 +72,16 @@ class Session:
         """Whether a request is in flight."""
         return self.worker is not None and not self.worker.done()
 
+    @property
+    def answering(self) -> bool:
+        """Whether a message now would wait for an earlier one: a run goes on, or some wait.
+
+        Not the same as `busy`: a worker whose run's reply is out may still be tidying up
+        (releasing a replica claim, looking for more); a message then is answered next.
+        """
+        running = self.current is not None and not self.current.done()
+        return self.busy and (running or bool(self.queue))
+
 
 class SessionTable:
     """Sessions by name, bounded by count and idle time (see the module docstring)."""

@@ -280,7 +280,8 @@ class Router:
         kind = "message" if command is None else "command"
         prompt = untrusted(text) if command is not None else model_text(message)
         state = self.agent.sessions.get(link.session)
-        worker = state.worker if state is not None and state.busy else None
+        # The queued notice only when this message waits for an earlier one's answer.
+        worker = state.worker if state is not None and state.answering else None
         accepted = await self.agent.accept(
             self._inbound(message, prompt, kind), link.callbacks(message)
         )
