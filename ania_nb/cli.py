@@ -8,7 +8,7 @@ import sys
 from collections.abc import Awaitable, Callable
 from datetime import datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar, get_args
 
 if TYPE_CHECKING:  # pragma: no cover
     from .config import Config
@@ -20,6 +20,7 @@ T = TypeVar("T")
 
 def _parser() -> argparse.ArgumentParser:
     from ._version import VERSION
+    from .result import RunStatus
 
     parser = argparse.ArgumentParser(
         prog="ania-nb",
@@ -34,14 +35,14 @@ def _parser() -> argparse.ArgumentParser:
         "--data-dir", type=Path, help="keep the store here (default: a temporary folder, deleted)"
     )
     config = sub.add_parser("config", help="show every setting with its value, default and meaning")
-    config.add_argument("--file", type=Path, help="TOML file to read (default: ./ania.toml)")
+    _add_config_flag(config)
     runs = sub.add_parser("runs", help="list recent run records from the store")
-    runs.add_argument("--file", type=Path, help="TOML file to read (default: ./ania.toml)")
+    _add_config_flag(runs)
     runs.add_argument("--session", help="only this session")
+    runs.add_argument("--status", choices=["running", *get_args(RunStatus)])
     runs.add_argument(
-        "--status", choices=["running", "success", "stopped", "timeout", "error", "interrupted"]
+        "--limit", type=_positive, default=20, metavar="N", help="how many (default 20)"
     )
-    runs.add_argument("--limit", type=int, default=20, help="how many (default 20)")
     usage = sub.add_parser(
         "usage",
         help="today's tokens per session against the quotas and the daily totals",
@@ -49,14 +50,7 @@ def _parser() -> argparse.ArgumentParser:
         "quota.global_daily_tokens, and the daily totals (with costs when pricing.models "
         "prices every model used) of the store in store.data_dir.",
     )
-    usage.add_argument(
-        "--config",
-        "--file",
-        dest="file",
-        type=Path,
-        metavar="PATH",
-        help="TOML file to read (default: ./ania.toml)",
-    )
+    _add_config_flag(usage)
     usage.add_argument(
         "--days", type=_positive, default=14, metavar="N", help="days of history (default 14)"
     )
@@ -69,18 +63,23 @@ def _parser() -> argparse.ArgumentParser:
         "many replies wait to be sent. Exit code 0; with --json, one JSON object (for health "
         "checks).",
     )
-    status.add_argument(
+    _add_config_flag(status)
+    status.add_argument("--json", action="store_true", help="print one JSON object")
+    _add_serve(sub)
+    _add_store(sub)
+    return parser
+
+
+def _add_config_flag(parser: argparse.ArgumentParser, what: str = "") -> None:
+    """``--config PATH`` (alias ``--file``): the TOML file a command reads."""
+    parser.add_argument(
         "--config",
         "--file",
         dest="file",
         type=Path,
         metavar="PATH",
-        help="TOML file to read (default: ./ania.toml)",
+        help=f"TOML file to read{what} (default: ./ania.toml if present)",
     )
-    status.add_argument("--json", action="store_true", help="print one JSON object")
-    _add_serve(sub)
-    _add_store(sub)
-    return parser
 
 
 STORE_MIGRATE_DESCRIPTION = """\
@@ -121,14 +120,7 @@ def _add_store(sub: Any) -> None:
         metavar="DIR",
         help="the directory holding ania.db (default: store.data_dir of the config)",
     )
-    migrate.add_argument(
-        "--config",
-        "--file",
-        dest="file",
-        type=Path,
-        metavar="PATH",
-        help="TOML file to read for store.data_dir (default: ./ania.toml)",
-    )
+    _add_config_flag(migrate, " for store.data_dir")
     migrate.add_argument(
         "--force",
         action="store_true",
@@ -164,14 +156,7 @@ def _add_serve(sub: Any) -> None:
         description=SERVE_DESCRIPTION,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    serve.add_argument(
-        "--config",
-        "--file",
-        dest="file",
-        type=Path,
-        metavar="PATH",
-        help="TOML file to read (default: ./ania.toml if present)",
-    )
+    _add_config_flag(serve)
     serve.add_argument(
         "--log-level",
         choices=["DEBUG", "INFO", "WARNING", "ERROR"],

@@ -35,6 +35,20 @@ class Endpoint(Section):
     api_key: SecretStr | None = _secret("API key; empty = the main model's.")
     model: str = Field("", description="Model name; empty = the main model's.")
 
+    @field_validator("base_url", check_fields=False)
+    @classmethod
+    def _empty_or_http_url(cls, value: str) -> str:
+        """An ``http(s)://host…`` address, or empty; refused when set, not blamed later on a key."""
+        text = value.strip()
+        if not text:
+            return text
+        parts = urlsplit(text)
+        if parts.scheme not in ("http", "https") or not parts.hostname:
+            raise ValueError(
+                "must be an http:// or https:// address such as http://127.0.0.1:8080/v1, or empty"
+            )
+        return text
+
     def resolved(self, main: Endpoint) -> ResolvedEndpoint:
         """The role's endpoint with every empty (or blank) field taken from ``main``."""
         own_key = _secret_text(self.api_key)

@@ -211,6 +211,7 @@ class Config(BaseSettings):
         if toml.is_file():
             _check_toml(toml)
         source = toml.absolute() if toml.is_file() else None
+        _warn_stray_env()
         token = _toml_path.set(source)
         try:
             config = cls(**overrides)
@@ -398,9 +399,45 @@ def _config_error(exc: ValidationError, *, source: str | None) -> ConfigError:
         got = "" if err["type"] == "missing" else f" (got {err.get('input')!r})"
         if "api_key" in key or _sensitive_key(key):  # never echo a secret back
             got = ""
-        lines.append(f"  {key}: {err['msg']}{got}")
-    where = f" (overrides, ANIA_* environment or {source})" if source else ""
+        variable = _env_variable(key)
+        origin = f" — from the environment variable {variable}" if variable else ""
+        message = err["msg"].removeprefix("Value error, ")  # pydantic's prefix says nothing
+        lines.append(f"  {key}: {message}{got}{origin}")
+    if source == "overrides":  # `with_overrides`: nothing else was read again
+        where = " (in the overrides)"
+    else:
+        where = f" (overrides, ANIA_* environment or {source})" if source else ""
     return ConfigError(f"invalid configuration{where}:\n" + "\n".join(lines), key=first_key)
+
+
+def _env_variable(dotted: str) -> str | None:
+    """The set ``ANIA_…`` variable a dotted key's value came from (names match case-blind)."""
+    wanted = env_name(dotted).upper()
+    return next((name for name in os.environ if name.upper() == wanted), None)
+
+
+def _warn_stray_env() -> None:
+    """Warn once per ``ANIA_<SECTION>_…`` variable that names no setting (one ``_`` too few)."""
+    sections = {name.upper(): name for name in Config.model_fields}
+    for name in os.environ:
+        upper = name.upper()
+        if not upper.startswith("ANIA_") or name in _warned:
+            continue
+        section, sep, rest = upper[len("ANIA_") :].partition("_")
+        if not sep or section not in sections:
+            continue  # not meant as a setting (ANIA_TEST_…, ANIA_REQUIRE_POSTGRES)
+        model = Config.model_fields[sections[section]].annotation
+        keys = {k.upper() for k in getattr(model, "model_fields", {})}
+        if rest.startswith("_") and rest[1:] in keys:
+            continue  # ANIA_LLM__MODEL: a real key
+        _warned.add(name)
+        hint = f"; did you mean ANIA_{section}__{rest}?" if rest in keys else ""
+        log.warning(
+            "the environment variable %s names no setting (keys are ANIA_<SECTION>__<KEY>, "
+            "two underscores after the section)%s",
+            name,
+            hint,
+        )
 
 
 def _sensitive_key(dotted: str) -> bool:

@@ -88,6 +88,7 @@ class AgentMagics(Magics):
         """Manage the agent: settings, MCP, skills, plan mode, todos, history, clock, teams, kb.
 
         %ania                            status: endpoint, model, key set, data dir, MCP, skills
+        %ania help                       this text (also %ania?)
         %ania config [set] [key=value …] show settings (secrets masked) or set overrides
         %ania mcp [list|add NAME CMD…|remove NAME|reconnect NAME]
         %ania skills [list|reload]

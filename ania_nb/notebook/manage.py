@@ -31,6 +31,9 @@ async def run_ania(state: NotebookState, line: str) -> Any:
     from .magics import split_words
 
     head, *rest = line.split(None, 1) or [""]
+    if head in ("help", "-h", "--help") and not rest:  # what %ania? shows
+        print(ania_help())
+        return None
     if head == "clock":  # /clock takes free text (a task's content): passed on verbatim
         from .manage_clock import clock_command
 
@@ -50,6 +53,15 @@ async def run_ania(state: NotebookState, line: str) -> Any:
     if handler is None:
         raise UsageError(f"unknown %ania command {command!r}\n{USAGE}")
     return await handler(state, args)
+
+
+def ania_help() -> str:
+    """The ``%ania`` magic's help: its docstring, as ``%ania?`` shows it."""
+    import inspect
+
+    from .magics import AgentMagics
+
+    return inspect.cleandoc(AgentMagics.ania.__doc__ or USAGE)
 
 
 async def _config(state: NotebookState, args: list[str]) -> None:

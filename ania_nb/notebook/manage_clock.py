@@ -7,6 +7,7 @@ by the local user in this notebook's session.
 
 from __future__ import annotations
 
+import re
 from typing import TYPE_CHECKING
 
 from IPython.core.error import UsageError
@@ -45,6 +46,18 @@ async def clock_command(state: NotebookState, line: str) -> None:
         raise UsageError(USAGE)
     try:
         # None = the trusted local (notebook) user: admin rules let it do everything.
-        print(await agent.clock.command(session, line, None))
+        print(as_magic(await agent.clock.command(session, line, None)))
     except AniaUsageError as exc:
-        raise UsageError(str(exc)) from None
+        raise UsageError(as_magic(str(exc))) from None
+
+
+_CHAT_COMMAND = re.compile(r"(?<![\w/%])/clock\b")
+
+
+def as_magic(text: str) -> str:
+    """``/clock …`` in an answer as this front end's spelling, ``%ania clock …``.
+
+    The answers are the chat command's; a task's own text quoting ``/clock`` (rare) is
+    shown rewritten too, which only changes how it reads here.
+    """
+    return _CHAT_COMMAND.sub("%ania clock", text)
