@@ -185,3 +185,21 @@ def test_usage_help_lists_every_option():
         assert option in done.stdout
     top = _run("--help")
     assert "usage" in top.stdout and "quotas" in top.stdout
+
+
+def test_every_command_takes_config_and_file_and_checks_runs_arguments_up_front(tmp_path):
+    toml = tmp_path / "bot.toml"
+    toml.write_text(f'[store]\ndata_dir = "{tmp_path / "data"}"\n[agent]\nqueue_size = 7\n')
+    for flag in ("--config", "--file"):
+        shown = _run("config", flag, str(toml), cwd=tmp_path)
+        assert shown.returncode == 0, shown.stderr
+        assert "agent.queue_size = 7" in shown.stdout
+        listed = _run("runs", flag, str(toml), cwd=tmp_path)
+        assert listed.returncode == 0, listed.stderr
+    for command in ("config", "runs", "usage", "status", "serve"):
+        assert "--config PATH, --file PATH" in _run(command, "--help").stdout, command
+    refused = _run("runs", "--limit", "-3", cwd=tmp_path)  # no store here: refused anyway
+    assert refused.returncode == 2 and "--limit: must be at least 1, got -3" in refused.stderr
+    denied = _run("runs", "--status", "denied", "--config", str(toml), cwd=tmp_path)
+    assert denied.returncode == 0, denied.stderr
+    assert not (tmp_path / "data").exists()  # looking made no store

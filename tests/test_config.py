@@ -302,3 +302,48 @@ def test_the_missing_model_keys_are_decided_in_one_place():
     assert missing_model_keys(local) == []
     blank = Config(llm={"base_url": "https://api.example.com/v1", "model": "m", "api_key": " "})
     assert missing_model_keys(blank) == ["llm.api_key"]
+
+
+# ------------------------------------------------------------------ newcomer papercuts (issue 33)
+
+
+def test_an_invalid_environment_value_names_its_variable(monkeypatch, tmp_path):
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("ANIA_AGENT__QUEUE_SIZE", "lots")
+    with pytest.raises(ConfigError) as caught:
+        Config.load()
+    assert "agent.queue_size" in str(caught.value)
+    assert "from the environment variable ANIA_AGENT__QUEUE_SIZE" in str(caught.value)
+
+
+def test_a_variable_with_one_underscore_too_few_is_warned_once(renames_unwarned, monkeypatch):
+    monkeypatch.setenv("ANIA_LLM_API_KEY", "sk-test")
+    monkeypatch.setenv("ANIA_TEST_SOMETHING", "1")  # no section: not meant as a setting
+    monkeypatch.setenv("ANIA_LLM__MODEL", "m")  # a real key
+    Config.load()
+    Config.load()
+    warned = [
+        r.getMessage() for r in renames_unwarned.records if "names no setting" in r.getMessage()
+    ]
+    assert warned == [
+        "the environment variable ANIA_LLM_API_KEY names no setting (keys are "
+        "ANIA_<SECTION>__<KEY>, two underscores after the section); did you mean "
+        "ANIA_LLM__API_KEY?"
+    ]
+    assert "sk-test" not in warned[0]
+
+
+@pytest.mark.parametrize(
+    "key", ["llm.base_url", "fallback.base_url", "vision.base_url", "embedding.base_url"]
+)
+def test_a_base_url_that_is_no_http_address_is_refused_when_set(key):
+    with pytest.raises(ConfigError) as caught:
+        Config.load().with_overrides({key: "not-a-url"})
+    text = str(caught.value)
+    assert f"{key}: must be an http:// or https:// address" in text
+    assert "Value error" not in text
+    assert text.startswith("invalid configuration (in the overrides):")  # said once
+    assert Config.load().with_overrides({key: " http://127.0.0.1:9/v1 "}).get(key) == (
+        "http://127.0.0.1:9/v1"
+    )
+    assert Config.load().with_overrides({key: ""}).get(key) == ""

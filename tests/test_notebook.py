@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import gc
+import inspect
 import json
 import re
 import subprocess
@@ -515,6 +516,41 @@ def test_ania_history_bad_usage_is_one_line(shell, line):
     assert not result.success
     assert "usage: %ania history [list | show [SESSION] | clear [SESSION]]" in captured.stderr
     assert "Traceback" not in captured.stdout + captured.stderr
+
+
+@pytest.mark.parametrize("word", ["help", "--help", "-h"])
+def test_ania_help_prints_what_the_question_mark_shows(shell, word):
+    from ania_nb.notebook.magics import AgentMagics
+
+    _, captured = run(shell, f"%ania {word}")
+    assert "%ania help                       this text (also %ania?)" in captured.stdout
+    assert captured.stdout.strip() == inspect.cleandoc(AgentMagics.ania.__doc__)
+
+
+def test_ania_clock_answers_in_the_notebooks_syntax(shell):
+    from IPython.utils.capture import capture_output
+
+    with capture_output() as captured:
+        shell.run_cell("%ania clock add garbage")
+    said = captured.stdout + captured.stderr
+    assert "usage: %ania clock add [--once] <cron> | <title> | <content>" in said
+    assert "/clock" not in said
+    _, helped = run(shell, "%ania clock help")
+    assert "%ania clock list — this chat's tasks" in helped.stdout
+    assert "/clock" not in helped.stdout
+
+
+def test_ania_kb_add_of_a_glob_matching_nothing_says_so_once(shell, tmp_path):
+    from IPython.utils.capture import capture_output
+
+    with capture_output() as captured:
+        result = shell.run_cell(f"%ania kb add {tmp_path}/nothing-here/*.md")
+    assert not result.success
+    said = captured.stdout + captured.stderr
+    assert "Traceback" not in said
+    assert len([x for x in said.splitlines() if "nothing-here" in x]) == 1  # once, not twice
+    shown = [o.data.get("text/plain", "") for o in captured.outputs]
+    assert not any("✗" in text for text in shown)  # the bar is gone, not showing it as well
 
 
 def test_help_shows_the_magic_names_and_their_usage(tmp_path):

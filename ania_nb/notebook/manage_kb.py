@@ -21,7 +21,6 @@ if TYPE_CHECKING:  # pragma: no cover
 
     from ..knowledge import AddResult, Knowledge
     from .extension import NotebookState
-    from .widgets.ingest import IngestBar
 
 KB_USAGE = (
     "usage: %ania kb [SCOPE] (the panel) | kb add PATH|GLOB … [--scope S] | "
@@ -135,7 +134,8 @@ async def _add(knowledge: Knowledge, scope: str, paths: list[str]) -> None:
     bar = IngestBar()
     display(bar)  # ends with the summary: "added 3 document(s) (12 chunks), 1 already there"
     spec = paths[0] if len(paths) == 1 else paths
-    _print_added(await _said_once(bar, ingest_with_bar(knowledge, scope, spec, bar)))
+    job = ingest_with_bar(knowledge, scope, spec, bar, show_failure=False)
+    _print_added(await _said_once(job))
 
 
 async def _add_dataframe(
@@ -160,18 +160,19 @@ async def _add_dataframe(
     bar = IngestBar()
     display(bar)
     df = state.shell.user_ns[name]
-    job = dataframe_with_bar(knowledge, scope, df, column, bar, title_column=title_column)
-    _print_added(await _said_once(bar, job))
+    job = dataframe_with_bar(
+        knowledge, scope, df, column, bar, title_column=title_column, show_failure=False
+    )
+    _print_added(await _said_once(job))
 
 
-async def _said_once(bar: IngestBar, job: Awaitable[list[AddResult]]) -> list[AddResult]:
-    """``job``'s results; a failure is said once, as the cell's error (the bar goes away)."""
+async def _said_once(job: Awaitable[list[AddResult]]) -> list[AddResult]:
+    """``job``'s results; a failure is said once, as the cell's error (its bar hid itself)."""
     from ..knowledge.model import KnowledgeError
 
     try:
         return await job
     except KnowledgeError as exc:
-        bar.close()
         raise UsageError(str(exc)) from None
 
 

@@ -61,6 +61,11 @@ class IngestBar(Displayable):
         self.bar.bar_style = "danger" if failed else "success"
         self._show()
 
+    def withdraw(self) -> None:
+        """Hide the bar: the job failed and its error is said elsewhere (once, not twice)."""
+        self.state = "idle"
+        self._show()
+
     def text(self) -> str:
         """``ingesting docs/*.md: 12/40 documents`` (empty while idle)."""
         if self.state == "idle":
@@ -89,6 +94,7 @@ async def ingest_with_bar(
     bar: IngestBar,
     *,
     base: Path | None = None,
+    show_failure: bool = True,
 ) -> list[AddResult]:
     """`KnowledgeBase.ingest` with ``bar`` following it; the bar ends with the outcome."""
     label = str(spec) if isinstance(spec, str | Path) else ", ".join(map(str, spec))
@@ -97,7 +103,9 @@ async def ingest_with_bar(
     def run(progress: Progress) -> Awaitable[list[AddResult]]:
         return knowledge.kb.ingest(scope, spec, progress=progress, **extra)
 
-    return await with_bar(bar, f"adding {label} to {scope}", run, waiting="reading files…")
+    return await with_bar(
+        bar, f"adding {label} to {scope}", run, waiting="reading files…", show_failure=show_failure
+    )
 
 
 async def dataframe_with_bar(
@@ -108,6 +116,7 @@ async def dataframe_with_bar(
     bar: IngestBar,
     *,
     title_column: str | None = None,
+    show_failure: bool = True,
 ) -> list[AddResult]:
     """`KnowledgeBase.ingest_dataframe` (one document per cell) with ``bar`` following it."""
 
@@ -116,7 +125,9 @@ async def dataframe_with_bar(
             scope, df, column, title_column=title_column, progress=progress
         )
 
-    return await with_bar(bar, f"adding column {column!r} to {scope}", run)
+    return await with_bar(
+        bar, f"adding column {column!r} to {scope}", run, show_failure=show_failure
+    )
 
 
 async def with_bar(
@@ -125,13 +136,20 @@ async def with_bar(
     run: Callable[[Progress], Awaitable[list[AddResult]]],
     *,
     waiting: str = "starting…",
+    show_failure: bool = True,
 ) -> list[AddResult]:
-    """Run an adding job with ``bar`` showing its progress and, at the end, its outcome."""
+    """Run an adding job with ``bar`` showing its progress and, at the end, its outcome.
+
+    Without ``show_failure`` a failed job hides the bar: the caller says the error.
+    """
     bar.start(label, waiting)
     try:
         results = await run(bar.update)
     except Exception as exc:
-        bar.finish(f"✗ {exc}", failed=True)
+        if show_failure:
+            bar.finish(f"✗ {exc}", failed=True)
+        else:
+            bar.withdraw()
         raise
     bar.finish(added_summary(results))
     return results
