@@ -157,6 +157,7 @@ SLOW_TESTS = {
         "test_standalone_script_serves_and_obeys_stdin",
     },
     "tests/test_package.py": {"test_import_does_not_load_heavy_dependencies"},
+    "tests/test_readme.py": {"test_ci_runs_exactly_the_readmes_set_up_lines"},
     "tests/test_runner_router.py": {"test_auto_clear_drops_the_mcp_tools_the_group_loaded"},
     "tests/test_store.py": {"test_mark_interrupted_after_the_owning_process_died"},
     "tests/test_store_runs.py": {"test_is_alive_sees_exit_zombies_and_pid_reuse"},

@@ -135,7 +135,7 @@ variables (ANIA_RUNNER__MODE, ANIA_RUNNER__ACCESS_TOKEN, ANIA_LLM__API_KEY, …)
 keys are listed by `ania-nb config`.
 
 runner.mode = "reverse" (default): listen on runner.host:runner.port at runner.path
-(ws://127.0.0.1:8080/onebot/v11/ws) for the implementation's reverse WebSocket; a listener on a
+(ws://127.0.0.1:8095/onebot/v11/ws) for the implementation's reverse WebSocket; a listener on a
 non-loopback address requires runner.access_token. runner.mode = "forward": dial the
 implementation's WebSocket server at runner.url.
 

@@ -26,7 +26,7 @@ class RunnerSettings(Section):
         description="reverse mode: address to listen on; anything but loopback needs "
         "runner.access_token.",
     )
-    port: int = Field(8080, ge=0, le=65535, description="reverse mode: port (0 = any free).")
+    port: int = Field(8095, ge=0, le=65535, description="reverse mode: port (0 = any free).")
     path: str = Field("/onebot/v11/ws", description="reverse mode: WebSocket path.")
     access_token: SecretStr | None = _secret(
         "OneBot access token: sent by forward mode, required from the implementation in reverse "
