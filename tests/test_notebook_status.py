@@ -233,8 +233,28 @@ def test_tools_lists_what_is_off_and_why(shell, llm):
     assert "off: the notebook has no private file URLs" in rows["get_private_file_url"]
     assert "off: the notebook has no images attached" in rows["load_images"]
     assert rows["time"].split()[1].isdigit()  # offered: its size
-    total = out.splitlines().index(next(r for r in out.splitlines() if r.startswith("total")))
-    assert all("off:" in line for line in out.splitlines()[total + 1 :])  # offered ones first
+    lines = out.splitlines()
+    total = lines.index(next(r for r in lines if " tools sent to the model: ≈" in r))
+    assert all("off:" in line for line in lines[total + 1 :])  # offered ones first
+    assert int(lines[total].split()[0]) == total  # one row per tool sent
+
+
+def test_the_status_counts_the_tools_the_model_is_sent_with_their_tokens(shell, llm):
+    from ania_nb.notebook.status import tool_tokens
+
+    use_scripted(shell, llm)
+    run(shell, "%ania config set agent.builtin_tools=true")
+    before = next(line for line in run(shell, "%ania").splitlines() if "  tools " in line)
+    assert "more join when the agent starts" in before  # honest about the partial count
+    llm.script(reply("hi"))
+    run(shell, "%%agent\nhello")
+    sent = llm.requests[-1].tools
+    row = next(line for line in run(shell, "%ania").splitlines() if "  tools " in line)
+    tokens = tool_tokens(sent)
+    assert row.startswith(f"  tools     {len(sent)} sent to the model (≈{tokens:,} tokens")
+    assert "more join" not in row
+    tools_out = run(shell, "%ania tools")
+    assert f"{len(sent)} tools sent to the model: ≈{tool_tokens(sent):,} tokens" in tools_out
 
 
 def test_tools_off_in_a_notebook_are_not_offered_to_the_model(shell, llm):

@@ -232,20 +232,16 @@ async def _quota(state: NotebookState, args: list[str]) -> None:
 
 
 async def _tools(state: NotebookState, args: list[str]) -> None:
-    from .status import tools_off
+    from .status import tool_tokens, tools_off
 
     agent = await state.agent().start()
     executor = agent.session(state.default_session).executor
     off = tools_off(agent, executor)
-    total = 0
-    for definition in executor.definitions():
-        name = definition["function"]["name"]
-        if name in off:
-            continue
+    sent = [d for d in executor.definitions() if d["function"]["name"] not in off]
+    for definition in sent:
         size = len(json.dumps(definition, ensure_ascii=False).encode())
-        total += size
-        print(f"{name:<28} {size:>6} B")
-    print(f"{'total':<28} {total:>6} B (≈{total // 4} tokens per request)")
+        print(f"{definition['function']['name']:<28} {size:>6} B")
+    print(f"{len(sent)} tools sent to the model: ≈{tool_tokens(sent):,} tokens per request")
     for name, why in sorted(off.items()):
         print(f"{name:<28} off: {why}")
 

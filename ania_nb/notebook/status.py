@@ -8,6 +8,7 @@ one thing it probes is the endpoint (one TCP connect, as `firstrun` does before 
 from __future__ import annotations
 
 import asyncio
+import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -138,6 +139,29 @@ def _skills_line(agent: Agent, files: _Files) -> str:
     return f"none ({folder} does not exist; %ania skills says how to add one)"
 
 
+def _tools_line(agent: Agent, session: str) -> str:
+    """What the model is sent: how many tools, their tokens per request, and the ones off.
+
+    Once the agent has started, the session's own tool table (built-ins, MCP loaders, skills,
+    the agent's tools); before, only what exists yet — starting it here could wait for MCP
+    servers, and ``%ania`` answers at once.
+    """
+    started = getattr(agent, "_rt", None) is not None
+    table = agent.session(session).executor if started else agent.tools
+    off = tools_off(agent, table)
+    sent = [d for d in table.definitions() if d["function"]["name"] not in off]
+    tokens = tool_tokens(sent)
+    line = f"{len(sent)} sent to the model (≈{tokens:,} tokens per request), {len(off)} off"
+    if not started:
+        line += "; more join when the agent starts (MCP, skills, clock, kb): %ania tools"
+    return line + " (%ania tools lists them)"
+
+
+def tool_tokens(definitions: list[dict[str, Any]]) -> int:
+    """Tokens the tool definitions cost per request, estimated as the context window does."""
+    return len(json.dumps(definitions, ensure_ascii=False).encode("utf-8", "replace")) // 4
+
+
 _NEW_SESSION = "a new conversation, chosen by the first %%agent (no data directory yet)"
 
 
@@ -147,8 +171,7 @@ async def status(state: NotebookState, usage: str = "") -> None:
     config = agent.config
     llm = config.llm
     files = await asyncio.to_thread(_Files.read, config)
-    off = tools_off(agent, agent.tools)
-    offered = [n for n in agent.tools.names() if n not in off]
+    tools_row = _tools_line(agent, state.default_session)
     rows = [
         ("endpoint", await _endpoint(config)),
         ("model", llm.model or "(not set, see below)"),
@@ -158,7 +181,7 @@ async def status(state: NotebookState, usage: str = "") -> None:
         ("config", f"{files.toml} ({'found' if files.toml_exists else 'not found'}), ANIA_*"),
         ("MCP", _mcp_line(agent, files)),
         ("skills", _skills_line(agent, files)),
-        ("tools", f"{len(offered)} offered, {len(off)} off (%ania tools lists them)"),
+        ("tools", tools_row),
     ]
     # The window exists once the agent has started; it measures the fixed part on each run.
     runtime = getattr(agent, "_rt", None)
