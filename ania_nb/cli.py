@@ -221,14 +221,17 @@ async def _read_store(
 
 
 async def _show_runs(args: argparse.Namespace) -> int:
+    from .result import run_headline
+
     async def read(config: Config, store: Store) -> None:
         records = await store.runs.list(session=args.session, status=args.status, limit=args.limit)
         if not records:
             print(f"no run records in {config.store.data_dir}")
         for r in records:
             when = datetime.fromtimestamp(r.started_at).strftime("%Y-%m-%d %H:%M:%S")
+            _, words = run_headline(r.status, (call.outcome for call in r.tool_calls))
             print(
-                f"#{r.id:<5} {when}  {r.status:<11} {r.session:<16} {r.duration_ms or 0:>7} ms "
+                f"#{r.id:<5} {when}  {words:<11} {r.session:<16} {r.duration_ms or 0:>7} ms "
                 f"{r.total_tokens:>7} tok  {r.tool_calls_total} tools  {r.input[:60]!r}"
             )
 

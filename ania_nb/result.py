@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections import Counter
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -10,6 +12,35 @@ from .engine.usage import Usage
 from .errors import RunError
 
 RunStatus = Literal["success", "stopped", "timeout", "error", "denied", "interrupted"]
+
+# Tool call outcomes that make a successful run "finished · …" instead of a plain success: one
+# vocabulary for the run widget, %ania log and `ania-nb runs`.
+UNHAPPY_OUTCOMES = {
+    "denied": "denied",
+    "blocked": "blocked",
+    "timeout": "not approved in time",
+    "stopped": "stopped",
+    "error": "failed",
+}
+
+
+def outcome_text(outcomes: Iterable[str]) -> str:
+    """What went wrong with a run's calls: ``1 call denied, 2 calls failed`` ("" when none)."""
+    counts = Counter(o for o in outcomes if o in UNHAPPY_OUTCOMES)
+    return ", ".join(
+        f"{counts[o]:,} call{'' if counts[o] == 1 else 's'} {word}"
+        for o, word in UNHAPPY_OUTCOMES.items()
+        if counts[o]
+    )
+
+
+def run_headline(status: str, outcomes: Iterable[str]) -> tuple[str, str]:
+    """A run's state and words: its status, or ``finished`` / ``finished · 1 call denied``."""
+    if status == "success":
+        trouble = outcome_text(outcomes)
+        if trouble:
+            return "finished", f"finished · {trouble}"
+    return status, status
 
 
 @dataclass

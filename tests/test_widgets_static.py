@@ -18,8 +18,9 @@ from _waits import until
 from ania_nb import tool
 from ania_nb.notebook.widgets import LogView, RunView
 from ania_nb.notebook.widgets._code import arguments_html, code_block, expected_details
-from ania_nb.notebook.widgets._format import outcome_text, usage_text
+from ania_nb.notebook.widgets._format import usage_text
 from ania_nb.notebook.widgets.children import tokens_text
+from ania_nb.result import outcome_text
 from ania_nb.testing import reply, tool_call, usage
 
 GATED = {"approval.enable": True, "approval.tools": ["python", "bash"]}
@@ -164,6 +165,15 @@ async def test_a_run_with_a_denied_call_says_finished_not_success(llm, make_agen
     assert "success" not in view.status_label.value
     assert view.text().startswith("⚠ finished · 1 call denied · nb:deny · ")
     assert ">finished · 1 call denied</b>" in view.html()
+    # One vocabulary: the stored record says the same in %ania log and `ania-nb runs`.
+    from ania_nb.notebook.widgets.log import record_headline
+
+    [record] = await agent.runs(session="nb:deny")
+    assert [call.outcome for call in record.tool_calls] == ["denied"]
+    assert record_headline(record) == view.headline()
+    log = LogView(agent, session="nb:deny")
+    await log.refresh()
+    assert "⚠ finished · 1 call denied" in log.text() and "success" not in log.text()
 
 
 def test_outcome_words_and_singular_counts():

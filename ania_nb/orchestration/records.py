@@ -68,7 +68,10 @@ class RunRecorder(Protocol):
 
 def call_records(calls: Sequence[ToolCallResult]) -> list[ToolCallRecord]:
     """The run-log rows of a round's calls."""
-    return [ToolCallRecord(c.name, c.arguments, c.result, c.error, c.duration_ms) for c in calls]
+    return [
+        ToolCallRecord(c.name, c.arguments, c.result, c.error, c.duration_ms, c.outcome)
+        for c in calls
+    ]
 
 
 class StoreRecord:

@@ -242,6 +242,7 @@ def _tool_call_json(record: object) -> str:
         result=_as_text(field("result")) or "",
         error=_as_text(field("error")),
         duration_ms=_as_count(field("duration_ms")) or 0,
+        outcome=_as_text(field("outcome")) or "ok",
     )
     return prepare_tool_call(repaired)
 

@@ -49,6 +49,7 @@ class ToolCallRecord:
     result: str
     error: str | None = None
     duration_ms: int = 0
+    outcome: str = "ok"  # ok, error, denied, blocked, timeout, stopped (records before: "ok")
 
     def to_dict(self) -> dict[str, Any]:
         """Plain-dict form for JSON and display."""
@@ -58,6 +59,7 @@ class ToolCallRecord:
             "result": self.result,
             "error": self.error,
             "duration_ms": self.duration_ms,
+            "outcome": self.outcome,
         }
 
 
@@ -245,6 +247,9 @@ def prepare_tool_call(record: ToolCallRecord) -> str:
         "error": None if record.error is None else clean_text(cut(record.error, MAX_ERROR_CHARS)),
         "duration_ms": _check_int("tool call duration_ms", record.duration_ms),
     }
+    if record.outcome != "ok":  # the usual case costs nothing; records before it read as "ok"
+        _check_str("tool call outcome", record.outcome)
+        kept["outcome"] = clean_text(cut(record.outcome, 20))
     return json.dumps(kept, ensure_ascii=False)
 
 

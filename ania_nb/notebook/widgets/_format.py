@@ -10,8 +10,7 @@ import binascii
 import html
 import json
 import mimetypes
-from collections import Counter
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Mapping
 from datetime import datetime
 from functools import cache
 from typing import Any
@@ -28,14 +27,6 @@ STATUS_ICONS = {
     "error": "✗",
     "interrupted": "■",
     "denied": "⊘",
-}
-# Tool call outcomes that make a successful run "finished · …" instead of a plain success.
-UNHAPPY_OUTCOMES = {
-    "denied": "denied",
-    "blocked": "blocked",
-    "timeout": "not approved in time",
-    "stopped": "stopped",
-    "error": "failed",
 }
 TODO_ICONS = {"pending": "○", "in_progress": "◐", "completed": "●"}
 _IMAGE_MAGIC = (
@@ -146,14 +137,6 @@ def usage_text(usage: Mapping[str, Any]) -> str:
 def plural(n: int, word: str) -> str:
     """``1 call``, ``2 calls``."""
     return f"{n:,} {word}{'' if n == 1 else 's'}"
-
-
-def outcome_text(states: Iterable[str]) -> str:
-    """What went wrong with a run's calls: ``1 call denied, 2 calls failed`` ("" when none)."""
-    counts = Counter(s for s in states if s in UNHAPPY_OUTCOMES)
-    return ", ".join(
-        f"{plural(counts[s], 'call')} {word}" for s, word in UNHAPPY_OUTCOMES.items() if counts[s]
-    )
 
 
 def decode_base64(data: str) -> bytes:

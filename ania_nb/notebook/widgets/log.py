@@ -13,6 +13,7 @@ from collections import Counter
 from datetime import datetime
 from typing import TYPE_CHECKING
 
+from ...result import run_headline
 from ...text import flatten
 from ._display import Displayable
 from ._format import STATUS_ICONS, duration_text
@@ -86,6 +87,11 @@ class LogView(Displayable):
         return f'<div style="overflow-x:auto;max-width:100%">{table}</div>'
 
 
+def record_headline(record: RunRecord) -> tuple[str, str]:
+    """The stored run's state and words, as its run widget said them (`run_headline`)."""
+    return run_headline(record.status, (call.outcome for call in record.tool_calls))
+
+
 def _style(column: str) -> str:
     return CELL + (";text-align:right" if column in NUMERIC else "")
 
@@ -93,7 +99,8 @@ def _style(column: str) -> str:
 def _cell(column: str, value: str, record: RunRecord) -> str:
     """One ``<td>``: the status as an SVG icon and its word, the input with its full tooltip."""
     if column == "status":
-        content = f"{icon(record.status)} {html.escape(record.status)}"
+        state, words = record_headline(record)
+        content = f"{icon(state)} {html.escape(words)}"
     else:
         content = html.escape(value)
     title = f' title="{html.escape(flatten(record.input, 2000))}"' if column == "input" else ""
@@ -103,7 +110,8 @@ def _cell(column: str, value: str, record: RunRecord) -> str:
 def _row(record: RunRecord) -> tuple[str, ...]:
     """One run's cells."""
     started = datetime.fromtimestamp(record.started_at).strftime("%m-%d %H:%M:%S")
-    status = f"{STATUS_ICONS.get(record.status, '?')} {record.status}"
+    state, words = record_headline(record)
+    status = f"{STATUS_ICONS.get(state, '?')} {words}"
     tokens = f"{record.total_tokens:,}"
     if record.cached_tokens:
         tokens += f" ({record.cached_tokens:,} cached)"

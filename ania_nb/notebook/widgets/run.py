@@ -23,6 +23,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from ...engine.callbacks import ApprovalRequest, Callbacks, RunEvent
+from ...result import run_headline
 from ...session_keys import DEFAULT_NOTEBOOK
 from ...text import flatten
 from ._display import Displayable, close_tree
@@ -33,7 +34,6 @@ from ._format import (
     elapsed_text,
     image_format,
     markdown_html,
-    outcome_text,
     size_text,
     usage_text,
 )
@@ -323,11 +323,9 @@ class RunView(Displayable):
 
     def headline(self) -> tuple[str, str]:
         """The header's state and words: the status, or ``finished · 1 call denied``."""
-        if self.status == "success" and self._stopped_at is not None:
-            trouble = outcome_text(row.state for row in self.tool_rows.values())
-            if trouble:
-                return "finished", f"finished · {trouble}"
-        return self.status, self.status
+        if self._stopped_at is None:
+            return self.status, self.status
+        return run_headline(self.status, (row.state for row in self.tool_rows.values()))
 
     @property
     def live(self) -> bool:
