@@ -65,6 +65,11 @@ async def test_panel_shows_scopes_documents_and_chunk_counts(knowledge):
     assert "#ops" in line and "docs/check.md" in line
     assert len(panel.doc_box.children) == 2
     assert f"{docs['Checklist'].chunks} chunks" in panel.doc_box.children[1].children[0].value
+    # Sizes are the text's characters, said so (it said "42 B of text" for 43 characters).
+    assert docs["Deploying"].chars == len(DEPLOY)
+    assert f"· {len(DEPLOY)} characters ·" in next(x for x in text.splitlines() if "Deploying" in x)
+    deploying_html = panel.doc_box.children[0].children[0].value
+    assert f"{len(DEPLOY)} characters" in deploying_html and " B" not in deploying_html
     assert panel._repr_mimebundle_()["text/plain"] == text
 
     panel.scope_picker.value = "global"  # the dropdown switches the scope

@@ -18,7 +18,7 @@ from ...errors import UsageError
 from ...session_keys import GLOBAL, read_scopes
 from ...text import flatten
 from ._display import close_tree
-from ._format import clock_time, size_text
+from ._format import clock_time, plural
 from .ingest import IngestBar, added_summary, dataframe_with_bar, ingest_with_bar
 from .panel import Panel
 
@@ -416,9 +416,9 @@ def status_text(status: KnowledgeStatus) -> str:
 
 
 def doc_line(doc: Document) -> str:
-    """``[ab12cd34] Deploy guide · 3 chunks · 1.8 kB · docs/deploy.md · 20:31:05``."""
+    """``[ab12cd34] Deploy guide · 3 chunks · 1,804 characters · docs/deploy.md · 20:31:05``."""
     chunks = f"{doc.chunks} chunk{'s' if doc.chunks != 1 else ''}"
-    parts = [f"[{doc.id}] {doc.title or '(untitled)'}", chunks, f"{doc.chars:,} chars"]
+    parts = [f"[{doc.id}] {doc.title or '(untitled)'}", chunks, plural(doc.chars, "character")]
     if doc.tags:
         parts.append("#" + " #".join(doc.tags))
     if doc.source:
@@ -432,7 +432,7 @@ def doc_html(doc: Document) -> str:
     title = html.escape(doc.title or "(untitled)")
     chunks = f"{doc.chunks} chunk{'s' if doc.chunks != 1 else ''}"
     parts = [f"<code>{html.escape(doc.id)}</code> <b>{title}</b>", chunks]
-    parts.append(f'<span style="{MUTED}">{size_text(doc.chars)} of text</span>')
+    parts.append(f'<span style="{MUTED}">{plural(doc.chars, "character")}</span>')
     if doc.tags:
         parts.append(html.escape("#" + " #".join(doc.tags)))
     if doc.source:
