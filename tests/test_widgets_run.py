@@ -6,6 +6,8 @@ from __future__ import annotations
 import asyncio
 import base64
 import json
+import time
+from datetime import datetime
 
 import pytest
 from _waits import until
@@ -215,6 +217,8 @@ async def test_allow_click_runs_the_tool(llm, make_agent):
     assert result.ok and ran == ["db"]
     assert card.state == "allowed" and card.disabled
     assert card.verdict_text() == "✓ allowed — approved by the user"
+    assert "<b>Allowed</b>: <code>danger</code>" in card.heading.value  # not "Approval needed"
+    assert "Approval needed" not in card.html()
     [row] = view.tool_rows.values()
     assert row.state == "ok" and row.result == "destroyed db"
     assert tool_messages(llm.requests[-1]) == ["destroyed db"]
@@ -227,9 +231,16 @@ async def test_deny_click_sends_the_denial_to_the_model(llm, make_agent):
     view = RunView(agent, session="nb:d")
     task = start(agent, view)
     card = await card_of(view)
+    assert "<b>Approval needed</b>: <code>danger</code>" in card.heading.value
+    deadline = datetime.fromtimestamp(card.deadline).strftime("%H:%M:%S")
+    assert card.verdict_text() == (
+        f"⚠ waiting for your answer — denied on its own at {deadline} if nobody answers"
+    )
+    assert abs(card.deadline - time.time() - agent.approvals.timeout) < 5
     card.deny_button.click()
     card.allow_button.click()  # a second click is ignored: the question is closed
     view.finish(await task)
+    assert "<b>Denied</b>: <code>danger</code>" in card.heading.value
     assert ran == []
     assert tool_messages(llm.requests[-1]) == ["Tool call not approved: denied by the user"]
     assert card.state == "denied" and card.disabled
@@ -278,6 +289,7 @@ async def test_an_unanswered_card_times_out(llm, make_agent):
     view.finish(await task)
     assert card.state == "timeout" and card.disabled
     assert card.verdict_text() == "◷ timed out — no answer within 0.2 s, denied automatically"
+    assert "<b>Not answered in time: denied</b>" in card.heading.value
     card.allow_button.click()  # too late: nothing happens
     assert card.state == "timeout" and ran == []
     expected = "Tool call not approved: no answer within 0.2 s, denied automatically"

@@ -15,6 +15,7 @@ import asyncio
 import html
 import time
 from collections.abc import Callable, Sequence
+from datetime import datetime
 from typing import TYPE_CHECKING
 
 from ..._preview import reveal
@@ -46,6 +47,15 @@ GLYPHS = {
     "timeout": "◷",
     "stopped": "■",
     "suspended": "■",
+}
+HEADINGS = {  # the card's title: the question while it is open, then how it ended
+    "pending": "Approval needed",
+    "allowed": "Allowed",
+    "denied": "Denied",
+    "timeout": "Not answered in time: denied",
+    "stopped": "Stopped",
+    "suspended": "Suspended",
+    "error": "Not answered",
 }
 USER_REASONS = {True: "approved by the user", False: "denied by the user"}
 COLORS = {
@@ -87,13 +97,10 @@ class ApprovalCard:
             self._loop: asyncio.AbstractEventLoop | None = asyncio.get_running_loop()
         except RuntimeError:
             self._loop = None
-        askers = request.requesters or ((request.requester,) if request.requester else ())
-        who = f" (asked by {', '.join(askers)})" if askers else ""
-        # Escaped twice over: hidden characters made visible (reveal), then HTML-escaped.
-        self.heading = w.HTML(
-            f"{icon('warning', label='approval')} <b>Approval needed</b>: "
-            f"<code>{html.escape(request.tool_label)}</code>{html.escape(reveal(who))}"
-        )
+        timeout = getattr(getattr(agent, "approvals", None), "timeout", None)
+        # When an unanswered question denies itself (the gate's timeout, from now).
+        self.deadline = time.time() + timeout if isinstance(timeout, int | float) else None
+        self.heading = w.HTML(self._heading_html())
         self.summary = w.HTML(self._summary_html())
         # The whole call, never cut: a scrollable block (the model may pad arguments).
         self.details = w.HTML(self.call_html())
@@ -113,6 +120,19 @@ class ApprovalCard:
             layout=w.Layout(border=f"2px solid {COLORS['pending']}", padding="4px", margin="4px 0"),
         )
         self.widget.add_class("ania-approval")
+
+    def _heading_html(self) -> str:
+        """``⚠ Approval needed: tool (asked by …)`` while open, then how it ended."""
+        request = self.request
+        askers = request.requesters or ((request.requester,) if request.requester else ())
+        who = f" (asked by {', '.join(askers)})" if askers else ""
+        state = "waiting" if self.state == "pending" else self.state
+        mark = icon("warning", label="approval") if self.state == "pending" else icon(state)
+        # Escaped twice over: hidden characters made visible (reveal), then HTML-escaped.
+        return (
+            f"{mark} <b>{HEADINGS.get(self.state, HEADINGS['error'])}</b>: "
+            f"<code>{html.escape(request.tool_label)}</code>{html.escape(reveal(who))}"
+        )
 
     def _summary_html(self) -> str:
         """The tool's one-line summary, unless it only restates the arguments shown below."""
@@ -194,6 +214,7 @@ class ApprovalCard:
         self.reason = reason
         self._set_disabled(True)
         self.verdict.value = self._verdict_html()
+        self.heading.value = self._heading_html()
         color = COLORS.get(self.state, "#c62828")
         self.widget.layout.border = f"2px solid {color}"
 
@@ -211,6 +232,9 @@ class ApprovalCard:
 
     def _words(self) -> str:
         label = VERDICTS[self.state]
+        if self.state == "pending" and self.deadline is not None and not self.reason:
+            at = datetime.fromtimestamp(self.deadline).strftime("%H:%M:%S")
+            return f"{label} — denied on its own at {at} if nobody answers"
         return f"{label} — {self.reason}" if self.reason else label
 
     def verdict_text(self) -> str:
