@@ -152,12 +152,15 @@ SLOW_TESTS = {
         "test_a_killed_test_process_leaves_no_postmaster_behind",
         "test_stop_ends_the_postmaster_and_removes_the_folder",
     },
-    "tests/test_onebot_impl.py": {
+    "tests/test_testing_onebot.py": {
         "test_standalone_script_reverse_mode_sigterm_and_unreachable",
         "test_standalone_script_serves_and_obeys_stdin",
     },
     "tests/test_package.py": {"test_import_does_not_load_heavy_dependencies"},
     "tests/test_readme.py": {"test_ci_runs_exactly_the_readmes_set_up_lines"},
+    "tests/test_testing_chat.py": {
+        "test_a_person_types_in_a_private_chat_and_a_group_and_reads_the_replies"
+    },
     "tests/test_runner_router.py": {"test_auto_clear_drops_the_mcp_tools_the_group_loaded"},
     "tests/test_store.py": {"test_mark_interrupted_after_the_owning_process_died"},
     "tests/test_store_runs.py": {"test_is_alive_sees_exit_zombies_and_pid_reuse"},

@@ -1,4 +1,4 @@
-"""The ``ania-nb`` command line: demo, config, runs, usage, status, serve and store."""
+"""The ``ania-nb`` command line: demo, config, runs, usage, status, serve, chat and store."""
 
 from __future__ import annotations
 
@@ -66,6 +66,7 @@ def _parser() -> argparse.ArgumentParser:
     _add_config_flag(status)
     status.add_argument("--json", action="store_true", help="print one JSON object")
     _add_serve(sub)
+    _add_chat(sub)
     _add_store(sub)
     return parser
 
@@ -169,6 +170,57 @@ def _add_serve(sub: Any) -> None:
         metavar="NAME",
         help="this replica's name when several replicas share one PostgreSQL store "
         "(runner.replica_id; default <host>:<pid>); a live replica's name is refused",
+    )
+
+
+CHAT_DESCRIPTION = """\
+Try the bot without QQ: you type as a QQ user, the bot's replies (approval requests included)
+are printed as they come. By default this starts a small OneBot v11 implementation on 127.0.0.1
+(ania_nb.testing.onebot, the one the tests use) and `ania-nb serve` with the same config,
+told to dial it with a one-time token; --connect dials a `serve` already running in reverse
+mode instead (runner.host, runner.port, runner.path and runner.access_token of the config).
+
+Each line is a message from the current user. Lines starting with ':' are the simulator's:
+:private [QQ], :group GROUP [QQ] (messages there @ the bot), :plain TEXT (a group message
+without the @), :who, :help, :quit. /commands and approval answers (允许, 拒绝) are plain
+messages, as in QQ. At the end of input (Ctrl-D, or a closed pipe) it waits until the bot has
+been quiet for --settle seconds, then stops what it started.
+
+exit codes: 0 done; 1 `ania-nb serve` ended on its own; 2 the bot never connected, or a bad
+config."""
+
+
+def _add_chat(sub: Any) -> None:
+    chat = sub.add_parser(
+        "chat",
+        help="try the bot without QQ: type as a QQ user, see its replies (approvals included)",
+        description=CHAT_DESCRIPTION,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    _add_config_flag(chat)
+    chat.add_argument(
+        "--connect",
+        action="store_true",
+        help="dial a running `ania-nb serve` (reverse mode) instead of starting one",
+    )
+    chat.add_argument("--user", type=_positive, default=10001, metavar="QQ", help="you (10001)")
+    chat.add_argument("--self-id", default="10000", metavar="QQ", help="the bot's QQ (10000)")
+    chat.add_argument(
+        "--settle",
+        type=float,
+        default=3.0,
+        metavar="S",
+        help="at the end of input, wait until the bot was quiet this long (default 3)",
+    )
+    chat.add_argument(
+        "--wait", type=float, default=120.0, metavar="S", help="but at most this long (120)"
+    )
+    chat.add_argument(
+        "--wait-connect",
+        type=float,
+        default=60.0,
+        metavar="S",
+        help="how long the bot may take to connect (default 60)",
     )
 
 
@@ -341,6 +393,10 @@ def main(argv: list[str] | None = None) -> int:
             from .runner.serve import main as serve_main
 
             return serve_main(args.file, args.log_level, replica_id=args.replica_id)
+        if args.command == "chat":
+            from .testing.chat import run_chat
+
+            return asyncio.run(run_chat(args))
         if args.command == "store" and args.store_command == "migrate":
             return asyncio.run(_migrate_store(args))
     except AniaError as exc:

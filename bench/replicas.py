@@ -9,7 +9,7 @@ What runs where (issue 31, check 4):
   create databases); every block gets a fresh database;
 * the replicas: N real ``ania-nb serve`` processes (forward mode, each its own data directory,
   all with ``store.url`` on the block's database; ``--replica-id rN`` when serve has the flag);
-* the chat platform: this process, ``tests/onebot_impl.py`` as NapCat's forward-WS server with
+* the chat platform: this process, ``ania_nb.testing.onebot`` as NapCat's forward-WS server with
   several clients: every event goes to every replica (buffered per connection), every send is
   recorded with the replica that sent it.
 
@@ -284,7 +284,7 @@ class Platform:
     """The OneBot side: the implementation, the chats' waiting replies, who answered what."""
 
     def __init__(self) -> None:
-        from onebot_impl import OneBotImpl
+        from ania_nb.testing.onebot import OneBotImpl
 
         self.impl = OneBotImpl(SELF_ID, TOKEN, buffered=True)
         self.impl.on_action = self._on_action

@@ -1,7 +1,7 @@
 """A background subagent across real restarts of ``ania-nb serve`` (SIGTERM and kill -9).
 
 The runner is the real subprocess against the OneBot test implementation
-(``tests/onebot_impl.py``) and the scripted model; the child's model answers are held, so the
+(``ania_nb.testing.onebot``) and the scripted model; the child's model answers are held, so the
 child is still running when the signal comes. After each restart the chat is asked once more
 and answered (the point from which nothing more can arrive), and the notice "background task N
 was stopped by a restart" must have been sent exactly once.
@@ -21,11 +21,11 @@ from typing import Any
 
 import pytest
 import pytest_asyncio
-from onebot_impl import OneBotImpl
 from test_runner_serve import TOKEN, Serve, connect, to_user, uid, write_config
 
 from ania_nb.agents.background import STOPPED_BY_RESTART
 from ania_nb.testing import RecordedRequest, ScriptedLLM, reply, tool_call
+from ania_nb.testing.onebot import OneBotImpl
 
 pytestmark = pytest.mark.asyncio(loop_scope="function")
 

@@ -1,7 +1,7 @@
 """The durable runner under kill -9 and reconnect storms: ``ania-nb serve`` as a real process.
 
 Many chats send steadily to a real ``ania-nb serve`` (the OneBot test implementation,
-``tests/onebot_impl.py``; the scripted model answering after a small latency with the message
+``ania_nb.testing.onebot``; the scripted model answering after a small latency with the message
 keys it read, sometimes after a tool round). The process is killed with SIGKILL at random
 points and started again on the same data directory, or its connection is dropped every 200 ms.
 At the end every event ever pushed is pushed again with the same message id (a platform
@@ -29,10 +29,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from onebot_impl import OneBotImpl
 from test_runner_serve import TOKEN, Serve, write_config
 
 from ania_nb.testing import ScriptedLLM, reply, tool_call
+from ania_nb.testing.onebot import OneBotImpl
 
 pytestmark = pytest.mark.asyncio(loop_scope="function")
 

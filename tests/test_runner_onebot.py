@@ -1,4 +1,4 @@
-"""The OneBot v11 adapter against the test implementation (tests/onebot_impl.py), both modes.
+"""The OneBot v11 adapter against the test implementation (ania_nb.testing.onebot), both modes.
 
 Models and CQ strings are checked against the spec's own examples; everything else goes over
 real WebSockets on 127.0.0.1 to `OneBotImpl`, in forward and reverse mode.
@@ -15,15 +15,14 @@ from collections.abc import AsyncIterator
 from typing import Any
 from urllib.parse import quote
 
-import onebot_impl as ob
 import pytest
 from _waits import until
 from hypothesis import given
 from hypothesis import strategies as st
-from onebot_impl import HandshakeRejected, OneBotImpl
 from websockets.asyncio.client import connect
 from websockets.exceptions import InvalidStatus
 
+import ania_nb.testing.onebot as ob
 from ania_nb.config import RunnerSettings
 from ania_nb.errors import ConfigError
 from ania_nb.runner import AdapterError, ChatRef, Incoming, Outgoing
@@ -40,6 +39,7 @@ from ania_nb.runner.onebot import (
     unescape,
 )
 from ania_nb.testing import reply
+from ania_nb.testing.onebot import HandshakeRejected, OneBotImpl
 
 PNG = base64.b64encode(b"\x89PNG\r\n\x1a\n" + b"\0" * 16).decode()
 BOT = "10000"

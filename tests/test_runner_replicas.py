@@ -1,7 +1,7 @@
 """Several ``ania-nb serve`` replicas on one PostgreSQL store (issue 31, check 1).
 
 The OneBot test implementation plays NapCat's forward-WS server with several clients
-(``tests/onebot_impl.py``, buffered: every event goes to every connected replica, each at its own
+(``ania_nb.testing.onebot``, buffered: every event goes to every connected replica, each at its own
 pace, and every action records which replica sent it). Three ``ania-nb serve`` processes, each
 with its own data directory, share one fresh PostgreSQL database of the suite's cluster and the
 scripted model, which answers at once naming the message keys it read (``re: msg-<chat>-<n> …``).
@@ -42,10 +42,10 @@ from typing import Any
 
 import pytest
 from _waits import until
-from onebot_impl import OneBotImpl
 from test_runner_serve import ANIA_NB, TOKEN, Serve, write_config
 
 from ania_nb.testing import ScriptedLLM, reply
+from ania_nb.testing.onebot import OneBotImpl
 
 pytestmark = pytest.mark.asyncio(loop_scope="function")
 

@@ -1,7 +1,7 @@
 """``ania-nb serve`` end to end: the real subprocess, the scripted LLM and the OneBot test impl.
 
 The test process runs `ScriptedLLM` (threaded HTTP server) and `OneBotImpl` (a OneBot v11
-implementation written from the spec, ``tests/onebot_impl.py``) on 127.0.0.1; the runner is the
+implementation written from the spec, ``ania_nb.testing.onebot``) on 127.0.0.1; the runner is the
 installed ``ania-nb serve`` console script with an ``ania.toml`` pointing at both.
 
 Chat behaviour is checked against one shared reverse-mode process (the ``bot`` fixture; every
@@ -28,9 +28,9 @@ from typing import Any
 
 import pytest
 import pytest_asyncio
-from onebot_impl import HandshakeRejected, OneBotImpl
 
 from ania_nb.testing import ScriptedLLM, reply, tool_call
+from ania_nb.testing.onebot import HandshakeRejected, OneBotImpl
 
 # One event loop for the module: the shared bot's connections live across tests.
 pytestmark = pytest.mark.asyncio(loop_scope="module")

@@ -1,7 +1,7 @@
 """Issue 27, items 2, 4 and 6 as a hostile group member plays them against ``ania-nb serve``.
 
 One reverse-mode ``ania-nb serve`` subprocess (the scripted model, `OneBotImpl` from
-tests/onebot_impl.py, the helpers of tests/test_runner_serve.py) for the module; every test uses
+ania_nb.testing.onebot, the helpers of tests/test_runner_serve.py) for the module; every test uses
 chats of its own. What the model was sent is read from the scripted server's request bodies.
 """
 
@@ -20,7 +20,6 @@ from typing import Any
 
 import pytest
 import pytest_asyncio
-from onebot_impl import OneBotImpl
 from test_runner_serve import ADMIN, TOKEN, Serve, ats, requests, to_group, write_config
 
 from ania_nb import Agent
@@ -28,6 +27,7 @@ from ania_nb.config import RunnerSettings
 from ania_nb.runner import ChatRef, Outgoing
 from ania_nb.runner.onebot import OneBotAdapter
 from ania_nb.testing import ScriptedLLM, reply, tool_call
+from ania_nb.testing.onebot import OneBotImpl
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
 

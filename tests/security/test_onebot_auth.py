@@ -11,11 +11,11 @@ from typing import Any
 from urllib.parse import quote
 
 import pytest
-from onebot_impl import HandshakeRejected, OneBotImpl
 from websockets.asyncio.client import connect
 
 from ania_nb.config import RunnerSettings
 from ania_nb.runner.onebot import OneBotAdapter
+from ania_nb.testing.onebot import HandshakeRejected, OneBotImpl
 
 TOKEN = "ob-Tok/en+42=&x%y"  # URL-quoting changes it: a raw comparison would fail
 

@@ -1,6 +1,6 @@
 """The OneBot connection survives any frame (``ania-nb serve`` as a subprocess, both modes).
 
-The test implementation (``tests/onebot_impl.py``) sends hostile frames on the live
+The test implementation (``ania_nb.testing.onebot``) sends hostile frames on the live
 connection: JSON nested a hundred thousand levels deep, invalid UTF-8, huge frames, JSON of
 the wrong shape, events with wrong field types, answers nobody asked for. After each one the
 bot still answers a normal message — on the same connection when the frame only had to be
@@ -20,10 +20,10 @@ from typing import Any
 
 import pytest
 import pytest_asyncio
-from onebot_impl import OneBotImpl
 from test_runner_serve import TOKEN, Serve, connect, launch, to_user, uid, write_config
 
 from ania_nb.testing import ScriptedLLM, reply
+from ania_nb.testing.onebot import OneBotImpl
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
 __all__ = ["launch"]  # the fixture, shared with test_runner_serve

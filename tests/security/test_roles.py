@@ -16,7 +16,6 @@ import pytest
 from _waits import until
 from mcp_servers.support import stdio_entry
 from mcp_servers.support import write_config as write_mcp_config
-from onebot_impl import OneBotImpl
 from test_runner_serve import ADMIN, TOKEN, Serve, to_group, write_config
 
 from ania_nb import Callbacks, UsageError, tool
@@ -25,6 +24,7 @@ from ania_nb.config import Config, RolesSettings
 from ania_nb.errors import ConfigError
 from ania_nb.governance.roles import Roles, highest
 from ania_nb.testing import ScriptedLLM, reply, tool_call
+from ania_nb.testing.onebot import OneBotImpl
 
 ADMIN_TOOLS = {"config_get", "config_set", "config_file_get", "config_file_set"}
 SKILL_TOOLS = {"skill_install", "skill_list", "skill_reload", "skill_remove"}

@@ -27,10 +27,10 @@ from urllib.parse import quote, quote_plus
 import pytest
 import pytest_asyncio
 from mcp_servers.support import http_server
-from onebot_impl import HandshakeRejected, OneBotImpl
 from test_runner_serve import ANIA_NB, LISTEN_RE, Serve, to_user, uid, write_config
 
 from ania_nb.testing import ScriptedLLM, reply, tool_call
+from ania_nb.testing.onebot import HandshakeRejected, OneBotImpl
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
 

@@ -13,13 +13,16 @@ import json
 import socket
 import sys
 from collections.abc import AsyncIterator
-from pathlib import Path
 from typing import Any
 
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
-from onebot_impl import (
+from websockets.asyncio.client import ClientConnection, connect
+from websockets.asyncio.server import ServerConnection, serve
+from websockets.exceptions import ConnectionClosedError, InvalidStatus
+
+from ania_nb.testing.onebot import (
     HandshakeRejected,
     OneBotImpl,
     at,
@@ -33,9 +36,6 @@ from onebot_impl import (
     text,
     to_cq,
 )
-from websockets.asyncio.client import ClientConnection, connect
-from websockets.asyncio.server import ServerConnection, serve
-from websockets.exceptions import ConnectionClosedError, InvalidStatus
 
 TOKEN = "s3cret"
 
@@ -454,10 +454,10 @@ async def test_push_without_a_connection_times_out() -> None:
 
 
 async def test_standalone_script_serves_and_obeys_stdin(tmp_path: Any) -> None:
-    script = Path(__file__).with_name("onebot_impl.py")
     proc = await asyncio.create_subprocess_exec(
         sys.executable,
-        str(script),
+        "-m",
+        "ania_nb.testing.onebot",
         "--token",
         TOKEN,
         "--print-actions",
@@ -601,14 +601,14 @@ async def test_string_format_in_get_msg_and_history_and_answered_waits() -> None
 
 
 async def test_standalone_script_reverse_mode_sigterm_and_unreachable() -> None:
-    script = str(Path(__file__).with_name("onebot_impl.py"))
     bot = Bot(token=TOKEN)
     async with serve(bot.handler, "127.0.0.1", 0, process_request=bot.check) as server:
         url = f"ws://127.0.0.1:{next(iter(server.sockets)).getsockname()[1]}/onebot/v11/ws"
         proc = await asyncio.create_subprocess_exec(
             *(
                 sys.executable,
-                script,
+                "-m",
+                "ania_nb.testing.onebot",
                 "--connect",
                 url,
                 "--token",
@@ -634,7 +634,7 @@ async def test_standalone_script_reverse_mode_sigterm_and_unreachable() -> None:
                 proc.kill()
                 await proc.wait()
         refused = await asyncio.create_subprocess_exec(
-            *(sys.executable, script, "--connect", url, "--token", "wrong"),
+            *(sys.executable, "-m", "ania_nb.testing.onebot", "--connect", url, "--token", "wrong"),
             stdin=asyncio.subprocess.PIPE,
             stdout=asyncio.subprocess.PIPE,
         )

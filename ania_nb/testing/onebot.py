@@ -1,4 +1,4 @@
-"""A small OneBot v11 implementation for tests, written from the spec (/work/brief/onebot11).
+"""A small OneBot v11 implementation, written from the spec: the QQ side, for tests and trials.
 
 It plays the part NapCat/Lagrange play in production, over real WebSockets (`websockets`):
 
@@ -17,7 +17,8 @@ Node's ``ws`` buffers per socket: a frozen client (SIGSTOP) never delays the oth
 Tests inject messages (``private_message``, ``group_message``), watch the bot's actions
 (``impl.actions``, ``wait_for_action``), and make the next actions fail or stall. Everything
 the impl sends or receives is kept, so ``get_msg`` and the history actions answer from it.
-Run it standalone with ``python tests/onebot_impl.py --help`` (JSON lines on stdin/stdout).
+Run it standalone with ``python -m ania_nb.testing.onebot --help`` (JSON lines on stdin and
+stdout); ``ania-nb chat`` puts a person at its keyboard (`ania_nb.testing.chat`).
 """
 
 from __future__ import annotations
@@ -524,9 +525,9 @@ class OneBotImpl:
         except ConnectionClosed:
             pass
         finally:
-            for task in (beat, writer):
-                if task is not None:
-                    task.cancel()
+            for helper in (beat, writer):
+                if helper is not None:
+                    helper.cancel()
             self._queues.pop(conn_id, None)
             del self._live[conn_id]
             self._notify()
@@ -997,7 +998,7 @@ async def _command(impl: OneBotImpl, op: str, args: dict[str, Any]) -> Any:
 async def _script(argv: list[str] | None = None) -> int:
     """The command-line entry: serve or connect, then obey JSON lines on stdin."""
     parser = argparse.ArgumentParser(
-        prog="onebot_impl.py",
+        prog="python -m ania_nb.testing.onebot",
         description="A OneBot v11 implementation for tests. Forward mode (default) serves "
         "ws://HOST:PORT; --connect URL dials a bot's reverse-WS server instead. Prints "
         '{"ready": ..., "url": ...} once up, then reads one JSON command a line on stdin: '
