@@ -246,11 +246,14 @@ class Profiler:
         import cProfile
 
         db = (await self.agent.host.open_store()).db
+        # SQLite runs on a thread of its own (profiled too); PostgreSQL is natively async.
+        executor = getattr(db, "_executor", None)
         if self.side is not None:
             self.loop[self.side].disable()
-            await asyncio.get_running_loop().run_in_executor(
-                db._executor, self.store[self.side].disable
-            )
+            if executor is not None:
+                await asyncio.get_running_loop().run_in_executor(
+                    executor, self.store[self.side].disable
+                )
             now = self.thread_cpu()
             spent = self.threads.setdefault(self.side, {})
             for name, cpu in now.items():
@@ -260,8 +263,9 @@ class Profiler:
             return
         self._cpu0 = self.thread_cpu()
         self.loop.setdefault(side, cProfile.Profile()).enable()
-        store = self.store.setdefault(side, cProfile.Profile())
-        await asyncio.get_running_loop().run_in_executor(db._executor, store.enable)
+        if executor is not None:
+            store = self.store.setdefault(side, cProfile.Profile())
+            await asyncio.get_running_loop().run_in_executor(executor, store.enable)
 
     def dump(self) -> None:
         """Write what was gathered."""
