@@ -167,6 +167,48 @@ class UsageLedger:
 
         return await self._db.run(read)
 
+    async def used_by_model(self, day: str, model: str, session: str | None = None) -> int:
+        """Tokens ``model`` answered on ``day`` for ``session`` (None: all sessions).
+
+        Counted from the ledger's calls since each session's last reset that day, so a reset
+        lifts this limit too, like the counters'.
+        """
+        day = check_day(day)
+        sql = (
+            "SELECT SUM(l.total_tokens) FROM usage_ledger l WHERE l.day = ? AND l.model = ? "
+            "AND l.kind = 'call' AND l.at > COALESCE((SELECT MAX(r.at) FROM usage_ledger r "
+            "WHERE r.day = l.day AND r.session = l.session AND r.kind = 'reset'), 0)"
+        )
+        args: tuple[str, ...] = (day, model)
+        if session is not None:
+            sql, args = sql + " AND l.session = ?", (*args, check_session(session))
+
+        async def read(conn: Conn) -> int:
+            total = await conn.fetchval(sql, args)
+            return int(total or 0)
+
+        return await self._db.run(read)
+
+    async def models(self, day: str, session: str | None = None) -> list[DayCount]:
+        """Tokens by model on ``day``, most used first: everyone's, or ``session``'s.
+
+        Resets do not take them back: this is what was used, not what the limits count.
+        """
+        day = check_day(day)
+        if session is None:
+            return await self.daily(day, day)
+        counts = ", ".join(f"CAST(SUM({c}) AS BIGINT) AS {c}" for c in COUNTS.split(", "))
+        sql = (
+            f"SELECT day, model, {counts} FROM usage_ledger WHERE day = ? AND session = ? "
+            "AND kind = 'call' GROUP BY day, model ORDER BY total_tokens DESC, model"
+        )
+        args = (day, check_session(session))
+
+        async def read(conn: Conn) -> list[DayCount]:
+            return [DayCount(*row) for row in await conn.fetchall(sql, args)]
+
+        return await self._db.run(read)
+
     async def sessions(self, since: str, until: str | None = None) -> list[DayCount]:
         """Per-session counters of days ``since <= day <= until``, by day then most used."""
         return await self._rows("usage_counters", "session", since, until)
