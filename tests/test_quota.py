@@ -569,7 +569,7 @@ async def test_a_used_up_quota_goes_on_with_the_fallback_model_until_its_own_lim
         f"at 00:00 {ZONE} (in 2 h 30 min)"
     )
     status = await agent.chat("/quota", session=SESSION)
-    assert "used up, cheap answers; in nb:q today: 60 of 50 (120%)" in status.text
+    assert status.text.splitlines()[2] == "once used up, cheap answers: 60 today of 50 (120%)"
     other = await agent.chat("hi", session="nb:other")  # another session: its own quota
     assert other.ok and llm.requests[-1].model == "scripted"
 
@@ -579,9 +579,11 @@ async def test_a_used_up_quota_goes_on_with_the_fallback_model_until_its_own_lim
     assert (report.fallback_model, report.fallback_used) == ("cheap", 60)
     text = report.to_text()
     assert "Models today, all sessions:" in text and "quota fallback" in text
-    assert "Quota fallback: cheap answers once a limit is used up (50 per session, no limit " in (
-        text
-    )
+    assert "cheap (quota fallback)" in text and "scripted (main)" in text
+    assert (
+        "Quota fallback: cheap answers once a limit is used up (its own limits per day: 50 tokens "
+        "per session, no limit for everyone); 60 tokens today in all sessions"
+    ) in text
 
 
 async def test_without_the_fallback_setting_a_used_up_quota_refuses_as_before(

@@ -226,14 +226,11 @@ class KnowledgeStore:
             return
         progress = self.progress.setdefault(name, ReembedProgress(name))
         progress.running, progress.error = True, ""
-        self._fills[name] = asyncio.get_running_loop().create_task(self._fill(name, delay, dim))
+        with charging(None):  # background work (the task copies this): no run's session pays
+            self._fills[name] = asyncio.get_running_loop().create_task(self._fill(name, delay, dim))
 
     async def _fill(self, name: str, delay: float, dim: int) -> None:
         """Give every row of ``name`` a vector, in batches; retry after embedder failures."""
-        with charging(None):  # background work: no run's session pays for it
-            await self._fill_rows(name, delay, dim)
-
-    async def _fill_rows(self, name: str, delay: float, dim: int) -> None:
         from .embedders import EmbeddingError
         from .tables import TEXT
 

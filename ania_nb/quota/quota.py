@@ -294,10 +294,10 @@ class Quota:
             for day, by_model in totals.items()
         ]
         fallback = settings.fallback_model
+        roles = model_roles(config)
         models = [
-            ModelUsage(r.key, r.prompt, r.completion, r.cached, r.total, role)
+            ModelUsage(r.key, r.prompt, r.completion, r.cached, r.total, roles.get(r.key, ""))
             for r in await ledger.models(today, session)
-            for role in (model_roles(config).get(r.key, ""),)
         ]
         return UsageReport(
             today=today,

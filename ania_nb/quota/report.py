@@ -118,8 +118,7 @@ class UsageReport:
             lines += ["", f"Models today, {who}:"]
             by_model = [
                 (
-                    m.model or "(unnamed)",
-                    m.role or "-",
+                    f"{m.model or '(unnamed)'} ({m.role})" if m.role else m.model or "(unnamed)",
                     f"{m.total:,}",
                     f"{m.prompt:,}",
                     f"{m.completion:,}",
@@ -127,8 +126,7 @@ class UsageReport:
                 )
                 for m in self.models
             ]
-            header6 = ("model", "role", "tokens", "prompt", "completion", "cached")
-            lines += _table(header6, by_model)
+            lines += _table(("model", "tokens", "prompt", "completion", "cached"), by_model)
         notes = [self.fallback_text(), f"Embeddings: {self.embeddings}" if self.embeddings else ""]
         if any(notes):
             lines += ["", *(n for n in notes if n)]
@@ -159,15 +157,15 @@ class UsageReport:
                 _limit_words(self.fallback_global_limit, "for everyone"),
             )
         )
-        who = "this session" if self.session else "all sessions"
+        who = f"session {self.session}" if self.session else "all sessions"
         return (
-            f"Quota fallback: {self.fallback_model} answers once a limit is used up ({limits} "
-            f"per day); {self.fallback_used:,} tokens today in {who}"
+            f"Quota fallback: {self.fallback_model} answers once a limit is used up (its own "
+            f"limits per day: {limits}); {self.fallback_used:,} tokens today in {who}"
         )
 
 
 def _limit_words(limit: int, per: str) -> str:
-    return f"{limit:,} {per}" if limit else f"no limit {per}"
+    return f"{limit:,} tokens {per}" if limit else f"no limit {per}"
 
 
 def _money(value: float | None, currency: str) -> str:
