@@ -751,3 +751,37 @@ async def test_the_offline_embedder_costs_nothing_and_the_report_says_so(llm, ma
     assert "Embeddings: the offline embedder runs on this machine: no tokens, no cost" in (
         report.to_text()
     )
+
+
+async def test_a_run_on_the_fallback_compacts_its_history_with_the_fallback_too(
+    llm, make_agent
+) -> None:
+    agent = make_agent(
+        overrides={
+            **FALLBACK,
+            "quota.fallback_daily_tokens": 0,
+            "agent.max_context_tokens": 1000,
+            "compressor.model": "tiny-summariser",  # what compacts while the quota lasts
+        }
+    )
+    llm.script(
+        reply("long answer", usage=usage(950, 5)),  # over the quota and the context budget
+        reply("summary"),
+        reply("ok"),
+    )
+    await agent.chat("a", session=SESSION)
+    result = await agent.chat("b", session=SESSION)
+    assert [r.model for r in llm.requests] == ["scripted", "cheap", "cheap"]
+    assert result.ok and result.text.endswith("\n\nok")
+
+
+def test_a_fallback_notice_with_an_unknown_field_is_refused_with_the_fix() -> None:
+    from ania_nb import Config
+    from ania_nb.errors import ConfigError
+
+    with pytest.raises(ConfigError, match=r"may use only \{model\} and \{resets\}"):
+        Config().with_overrides({"quota.fallback_notice": "{user}, ask again tomorrow"})
+    config = Config().with_overrides(
+        {"quota.fallback_model": " cheap ", "quota.fallback_notice": ""}
+    )
+    assert config.quota.fallback_model == "cheap" and config.quota.fallback_notice == ""

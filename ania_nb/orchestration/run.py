@@ -92,8 +92,9 @@ class RunLimits:
 class ModelSwitch:
     """Another model answers a run: ``llm`` (e.g. ``quota.fallback_model`` once a quota is used up).
 
-    ``notice`` goes before the reply of the run if it succeeds with one ("" = none), and
-    ``noticed()`` is then awaited (so the notice is given once, where its giver wants).
+    It also summarises the history when the run compacts it. ``notice`` goes before the reply
+    of the run if it succeeds with one ("" = none), and ``noticed()`` is then awaited (so the
+    notice is given once, where its giver wants).
     """
 
     llm: LLMClient
@@ -216,6 +217,7 @@ class _Run:
         final: list[Message] = []
         try:
             async with asyncio.timeout(spec.seconds_left):
+                self.switch = await self._switched()  # before a compaction: it asks it too
                 system = {"role": "system", "content": spec.system_prompt}
                 if resume is None:
                     history = await self._fit(history, turn)
@@ -392,7 +394,8 @@ class _Run:
         """Replace the older history (in the store too) by its compaction; return it."""
         conv = self.spec.conversation
         assert conv is not None and conv.history is not None
-        compaction = await self.services.window.compact(history)
+        switched = self.switch.llm if self.switch is not None else None
+        compaction = await self.services.window.compact(history, switched)
         self.usage.merge(compaction.usage)
         conv.history = [*compaction.messages, *conv.history[len(history) :]]
         conv.last_prompt_tokens = conv.pending_tokens = 0
@@ -482,7 +485,6 @@ class _Run:
             usage=self.usage,
             progress=self.checkpoint.progress if self.checkpoint is not None else None,
         )
-        self.switch = await self._switched()
         if self.switch is not None:  # over the per-run model too: its quota is used up
             llm = self.switch.llm
         else:
