@@ -128,6 +128,32 @@ def counted_total(calls: Sequence[Call]) -> int:
     return sum(t.total for _, t in calls if _uses_tokens(t))
 
 
+async def _model_total(conn: Conn, day: str, model: str) -> int:
+    """Everyone's tokens of ``model`` on ``day``, each session's since its last reset that day.
+
+    The model's day total (one ``usage_daily`` row) less what the sessions reset that day had
+    used of it before their reset: those are found from the reset rows, few, so the day's
+    calls are not summed one by one.
+    """
+    total = await conn.fetchval(
+        "SELECT total_tokens FROM usage_daily WHERE day = ? AND model = ?", (day, model)
+    )
+    resets = await conn.fetchall(
+        "SELECT session, MAX(at) FROM usage_ledger WHERE day = ? AND kind = 'reset' "
+        "GROUP BY session",
+        (day,),
+    )
+    before = 0
+    for session, at in resets:
+        used = await conn.fetchval(
+            "SELECT SUM(total_tokens) FROM usage_ledger WHERE day = ? AND session = ? "
+            "AND model = ? AND kind = 'call' AND at <= ?",
+            (day, session, model, at),
+        )
+        before += int(used or 0)
+    return int(total or 0) - before
+
+
 def _uses_tokens(t: Tokens) -> bool:
     """Whether a call used any tokens (a call that used none leaves no ledger row)."""
     return bool(t.total or t.prompt or t.completion or t.cached)
@@ -174,14 +200,16 @@ class UsageLedger:
         lifts this limit too, like the counters'.
         """
         day = check_day(day)
+        if session is None:
+            return await self._db.run(lambda conn: _model_total(conn, day, model))
+        session = check_session(session)
+        # The session's last reset of the day first (few rows), then its calls after it.
         sql = (
-            "SELECT SUM(l.total_tokens) FROM usage_ledger l WHERE l.day = ? AND l.model = ? "
-            "AND l.kind = 'call' AND l.at > COALESCE((SELECT MAX(r.at) FROM usage_ledger r "
-            "WHERE r.day = l.day AND r.session = l.session AND r.kind = 'reset'), 0)"
+            "SELECT SUM(total_tokens) FROM usage_ledger WHERE day = ? AND session = ? "
+            "AND model = ? AND kind = 'call' AND at > COALESCE((SELECT MAX(at) FROM usage_ledger "
+            "WHERE day = ? AND session = ? AND kind = 'reset'), 0)"
         )
-        args: tuple[str, ...] = (day, model)
-        if session is not None:
-            sql, args = sql + " AND l.session = ?", (*args, check_session(session))
+        args = (day, session, model, day, session)
 
         async def read(conn: Conn) -> int:
             total = await conn.fetchval(sql, args)
