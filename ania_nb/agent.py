@@ -21,6 +21,7 @@ from .engine.callbacks import NO_CALLBACKS, ApprovalRequest, Callbacks, Verdict
 from .engine.context import BeforeCompact
 from .engine.loop import Gate, GateDecision, ToolCall
 from .engine.messages import Message
+from .engine.usage import Tokens, charging
 from .errors import LLMError, ToolError, UsageError
 from .governance import ApprovalManager, Governance, PythonHook
 from .governance.approval import (
@@ -62,10 +63,12 @@ from .orchestration.inbox import (
 )
 from .orchestration.main_turn import reply_row
 from .orchestration.outbox import Delivery, reply_delivery
+from .orchestration.run import ModelSwitch
 from .prompts import DEFAULT_SYSTEM_PROMPT
 from .quota import Quota
 from .quota.command import HELP as QUOTA_HELP
 from .quota.command import quota_command
+from .quota.fallback import FallbackClients
 from .result import RunResult
 from .store import ApprovalRow, InboxEntry, InboxState, OutboxRow, RunRecord
 from .store.replicas import Replica, open_replica
@@ -174,6 +177,8 @@ class Agent:
         self.agents = Agents(self.host)  # subagents and teams of main sessions
         self.knowledge = Knowledge(lambda: self.config, self.data_dir)  # kb and memory
         self.quota = Quota(lambda: self.config, self.host.open_store)  # daily limits and usage
+        self.knowledge.store.count_usage = self._count_embeddings  # an endpoint's tokens count
+        self._quota_clients = FallbackClients(self.http.llm)  # quota.fallback_model's client
         self._assemble(self.config)
         self._session_tools.append(self._builtin_session_tools)
         self._rt: Runtime | None = None
@@ -355,7 +360,33 @@ class Agent:
             price=self.quota.cost,
             security=self.config.security,
             suspension=self._suspension,
+            switch_model=self._quota_switch,
         )
+
+    async def _quota_switch(self, spec: RunSpec) -> ModelSwitch | None:
+        """``quota.fallback_model`` answers runs of a session whose daily quota is used up.
+
+        Main and clock runs (the replies a person reads) carry the notice, once per session
+        and day; subagents and team members switch silently.
+        """
+        fallback = await self.quota.fallback(spec.session)
+        if fallback is None:
+            return None
+        session = spec.session
+
+        async def noticed() -> None:
+            await self.quota.noticed(session, fallback)
+
+        return ModelSwitch(
+            self._quota_clients.client(self.config),
+            notice=fallback.notice if spec.kind in ("main", "clock") else "",
+            noticed=noticed,
+            reason=fallback.exhausted.message,
+        )
+
+    async def _count_embeddings(self, session: str, model: str, tokens: Tokens) -> None:
+        """Count an embeddings endpoint's tokens for ``session`` (toward its quotas)."""
+        await self.quota.add(session, {model: tokens})
 
     async def start(self) -> Agent:
         """Open the store, load skills and connect MCP servers now (else on the first chat).
@@ -417,7 +448,8 @@ class Agent:
         from .knowledge.inject import auto_inject
 
         try:
-            found = await auto_inject(self.knowledge, session, text, self.config)
+            with charging(session):  # the query's embedding counts for the session
+                found = await auto_inject(self.knowledge, session, text, self.config)
         except Exception:  # knowledge is an aid: a broken store must not stop the chat
             log.exception("auto-inject failed for %s", session)
             return None
@@ -1266,6 +1298,7 @@ class Agent:
             await asyncio.gather(*self._settling, return_exceptions=True)
         await self.agents.aclose()
         await self.knowledge.aclose()
+        await self._quota_clients.aclose()
         if self._upkeeper is not None:
             self._upkeeper.cancel()
             await asyncio.gather(self._upkeeper, return_exceptions=True)

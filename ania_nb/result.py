@@ -65,6 +65,9 @@ class RunResult:
     warnings: list[str] = field(default_factory=list)
     """What went wrong without failing the run (repeated calls not run, an answer that is only a
     tool call written as text); also in the run record's error field, prefixed ``warning:``."""
+    notice: str = ""
+    """What the run put before its reply for the person reading it (e.g. that a cheaper model
+    answers because today's quota is used up); already part of ``text``."""
 
     @property
     def ok(self) -> bool:

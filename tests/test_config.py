@@ -32,6 +32,7 @@ def test_every_key_is_documented_and_secrets_are_marked():
         "subagent.api_key",
         "embedding.api_key",
         "vision.api_key",
+        "quota.fallback_api_key",
         "web.token",
         "meme.key",
         "bash.env",  # KEY=VALUE entries: the values are masked, the names stay readable

@@ -402,3 +402,35 @@ asyncio.run(main())
         [sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120
     )
     assert done.returncode == 0, done.stderr
+
+
+async def test_an_endpoint_tells_its_tokens_reported_or_estimated(llm: ScriptedLLM):
+    from ania_nb.engine.usage import Tokens
+
+    heard: list[tuple[str, Tokens]] = []
+
+    async def on_usage(model: str, tokens: Tokens) -> None:
+        heard.append((model, tokens))
+
+    embedder = EndpointEmbedder(
+        llm.base_url, llm.api_key, "embed-m", timeout=10, batch_size=2, on_usage=on_usage
+    )
+    await embedder.embed(TEXTS[:3])  # two requests: what the server reports for each
+    reported = [sum(max(1, len(t) // 4) for t in TEXTS[:2]), max(1, len(TEXTS[2]) // 4)]
+    assert heard == [("embed-m", Tokens(prompt=n, total=n)) for n in reported]
+
+    heard.clear()
+    body = {"object": "list", "model": "embed-m", "data": [
+        {"object": "embedding", "index": 0, "embedding": embedding_vector("x")}
+    ]}  # fmt: skip
+    llm.embeddings.script(raw(body), raw({**body, "usage": {"prompt_tokens": -3}}))
+    await embedder.embed(["twenty characters.."])  # no usage: characters / 2, never free
+    await embedder.embed(["abcd"])  # nonsense: an estimate too
+    assert heard == [("embed-m", Tokens(prompt=9, total=9)), ("embed-m", Tokens(prompt=2, total=2))]
+
+    async def broken(model: str, tokens: Tokens) -> None:
+        raise RuntimeError("the ledger is gone")
+
+    embedder.on_usage = broken  # counting fails: the vectors still come (logged)
+    assert (await embedder.embed(["still works"])).shape == (1, 64)
+    await embedder.aclose()

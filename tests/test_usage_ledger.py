@@ -364,6 +364,35 @@ async def test_reset_and_prune_keep_the_ledger_equal_to_the_counters(tmp_path) -
         await store.close()
 
 
+async def test_a_models_use_counts_each_session_since_its_last_reset(tmp_path) -> None:
+    """What the quota fallback's limits read: one model's tokens, per session and for all."""
+    store = await Store.open(tmp_path)
+    try:
+        usage_, day = store.usage, "2026-12-01"
+        for who in ("nb:a", "nb:b", "nb:c"):
+            await usage_.add(
+                day, who, [("cheap", Tokens(10, 0, 0, 10)), ("main", Tokens(1, 0, 0, 1))]
+            )
+        await usage_.add("2026-11-30", "nb:a", {"cheap": Tokens(5, 0, 0, 5)})  # another day
+        assert await usage_.used_by_model(day, "cheap") == 30
+        await usage_.reset(day, "nb:a")
+        await usage_.reset(day, "nb:b")
+        await usage_.reset(day, "nb:b")  # twice: the last reset counts
+        await usage_.add(day, "nb:a", {"cheap": Tokens(4, 0, 0, 4)})
+        assert [await usage_.used_by_model(day, "cheap", w) for w in ("nb:a", "nb:b", "nb:c")] == [
+            4,
+            0,
+            10,
+        ]
+        assert await usage_.used_by_model(day, "cheap") == 14  # each since its own reset
+        assert await usage_.used_by_model(day, "main") == 1
+        assert await usage_.used_by_model(day, "unknown") == 0
+        models = await usage_.models(day, "nb:a")  # what was used, resets or not
+        assert [(m.key, m.total) for m in models] == [("cheap", 14), ("main", 1)]
+    finally:
+        await store.close()
+
+
 @pytest.mark.sqlite_only
 async def test_a_store_counted_before_the_ledger_carries_its_counters_over(tmp_path) -> None:
     """A store of the schema before the ledger: counters, daily totals and records stay."""

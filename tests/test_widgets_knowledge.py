@@ -12,10 +12,10 @@ import pytest
 
 from ania_nb import RunEvent
 from ania_nb.config import Config
-from ania_nb.knowledge import Knowledge
+from ania_nb.knowledge import Knowledge, KnowledgeChange, SourceDoc
 from ania_nb.notebook.widgets import RunView
 from ania_nb.notebook.widgets.knowledge import KbPanel, MemoryList
-from ania_nb.testing import reply
+from ania_nb.testing import reply, tool_call
 
 DEPLOY = "Deploying the service: run make deploy, then check the health endpoint on port 8080."
 TEA = "绿茶的冲泡方法：水温八十度左右，浸泡两到三分钟，不要用沸水。"
@@ -275,6 +275,84 @@ async def test_a_real_turn_shows_its_injected_chunks(llm, make_agent):
     assert line.startswith("  📚 injected: 《Deploying》 (score ")
     assert doc.id in view.items[0].widget.value  # the chunk id in the tooltip
     view.close()
+
+
+# ------------------------------------------------------------------ following changes
+
+
+async def followed(panel, until) -> None:
+    """Wait (bounded) until the panel's own refreshes made ``until()`` true."""
+    async with asyncio.timeout(30):
+        while not until():
+            await panel.wait_actions()
+            await asyncio.sleep(0.01)
+
+
+async def test_the_panels_follow_adds_and_deletes_made_elsewhere(knowledge):
+    k = knowledge()
+    panel = await KbPanel(k, "nb:t").refresh()
+    memories = await MemoryList(k, "nb:t").refresh()
+    refreshes = {"kb": 0, "memory": 0}
+    for name, shown in (("kb", panel), ("memory", memories)):
+        original = shown.refresh
+
+        async def counted(name=name, original=original):
+            refreshes[name] += 1
+            return await original()
+
+        shown.refresh = counted
+
+    doc = (await k.kb.add("nb:t", "Deploying", DEPLOY)).document  # another cell, no click
+    await followed(panel, lambda: [d.title for d in panel.documents] == ["Deploying"])
+    assert "1 document(s)" in panel.text() and doc.id in panel.doc_box.children[0].children[0].value
+    assert refreshes == {"kb": 1, "memory": 0}  # a kb change leaves the memory list alone
+
+    notes = [SourceDoc(f"Note {i}", f"note number {i} of the deploy checklist") for i in range(5)]
+    await k.kb.add_many("nb:t", notes)  # an ingest: one change per commit of 64 documents
+    await followed(panel, lambda: len(panel.documents) == 6)
+    assert refreshes["kb"] == 2
+    for _ in range(5):  # a burst of changes within one turn of the loop: one refresh
+        panel.on_change(KnowledgeChange("kb", "added", "nb:t"))
+    await settled(panel)
+    assert refreshes["kb"] == 3
+
+    await k.kb.add("global", "绿茶", TEA)  # another scope: the dropdown's counts follow
+    await followed(
+        panel, lambda: "global (1)" in [label for label, _ in panel.scope_picker.options]
+    )
+    assert await k.kb.delete("nb:t", doc.id)
+    await followed(panel, lambda: doc.id not in {d.id for d in panel.documents})
+
+    entry, _ = await k.memory.save("nb:t", "Alice prefers short answers")
+    await followed(memories, lambda: [e.id for e in memories.entries] == [entry.id])
+    await k.memory.clear("nb:t")
+    await followed(memories, lambda: not memories.entries)
+
+    panel.close()
+    memories.close()
+    seen = list(panel.documents)
+    await k.kb.add("nb:t", "After", "added after the panel was closed")
+    await asyncio.sleep(panel.follow_delay * 2)
+    assert panel.documents == seen and not panel.actions  # a closed panel does nothing more
+    assert not k.store._listeners
+
+
+async def test_the_panel_shows_what_the_ai_adds_and_deletes(llm, make_agent):
+    agent = make_agent(overrides={"agent.builtin_tools": True, "embedding.provider": "none"})
+    panel = await KbPanel(agent.knowledge, "nb:t").refresh()
+    assert panel.documents == []
+    llm.script(
+        reply(tool_calls=[tool_call("kb_add", {"title": "Deploying", "content": DEPLOY})]),
+        reply("stored it"),
+    )
+    assert (await agent.chat("remember how we deploy", session="nb:t")).ok
+    await followed(panel, lambda: [d.title for d in panel.documents] == ["Deploying"])
+    doc_id = panel.documents[0].id
+    llm.script(reply(tool_calls=[tool_call("kb_delete", {"id": doc_id})]), reply("gone"))
+    assert (await agent.chat("forget it", session="nb:t")).ok
+    await followed(panel, lambda: panel.documents == [])
+    assert "(no documents)" in panel.text()
+    panel.close()
 
 
 # ------------------------------------------------------------------ %ania kb / %ania memory

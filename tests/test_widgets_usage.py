@@ -172,6 +172,33 @@ async def test_one_session_and_no_limits(llm, make_agent):
     panel.close()
 
 
+async def test_the_panel_shows_both_models_the_fallback_and_what_embeddings_cost(llm, make_agent):
+    agent = await agent_at_noon(
+        make_agent,
+        **{
+            "quota.daily_tokens": 100,
+            "quota.fallback_model": "cheap",
+            "embedding.provider": "none",
+        },
+    )
+    llm.script(reply("a", usage=usage(150, 0)), reply("b", usage=usage(20, 4)))
+    assert (await agent.chat("x", session="nb:a")).ok
+    assert (await agent.chat("y", session="nb:a")).text.endswith("\n\nb")  # cheap answered
+    panel = await UsagePanel(agent.quota, days=2).refresh()
+    assert [(m.model, m.total, m.role) for m in panel.report.models] == [
+        ("scripted", 150, "main"),
+        ("cheap", 24, "quota fallback"),
+    ]
+    table = panel.model_table.value
+    assert table.index("scripted") < table.index("cheap") and "quota fallback" in table
+    notes = panel.notes_html.value
+    assert "Quota fallback: cheap answers once a limit is used up" in notes
+    assert "24 tokens today in all sessions" in notes
+    assert "Embeddings: none (full-text search only): no tokens, no cost" in notes
+    assert "Models today, all sessions:" in panel.text()
+    panel.close()
+
+
 async def test_counting_off_is_said_and_a_failed_refresh_is_shown(llm, make_agent):
     agent = await agent_at_noon(make_agent, **{"quota.enable": False})
     panel = await UsagePanel(agent.quota).refresh()

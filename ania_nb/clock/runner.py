@@ -23,6 +23,7 @@ from ..engine.untrusted import untrusted
 from ..engine.usage import Usage
 from ..orchestration import Conversation, OneShotJob
 from ..orchestration.records import call_records
+from ..orchestration.run import with_notice
 from .model import MAX_TIMEOUT
 from .schedule import describe_period
 
@@ -234,9 +235,11 @@ async def run_task(host: AgentHost, store: ClockStore, task: ClockTask, entry_id
         return await host.run_one_shot(job(text))
 
     try:
-        result = await host.run_one_shot(job(trigger_text(task)))
+        result = first = await host.run_one_shot(job(trigger_text(task)))
         if children is not None and result.ok:
             result = await children.drain(result, continue_with)
+            if result.ok:  # the delivered reply is the last one: it carries the first's notice
+                result = with_notice(result, first.notice)
     except asyncio.CancelledError:
         await asyncio.shield(recorder.close("stopped", usage, None, "the clock run was stopped"))
         raise

@@ -4,9 +4,14 @@ from __future__ import annotations
 
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator
 
-from ._sections import Section
+from ._sections import Endpoint, Section, _secret
+
+FALLBACK_NOTICE = (
+    "(Today's token quota is used up: a cheaper model, {model}, answers until it resets at "
+    "{resets}.)"
+)
 
 
 class QuotaSettings(Section):
@@ -34,6 +39,60 @@ class QuotaSettings(Section):
         le=3650,
         description="Days per-session counters are kept (pruned at start); daily totals stay.",
     )
+    fallback_model: str = Field(
+        "",
+        description="Model that answers instead of refusing once a session's or everyone's "
+        "daily tokens are used up (runs go on with it until the day resets); empty = refuse.",
+    )
+    fallback_base_url: str = Field(
+        "", description="Endpoint of quota.fallback_model; empty = the main model's."
+    )
+    fallback_api_key: SecretStr | None = _secret(
+        "API key of quota.fallback_base_url; empty = the main model's."
+    )
+    fallback_daily_tokens: int = Field(
+        0,
+        ge=0,
+        description="Tokens one session may use per day on quota.fallback_model once its "
+        "quota is used up; 0 = unlimited.",
+    )
+    fallback_global_daily_tokens: int = Field(
+        0,
+        ge=0,
+        description="Tokens all sessions together may use per day on quota.fallback_model; "
+        "0 = unlimited.",
+    )
+    fallback_notice: str = Field(
+        FALLBACK_NOTICE,
+        max_length=500,
+        description="Put before the first reply of a session each day that the fallback model "
+        "answers; {model} and {resets} are filled in; empty = no notice.",
+    )
+
+    def fallback_endpoint(self) -> Endpoint:
+        """quota.fallback_* as an endpoint (empty fields: the main model's, see `resolved`)."""
+        return Endpoint(
+            base_url=self.fallback_base_url,
+            api_key=self.fallback_api_key,
+            model=self.fallback_model,
+        )
+
+    @field_validator("fallback_model", "fallback_base_url")
+    @classmethod
+    def _stripped(cls, value: str) -> str:
+        return value.strip()
+
+    @field_validator("fallback_notice")
+    @classmethod
+    def _known_fields(cls, value: str) -> str:
+        try:
+            value.format(model="m", resets="00:00")
+        except (KeyError, IndexError, ValueError) as exc:
+            raise ValueError(
+                f"quota.fallback_notice may use only {{model}} and {{resets}} ({exc}); write "
+                "{{ and }} for literal braces"
+            ) from None
+        return value
 
     @field_validator("timezone")
     @classmethod

@@ -99,8 +99,10 @@ class RunEvent:
     ``tool_start`` / ``tool_end`` (data: call id, name, arguments, result, error, duration; on
     ``tool_end`` also ``outcome`` — ok, error, denied, blocked, timeout, stopped — and ``stage``,
     the gate stage that stopped the call: role, plan, hook, admin, human or None),
-    ``usage`` (data: Usage dict), ``run_end`` (data: status, error, and from a run that went
-    through the loop ``warnings``: repeated calls not run, an answer that is only a text call).
+    ``usage`` (data: Usage dict), ``model_switch`` (data: model, reason: another model answers
+    the run, e.g. a used-up quota's fallback), ``run_end`` (data: status, error, and from a run
+    that went through the loop ``warnings``: repeated calls not run, an answer that is only a
+    text call).
     """
 
     kind: str

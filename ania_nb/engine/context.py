@@ -138,8 +138,13 @@ class ContextWindow:
         size = last_prompt_tokens - fixed if last_prompt_tokens else estimate_tokens(conversation)
         return size > self.conversation_budget(fixed)
 
-    async def compact(self, history: list[Message]) -> Compaction:
-        """Summarise the history into one user message, or drop the oldest half on failure."""
+    async def compact(
+        self, history: list[Message], compressor: LLMClient | None = None
+    ) -> Compaction:
+        """Summarise the history into one user message, or drop the oldest half on failure.
+
+        ``compressor`` summarises instead of the window's own (a run another model answers).
+        """
         if self.before_compact is not None:
             try:
                 await self.before_compact(history)
@@ -156,7 +161,7 @@ class ContextWindow:
                 {"role": "system", "content": SUMMARISER_PROMPT},
                 {"role": "user", "content": transcript},
             ]
-            completion = await self.compressor.complete(sent)
+            completion = await (compressor or self.compressor).complete(sent)
             usage.add_completion(completion, sent, count_iteration=False)
             summary = (completion.message.get("content") or "").strip()
             if not summary:

@@ -153,10 +153,12 @@ class LLMClient:
         role: str = "main",
         http_client: httpx2.AsyncClient | None = None,
     ) -> LLMClient:
-        """Build the main client (with its fallback) or a role's: compressor, subagent, vision.
+        """Build the main client (with its fallback) or a role's client.
 
-        A role without its own endpoint or model gets the main client's settings; a
-        `ConfigError` names ``llm.base_url`` / ``llm.model`` when neither has them.
+        The roles: compressor, subagent, vision, or ``quota`` (``quota.fallback_model``, which
+        answers once a daily quota is used up). A role without its own endpoint or model gets
+        the main client's settings; a `ConfigError` names ``llm.base_url`` / ``llm.model`` when
+        neither has them.
         """
         from ..config import require_endpoint
 
@@ -164,9 +166,13 @@ class LLMClient:
         retry = RetryPolicy(**config.retry.model_dump())
 
         def endpoint(
-            name: str, fallback: LLMClient | None = None, max_tokens: int | None = llm.max_tokens
+            name: str,
+            fallback: LLMClient | None = None,
+            max_tokens: int | None = llm.max_tokens,
+            section: Endpoint | None = None,
         ) -> LLMClient:
-            section: Endpoint = getattr(config, name)
+            section = section if section is not None else getattr(config, name)
+            assert section is not None
             resolved = section.resolved(llm)
             require_endpoint(resolved, role=name)
             return cls(
@@ -187,6 +193,9 @@ class LLMClient:
             # A few hundred tokens per image (the original's OCR model: 600); no fallback, since
             # a text model cannot describe an image, and a failed description is reported as such.
             return endpoint("vision", max_tokens=600)
+        if role == "quota":
+            # No fallback on errors: that model may be the expensive one the quota spares.
+            return endpoint("quota", section=config.quota.fallback_endpoint())
         fallback = endpoint("fallback") if config.fallback.model.strip() else None
         if role == "subagent" and config.subagent.own_endpoint:
             return endpoint("subagent", fallback)

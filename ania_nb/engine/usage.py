@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import contextvars
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -11,6 +13,27 @@ from .messages import Message, estimate_tokens
 
 if TYPE_CHECKING:
     from ._llm_wire import Completion
+
+# The session the work running now is counted for: set by the run path for each run (its tool
+# calls inherit it), read by what counts tokens outside the model calls (an embeddings endpoint).
+_charged: contextvars.ContextVar[str | None] = contextvars.ContextVar(
+    "ania_charged_session", default=None
+)
+
+
+def charged_session() -> str | None:
+    """The session the work running now counts for (None: no run, e.g. a notebook cell)."""
+    return _charged.get()
+
+
+@contextmanager
+def charging(session: str | None) -> Iterator[None]:
+    """Count the work inside the block (and the tasks it starts) for ``session``."""
+    token = _charged.set(session)
+    try:
+        yield
+    finally:
+        _charged.reset(token)
 
 
 @dataclass

@@ -23,6 +23,7 @@ from .model import (
     Document,
     Hit,
     IngestReport,
+    KnowledgeChange,
     KnowledgeError,
     KnowledgeStatus,
     MemoryEntry,
@@ -41,6 +42,7 @@ __all__ = [
     "IngestReport",
     "Knowledge",
     "KnowledgeBase",
+    "KnowledgeChange",
     "KnowledgeError",
     "KnowledgeStatus",
     "MemoryBook",
@@ -87,6 +89,14 @@ class Knowledge:
             vector_index=kb.vector_index,
             reembed=parts["reembed"],
         )
+
+    def subscribe(self, listener: Callable[[KnowledgeChange], object]) -> Callable[[], None]:
+        """Call ``listener(change)`` whenever documents or memories are added or removed here.
+
+        Returns the function that stops it. Listeners run on the event loop, right after the
+        write; one that raises is logged.
+        """
+        return self.store.subscribe(listener)
 
     async def wait_reembedded(self) -> None:
         """Wait until vectors are filled after an embedder switch or an outage."""

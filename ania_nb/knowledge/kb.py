@@ -7,12 +7,20 @@ import hashlib
 import time
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from ania_nb.text import cut
 
 from .chunking import chunk_text, dedupe_key, match_share
-from .model import AddResult, Document, Hit, IngestReport, KnowledgeError, SourceDoc
+from .model import (
+    AddResult,
+    Document,
+    Hit,
+    IngestReport,
+    KnowledgeChange,
+    KnowledgeError,
+    SourceDoc,
+)
 from .search import MODES, Ranked, SearchMode, fuse, order, scope_filter, wants_exact
 from .search import sql_string as _q
 from .store import KB_TABLE, KnowledgeStore
@@ -140,11 +148,18 @@ class KnowledgeBase:
                 count += 1
             await self._embed(table, rows)
             inserted = await table.insert_new(rows)
-            if inserted < len(rows):  # another process stored some of them meanwhile
-                results = await self._theirs(table, scope, results, new_keys)
-            if await self._settle(table, scope, results) or full:
-                raise KnowledgeError(f"kb full ({kb.max_docs}), delete some")
+            try:
+                if inserted < len(rows):  # another process stored some of them meanwhile
+                    results = await self._theirs(table, scope, results, new_keys)
+                if await self._settle(table, scope, results) or full:
+                    raise KnowledgeError(f"kb full ({kb.max_docs}), delete some")
+            finally:
+                if inserted:  # open panels show the new documents (and any undone again)
+                    self._changed("added", scope, tuple(new_keys))
         return results
+
+    def _changed(self, kind: Literal["added", "deleted"], scope: str, ids: tuple[str, ...]) -> None:
+        self.store.changed(KnowledgeChange("kb", kind, scope, ids))
 
     async def _count(self, table: Any, scope: str) -> int:
         return int(await table.count(f"scope = {_q(scope)} AND chunk_index = 0"))
@@ -261,13 +276,19 @@ class KnowledgeBase:
         """Delete a document and its chunks; False when the scope has no such document."""
         table = await self._table()
         where = f"scope = {_q(check_scope(scope))} AND doc_id = {_q(str(doc_id))}"
-        return bool(await table.delete_counted(where))
+        deleted = bool(await table.delete_counted(where))
+        if deleted:
+            self._changed("deleted", scope, (str(doc_id),))
+        return deleted
 
     async def clear(self, scope: str) -> int:
         """Delete every document of a scope; returns how many there were."""
         table = await self._table()
         where = f"scope = {_q(check_scope(scope))}"
-        return await table.delete_counted(where, f"{where} AND chunk_index = 0")
+        cleared = await table.delete_counted(where, f"{where} AND chunk_index = 0")
+        if cleared:
+            self._changed("deleted", scope, ())
+        return cleared
 
     # ------------------------------------------------------------------ reading
 

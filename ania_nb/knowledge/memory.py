@@ -16,7 +16,7 @@ from ania_nb.text import cut
 
 from .chunking import collapse_ws, match_share
 from .kb import check_scope, content_id
-from .model import KnowledgeError, MemoryEntry
+from .model import KnowledgeChange, KnowledgeError, MemoryEntry
 from .search import sql_string
 from .store import MEMORY_TABLE, KnowledgeStore
 
@@ -100,6 +100,7 @@ class MemoryBook:
             if count > settings.max_entries:
                 await table.delete(f"{where} AND id = {sql_string(entry.id)}")
                 raise KnowledgeError(f"memory full ({count - 1} entries), use memory_forget first")
+        self.store.changed(KnowledgeChange("memory", "added", scope, (entry.id,)))
         return entry, True
 
     async def _stored(self, table: Any, scope: str, key: str, memory_id: str) -> MemoryEntry:
@@ -155,12 +156,18 @@ class MemoryBook:
         """Delete a memory; False when the scope has no such memory."""
         table = await self._table()
         where = f"scope = {sql_string(check_scope(scope))} AND id = {sql_string(str(memory_id))}"
-        return bool(await table.delete_counted(where))
+        forgotten = bool(await table.delete_counted(where))
+        if forgotten:
+            self.store.changed(KnowledgeChange("memory", "deleted", scope, (str(memory_id),)))
+        return forgotten
 
     async def clear(self, scope: str) -> int:
         """Forget every memory of a scope; returns how many there were."""
         table = await self._table()
-        return await table.delete_counted(f"scope = {sql_string(check_scope(scope))}")
+        cleared = await table.delete_counted(f"scope = {sql_string(check_scope(scope))}")
+        if cleared:
+            self.store.changed(KnowledgeChange("memory", "deleted", scope, ()))
+        return cleared
 
     async def scopes(self) -> dict[str, int]:
         """Every scope with memories, and how many it has."""

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Literal
 
 from ..errors import UsageError
 from ..session_keys import GLOBAL
@@ -87,6 +88,16 @@ class MemoryEntry:
     tags: tuple[str, ...] = ()
     created_at: float = 0.0
     score: float = 0.0  # set by searches
+
+
+@dataclass(frozen=True)
+class KnowledgeChange:
+    """Entries of a scope were added or removed (``table``: kb or memory), by anyone here."""
+
+    table: Literal["kb", "memory"]
+    kind: Literal["added", "deleted"]
+    scope: str
+    ids: tuple[str, ...] = ()  # the documents or memories (empty: all of a cleared scope)
 
 
 @dataclass

@@ -9,6 +9,11 @@ Opening imports lancedb in a worker thread (it takes seconds) so the event loop 
 When the configured embedder differs from the one recorded on a table, the table's vectors are
 dropped and re-made in the background; until that ends, searches of the table are full-text
 only. Rows added while the embedder was unreachable get their vectors the same way.
+
+An endpoint embedder's tokens go to ``count_usage(session, model, tokens)`` (the Agent counts
+them in its usage ledger): for the session whose run asked (`charged_session`), else for
+``knowledge`` (a notebook cell, background re-embedding). ``subscribe`` hears every change of
+the stored documents and memories made through this store (`KnowledgeChange`).
 """
 
 from __future__ import annotations
@@ -17,12 +22,13 @@ import asyncio
 import contextlib
 import importlib
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from ..engine.usage import Tokens, charged_session, charging
 from ..text import flatten
-from .model import ReembedProgress
+from .model import KnowledgeChange, ReembedProgress
 
 if TYPE_CHECKING:  # pragma: no cover
     from ..config import Config
@@ -32,6 +38,9 @@ if TYPE_CHECKING:  # pragma: no cover
 log = logging.getLogger(__name__)
 KB_TABLE = "kb_chunks"
 MEMORY_TABLE = "memories"
+UNCHARGED = "knowledge"  # the session embeddings outside any run count for
+
+UsageCounter = Callable[[str, str, Tokens], Awaitable[None]]
 
 
 class KnowledgeStore:
@@ -53,6 +62,8 @@ class KnowledgeStore:
         self._lock = asyncio.Lock()
         self._opened = False
         self._closed = False
+        self.count_usage: UsageCounter | None = None  # where an endpoint's tokens are counted
+        self._listeners: list[Callable[[KnowledgeChange], object]] = []
 
     @property
     def config(self) -> Config:
@@ -108,7 +119,8 @@ class KnowledgeStore:
                 raise KnowledgeError(
                     f"cannot open the knowledge tables at {uri} (kb.uri): {flatten(str(exc), 400)}"
                 ) from exc
-            await self._attach_embedder()
+            with charging(None):  # the dimension probe is the store's, not the opener's
+                await self._attach_embedder()
             self._opened = True
 
     def table(self, name: str) -> LanceTable:
@@ -125,7 +137,7 @@ class KnowledgeStore:
     async def _attach_embedder(self) -> None:
         from .embedders import EmbeddingError, QueryVectorCache, make_embedder
 
-        self.embedder = await asyncio.to_thread(make_embedder, self.config)
+        self.embedder = await asyncio.to_thread(make_embedder, self.config, self._embedded)
         if self.embedder is None:
             return
         self.queries = QueryVectorCache(self.embedder)
@@ -136,6 +148,11 @@ class KnowledgeStore:
             self._retry = asyncio.get_running_loop().create_task(self._attach_later())
             return
         await self._label_tables(dim)
+
+    async def _embedded(self, model: str, tokens: Tokens) -> None:
+        """Count an embeddings request's tokens for the session that asked."""
+        if self.count_usage is not None:
+            await self.count_usage(charged_session() or UNCHARGED, model, tokens)
 
     async def _attach_later(self) -> None:
         """Ask the embedder for its dimension every `retry_seconds` until it answers."""
@@ -209,7 +226,8 @@ class KnowledgeStore:
             return
         progress = self.progress.setdefault(name, ReembedProgress(name))
         progress.running, progress.error = True, ""
-        self._fills[name] = asyncio.get_running_loop().create_task(self._fill(name, delay, dim))
+        with charging(None):  # background work (the task copies this): no run's session pays
+            self._fills[name] = asyncio.get_running_loop().create_task(self._fill(name, delay, dim))
 
     async def _fill(self, name: str, delay: float, dim: int) -> None:
         """Give every row of ``name`` a vector, in batches; retry after embedder failures."""
@@ -294,6 +312,29 @@ class KnowledgeStore:
         if closer is not None:
             await closer()
         self._opened = False
+
+    # ------------------------------------------------------------------ changes
+
+    def subscribe(self, listener: Callable[[KnowledgeChange], object]) -> Callable[[], None]:
+        """Call ``listener(change)`` after every change of the stored entries.
+
+        Returns the function that stops it.
+        """
+        self._listeners.append(listener)
+
+        def unsubscribe() -> None:
+            if listener in self._listeners:
+                self._listeners.remove(listener)
+
+        return unsubscribe
+
+    def changed(self, change: KnowledgeChange) -> None:
+        """Tell the listeners (a failing one is logged; the others still hear it)."""
+        for listener in list(self._listeners):
+            try:
+                listener(change)
+            except Exception:
+                log.exception("a knowledge listener failed on %s", change)
 
     def status_parts(self) -> dict[str, Any]:
         """Embedder identity, dimension and progress, for `KnowledgeStatus`."""

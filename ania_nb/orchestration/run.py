@@ -10,6 +10,11 @@ the loop asked once more, or only a tool call written as text that was not run, 
 ``error`` (the text, if any, kept); after the iteration limit the error says so. What the loop
 noticed but let through (repeated calls not run, an answer that is only a tool call written as
 text) goes to ``RunResult.warnings`` and, prefixed ``warning:``, to the record's error field.
+
+Before its first model call a run asks ``services.switch_model`` whether another model answers
+it (a used-up daily quota's fallback: `ModelSwitch`); front ends hear it as a ``model_switch``
+event, and a switch's notice goes before the reply of a successful run. The run's session is
+the one work inside it counts for (`charging`: an embeddings endpoint's tokens, say).
 """
 
 from __future__ import annotations
@@ -29,7 +34,7 @@ from ..engine.llm import LLMClient
 from ..engine.loop import Gate, GateDecision, TextToolCalls, ToolCall, ToolCallResult, ToolLoop
 from ..engine.messages import Message, estimate_tokens, for_storage, timestamped, user_message
 from ..engine.repair import clean_text, repair_history
-from ..engine.usage import Usage
+from ..engine.usage import Usage, charging
 from ..errors import ResourceError, RunError
 from ..governance.gate import CHECKPOINT
 from ..governance.plan import has_side_effects
@@ -83,6 +88,21 @@ class RunLimits:
         )
 
 
+@dataclass(frozen=True)
+class ModelSwitch:
+    """Another model answers a run: ``llm`` (e.g. ``quota.fallback_model`` once a quota is used up).
+
+    It also summarises the history when the run compacts it. ``notice`` goes before the reply
+    of the run if it succeeds with one ("" = none), and ``noticed()`` is then awaited (so the
+    notice is given once, where its giver wants).
+    """
+
+    llm: LLMClient
+    notice: str = ""
+    noticed: Callable[[], Awaitable[None]] | None = None
+    reason: str = ""  # why, for front ends and the log
+
+
 @dataclass
 class RunServices:
     """What a run needs from its agent: model clients, context window, governance points, limits.
@@ -99,6 +119,15 @@ class RunServices:
     price: Callable[[Usage], float | None] | None = None  # sets ``usage.cost`` at the end
     security: SecuritySettings | None = None  # what tools' child processes inherit
     suspension: ApprovalSuspension | None = None  # main runs keep approval checkpoints here
+    switch_model: Callable[[RunSpec], Awaitable[ModelSwitch | None]] | None = None
+
+
+def with_notice(outcome: RunResult, notice: str) -> RunResult:
+    """``outcome`` with ``notice`` put before its reply (once: a reply that has one keeps it)."""
+    if notice and not outcome.notice:
+        outcome.text = f"{notice}\n\n{outcome.text}"
+        outcome.notice = notice
+    return outcome
 
 
 async def execute_run(spec: RunSpec, services: RunServices) -> RunResult:
@@ -135,6 +164,7 @@ class _Run:
         self.older = 0  # how many messages of the history came before this run's turn
         self.sent = 0  # length of the message list at the last model call
         self.checkpoint: RunCheckpoint | None = None
+        self.switch: ModelSwitch | None = None
         resumable = spec.kind == "main" and spec.conversation is not None
         if services.suspension is not None and resumable:
             self.checkpoint = RunCheckpoint(spec, services.suspension)
@@ -143,14 +173,15 @@ class _Run:
     async def execute(self) -> RunResult:
         """Run to the end (see the module docstring); a main run keeps its checkpoint."""
         checkpoint, suspension = self.checkpoint, self.services.suspension
-        if checkpoint is None or suspension is None:
-            return await self._execute()
-        checkpoint.task = asyncio.current_task()
-        suspension.track(checkpoint)
-        try:
-            return await self._execute()
-        finally:
-            suspension.untrack(checkpoint)
+        with charging(self.spec.session):  # what the run's tools spend counts for its session
+            if checkpoint is None or suspension is None:
+                return await self._execute()
+            checkpoint.task = asyncio.current_task()
+            suspension.track(checkpoint)
+            try:
+                return await self._execute()
+            finally:
+                suspension.untrack(checkpoint)
 
     async def _execute(self) -> RunResult:
         spec = self.spec
@@ -186,6 +217,7 @@ class _Run:
         final: list[Message] = []
         try:
             async with asyncio.timeout(spec.seconds_left):
+                self.switch = await self._switched()  # before a compaction: it asks it too
                 system = {"role": "system", "content": spec.system_prompt}
                 if resume is None:
                     history = await self._fit(history, turn)
@@ -209,6 +241,8 @@ class _Run:
                 outcome.status, outcome.error = "error", EMPTY
             elif result.unrun_call:  # a call nobody ran is no answer: never a silent success
                 outcome.status, outcome.error = "error", result.unrun_call
+            if outcome.ok and outcome.text.strip():
+                await self._give_notice(outcome)
         except TimeoutError:
             outcome = self._failed("timeout", f"the request took longer than {spec.timeout:g} s")
         except asyncio.CancelledError:
@@ -235,6 +269,38 @@ class _Run:
             conv.last_prompt_tokens = self.usage.last_prompt_tokens
             conv.pending_tokens = estimate_tokens(final)
         return await self._end(outcome)
+
+    async def _give_notice(self, outcome: RunResult) -> None:
+        """Put the model switch's notice before the reply (once: ``noticed`` remembers it)."""
+        switch = self.switch
+        if switch is None or not switch.notice:
+            return
+        with_notice(outcome, switch.notice)
+        if switch.noticed is not None:
+            try:
+                await switch.noticed()
+            except Exception:  # the reply still goes out; the notice may come again
+                log.exception("could not note the model switch's notice of %s", self.spec.session)
+
+    async def _switched(self) -> ModelSwitch | None:
+        """The model switch of this run, if its services name one (a failure: the usual model)."""
+        if self.services.switch_model is None:
+            return None
+        try:
+            switch = await self.services.switch_model(self.spec)
+        except Exception:
+            log.exception("could not tell which model answers run %s", self.run_id)
+            return None
+        if switch is not None:
+            log.info(
+                "run %s of %s answered by %s: %s",
+                self.run_id,
+                self.spec.session,
+                switch.llm.model,
+                switch.reason,
+            )
+            await self._emit("model_switch", model=switch.llm.model, reason=switch.reason)
+        return switch
 
     async def _suspended(self) -> RunResult:
         """The run was suspended waiting for an approval: record it, end without raising.
@@ -328,7 +394,8 @@ class _Run:
         """Replace the older history (in the store too) by its compaction; return it."""
         conv = self.spec.conversation
         assert conv is not None and conv.history is not None
-        compaction = await self.services.window.compact(history)
+        switched = self.switch.llm if self.switch is not None else None
+        compaction = await self.services.window.compact(history, switched)
         self.usage.merge(compaction.usage)
         conv.history = [*compaction.messages, *conv.history[len(history) :]]
         conv.last_prompt_tokens = conv.pending_tokens = 0
@@ -418,7 +485,10 @@ class _Run:
             usage=self.usage,
             progress=self.checkpoint.progress if self.checkpoint is not None else None,
         )
-        llm = await services.llm.with_model(spec.model) if spec.model else services.llm
+        if self.switch is not None:  # over the per-run model too: its quota is used up
+            llm = self.switch.llm
+        else:
+            llm = await services.llm.with_model(spec.model) if spec.model else services.llm
         loop.llm = llm.for_run()  # once the fallback answered, this run asks it first
         return loop
 

@@ -8,12 +8,14 @@ view and ``ania-nb usage`` show.
 
 from .days import day_of, next_midnight
 from .pricing import cost, usage_cost
-from .quota import Denial, Quota
-from .report import DayUsage, SessionUsage, UsageReport
+from .quota import Denial, Fallback, Quota
+from .report import DayUsage, ModelUsage, SessionUsage, UsageReport
 
 __all__ = [
     "DayUsage",
     "Denial",
+    "Fallback",
+    "ModelUsage",
     "Quota",
     "SessionUsage",
     "UsageReport",

@@ -48,6 +48,11 @@ async def _status(quota: Quota, session: str) -> str:
         f"all sessions today: {report.global_used:,}"
         + _limit(report.global_limit, report.global_used)
     )
+    if report.fallback_model:  # what answers once a limit is used up, and how much it did
+        lines.append(
+            f"once used up, {report.fallback_model} answers: {report.fallback_used:,} today"
+            + _limit(report.fallback_limit, report.fallback_used)
+        )
     lines.append(f"the day resets at {report.resets_at:%H:%M} {report.timezone}")
     return "\n".join(lines)
 

@@ -6,6 +6,13 @@ the limit may finish over it (each call's tokens are counted with the step that 
 result, so a crash loses at most the call in flight, and nothing depends on how many run
 records are kept). Counting is on
 whenever ``quota.enable`` is, limits or not; a day starts at midnight in ``quota.timezone``.
+
+With ``quota.fallback_model`` set, a used-up limit does not refuse work: `fallback` says that
+the run goes on with that model, under its own optional limits (``quota.fallback_daily_tokens``
+per session, ``quota.fallback_global_daily_tokens`` for everyone, counted from the ledger's
+calls of that model); only when those are used up too does `check` refuse. The first reply of
+a session each day that the fallback model answers carries ``quota.fallback_notice``
+(remembered in the store's ``quota_notices`` namespace, so a restart does not repeat it).
 """
 
 from __future__ import annotations
@@ -16,11 +23,12 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from datetime import date, datetime, timedelta
 from typing import TYPE_CHECKING, Literal
+from urllib.parse import urlsplit
 
 from ..engine.usage import Tokens, Usage
 from .days import day_of, days_back, describe_wait, next_midnight, zone
 from .pricing import cost, usage_cost
-from .report import DayUsage, SessionUsage, UsageReport
+from .report import DayUsage, ModelUsage, SessionUsage, UsageReport
 
 if TYPE_CHECKING:  # pragma: no cover
     from ..config import Config
@@ -31,9 +39,16 @@ log = logging.getLogger(__name__)
 Clock = Callable[[], float]
 
 
+NOTICES_NAMESPACE = "quota_notices"  # "<day>|<session>": the fallback notice was given
+
+
 @dataclass(frozen=True)
 class Denial:
-    """Why work was refused: which limit, how much is used, and when it resets."""
+    """Why work was refused: which limit, how much is used, and when it resets.
+
+    ``model`` is set when the limit of ``quota.fallback_model`` refused (the quota's own limit
+    was used up before).
+    """
 
     scope: Literal["session", "global"]
     session: str
@@ -41,6 +56,21 @@ class Denial:
     used: int
     resets_at: datetime
     message: str
+    model: str = ""
+
+
+@dataclass(frozen=True)
+class Fallback:
+    """A run goes on with ``model`` because ``exhausted`` is used up (see `Quota.fallback`).
+
+    ``notice`` is the text the reply starts with ("" when the session had it today already);
+    ``day`` is the quota day it is remembered for (`Quota.noticed`).
+    """
+
+    model: str
+    exhausted: Denial
+    notice: str
+    day: str
 
 
 class Quota:
@@ -79,7 +109,47 @@ class Quota:
         return next_midnight(self.now(), zone(self._settings().quota.timezone))
 
     async def check(self, session: str) -> Denial | None:
-        """A `Denial` if ``session`` or all sessions reached today's limit, else None."""
+        """A `Denial` if ``session`` or all sessions reached today's limit, else None.
+
+        With ``quota.fallback_model``, a used-up limit refuses only once the fallback model's
+        own limits are used up too.
+        """
+        exhausted = await self._exhausted(session)
+        if exhausted is None or not self._settings().quota.fallback_model:
+            return exhausted
+        return await self._fallback_denial(session, exhausted)
+
+    async def fallback(self, session: str) -> Fallback | None:
+        """The quota fallback a run of ``session`` starting now uses, None: the usual model.
+
+        None too without ``quota.fallback_model``. A run admitted by `check` goes on with the
+        fallback even if its limits were reached meanwhile (check, then add).
+        """
+        settings = self._settings().quota
+        if not settings.fallback_model:
+            return None
+        exhausted = await self._exhausted(session)
+        if exhausted is None:
+            return None
+        day = self.today()
+        notice = ""
+        if settings.fallback_notice:
+            kv = (await self._open_store()).kv(NOTICES_NAMESPACE)
+            if not await kv.get(_notice_key(day, session)):
+                resets = self.resets_at()
+                zone_name = settings.timezone or resets.tzname() or "local time"
+                notice = settings.fallback_notice.format(
+                    model=settings.fallback_model, resets=f"{resets:%H:%M} {zone_name}"
+                )
+        return Fallback(settings.fallback_model, exhausted, notice, day)
+
+    async def noticed(self, session: str, fallback: Fallback) -> None:
+        """Remember that ``session`` got the fallback's notice on its day (once per day)."""
+        kv = (await self._open_store()).kv(NOTICES_NAMESPACE)
+        await kv.set(_notice_key(fallback.day, session), True)
+
+    async def _exhausted(self, session: str) -> Denial | None:
+        """The quota's own limit ``session`` (or everyone) reached today, if any."""
         settings = self._settings().quota
         if not settings.enable or not (settings.daily_tokens or settings.global_daily_tokens):
             return None
@@ -95,21 +165,48 @@ class Quota:
                 return self._denial("global", session, settings.global_daily_tokens, used)
         return None
 
+    async def _fallback_denial(self, session: str, exhausted: Denial) -> Denial | None:
+        """A `Denial` when the fallback model's own limit is used up too, else None."""
+        settings = self._settings().quota
+        model = settings.fallback_model
+        ledger = (await self._open_store()).usage
+        day = self.today()
+        limits: list[tuple[Literal["session", "global"], int, str | None]] = [
+            ("session", settings.fallback_daily_tokens, session),
+            ("global", settings.fallback_global_daily_tokens, None),
+        ]
+        for scope, limit, who in limits:
+            if not limit:
+                continue
+            used = await ledger.used_by_model(day, model, who)
+            if used >= limit:
+                per = "per session per day" if scope == "session" else "per day for everyone"
+                also = f"and so is the fallback model's ({model}: {used:,} of {limit:,} {per})"
+                return self._denial(
+                    scope, session, limit, used, model=model, also=also, first=exhausted
+                )
+        return None
+
     def _denial(
-        self, scope: Literal["session", "global"], session: str, limit: int, used: int
+        self,
+        scope: Literal["session", "global"],
+        session: str,
+        limit: int,
+        used: int,
+        *,
+        model: str = "",
+        also: str = "",
+        first: Denial | None = None,
     ) -> Denial:
         resets = self.resets_at()
         wait = describe_wait(resets.timestamp() - self.now())
         zone_name = self._settings().quota.timezone or resets.tzname() or "local time"
-        what = (
-            f"today's token quota of this session is used up ({used:,} of {limit:,} tokens per "
-            "session per day)"
-            if scope == "session"
-            else f"today's token quota of all sessions is used up ({used:,} of {limit:,} tokens "
-            "per day for everyone)"
-        )
+        if first is not None:  # the fallback's limit, after the quota's own
+            what = f"{_what(first.scope, first.used, first.limit)}, {also}"
+        else:
+            what = _what(scope, used, limit)
         message = f"{what}; it resets at {resets:%H:%M} {zone_name} (in {wait})"
-        return Denial(scope, session, limit, used, resets, message)
+        return Denial(scope, session, limit, used, resets, message, model)
 
     def cost(self, usage: Usage) -> float | None:
         """The cost of ``usage`` at the configured prices (None when any model is unpriced)."""
@@ -137,8 +234,14 @@ class Quota:
     async def prune(self) -> int:
         """Delete per-session counters older than ``quota.retention_days``; returns the rows."""
         keep = self._settings().quota.retention_days
-        oldest = (date.fromisoformat(self.today()) - timedelta(days=keep - 1)).isoformat()
-        return await (await self._open_store()).usage.prune(oldest)
+        today = self.today()
+        oldest = (date.fromisoformat(today) - timedelta(days=keep - 1)).isoformat()
+        store = await self._open_store()
+        notices = store.kv(NOTICES_NAMESPACE)
+        for key in await notices.keys():  # only today's notices matter
+            if key.split("|", 1)[0] < today:
+                await notices.delete(key)
+        return await store.usage.prune(oldest)
 
     async def prune_at_start(self) -> None:
         """`prune`, logged; a failure only delays it (the agent opens regardless)."""
@@ -151,7 +254,7 @@ class Quota:
                 log.info("pruned %d usage counters older than quota.retention_days", pruned)
 
     async def add(self, session: str, by_model: dict[str, Tokens]) -> int:
-        """Count tokens spent outside any run record (rare: the record could not be written)."""
+        """Count tokens spent outside any run record (an embeddings endpoint, a lost record)."""
         day = self.counting_day()
         if day is None:
             return 0
@@ -190,6 +293,12 @@ class Quota:
             DayUsage.of(day, by_model, None if session is not None else cost(by_model, prices))
             for day, by_model in totals.items()
         ]
+        fallback = settings.fallback_model
+        roles = model_roles(config)
+        models = [
+            ModelUsage(r.key, r.prompt, r.completion, r.cached, r.total, roles.get(r.key, ""))
+            for r in await ledger.models(today, session)
+        ]
         return UsageReport(
             today=today,
             timezone=settings.timezone or (resets.tzname() or "local"),
@@ -202,7 +311,61 @@ class Quota:
             days=history,
             session=session,
             currency=config.pricing.currency,
+            models=models,
+            fallback_model=fallback,
+            fallback_limit=settings.fallback_daily_tokens,
+            fallback_global_limit=settings.fallback_global_daily_tokens,
+            fallback_used=await ledger.used_by_model(today, fallback, session) if fallback else 0,
+            embeddings=embeddings_note(config),
         )
+
+
+def model_roles(config: Config) -> dict[str, str]:
+    """What each configured model is for, by name (the first role named wins)."""
+    roles: dict[str, str] = {}
+    named = [
+        (config.quota.fallback_model, "quota fallback"),
+        (config.llm.model, "main"),
+        (config.fallback.model, "fallback on errors"),
+        (config.compressor.model, "compressor"),
+        (config.subagent.model, "subagents"),
+        (config.vision.model, "vision"),
+    ]
+    if config.embedding.provider == "endpoint":
+        named.insert(0, (config.embedding.model, "embeddings"))
+    for model, role in named:
+        if model.strip():
+            roles.setdefault(model.strip(), role)
+    return roles
+
+
+def embeddings_note(config: Config) -> str:
+    """What the embedder of the kb and memory costs, in words."""
+    settings = config.embedding
+    if settings.provider == "offline":
+        return "the offline embedder runs on this machine: no tokens, no cost"
+    if settings.provider == "none":
+        return "none (full-text search only): no tokens, no cost"
+    endpoint = settings.resolved(config.llm)
+    host = urlsplit(endpoint.base_url).netloc or endpoint.base_url or "the main endpoint"
+    return f"{endpoint.model} at {host}: its tokens count toward the quotas"
+
+
+def _what(scope: str, used: int, limit: int) -> str:
+    """Which of the quota's own limits is used up, in words."""
+    if scope == "session":
+        return (
+            f"today's token quota of this session is used up ({used:,} of {limit:,} tokens per "
+            "session per day)"
+        )
+    return (
+        f"today's token quota of all sessions is used up ({used:,} of {limit:,} tokens per day "
+        "for everyone)"
+    )
+
+
+def _notice_key(day: str, session: str) -> str:
+    return f"{day}|{session}"
 
 
 def _tokens(row: DayCount) -> Tokens:

@@ -55,6 +55,18 @@ class DayUsage:
 
 
 @dataclass(frozen=True)
+class ModelUsage:
+    """One model's tokens today and what it is used for (``role``: main, quota fallback, …)."""
+
+    model: str
+    prompt: int = 0
+    completion: int = 0
+    cached: int = 0
+    total: int = 0
+    role: str = ""
+
+
+@dataclass(frozen=True)
 class UsageReport:
     """Today's usage per session against the limits, and daily totals (oldest first)."""
 
@@ -69,6 +81,12 @@ class UsageReport:
     days: list[DayUsage] = field(default_factory=list)
     session: str | None = None  # the days are this session's
     currency: str = "$"
+    models: list[ModelUsage] = field(default_factory=list)  # today's, most used first
+    fallback_model: str = ""  # quota.fallback_model ("" = none: used-up limits refuse)
+    fallback_limit: int = 0  # its tokens per session per day (0 = unlimited)
+    fallback_global_limit: int = 0  # its tokens per day for everyone (0 = unlimited)
+    fallback_used: int = 0  # its tokens today: the session's, or everyone's
+    embeddings: str = ""  # what the embedder costs, in words
 
     def to_text(self) -> str:
         """The report as a plain-text table (terminals, and notebooks without widgets)."""
@@ -96,6 +114,22 @@ class UsageReport:
                 ("session", "tokens", "limit", "used", "prompt", "completion", "cached"), rows
             )
         who = f"session {self.session}" if self.session else "all sessions"
+        if self.models:
+            lines += ["", f"Models today, {who}:"]
+            by_model = [
+                (
+                    f"{m.model or '(unnamed)'} ({m.role})" if m.role else m.model or "(unnamed)",
+                    f"{m.total:,}",
+                    f"{m.prompt:,}",
+                    f"{m.completion:,}",
+                    f"{m.cached:,}",
+                )
+                for m in self.models
+            ]
+            lines += _table(("model", "tokens", "prompt", "completion", "cached"), by_model)
+        notes = [self.fallback_text(), f"Embeddings: {self.embeddings}" if self.embeddings else ""]
+        if any(notes):
+            lines += ["", *(n for n in notes if n)]
         lines += ["", f"Daily tokens, {who}, last {len(self.days)} days:"]
         priced = any(d.cost is not None for d in self.days)
         rows = [
@@ -112,6 +146,26 @@ class UsageReport:
         header = ("day", "tokens", "prompt", "completion", "cached")
         lines += _table((*header, "cost") if priced else header, rows)
         return "\n".join(lines)
+
+    def fallback_text(self) -> str:
+        """The quota fallback in one line ('' without ``quota.fallback_model``)."""
+        if not self.fallback_model:
+            return ""
+        limits = ", ".join(
+            (
+                _limit_words(self.fallback_limit, "per session"),
+                _limit_words(self.fallback_global_limit, "for everyone"),
+            )
+        )
+        who = f"session {self.session}" if self.session else "all sessions"
+        return (
+            f"Quota fallback: {self.fallback_model} answers once a limit is used up (its own "
+            f"limits per day: {limits}); {self.fallback_used:,} tokens today in {who}"
+        )
+
+
+def _limit_words(limit: int, per: str) -> str:
+    return f"{limit:,} tokens {per}" if limit else f"no limit {per}"
 
 
 def _money(value: float | None, currency: str) -> str:

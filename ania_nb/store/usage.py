@@ -128,6 +128,32 @@ def counted_total(calls: Sequence[Call]) -> int:
     return sum(t.total for _, t in calls if _uses_tokens(t))
 
 
+async def _model_total(conn: Conn, day: str, model: str) -> int:
+    """Everyone's tokens of ``model`` on ``day``, each session's since its last reset that day.
+
+    The model's day total (one ``usage_daily`` row) less what the sessions reset that day had
+    used of it before their reset: those are found from the reset rows, few, so the day's
+    calls are not summed one by one.
+    """
+    total = await conn.fetchval(
+        "SELECT total_tokens FROM usage_daily WHERE day = ? AND model = ?", (day, model)
+    )
+    resets = await conn.fetchall(
+        "SELECT session, MAX(at) FROM usage_ledger WHERE day = ? AND kind = 'reset' "
+        "GROUP BY session",
+        (day,),
+    )
+    before = 0
+    for session, at in resets:
+        used = await conn.fetchval(
+            "SELECT SUM(total_tokens) FROM usage_ledger WHERE day = ? AND session = ? "
+            "AND model = ? AND kind = 'call' AND at <= ?",
+            (day, session, model, at),
+        )
+        before += int(used or 0)
+    return int(total or 0) - before
+
+
 def _uses_tokens(t: Tokens) -> bool:
     """Whether a call used any tokens (a call that used none leaves no ledger row)."""
     return bool(t.total or t.prompt or t.completion or t.cached)
@@ -164,6 +190,50 @@ class UsageLedger:
         async def read(conn: Conn) -> int:
             row = await conn.fetchone(sql, args)
             return int(row[0] or 0) if row else 0
+
+        return await self._db.run(read)
+
+    async def used_by_model(self, day: str, model: str, session: str | None = None) -> int:
+        """Tokens ``model`` answered on ``day`` for ``session`` (None: all sessions).
+
+        Counted from the ledger's calls since each session's last reset that day, so a reset
+        lifts this limit too, like the counters'.
+        """
+        day = check_day(day)
+        if session is None:
+            return await self._db.run(lambda conn: _model_total(conn, day, model))
+        session = check_session(session)
+        # The session's last reset of the day first (few rows), then its calls after it.
+        sql = (
+            "SELECT SUM(total_tokens) FROM usage_ledger WHERE day = ? AND session = ? "
+            "AND model = ? AND kind = 'call' AND at > COALESCE((SELECT MAX(at) FROM usage_ledger "
+            "WHERE day = ? AND session = ? AND kind = 'reset'), 0)"
+        )
+        args = (day, session, model, day, session)
+
+        async def read(conn: Conn) -> int:
+            total = await conn.fetchval(sql, args)
+            return int(total or 0)
+
+        return await self._db.run(read)
+
+    async def models(self, day: str, session: str | None = None) -> list[DayCount]:
+        """Tokens by model on ``day``, most used first: everyone's, or ``session``'s.
+
+        Resets do not take them back: this is what was used, not what the limits count.
+        """
+        day = check_day(day)
+        if session is None:
+            return await self.daily(day, day)
+        counts = ", ".join(f"CAST(SUM({c}) AS BIGINT) AS {c}" for c in COUNTS.split(", "))
+        sql = (
+            f"SELECT day, model, {counts} FROM usage_ledger WHERE day = ? AND session = ? "
+            "AND kind = 'call' GROUP BY day, model ORDER BY total_tokens DESC, model"
+        )
+        args = (day, check_session(session))
+
+        async def read(conn: Conn) -> list[DayCount]:
+            return [DayCount(*row) for row in await conn.fetchall(sql, args)]
 
         return await self._db.run(read)
 

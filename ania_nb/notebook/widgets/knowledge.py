@@ -4,6 +4,10 @@ Both take a `Knowledge` (``agent.knowledge``) and a scope (a session name or ``g
 store call is async and runs as a task on the kernel's event loop (button clicks start tasks
 there), so the kernel stays responsive while LanceDB and the embedder work. ``text()`` renders
 the same panel as plain text for nbconvert and terminals.
+
+Both follow `Knowledge.subscribe`: when the AI (``kb_add``, ``memory_save`` …) or another cell
+adds or removes entries, the panel refreshes by itself, once per burst of changes (an ingest of
+many files is one refresh, ``follow_delay`` seconds after the last change it saw).
 """
 
 from __future__ import annotations
@@ -23,7 +27,15 @@ from .ingest import IngestBar, added_summary, dataframe_with_bar, ingest_with_ba
 from .panel import Panel
 
 if TYPE_CHECKING:  # pragma: no cover
-    from ...knowledge import AddResult, Document, Hit, Knowledge, KnowledgeStatus, MemoryEntry
+    from ...knowledge import (
+        AddResult,
+        Document,
+        Hit,
+        Knowledge,
+        KnowledgeChange,
+        KnowledgeStatus,
+        MemoryEntry,
+    )
 
 MODES = ("hybrid", "fts", "vector")
 ROW = "padding:2px 4px"
@@ -31,7 +43,10 @@ MUTED = "color:#757575"
 
 
 class _ScopePanel(Panel):
-    """What both views share: a knowledge store, a scope and its dropdown."""
+    """What both views share: a knowledge store, a scope and its dropdown, following changes."""
+
+    table: str  # which entries the panel shows: "kb" or "memory" (`KnowledgeChange.table`)
+    follow_delay = 0.2  # seconds a refresh waits for more changes (one refresh per burst)
 
     def __init__(self, knowledge: Knowledge, scope: str) -> None:
         import ipywidgets as w
@@ -44,6 +59,34 @@ class _ScopePanel(Panel):
         self.scope_picker = w.Dropdown(description="scope", layout=w.Layout(width="auto"))
         self._picking = False  # options being set by the panel, not chosen by the user
         self.scope_picker.observe(self._picked, names="value")
+        self._stale = False  # a change came after the last refresh began
+        self._following: asyncio.Task[Any] | None = None
+        self._unsubscribe = knowledge.subscribe(self.on_change)
+
+    def on_change(self, change: KnowledgeChange) -> None:
+        """Entries were added or removed (by anyone in this process): refresh soon."""
+        if self.closed or change.table != self.table:
+            return
+        self._stale = True
+        if self._following is not None and not self._following.done():
+            return  # the refresh under way goes round once more
+        try:
+            asyncio.get_running_loop()
+        except RuntimeError:  # no running loop (a script): the next refresh shows it
+            return
+        self._following = self._act(self._follow())
+
+    def close(self) -> None:
+        """Stop following the store, cancel the panel's tasks and close the widgets."""
+        self._unsubscribe()
+        super().close()
+
+    async def _follow(self) -> None:
+        """Refresh until no change came in meanwhile."""
+        while self._stale and not self.closed:
+            await asyncio.sleep(self.follow_delay)  # let a burst (an ingest) end first
+            self._stale = False
+            await self.refresh()
 
     async def _counts(self) -> dict[str, int]:
         raise NotImplementedError
@@ -133,9 +176,12 @@ class _ScopePanel(Panel):
 class KbPanel(_ScopePanel):
     """The kb of one scope: documents with chunk counts, search, add, delete and file ingest.
 
-    Show it, then `refresh` (``%ania kb`` does both). Searches cover the scope and ``global``
-    (the scope's own chunks first on ties), like the AI's ``kb_search``.
+    Show it, then `refresh` (``%ania kb`` does both); it refreshes by itself when documents are
+    added or removed elsewhere. Searches cover the scope and ``global`` (the scope's own chunks
+    first on ties), like the AI's ``kb_search``.
     """
+
+    table = "kb"
 
     def __init__(self, knowledge: Knowledge, scope: str = GLOBAL, *, top_k: int = 5) -> None:
         import ipywidgets as w
@@ -335,6 +381,8 @@ class KbPanel(_ScopePanel):
 
 class MemoryList(_ScopePanel):
     """The long-term memories of one scope, newest first, each with a Forget button."""
+
+    table = "memory"
 
     def __init__(self, knowledge: Knowledge, scope: str = GLOBAL) -> None:
         import ipywidgets as w

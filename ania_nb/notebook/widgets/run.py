@@ -180,6 +180,9 @@ class RunView(Displayable):
                 self._clear_stream()  # that attempt's text is not part of the answer
             self.notice = f"retrying with {data.get('model', '')}: {data.get('error', '')}"
             self._render_header()
+        elif kind == "model_switch":  # e.g. a used-up quota: the fallback model answers
+            self.notice = f"{data.get('model', '')} answers: {data.get('reason', '')}"
+            self._render_header()
         elif kind == "usage":
             self.usage = {k: int(v) for k, v in data.items()}
             self.usage_label.value = usage_text(self.usage)

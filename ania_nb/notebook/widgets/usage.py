@@ -129,6 +129,8 @@ class UsagePanel(Panel):
         self.refresh_button.on_click(lambda _: self.reload())
         self.total_box = w.VBox([])
         self.session_box = w.VBox([])
+        self.model_table = w.HTML()  # today's tokens by model: main, quota fallback, embeddings
+        self.notes_html = w.HTML()  # the quota fallback and what embeddings cost
         self.plot = w.Image(format="png", layout=w.Layout(max_width="100%"))
         self.plot_note = w.HTML()
         self.day_table = w.HTML()
@@ -137,6 +139,8 @@ class UsagePanel(Panel):
                 w.HBox([self.header, self.refresh_button], layout=w.Layout(align_items="center")),
                 self.total_box,
                 self.session_box,
+                self.model_table,
+                self.notes_html,
                 self.plot,
                 self.plot_note,
                 w.Accordion([self.day_table], titles=("Daily table",)),
@@ -213,6 +217,13 @@ class UsagePanel(Panel):
                 _note("no tokens counted today" + (f" in {self.session}" if self.session else ""))
             ]
         self.session_box.children = tuple(rows)
+        self.model_table.value = _model_table(report)
+        notes = [report.fallback_text()]
+        if report.embeddings:
+            notes.append(f"Embeddings: {report.embeddings}")
+        self.notes_html.value = "<br>".join(
+            f'<small style="color:#757575">{html.escape(n)}</small>' for n in notes if n
+        )
         self.day_table.value = _day_table(report)
         self.refresh_display()
 
@@ -255,6 +266,21 @@ def _note(text: str) -> Any:
     import ipywidgets as w
 
     return w.HTML(f'<small style="color:#757575">{html.escape(text)}</small>')
+
+
+def _model_table(report: UsageReport) -> str:
+    """Today's tokens by model (most used first), with what each model is for."""
+    if not report.models:
+        return ""
+    cell = 'style="padding:0 8px;text-align:right"'
+    head = "".join(f"<th {cell}>{h}</th>" for h in ("tokens", "prompt", "completion", "cached"))
+    rows = []
+    for m in report.models:
+        values = (m.total, m.prompt, m.completion, m.cached)
+        cells = "".join(f"<td {cell}>{v:,}</td>" for v in values)
+        role = f' <small style="color:#757575">{html.escape(m.role)}</small>' if m.role else ""
+        rows.append(f"<tr><td>{html.escape(m.model or '(unnamed)')}{role}</td>{cells}</tr>")
+    return f"<table><tr><th>model today</th>{head}</tr>{''.join(rows)}</table>"
 
 
 def _day_table(report: UsageReport) -> str:
