@@ -785,9 +785,10 @@ def _scale_candidates(spec: str | None) -> list[Any]:
 
     shipped = AnnSettings.of(Config().kb)
     text = spec or (
-        "ivf_hnsw_sq:;ivf_hnsw_sq:ef=100;ivf_hnsw_sq:ef=300;"
-        "ivf_hnsw_sq:nprobes=50,refine_factor=10;ivf_hnsw_sq:ef=100,refine_factor=5;"
-        "ivf_flat:;ivf_flat:nprobes=40;ivf_pq:refine_factor=10;ivf_pq:nprobes=40,refine_factor=10"
+        "ivf_hnsw_sq:;ivf_hnsw_sq:refine_factor=1;ivf_hnsw_sq:ef=100,refine_factor=1;"
+        "ivf_hnsw_sq:ef=300,refine_factor=1;ivf_hnsw_sq:nprobes=50,refine_factor=10;"
+        "ivf_flat:refine_factor=1;ivf_flat:nprobes=40,refine_factor=1;"
+        "ivf_pq:refine_factor=10;ivf_pq:nprobes=40,refine_factor=10"
     )
     found = [shipped]
     for part in filter(None, (p.strip() for p in text.split(";"))):
@@ -883,7 +884,9 @@ async def scale(
         [search_text(d.title, d.text) for d in generated], args.cache, args.workers
     )
     embed_s = time.perf_counter() - t0
-    coded = [(i, d) for i, d in enumerate(generated) if d.code]
+    scopes = [SCOPE] * 4 + [GLOBAL] + [f"nb:other{j}" for j in range(5)]
+    searched = (SCOPE, GLOBAL)
+    coded = [(i, d) for i, d in enumerate(generated) if d.code and scopes[i % 10] in searched]
     coded = coded[:: max(1, len(coded) // CODE_QUERIES)][:CODE_QUERIES]
     queries: list[tuple[str, str, set[str]]] = [  # (text, kind, relevant ids)
         (q["query"], "labelled" if q["relevant"] else "none", set(q["relevant"]))
@@ -900,7 +903,6 @@ async def scale(
     await knowledge.store.open()
     table = knowledge.store.table(KB_TABLE)
     schema = await table.table.schema()
-    scopes = [SCOPE] * 4 + [GLOBAL] + [f"nb:other{j}" for j in range(5)]
     rows = [
         {"id": c.id, "doc_id": c.doc, "scope": SCOPE, "title": c.title, "source": c.doc,
          "chunk_index": int(c.id.rsplit(":", 1)[1]), "text": c.text,
@@ -919,7 +921,7 @@ async def scale(
         await table.table.add(pa.Table.from_pylist(rows[i : i + 10_000], schema=schema))
     write_s = time.perf_counter() - t0
     del rows
-    in_scope = sum(1 for i in range(n) if scopes[i % len(scopes)] in (SCOPE, GLOBAL))
+    in_scope = sum(1 for i in range(n) if scopes[i % len(scopes)] in searched)
     say(
         f"\nscale: {len(chunks)} set chunks + {n} distractors ({in_scope} in the searched "
         f"scopes), embedded in {embed_s:.0f} s (cache), written in {write_s:.1f} s; "
@@ -929,56 +931,75 @@ async def scale(
         f"{sum(q[1] == 'none' for q in queries)} off-topic"
     )
     original = table.vector_search
+    inner = [original]
+    listed: list[list[str]] = []  # the vector candidates of each search
 
-    async def search_all() -> tuple[list[list[str]], list[float]]:
+    async def recording(*a: Any, **kw: Any) -> list[dict[str, Any]]:
+        rows: list[dict[str, Any]] = await inner[0](*a, **kw)
+        listed.append([r["id"] for r in rows])
+        return rows
+
+    table.vector_search = recording  # type: ignore[method-assign]
+
+    async def search_all(exact: bool = False) -> Searched:
+        inner[0] = functools.partial(original, exact=True) if exact else original
+        listed.clear()
         found, times = [], []
         for text, _, _ in queries:
             t0 = time.perf_counter()
             hits = await knowledge.kb.search(text, [SCOPE, GLOBAL], 5)
             times.append(time.perf_counter() - t0)
             found.append([h.chunk_id for h in hits])
-        return found, times
+        return Searched(found, list(listed), times)
 
-    def figures(found: list[list[str]], times: list[float], exact: list[list[str]]) -> dict:
+    def figures(got: Searched, exact: Searched) -> dict[str, Any]:
         def recall(kind: str) -> float:
-            picked = [(f, q) for f, q in zip(found, queries, strict=True) if q[1] == kind]
+            picked = [(f, q) for f, q in zip(got.top, queries, strict=True) if q[1] == kind]
             hits = [
                 any((c if kind == "code" else c.rsplit(":", 1)[0]) in q[2] for c in f)
                 for f, q in picked
             ]
             return sum(hits) / len(hits)
 
-        overlap = [len(set(f) & set(e)) / len(e) for f, e in zip(found, exact, strict=True) if e]
-        exact_q = [t for t, q in zip(times, queries, strict=True) if wants_exact_q(q[0])]
+        pairs = zip(got.top, exact.top, strict=True)
+        overlap = [len(set(f) & set(e)) / len(e) for f, e in pairs if e]
+        pairs = zip(got.vector, exact.vector, strict=True)
+        listed_overlap = [len(set(f) & set(e)) / len(e) for f, e in pairs if e]
+        exact_q = [t for t, q in zip(got.times, queries, strict=True) if wants_exact(q[0])]
         return {
             "recall5": recall("labelled"),
             "code_recall5": recall("code"),
             "overlap5": sum(overlap) / len(overlap),
             "min_overlap5": min(overlap),
-            **_ms_figures(times),
+            "vector_overlap20": sum(listed_overlap) / len(listed_overlap),
+            **_ms_figures(got.times),
             "exact_queries_p50_ms": _ms_figures(exact_q)["p50_ms"],
             "exact_queries_p99_ms": _ms_figures(exact_q)["p99_ms"],
         }
 
-    from ania_nb.knowledge.search import wants_exact as wants_exact_q
+    from ania_nb.knowledge.search import wants_exact
 
     table.ann_threshold = 10**12  # first: compaction and the text index, no ANN index
     t0 = time.perf_counter()
     await table.maintain()
     text_index_s = time.perf_counter() - t0
-    await search_all()  # warm the query-vector cache (the embedder is not what is measured)
+    assert knowledge.store.queries is not None
+    knowledge.store.queries.size = len(queries)  # every query vector cached: not measured
+    for text, _, _ in queries:
+        await knowledge.store.query_vector(text)
     result: dict[str, Any] = {
         "distractors": n, "set_chunks": len(chunks), "embed_s": embed_s, "write_s": write_s,
         "text_index_s": text_index_s, "queries": len(queries), "candidates": [],
     }  # fmt: skip
     say(f"  compaction + text index {text_index_s:.1f} s")
     print_scale_head()
-    flat_found, flat_times = await search_all()  # no ANN index: flat, and full text always
+    flat = await search_all()  # no ANN index: flat, and the full-text index asked every time
     table.ann_threshold = 1  # the candidates' index, whatever the size
-    exact: list[list[str]] = []
+    reference: Searched | None = None
     built: tuple[str, int] | None = None
     build_s = 0.0
-    for ann in _scale_candidates(args.candidates):
+    candidates = _scale_candidates(args.candidates)
+    for ann in candidates:
         if built != (ann.index, ann.partitions):
             if table.vector_index:
                 await table.table.drop_index(table.vector_index)
@@ -988,31 +1009,44 @@ async def scale(
             await table.maintain()
             build_s = time.perf_counter() - t0
             built = (ann.index, ann.partitions)
-            if not exact:  # the reference: the same search with exact vectors
-                table.vector_search = functools.partial(original, exact=True)  # type: ignore[method-assign]
-                exact, exact_times = await search_all()
-                table.vector_search = original  # type: ignore[method-assign]
-                result["no_index"] = figures(flat_found, flat_times, exact)
-                result["exact"] = figures(exact, exact_times, exact)
-                print_scale_row("no ANN index (flat, fts always)", result["no_index"], None)
-                print_scale_row("exact vectors, fts as with an index", result["exact"], None)
-        current[0] = base.with_overrides(
-            {"kb.ann_nprobes": ann.nprobes, "kb.ann_ef": ann.ef,
-             "kb.ann_refine_factor": ann.refine_factor}
-        )  # fmt: skip
-        found, times = await search_all()
-        row = figures(found, times, exact)
-        row.update(label=_label(ann), index_s=build_s, ann=dataclasses.asdict(ann))
-        print_scale_row(_label(ann), row, build_s)
-        result["candidates"].append(row)
+        if reference is None:  # the same searches with exact vectors (the index in place)
+            reference = await search_all(exact=True)
+            result["no_index"] = figures(flat, reference)
+            result["exact"] = figures(reference, reference)
+            print_scale_row("no ANN index (flat, fts every query)", result["no_index"], None)
+            print_scale_row("exact vectors (index bypassed)", result["exact"], None)
+        modes = EXACT_MODES if ann == candidates[0] else (base.kb.exact_search,)
+        for mode in modes:
+            kb = base.kb.model_copy(  # unvalidated: refine_factor 0 (as shipped before) too
+                update={"ann_nprobes": ann.nprobes, "ann_ef": ann.ef,
+                        "ann_refine_factor": ann.refine_factor, "exact_search": mode}
+            )  # fmt: skip
+            current[0] = base.model_copy(update={"kb": kb})
+            row = figures(await search_all(), reference)
+            label = _label(ann) + (f" exact={mode}" if len(modes) > 1 else "")
+            row.update(label=label, index_s=build_s, ann=dataclasses.asdict(ann), exact=mode)
+            print_scale_row(label, row, build_s)
+            result["candidates"].append(row)
     await knowledge.aclose()
     return result
+
+
+@dataclass
+class Searched:
+    """One pass of the scale queries: each one's top 5, its vector candidates, its time."""
+
+    top: list[list[str]]
+    vector: list[list[str]]
+    times: list[float]
+
+
+EXACT_MODES = ("terms", "query", "off")
 
 
 def print_scale_head() -> None:
     """Column heads of the scale table."""
     say(
-        f"  {'candidate':<44}{'r@5':>6}{'code r@5':>9}{'ovl@5':>7}{'min':>6}"
+        f"  {'candidate':<48}{'r@5':>6}{'code r@5':>9}{'ovl@5':>7}{'min':>6}{'vec@20':>7}"
         f"{'p50 ms':>8}{'p99 ms':>8}{'exact p99':>10}{'build s':>9}"
     )
 
@@ -1021,8 +1055,8 @@ def print_scale_row(label: str, f: dict[str, Any], build_s: float | None) -> Non
     """One candidate's line."""
     build = f"{build_s:>9.1f}" if build_s is not None else ""
     say(
-        f"  {label:<44}{f['recall5']:>6.3f}{f['code_recall5']:>9.3f}{f['overlap5']:>7.3f}"
-        f"{f['min_overlap5']:>6.2f}{f['p50_ms']:>8.1f}{f['p99_ms']:>8.1f}"
+        f"  {label:<48}{f['recall5']:>6.3f}{f['code_recall5']:>9.3f}{f['overlap5']:>7.3f}"
+        f"{f['min_overlap5']:>6.2f}{f['vector_overlap20']:>7.3f}{f['p50_ms']:>8.1f}{f['p99_ms']:>8.1f}"
         f"{f['exact_queries_p99_ms']:>10.1f}{build}"
     )
 
