@@ -301,14 +301,18 @@ async def test_the_ann_search_keeps_the_exact_top_5_at_5k_chunks(
     5,000 generated bilingual chunks (two searched scopes of four), the scripted server's
     vectors, the index built by the table's own upkeep past a lowered ``kb.ann_threshold``;
     the same searches then run with exact vectors (the index bypassed). Defaults that hurt
-    recall (no refine step: IVF-HNSW-SQ's distances are not cosine; too few probes) fail here.
+    recall (too few probes; IVF-HNSW-SQ without a refine step, whose distances are not cosine)
+    fail here.
     """
     from functools import partial
 
     from ania_nb.knowledge import SourceDoc
     from ania_nb.testing import distractor_queries, distractors
 
-    settings = endpoint(llm, **{"kb.ann_threshold": 1000, "kb.max_docs": 5000})
+    # 12 partitions, as LanceDB makes of 100k rows (it would make one of 5k): probing them is
+    # what the shipped kb.ann_nprobes must cover.
+    overrides = {"kb.ann_threshold": 1000, "kb.max_docs": 5000, "kb.ann_partitions": 12}
+    settings = endpoint(llm, **overrides)
     k = Knowledge(settings, tmp_path)
     scopes = ["nb:a", "global", "nb:b", "nb:c"]
     docs: dict[str, list[SourceDoc]] = {s: [] for s in scopes}

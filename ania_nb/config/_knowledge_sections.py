@@ -93,8 +93,8 @@ class KbSettings(Section):
     ann_threshold: int = Field(
         20000, ge=1000, description="Rows with vectors past which an ANN index is built."
     )
-    ann_index: Literal["ivf_hnsw_sq", "ivf_flat", "ivf_sq", "ivf_pq"] = Field(
-        "ivf_hnsw_sq",
+    ann_index: Literal["ivf_flat", "ivf_hnsw_sq", "ivf_sq", "ivf_pq"] = Field(
+        "ivf_flat",
         description="Kind of ANN index built past kb.ann_threshold (cosine); a change applies "
         "when the index is next built (bench/knowledge.py --scale measures the kinds).",
     )

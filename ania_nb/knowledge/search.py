@@ -77,7 +77,7 @@ class AnnSettings:
     kind of index.
     """
 
-    index: str = "ivf_hnsw_sq"
+    index: str = "ivf_flat"
     partitions: int = 0
     nprobes: int = 0
     ef: int = 0
