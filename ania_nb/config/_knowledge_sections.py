@@ -84,8 +84,34 @@ class KbSettings(Section):
     inject_chars: int = Field(
         400, ge=50, description="Characters of each auto-injected chunk (rest cut with …)."
     )
+    exact_search: Literal["terms", "query", "off"] = Field(
+        "terms",
+        description="Once a table has its ANN index, what of a query naming something exact "
+        "(digits, identifiers, quotes) also asks the full-text index: terms = those parts only; "
+        "query = the whole query (slow at scale); off = nothing (vector candidates only).",
+    )
     ann_threshold: int = Field(
         20000, ge=1000, description="Rows with vectors past which an ANN index is built."
+    )
+    ann_index: Literal["ivf_flat", "ivf_hnsw_sq", "ivf_sq", "ivf_pq"] = Field(
+        "ivf_flat",
+        description="Kind of ANN index built past kb.ann_threshold (cosine); a change applies "
+        "when the index is next built (bench/knowledge.py --scale measures the kinds).",
+    )
+    ann_partitions: int = Field(
+        0, ge=0, description="IVF partitions of the ANN index; 0 = LanceDB's choice by size."
+    )
+    ann_nprobes: int = Field(
+        0, ge=0, description="IVF partitions an ANN search probes; 0 = LanceDB's default (20)."
+    )
+    ann_ef: int = Field(
+        0, ge=0, description="HNSW candidates an ANN search keeps; 0 = LanceDB's (1.5 × limit)."
+    )
+    ann_refine_factor: int = Field(
+        1,
+        ge=1,
+        description="ANN candidates re-ranked by their stored vectors, × limit (at least 1: the "
+        "quantised distances of IVF-HNSW-SQ are not cosine distances).",
     )
 
     @field_validator("uri")

@@ -21,7 +21,17 @@ from .model import (
     KnowledgeError,
     SourceDoc,
 )
-from .search import MODES, Ranked, SearchMode, fuse, order, scope_filter, wants_exact
+from .search import (
+    MODES,
+    AnnSettings,
+    Ranked,
+    SearchMode,
+    exact_terms,
+    fuse,
+    order,
+    scope_filter,
+    wants_exact,
+)
 from .search import sql_string as _q
 from .store import KB_TABLE, KnowledgeStore
 
@@ -341,10 +351,12 @@ class KnowledgeBase:
         columns = [*HIT_COLUMNS, "vector"] if vector is not None else HIT_COLUMNS
         text_rows: list[dict[str, Any]] = []
         vector_rows: list[dict[str, Any]] = []
-        if mode == "fts" or (mode == "hybrid" and _text_wanted(table, vector, query)):
-            text_rows = await _text_rows(table, query, where, wanted, columns)
+        text_query = _text_query(table, vector, query, mode, self.store.config.kb.exact_search)
+        if text_query:
+            text_rows = await _text_rows(table, text_query, where, wanted, columns)
         if vector is not None:
-            vector_rows = await table.vector_search(vector, where, wanted, HIT_COLUMNS)
+            ann = AnnSettings.of(self.store.config.kb)
+            vector_rows = await table.vector_search(vector, where, wanted, HIT_COLUMNS, ann)
         ranked = fuse(
             text_rows,
             vector_rows,
@@ -356,9 +368,18 @@ class KnowledgeBase:
         return [_hit(r) for r in order(kept, scopes[0])[:k]]
 
 
-def _text_wanted(table: Any, vector: Any, query: str) -> bool:
-    """Whether a hybrid search also asks the full-text index (see the search module)."""
-    return vector is None or not table.vector_index or wants_exact(query)
+def _text_query(table: Any, vector: Any, query: str, mode: str, exact: str) -> str:
+    """What a search asks the full-text index ("" = nothing; see the search module).
+
+    Without vectors or an ANN index: the query. With both, a hybrid search asks only for a
+    query naming something exact, and then (``kb.exact_search``) its exact terms, the query,
+    or nothing.
+    """
+    if mode == "fts" or (mode == "hybrid" and (vector is None or not table.vector_index)):
+        return query
+    if mode != "hybrid" or exact == "off" or not wants_exact(query):
+        return ""
+    return (exact_terms(query) or query) if exact == "terms" else query
 
 
 async def _text_rows(

@@ -39,6 +39,25 @@ def wants_exact(query: str) -> bool:
     return _EXACT.search(query) is not None
 
 
+# A quoted phrase, or a run of letters, digits and identifier punctuation.
+_TERM = re.compile(r"[\"“「『`]([^\"”」』`]+)[\"”」』`]|[A-Za-z0-9][A-Za-z0-9_.:/#@-]*")
+
+
+def exact_terms(query: str) -> str:
+    """The parts of ``query`` that name something exact, for the full-text index; "" if none.
+
+    ``ZQ-30417 是什么`` → ``ZQ-30417``; ``what does max_docs do`` → ``max_docs``; a quoted
+    phrase is kept whole. The other words' n-grams are what makes the full-text search slow at
+    scale (a letter or a common character is in most rows), and the vector list finds them.
+    """
+    terms: list[str] = []
+    for found in _TERM.finditer(query):
+        term = (found.group(1) or "").strip() or found.group(0).rstrip(".:/#@-")
+        if term and (found.group(1) or wants_exact(term)) and term not in terms:
+            terms.append(term)
+    return " ".join(terms)
+
+
 @dataclass(frozen=True)
 class Ranked:
     """A fused candidate: its row, the score that ranks it and its vector similarity."""
@@ -47,6 +66,37 @@ class Ranked:
     score: float
     similarity: float | None
     match: float
+
+
+@dataclass(frozen=True)
+class AnnSettings:
+    """How the ANN index is built and asked (the ``kb.ann_*`` settings; 0 = LanceDB's default).
+
+    Chosen by ``bench/knowledge.py --scale`` (bench/RESULTS.md): how much of the exact top 5 an
+    ANN search finds at 100k chunks of the offline embedder depends on these more than on the
+    kind of index.
+    """
+
+    index: str = "ivf_flat"
+    partitions: int = 0
+    nprobes: int = 0
+    ef: int = 0
+    refine_factor: int = 0
+
+    @classmethod
+    def of(cls, kb: Any) -> AnnSettings:
+        """The settings of a ``KbSettings`` section."""
+        return cls(kb.ann_index, kb.ann_partitions, kb.ann_nprobes, kb.ann_ef, kb.ann_refine_factor)
+
+    def apply(self, query: Any) -> Any:
+        """A LanceDB vector query with these search parameters set."""
+        if self.nprobes:
+            query = query.nprobes(self.nprobes)
+        if self.ef:
+            query = query.ef(self.ef)
+        if self.refine_factor:
+            query = query.refine_factor(self.refine_factor)
+        return query
 
 
 def sql_string(value: str) -> str:

@@ -103,14 +103,14 @@ class KnowledgeStore:
             tables = await asyncio.to_thread(importlib.import_module, "ania_nb.knowledge.tables")
             uri, folder = self.location()
             options = {k: v.get_secret_value() for k, v in self.config.kb.storage_options.items()}
-            ann = self.config.kb.ann_threshold
+            ann, index = self.config.kb.ann_threshold, tables.AnnSettings.of(self.config.kb)
             try:
                 db = await tables.connect(uri, folder, options, self.config.kb.refresh_seconds)
                 self.tables[KB_TABLE] = await tables.LanceTable.open(
-                    db, KB_TABLE, tables.kb_fields(), ann
+                    db, KB_TABLE, tables.kb_fields(), ann, index
                 )
                 self.tables[MEMORY_TABLE] = await tables.LanceTable.open(
-                    db, MEMORY_TABLE, tables.memory_fields(), ann
+                    db, MEMORY_TABLE, tables.memory_fields(), ann, index
                 )
             except (OSError, ValueError, RuntimeError) as exc:  # lance's errors of the store
                 from .model import KnowledgeError

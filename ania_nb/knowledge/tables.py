@@ -34,10 +34,11 @@ os.environ.setdefault("LANCE_LOG", "error")  # lance's Rust warnings would flood
 
 import lancedb
 import pyarrow as pa
-from lancedb.index import FTS, BTree, HnswSq
+from lancedb.index import FTS, BTree, HnswSq, IvfFlat, IvfPq, IvfSq
 
 from ..text import flatten
 from .model import KnowledgeError
+from .search import AnnSettings
 
 log = logging.getLogger(__name__)
 
@@ -102,18 +103,24 @@ class VectorLabel:
 class LanceTable:
     """One table: writes serialised by a lock, searches concurrent, indices kept up."""
 
-    def __init__(self, table: Any, ann_threshold: int) -> None:
+    def __init__(self, table: Any, ann_threshold: int, ann: AnnSettings | None = None) -> None:
         self.table = table
         self.name: str = table.name
         self.lock = asyncio.Lock()  # check-then-write sequences and schema changes
         self.ann_threshold = ann_threshold
+        self.ann = ann or AnnSettings()  # the index built; searches pass their own settings
         self._writes = 0
         self._maintenance: asyncio.Task[None] | None = None
         self.vector_index = ""
 
     @classmethod
     async def open(
-        cls, db: Any, name: str, fields: list[pa.Field], ann_threshold: int
+        cls,
+        db: Any,
+        name: str,
+        fields: list[pa.Field],
+        ann_threshold: int,
+        ann: AnnSettings | None = None,
     ) -> LanceTable:
         """Open the table, creating it (with its full-text index) on first use."""
         try:
@@ -123,7 +130,7 @@ class LanceTable:
                 table = await db.create_table(name, schema=pa.schema(fields))
             except ValueError:  # another process created it meanwhile
                 table = await db.open_table(name)
-        opened = cls(table, ann_threshold)
+        opened = cls(table, ann_threshold, ann)
         await opened._ensure_primary_key()
         await opened._ensure_text_index()
         opened.vector_index = await opened._vector_index_name()
@@ -288,10 +295,24 @@ class LanceTable:
         return await query.limit(limit).to_list()  # type: ignore[no-any-return]
 
     async def vector_search(
-        self, vector: Any, where: str, limit: int, columns: Sequence[str]
+        self,
+        vector: Any,
+        where: str,
+        limit: int,
+        columns: Sequence[str],
+        ann: AnnSettings | None = None,
+        *,
+        exact: bool = False,
     ) -> list[dict[str, Any]]:
-        """Nearest rows by cosine distance (``_distance`` = 1 − similarity)."""
+        """Nearest rows by cosine distance (``_distance`` = 1 − similarity).
+
+        ``ann`` sets the ANN search parameters; ``exact`` searches flat despite an index.
+        """
         query = self.table.query().nearest_to(vector).distance_type("cosine").where(where)
+        if exact:
+            query = query.bypass_vector_index()
+        elif ann is not None:
+            query = ann.apply(query)
         query = query.select([*columns, "_distance"])
         return await query.limit(limit).to_list()  # type: ignore[no-any-return]
 
@@ -348,7 +369,7 @@ class LanceTable:
         return next((i.name for i in indices if VECTOR in i.columns), "")
 
     async def _ensure_vector_index(self) -> None:
-        """Past ``ann_threshold`` vectors, build an IVF-HNSW-SQ index (flat search before)."""
+        """Past ``ann_threshold`` vectors, build the ANN index ``ann`` says (flat before)."""
         if self.vector_index:
             return
         label = await self.vector_label()
@@ -357,11 +378,19 @@ class LanceTable:
         if await self.count(f"{VECTOR} IS NOT NULL") < self.ann_threshold:
             return
         async with self.lock:
-            await self.table.create_index(
-                VECTOR, config=HnswSq(distance_type="cosine"), replace=True
-            )
+            config = vector_index_config(self.ann)
+            await self.table.create_index(VECTOR, config=config, replace=True)
         self.vector_index = await self._vector_index_name()
         log.info("built the ANN index of %s", self.name)
+
+
+def vector_index_config(ann: AnnSettings) -> Any:
+    """The LanceDB configuration of the ANN index ``ann`` names (cosine distance)."""
+    kinds = {"ivf_hnsw_sq": HnswSq, "ivf_flat": IvfFlat, "ivf_sq": IvfSq, "ivf_pq": IvfPq}
+    if ann.index not in kinds:
+        raise KnowledgeError(f"kb.ann_index must be one of {', '.join(kinds)}, got {ann.index!r}")
+    partitions = {"num_partitions": ann.partitions} if ann.partitions else {}
+    return kinds[ann.index](distance_type="cosine", **partitions)
 
 
 @contextlib.contextmanager

@@ -28,6 +28,9 @@ answers, and ``llm.embedding_requests`` records what was asked::
 
     llm.embeddings.vector("some text")     # the vector the server answers for it
 
+`distractors(n)` makes ``n`` deterministic bilingual filler chunks (with unique codes in some)
+and `distractor_queries(n)` questions about them, for knowledge-base tests and benches at scale.
+
 From another process: ``python -m ania_nb.testing serve --script script.json`` prints
 ``base_url=...``; write the file with `script_to_json`.
 """
@@ -35,6 +38,7 @@ From another process: ``python -m ania_nb.testing serve --script script.json`` p
 from __future__ import annotations
 
 from ania_nb.testing._conversation import conversation_problem
+from ania_nb.testing._corpus import Distractor, distractor_queries, distractors
 from ania_nb.testing._embeddings import EmbeddingsEndpoint, embedding_vector
 from ania_nb.testing._script import (
     AUTO_USAGE,
@@ -66,6 +70,7 @@ __all__ = [
     "CutStream",
     "Delay",
     "Disconnect",
+    "Distractor",
     "EmbeddingsEndpoint",
     "ErrorItem",
     "Garbage",
@@ -81,6 +86,8 @@ __all__ = [
     "cut_stream",
     "delay",
     "disconnect",
+    "distractor_queries",
+    "distractors",
     "embedding_vector",
     "error",
     "garbage",
