@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 from ._http import HttpClients
 from .agents import Agents
 from .agents.background import stopped_notice
+from .catalogue import language_for
 from .config import Config
 from .engine.callbacks import NO_CALLBACKS, ApprovalRequest, Callbacks, Verdict
 from .engine.context import BeforeCompact
@@ -880,7 +881,8 @@ class Agent:
             return len(ids), 0
         notice = None
         if self.outbox.durable(session):
-            notice = restart_notice(session, [e for e, _ in rows])
+            language = language_for(self.config.ui.language, session)
+            notice = restart_notice(session, [e for e, _ in rows], language)
         await store.inbox.resume(ids, runs, "notified", notice)
         log.info("%s: told the chat that %d repl(ies) were cut off", session, len(ids))
         self.outbox.woken(session)
@@ -949,7 +951,8 @@ class Agent:
         for row in await store.children.orphans():
             notice = []
             if row.background and self.outbox.durable(row.session):
-                notice = [stopped_notice(row.session, row.id, "interrupted")]
+                language = language_for(self.config.ui.language, row.session)
+                notice = [stopped_notice(row.session, row.id, "interrupted", language)]
             if await store.children.end(row.id, "interrupted", "restart", notice) and notice:
                 log.info("%s: background subagent %d was cut off by a restart", row.session, row.id)
                 told += 1

@@ -11,6 +11,9 @@ Four families, kept apart so callers can catch exactly what they mean (attribute
     │   │   ├── SlotTaken       (ania_nb.clock.store) a scheduled fire's planned time was
     │   │   │                   recorded by another leader: that fire must not run
     │   │   └── DuplicateTaskError  the same task (schedule, title, content, target) exists [task]
+    │   ├── ApprovalRefused     (ania_nb.governance) an answer to an approval request was
+    │   │                       refused: not the requester or an admin, none pending, ended
+    │   │                       [key, params: its reason in the message catalogue]
     │   ├── TeamError           (ania_nb.agents) a saved team is invalid, over a limit or exists
     │   ├── KnowledgeError      (ania_nb.knowledge) a kb/memory request was refused: blank,
     │   │                       full scope, unknown id, read-only scope

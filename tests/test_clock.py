@@ -367,7 +367,7 @@ async def test_a_timeout_cancels_the_run_and_delivers_a_notice(llm, open_clock):
     )
     delivery = await watch.delivery()
 
-    assert delivery.text == "⏰ clock task「slow」timed out (1s), aborted"
+    assert delivery.text == "⏰ clock task “slow” timed out (1s), aborted"
     assert (delivery.status, delivery.session, delivery.source) == ("timeout", "nb:x", "clock")
     assert hold.cancelled == 1  # the run was really cancelled
     [entry] = await clock.logs(task_id=task.id)

@@ -9,6 +9,7 @@ import json
 import pytest
 
 from ania_nb import Callbacks, UsageError, tool
+from ania_nb.catalogue import say
 from ania_nb.store import Store
 from ania_nb.testing import reply, tool_call
 
@@ -246,9 +247,10 @@ async def test_no_answer_times_out_and_stop_cancels_the_wait(llm, make_agent, in
     llm.script(reply(tool_calls=[tool_call("write_note", {"text": "t"})]), reply("never"))
     task = asyncio.create_task(agent.chat("w", session="g:2", sender="bob", callbacks=callbacks))
     await inbox.wait_for(2)
-    assert (await agent.chat("/stop", session="g:2")).text == "Stopped the reply."
+    # A chat session's replies are in the runner's language (zh unless ui.language says).
+    assert (await agent.chat("/stop", session="g:2")).text == say("command.stopped", "zh")
     stopped = await task
     assert stopped.status == "stopped" and agent.approvals.pending() == [] and written == []
-    assert (await agent.chat("/stop", session="g:2")).text == "Nothing is running."
+    assert (await agent.chat("/stop", session="g:2")).text == say("command.nothing_running", "zh")
     actions = [e.detail for e in await oplog_entries(agent, action="tool_approval")]
     assert len(actions) == 1 and "timed out" in actions[0]  # a stop is not audited

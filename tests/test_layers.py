@@ -23,6 +23,7 @@ PACKAGE = Path(ania_nb.__file__).parent
 # the security settings it reads).
 LEAVES = {"errors", "_atomic", "_env", "_extras", "_http", "_preview", "_subprocess", "_version"}
 LEAVES |= {"session_keys", "text", "addresses"}  # one helper per idea: keys, cutting, hosts
+LEAVES |= {"catalogue"}  # the texts people read, in each front end's language
 
 MAY_IMPORT: dict[str, set[str]] = {
     "errors": set(),
@@ -36,6 +37,7 @@ MAY_IMPORT: dict[str, set[str]] = {
     "session_keys": set(),
     "text": set(),
     "addresses": set(),
+    "catalogue": set(),
     "prompts": set(),
     "store": set(),
     "config": set(),

@@ -18,6 +18,7 @@ from _waits import until
 from mcp_servers.support import DEMO, settings, write_config
 
 from ania_nb import ToolContext, tool
+from ania_nb.catalogue import say
 from ania_nb.mcp import MCPRegistry, MCPServerConfig, load_config_file
 from ania_nb.mcp.shared import MCP_SERVERS_NAMESPACE, SharedServers
 from ania_nb.store import Store
@@ -205,7 +206,7 @@ async def test_plan_mode_switched_on_one_replica_holds_on_the_other(llm, make_ag
     one = replica(make_agent, tmp_path, "one", tools=[write_note])
     two = replica(make_agent, tmp_path, "two", tools=[write_note])
     await two.start()  # it has read the session's (unset) state before the switch
-    assert (await one.chat("/plan on", session="f:7")).text.startswith("Plan mode on")
+    assert (await one.chat("/plan on", session="f:7")).text == say("plan.on", "zh")
 
     llm.script(reply(tool_calls=[tool_call("write_note", {"text": "x"})]), reply("my plan"))
     planned = await two.chat("do it", session="f:7")
@@ -214,7 +215,7 @@ async def test_plan_mode_switched_on_one_replica_holds_on_the_other(llm, make_ag
     assert "[Plan mode] The user turned on plan mode" in llm.requests[0].messages[-1]["content"]
     assert two.plan_mode("f:7")
 
-    assert (await two.chat("/plan off", session="f:7")).text.startswith("Plan mode off")
+    assert (await two.chat("/plan off", session="f:7")).text == say("plan.off", "zh")
     llm.script(reply(tool_calls=[tool_call("write_note", {"text": "y"})]), reply("done"))
     acted = await one.chat("go", session="f:7")
     assert acted.text == "done" and written == ["y"]
@@ -251,7 +252,7 @@ async def test_plan_mode_switched_on_mid_run_elsewhere_blocks_the_runs_next_call
         reply("stopped"),
     )
     result = await two.chat("go", session="f:9")
-    assert result.tool_calls[0].result.startswith("Plan mode on")
+    assert result.tool_calls[0].result == say("plan.on", "zh")
     assert result.tool_calls[1].result.startswith("[Plan mode] the tool write_note was blocked")
     assert written == []
 

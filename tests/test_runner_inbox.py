@@ -17,11 +17,12 @@ from _waits import until
 from runner_memory import MemoryAdapter, blocker
 
 from ania_nb import tool
+from ania_nb.catalogue import say
 from ania_nb.orchestration import Delivery
 from ania_nb.orchestration.outbox import delivery_payload
 from ania_nb.runner.chat import incoming_meta, model_text
 from ania_nb.runner.model import ChatRef, Incoming
-from ania_nb.runner.router import HELD_TEXT, Router
+from ania_nb.runner.router import Router
 from ania_nb.store import InboxRow, InboxState, OutboxRow, Store
 from ania_nb.store.db import Conn
 from ania_nb.store.mailbox import owner_text
@@ -323,7 +324,7 @@ async def test_messages_during_the_shutdown_grace_are_kept_and_answered_after_re
     await asyncio.wait_for(closing, 10)
     await agent.aclose()
     for chat in (ChatRef("private", "6"), ChatRef("private", "7")):  # each chat told once
-        assert [m.text for m in adapter.sent_to(chat)] == [HELD_TEXT]
+        assert [m.text for m in adapter.sent_to(chat)] == [say("notice.held", "zh")]
 
     def answer(request: Any) -> Any:
         asked = str(request.messages[-1])

@@ -18,19 +18,11 @@ from mcp_servers.support import stdio_entry, write_config
 from runner_memory import MemoryAdapter, blocker
 
 from ania_nb import tool
+from ania_nb.catalogue import say
 from ania_nb.engine.messages import image_marker
 from ania_nb.orchestration import Delivery
 from ania_nb.runner.model import ChatRef, Outgoing
-from ania_nb.runner.router import (
-    ERROR_TEXT,
-    HELD_TEXT,
-    SHUTDOWN_TEXT,
-    STOPPED_TEXT,
-    TIMEOUT_TEXT,
-    UNRUN_CALL_TEXT,
-    Router,
-    drop_loaded_tools,
-)
+from ania_nb.runner.router import Router, drop_loaded_tools
 from ania_nb.testing import delay, error, reply, tool_call
 from ania_nb.tools import ToolContext
 
@@ -38,6 +30,16 @@ G1 = ChatRef("group", "501")
 ADMIN = "999"
 QUEUED = "正在回复上一条消息，你的消息已排队，稍后回复你~"
 OVERFLOW = "排队消息太多啦，稍后再试试吧~"
+# The runner's texts in its default language (zh).
+ERROR_TEXT = say("status.error", "zh")
+HELD_TEXT = say("notice.held", "zh")
+SHUTDOWN_TEXT = say("status.shutdown", "zh")
+STOPPED_TEXT = say("status.stopped", "zh")
+TIMEOUT_TEXT = say("status.timeout", "zh")
+UNRUN_CALL_TEXT = say("status.unrun_call", "zh")
+SUSPENDED_TEXT = say("status.suspended", "zh")
+KEPT_TEXT = say("approval.kept", "zh")
+RESENT_MARK = say("approval.resent", "zh")
 
 
 class Served:
@@ -142,7 +144,7 @@ async def test_clock_command_works_in_a_group_without_mention_others_need_it(llm
     assert sent.text.startswith("No clock tasks in this chat")
     assert sent.mentions == ()  # command answers are plain text
     await s.say(s.adapter.group(G1.id, "7", "/help", mentioned=True))
-    assert (await s.adapter.wait_sent(lambda m: m.text.startswith("Commands:"))).mentions == ()
+    assert (await s.adapter.wait_sent(lambda m: m.text.startswith("命令："))).mentions == ()
     assert llm.requests == []
 
 
@@ -225,7 +227,7 @@ async def test_stop_mid_run_sends_one_stopped_notice(llm, serve):
     await s.say(s.adapter.group(G1.id, "2", "more", mentioned=True))
     await s.say(s.adapter.group(G1.id, "1", "/stop", mentioned=True))
     await s.settle()
-    assert sorted(s.texts()) == sorted([QUEUED, "Stopped the reply.", STOPPED_TEXT])
+    assert sorted(s.texts()) == sorted([QUEUED, say("command.stopped", "zh"), STOPPED_TEXT])
     [run] = await s.agent.runs(session=G1.session)
     assert run.status == "stopped"
     store = await s.agent.host.open_store()
@@ -286,8 +288,13 @@ async def test_a_quota_denial_sends_its_reason(llm, serve):
     await s.say(s.adapter.private("5", "second"))
     denied = await s.adapter.wait_sent(lambda m: m.text != "spent")
     [latest, _] = await s.agent.runs(session="f:5")
-    assert latest.status == "denied" and denied.text == latest.error
+    # The quota's reason is English: a zh chat gets the catalogue's text, an en chat the reason.
+    assert latest.status == "denied" and denied.text == say("status.quota", "zh")
     assert len(llm.requests) == 1
+    s.agent.config.ui.language = "en"
+    await s.say(s.adapter.private("5", "third"))
+    denied = await s.adapter.wait_sent(lambda m: m.text == latest.error)
+    assert "quota" in denied.text and len(llm.requests) == 1
 
 
 async def test_a_used_up_quota_is_answered_by_the_fallback_with_its_notice_once(llm, serve):
@@ -357,7 +364,7 @@ async def test_requester_approves_by_reply_after_a_stranger_is_refused(llm, serv
     asked = await s.adapter.wait_sent(lambda m: m.text.startswith("【工具审批】"))
     [request] = s.agent.approvals.pending(G1.session)
     assert f"请求 {request.id}" in asked.text and "发起人（1）或管理员" in asked.text
-    assert f"reply `show {request.id}`" in asked.text  # cut at runner.approval_chars
+    assert f"回复「查看 {request.id}」看全文" in asked.text  # cut at runner.approval_chars
     assert asked.mentions == ()
 
     await s.say(s.adapter.group(G1.id, "2", "允许"))  # a stranger, without @
@@ -739,8 +746,6 @@ async def test_close_stops_what_outlasts_the_grace_and_a_second_close_hurries(ll
 async def test_close_suspends_a_waiting_approval_and_the_next_router_asks_again_once_connected(
     llm, serve
 ):
-    from ania_nb.runner.chat import RESENT_MARK
-    from ania_nb.runner.router import SUSPENDED_TEXT
     from ania_nb.runner.serve import resume_approvals_when_connected
 
     llm.script(reply(tool_calls=[tool_call("danger", {"what": "it"})]))
@@ -788,7 +793,6 @@ def recording_danger(done: list[str]) -> Any:
 async def test_a_verdict_during_the_grace_is_kept_and_the_restart_goes_on_without_a_card(
     llm, serve, word
 ):
-    from ania_nb.runner.router import KEPT_TEXT, SUSPENDED_TEXT
     from ania_nb.runner.serve import resume_approvals_when_connected
 
     done: list[str] = []
@@ -808,7 +812,7 @@ async def test_a_verdict_during_the_grace_is_kept_and_the_restart_goes_on_withou
     [request] = first.agent.approvals.suspended(G1.session)
     await first.say(first.adapter.group(G1.id, "2", word))  # a stranger: same rules as ever
     refused = await first.adapter.wait_sent(lambda m: m.text.startswith("无法审批"))
-    assert "only the requester or an admin" in refused.text
+    assert "只有发起人或管理员可以审批" in refused.text
     await first.say(first.adapter.group(G1.id, "1", word))
     kept = await first.adapter.wait_sent(lambda m: m.text.endswith(KEPT_TEXT))
     assert kept.text.startswith("已允许" if word == "允许" else "已拒绝")
@@ -845,3 +849,101 @@ async def test_a_verdict_during_the_grace_is_kept_and_the_restart_goes_on_withou
     assert [(row.state, row.resent) for row in [await store.approvals.get(request.id)]] == [
         (verdict, 0)
     ]
+
+
+# ------------------------------------------------------------------ one language per message
+
+
+def assert_one_language(texts: list[str], language: str, names: list[str]) -> None:
+    """No text holds words of the other language (names and user content taken out)."""
+    from test_catalogue import foreign
+
+    found = {text: foreign(text, language, names) for text in texts}
+    assert {text: words for text, words in found.items() if words} == {}
+
+
+@pytest.mark.parametrize("language", ["zh", "en"])
+async def test_every_text_a_chat_gets_is_in_its_language(llm, serve, language):
+    """Notices, approval cards and answers, refusals, status texts and command replies."""
+    wait_here, started, _ = blocker()
+    answer = "好的" if language == "zh" else "fine"  # the model's own words: user content
+    llm.script(
+        reply(tool_calls=[tool_call("danger", {"what": "1" * 400})]),  # the card is cut
+        reply(tool_calls=[tool_call("wait_here")]),
+        reply(answer),
+        reply(answer),
+    )
+    overrides = {**APPROVAL, "runner.approval_chars": 200, "agent.queue_size": 1}
+    if language == "en":
+        overrides["ui.language"] = "en"  # the runner's default is zh
+    s = await serve(tools=[danger_tool(), wait_here], overrides=overrides)
+    await s.say(s.adapter.group(G1.id, "1", "go", mentioned=True))
+    await s.adapter.wait_sent(lambda m: "danger" in m.text)
+    [request] = s.agent.approvals.pending(G1.session)
+    await s.say(s.adapter.group(G1.id, "2", "y"))  # a stranger: refused
+    await s.say(s.adapter.group(G1.id, "2", f"show {request.id}"))
+    await s.say(s.adapter.group(G1.id, "1", f"y {request.id}"))
+    await asyncio.wait_for(started.wait(), 10)
+    await s.say(s.adapter.group(G1.id, "2", "q", mentioned=True))  # queued notice
+    await s.say(s.adapter.group(G1.id, "3", "q", mentioned=True))  # overflow notice
+    for command in ("/help", "/cmd", "/nope", "/stop"):
+        await s.say(s.adapter.group(G1.id, "1", command, mentioned=True))
+    await s.settle()
+    await s.say(s.adapter.group(G1.id, "1", "/stop", mentioned=True))  # nothing running
+    await s.settle()
+    texts = s.texts()
+    assert len(texts) >= 11, texts  # card, refusal, full text, allowed, notices, replies
+    names = ["danger", "what", request.id, "qq:1", "qq:2", "/help", "/cmd", "/nope", "/stop"]
+    names += [f"/{name}" for name in ("plan", "clock", "quota")]
+    names += ['"what"', "{", "}", '"', ":"]  # the call's JSON headline
+    assert_one_language(texts, language, names)
+    stopped = say("status.stopped", language)
+    assert say("notice.queued", language) in texts and stopped in texts
+
+
+def test_an_approval_card_is_in_one_language() -> None:
+    from ania_nb.engine.callbacks import ApprovalRequest
+    from ania_nb.governance.approval_text import approval_text as details
+    from ania_nb.runner.chat import approval_text
+
+    for language in ("zh", "en"):
+        body = details("bash", {"command": "ls; rm x"}, shell_keys=["command"], language=language)
+        request = ApprovalRequest(
+            "r1", "g:1", "bash", "ls", requester="qq:1", details=body, resent=True
+        )
+        card = approval_text(request, 60, 30, "qq", language)
+        names = ["bash", "r1", "ls", "rm x", "command"]
+        assert_one_language([card], language, names)
+        assert say("approval.resent", language) in card
+
+
+# ------------------------------------------------------------------ chat text that suits QQ
+
+
+async def test_a_markdown_reply_arrives_flattened_with_its_image_and_split(llm, serve):
+    image = "https://example.com/cat.png"
+    written = (
+        "## ⏰ **Clock run**\n"
+        "Done *today*:\n\n"
+        "- first\n  - nested `a_b`\n"
+        f"See [the docs](https://example.com/docs) ![cat]({image}) ![disk](file:///etc/passwd)"
+    )
+    long_text = "".join(f"第{n}句话。" for n in range(200))  # 1290 characters, no space
+    llm.script(reply(written), reply(long_text), reply(written))
+    s = await serve(overrides={"runner.message_chars": 600})
+    await s.say(s.adapter.private("5", "report"))
+    sent = await s.adapter.wait_sent()
+    assert sent.text == (
+        "⏰ Clock run\nDone today:\n\n• first\n  • nested a_b\n"
+        "See the docs (https://example.com/docs) disk (file:///etc/passwd)"
+    )
+    assert sent.images == (image,)  # an allowed URL as an image; a file:// URL never
+    await s.say(s.adapter.private("5", "long"))
+    await s.settle()
+    parts = s.texts()[1:]
+    assert len(parts) == 3 and all(len(p) <= 600 and p.endswith("。") for p in parts)
+    assert "".join(parts) == long_text  # cut after a 。 each time, nothing lost
+    s.agent.config.runner.markdown = "keep"
+    await s.say(s.adapter.private("5", "again"))
+    kept = await s.adapter.wait_sent(lambda m: m.text.startswith("## "))
+    assert kept.text == written and kept.images == ()

@@ -29,6 +29,7 @@ from typing import Any
 import pytest
 import pytest_asyncio
 
+from ania_nb.catalogue import say
 from ania_nb.testing import ScriptedLLM, reply, tool_call
 from ania_nb.testing.onebot import HandshakeRejected, OneBotImpl
 
@@ -37,6 +38,7 @@ pytestmark = pytest.mark.asyncio(loop_scope="module")
 
 ANIA_NB = str(Path(sys.executable).parent / "ania-nb")
 TOKEN = "s3cret-token"
+RESENT = say("approval.resent", "zh")  # how a card posted again after a restart says so
 ADMIN = 999
 LISTEN_RE = re.compile(r"ws://127\.0\.0\.1:[1-9]\d*/onebot/v11/ws")
 _ids = itertools.count(100_001)
@@ -831,12 +833,12 @@ async def test_kill_9_while_the_card_waits_then_the_card_comes_back_and_allow_co
     await impl.private_message(user, "what time is it?")
     card = await impl.wait_for_action("send_private_msg", to_user(user, "工具审批"))
     match = REQUEST_ID.search(card.text)
-    assert match is not None and "re-sent" not in card.text
+    assert match is not None and RESENT not in card.text
     assert await proc.stop(signal.SIGKILL) == -signal.SIGKILL
     llm.script(reply("it is late"))
     again = await restarted(launch, impl)
     try:
-        resent = await again.wait_for_action("send_private_msg", to_user(user, "re-sent"))
+        resent = await again.wait_for_action("send_private_msg", to_user(user, RESENT))
         assert match.group(0) in resent.text  # the same request, asked again
         await again.private_message(user, "允许")
         await again.wait_for_action("send_private_msg", to_user(user, "it is late"))
@@ -873,7 +875,7 @@ async def test_sigterm_with_an_approval_pending_exits_at_once_and_the_card_comes
     llm.script(reply("no time then"))
     again = await restarted(launch, impl)
     try:
-        await again.wait_for_action("send_private_msg", to_user(user, "re-sent"))
+        await again.wait_for_action("send_private_msg", to_user(user, RESENT))
         await again.private_message(user, "拒绝")
         await again.wait_for_action("send_private_msg", to_user(user, "no time then"))
     finally:

@@ -19,12 +19,10 @@ PACKAGE = Path(ania_nb.__file__).parent
 CJK = re.compile(r"[\u3000-\u303f\u3400-\u9fff\uff00-\uffef]")
 
 USER_FACING = {
-    "runner/": "the chat runner: notices, status texts and cards chat users read",
+    "catalogue.py": "the message catalogue: every text people read, in English and Chinese",
+    "runner/": "the chat runner: the platform's markers, the answer word 查看, a CJK rule",
     "notebook/": "the notebook's panels show titles as the original shows them",
     "governance/approval.py": "the approval answer words (允许/拒绝 …)",
-    "config/_runner_sections.py": "the defaults of the runner's queue notices",
-    "orchestration/inbox.py": "the notice of a reply a restart cut off, sent to the chat",
-    "agents/background.py": "the notices of background work, sent to the chat",
     "agents/roles.py": "the team roles' names in both languages (规划师 or planner)",
     "demo.py": "the demo's Chinese sample documents",
 }
@@ -34,8 +32,8 @@ NOT_TEXT = {
     "knowledge/search.py": "character ranges of the keyword matcher",
 }
 MARKERS = {
-    # the trigger (with its note) and the timeout notice
-    "clock/runner.py": ("【定时任务】", "（备注：", "）", "「", "」"),
+    # the trigger, with its note
+    "clock/runner.py": ("【定时任务】", "（备注：", "）"),
     "agents/subagent.py": ("【子代理任务】",),
     "agents/clock_children.py": ("【子代理执行结果汇总】",),
     "knowledge/inject.py": ("【知识库】", "【长期记忆】"),

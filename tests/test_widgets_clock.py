@@ -276,7 +276,7 @@ async def test_a_timed_out_run_shows_the_notice_it_delivered(llm, make_agent):
     entry = await agent.clock.run_now(task.id)
     (item,) = panel.feed
     assert entry.status == item.status == "timeout" and item.delivered
-    assert item.text.startswith("⏰ clock task「slow」timed out")
+    assert item.text.startswith("⏰ clock task “slow” timed out")
     assert "◷ timeout · slow (#1)" in panel.text()
     assert "last ◷ timeout" in panel.text()
     panel.close()

@@ -25,6 +25,7 @@ import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from ..catalogue import CATALOGUE, Language, language_for, say
 from ..engine.callbacks import NO_CALLBACKS, Callbacks, RunEvent
 from ..orchestration.inbox import AGENT_SOURCE, Inbound
 from ..orchestration.outbox import Delivery, delivery_payload
@@ -54,8 +55,7 @@ log = logging.getLogger(__name__)
 
 PREVIEW_CHARS = 60  # characters of a task shown by subagent_list
 INJECTED_TASK_CHARS = 1000  # characters of the task repeated in a completion message
-STOPPED_BY_RESTART = "后台任务 {id} 被重启打断，已停止；需要的话请让我重新做一次~"
-RESULT_LABEL = "后台任务 {id} 的结果"  # how a restart notice quotes a result whose reply it cut
+STOPPED_BY_RESTART = CATALOGUE["notice.background_stopped"]["zh"]  # the chat's default text
 
 
 @dataclass
@@ -157,7 +157,7 @@ def completion_text(child: Child, max_len: int) -> str:
     return f"{head}\nID: {child.id}\nTask: {task}\n\n{body}"
 
 
-def result_inbound(child: Child, text: str) -> Inbound:
+def result_inbound(child: Child, text: str, language: Language = "zh") -> Inbound:
     """A background child's result as the message its session answers (``bg:<id>``).
 
     ``meta`` keeps the launching run's role (the reply's run gets it, after a restart too) and
@@ -173,16 +173,19 @@ def result_inbound(child: Child, text: str) -> Inbound:
         meta={
             "role": child.role,
             "child_id": child.id,
-            "text": RESULT_LABEL.format(id=child.id),
+            # how a restart notice quotes a result whose reply it cut
+            "text": say("notice.background_result", language, id=child.id),
         },
     )
 
 
-def stopped_notice(session: str, child_id: int | str, state: str) -> OutboxRow:
+def stopped_notice(
+    session: str, child_id: int | str, state: str, language: Language = "zh"
+) -> OutboxRow:
     """The chat's one notice that a restart stopped (or a kill -9 cut off) a background task."""
     delivery = Delivery(
         session,
-        STOPPED_BY_RESTART.format(id=child_id),
+        say("notice.background_stopped", language, id=child_id),
         "restart",
         title=f"background task {child_id} {state}",
         status=state,
@@ -343,13 +346,16 @@ class SubagentRegistry:
         if outcome.cancelled:
             reason = child.cancel_reason or "stop"
             restart = reason == "restart" and durable
-            notice = [stopped_notice(session, child.id, "stopped")] if restart else []
+            language = language_for(self.host.config.ui.language, session)
+            notice = [stopped_notice(session, child.id, "stopped", language)] if restart else []
             if await self._end_row(child, reason, notice) and notice:
                 self.host.outbox.woken(session)
             return
         text = completion_text(child, self.host.config.subagent.max_result_chars)
         if durable and child.stored:
-            inbound = result_inbound(child, text)
+            inbound = result_inbound(
+                child, text, language_for(self.host.config.ui.language, session)
+            )
             try:
                 store = await self._open_store()
                 inbox_id = await store.children.finish(int(child.id), outcome.status, inbound.row())

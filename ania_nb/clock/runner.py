@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from ..agents.clock_children import ClockChildren
+from ..catalogue import Language, language_for, say
 from ..engine.untrusted import untrusted
 from ..engine.usage import Usage
 from ..orchestration import Conversation, OneShotJob
@@ -73,11 +74,10 @@ def task_timeout(task: ClockTask, default: float) -> float:
     return float(min(seconds, MAX_TIMEOUT))
 
 
-def timeout_notice(task: ClockTask, seconds: float) -> str:
-    """The text the target gets when a run timed out."""
-    return (
-        f"⏰ clock task「{task.title or task.id}」timed out ({describe_period(seconds)}), aborted"
-    )
+def timeout_notice(task: ClockTask, seconds: float, language: Language = "en") -> str:
+    """The text the target gets when a run timed out (in its front end's ``language``)."""
+    title, period = task.title or task.id, describe_period(seconds)
+    return say("notice.timed_out", language, title=title, period=period)
 
 
 @dataclass
@@ -246,17 +246,20 @@ async def run_task(host: AgentHost, store: ClockStore, task: ClockTask, entry_id
     finally:
         if children is not None:
             await _quietly(children.cancel_all())
-    outcome = _outcome(task, result, usage, budget)
+    language = language_for(config.ui.language, target)
+    outcome = _outcome(task, result, usage, budget, language)
     await recorder.close(result.status, usage, outcome.reply, outcome.error)
     return outcome
 
 
-def _outcome(task: ClockTask, result: RunResult, usage: Usage, budget: float) -> Outcome:
+def _outcome(
+    task: ClockTask, result: RunResult, usage: Usage, budget: float, language: Language
+) -> Outcome:
     reply = result.text.strip() or None
     if result.status == "success":
         return Outcome("success", reply=reply, usage=usage, delivery=reply)
     if result.status == "timeout":
-        notice = timeout_notice(task, budget)
+        notice = timeout_notice(task, budget, language)
         return Outcome("timeout", reply=reply, error=result.error, usage=usage, delivery=notice)
     return Outcome("error", reply=reply, error=result.error or result.status, usage=usage)
 

@@ -43,6 +43,7 @@ from ._sections import (
     SkillSettings,
     StoreSettings,
     TodoSettings,
+    UISettings,
     VisionSettings,
     WebSettings,
 )
@@ -94,6 +95,7 @@ __all__ = [
     "SkillSettings",
     "StoreSettings",
     "TodoSettings",
+    "UISettings",
     "VisionSettings",
     "WebSettings",
     "api_key_set",

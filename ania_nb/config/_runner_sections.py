@@ -63,12 +63,28 @@ class RunnerSettings(Section):
         description="Clear a group's history and session MCP loads after this many messages "
         "not addressed to the bot (0 = never).",
     )
-    queued_notice: str = Field(
-        "正在回复上一条消息，你的消息已排队，稍后回复你~",
-        description="Sent once when a message waits for the current reply ('' = none).",
+    queued_notice: str | None = Field(
+        None,
+        description="Sent once when a message waits for the current reply: unset = the "
+        "catalogue's text in ui.language, '' = none, any other text = sent as written.",
     )
-    overflow_notice: str = Field(
-        "排队消息太多啦，稍后再试试吧~", description="Sent when the session's queue is full."
+    overflow_notice: str | None = Field(
+        None,
+        description="Sent when the session's queue is full: unset = the catalogue's text in "
+        "ui.language, '' = none, any other text = sent as written.",
+    )
+    markdown: Literal["plain", "keep"] = Field(
+        "plain",
+        description="plain: Markdown in replies becomes plain chat text (emphasis and headings "
+        "dropped, lists and code readable, links as 'text (url)', http(s) images sent as "
+        "images); keep: sent as written.",
+    )
+    message_chars: int = Field(
+        3000,
+        ge=200,
+        le=20000,
+        description="Longest text of one chat message; a longer one is split at paragraph, "
+        "line or sentence ends into several messages.",
     )
     approval_chars: int = Field(
         1500, ge=200, description="Characters of an approval request shown in the chat."

@@ -604,6 +604,17 @@ class NotebookSettings(Section):
     )
 
 
+class UISettings(Section):
+    """What people read: the language of the front ends' messages (`ania_nb.catalogue`)."""
+
+    language: Literal["", "en", "zh"] = Field(
+        "",
+        description="Language of notices, command replies, approval cards, status texts and "
+        "errors people read: en or zh; empty = each front end's own (ania-nb serve: zh, the "
+        "notebook and Python: en). What the model reads never changes.",
+    )
+
+
 MAX_RUN_SECONDS = 1800  # the longest any clock, subagent or team run may take
 
 

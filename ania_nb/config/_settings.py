@@ -57,6 +57,7 @@ from ._sections import (
     SubagentSettings,
     TeamSettings,
     TodoSettings,
+    UISettings,
     VisionSettings,
     WebSettings,
 )
@@ -152,6 +153,9 @@ class Config(BaseSettings):
     )
     runner: RunnerSettings = Field(
         default_factory=RunnerSettings, description="ania-nb serve: chat platform and flow."
+    )
+    ui: UISettings = Field(
+        default_factory=UISettings, description="The language of what people read."
     )
     _source_file: Path | None = PrivateAttr(default=None)
 

@@ -1,6 +1,12 @@
 """Governance: hooks, the tool gate, approvals, plan mode, todos, slash commands, config tools."""
 
-from .approval import ALLOW_WORDS, DENY_WORDS, ApprovalManager, parse_verdict_word
+from .approval import (
+    ALLOW_WORDS,
+    DENY_WORDS,
+    ApprovalManager,
+    ApprovalRefused,
+    parse_verdict_word,
+)
 from .core import Governance, PreparedPrompt
 from .hook_config import HOOK_EVENTS, ShellHook, parse_hooks
 from .hooks import HookOutcome, HookResult, HookRunner, PythonHook, payload_for
@@ -14,6 +20,7 @@ __all__ = [
     "PLAN_BLOCKED_TOOLS",
     "PLAN_NOTE",
     "ApprovalManager",
+    "ApprovalRefused",
     "Governance",
     "HookOutcome",
     "HookResult",

@@ -37,6 +37,7 @@ from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any, Protocol
 
+from ..catalogue import Language, say
 from ..engine.callbacks import ApprovalRequest, Callbacks, RunEvent, Verdict
 from ..errors import UsageError
 
@@ -52,6 +53,23 @@ STOPPED = "stopped by the user"
 ENDED_KEPT = 256  # ended requests remembered to answer late replies precisely
 SUSPENDED = "suspended waiting for an approval"
 VERDICT_OUTCOMES = frozenset({"allowed", "denied", "timeout"})  # a resumed run goes on with these
+
+
+class ApprovalRefused(UsageError):
+    """An answer to a request was refused (not allowed to answer, none pending, already ended).
+
+    ``key`` and ``params`` name the reason in the message catalogue (`ania_nb.catalogue`), so a
+    chat front end tells its users why in their language; the message is the English text.
+    """
+
+    def __init__(self, key: str, **params: object) -> None:
+        super().__init__(say(key, "en", **params))
+        self.key = key
+        self.params = params
+
+    def said(self, language: Language) -> str:
+        """The reason in ``language``."""
+        return say(self.key, language, **self.params)
 
 
 class Checkpoint(Protocol):
@@ -364,7 +382,7 @@ class ApprovalManager:
         request, future = entry
         self._authorise(request, approver)
         if future.done():  # answered a moment ago, or ended by a timeout or a stop
-            raise UsageError(_already(request.id, future.result()))
+            raise _already(request.id, future.result())
         who = f" by {approver}" if approver else ""
         text = reason or (f"approved{who}" if allow else f"denied{who}")
         future.set_result(Verdict(allow, text, approver))
@@ -400,7 +418,7 @@ class ApprovalManager:
         )
         if not decided:
             self._suspended.pop(request.id, None)
-            raise UsageError(f"approval request {request.id} is no longer waiting for an answer")
+            raise ApprovalRefused("approval.gone", id=request.id)
         self._suspended.pop(request.id, None)
         verdict = Verdict(allow, text, approver, outcome)
         self._ended[request.id] = verdict
@@ -413,15 +431,15 @@ class ApprovalManager:
             if found is None:
                 ended = self._ended.get(request_id)
                 if ended is not None:
-                    raise UsageError(_already(request_id, ended))
-                raise UsageError(f"no suspended approval request with id {request_id!r}")
+                    raise _already(request_id, ended)
+                raise ApprovalRefused("approval.no_suspended_id", id=request_id)
             return found
         matches = self.suspended(session)
         if not matches:
             where = f" in session {session!r}" if session else ""
-            raise UsageError(f"no approval request is suspended{where}")
+            raise ApprovalRefused("approval.none_suspended", where=where)
         if len(matches) > 1:
-            raise UsageError("several approval requests are suspended; answer one by its id")
+            raise ApprovalRefused("approval.several_suspended")
         return matches[0]
 
     def _remember(self, request_id: str, future: asyncio.Future[Verdict]) -> None:
@@ -436,15 +454,11 @@ class ApprovalManager:
         if approver is None or approver in self.admins:
             return
         if request.admin_only:
-            raise UsageError(
-                f"{request.tool} needs an admin's approval and {approver!r} is not an admin "
-                "(admin.ids)"
-            )
+            raise ApprovalRefused("approval.not_admin", tool=request.tool, approver=approver)
         askers = request.requesters or ((request.requester,) if request.requester else ())
         if askers and approver not in askers:
-            raise UsageError(
-                f"{approver!r} may not answer this request: only the requester or an admin "
-                f"may answer it (asked by: {', '.join(askers)})"
+            raise ApprovalRefused(
+                "approval.not_requester", approver=approver, askers=", ".join(askers)
             )
 
     async def _audit(self, request: ApprovalRequest, verdict: Verdict, outcome: str) -> None:
@@ -480,15 +494,15 @@ class ApprovalManager:
             if found is None:
                 ended = self._ended.get(request_id)
                 if ended is not None:
-                    raise UsageError(_already(request_id, ended))
-                raise UsageError(f"no pending approval request with id {request_id!r}")
+                    raise _already(request_id, ended)
+                raise ApprovalRefused("approval.no_pending_id", id=request_id)
             return found
         matches = [e for e in self._pending.values() if session is None or e[0].session == session]
         if not matches:
             where = f" in session {session!r}" if session else ""
-            raise UsageError(f"no approval request is pending{where}")
+            raise ApprovalRefused("approval.none_pending", where=where)
         if len(matches) > 1:
-            raise UsageError("several approval requests are pending; answer one by its id")
+            raise ApprovalRefused("approval.several_pending")
         return matches[0]
 
 
@@ -527,13 +541,10 @@ async def _shielded(work: Awaitable[None]) -> None:
         await task
 
 
-def _already(request_id: str, verdict: Verdict) -> str:
+def _already(request_id: str, verdict: Verdict) -> ApprovalRefused:
     """Why a second answer to request ``request_id`` changes nothing."""
-    how = "allowed" if verdict.allowed else "denied"
-    return (
-        f"approval request {request_id} was already {how} ({verdict.reason}); "
-        "this answer was ignored"
-    )
+    key = "approval.already_allowed" if verdict.allowed else "approval.already_denied"
+    return ApprovalRefused(key, id=request_id, reason=verdict.reason)
 
 
 async def _resolved(

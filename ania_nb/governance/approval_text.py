@@ -17,6 +17,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from .._preview import reveal
+from ..catalogue import Language, say
 
 _SEPARATORS = frozenset({";", "&&", "||", "|", "&", "|&", "\n"})
 
@@ -66,23 +67,26 @@ def approval_text(
     *,
     order: Sequence[str] = (),
     shell_keys: Sequence[str] = (),
+    language: Language = "en",
 ) -> str:
-    """The full approval text of a call (``arguments`` raw text when they are not an object)."""
+    """The full approval text of a call (``arguments`` raw text when they are not an object).
+
+    ``language`` words the lines around the arguments (`ania_nb.catalogue`).
+    """
     if isinstance(arguments, str):
-        return f"{tool} — arguments (not a JSON object, shown as sent):\n{visible(arguments)}"
-    lines = [f"{tool} — {len(arguments)} argument(s):" if arguments else f"{tool} — no arguments"]
+        return f"{say('approval.args_raw', language, tool=tool)}\n{visible(arguments)}"
+    head = "approval.args_count" if arguments else "approval.args_none"
+    lines = [say(head, language, tool=tool, count=len(arguments))]
     for key in ordered_arguments(arguments, order):
         value = arguments[key]
         text = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
-        lines.append(f"▸ {visible(key)} ({len(text)} characters):")
+        lines.append(say("approval.arg", language, name=visible(key), count=len(text)))
         lines.append(visible(text))
         if key in shell_keys and isinstance(value, str):
             commands = split_commands(value)
             if commands is None:
-                lines.append(
-                    "  (the shell line could not be parsed: read it character by character)"
-                )
+                lines.append(say("approval.shell_unparsed", language))
             elif len(commands) > 1:
-                lines.append(f"  it runs {len(commands)} commands:")
+                lines.append(say("approval.shell_commands", language, count=len(commands)))
                 lines.extend(f"  {n}. {visible(c)}" for n, c in enumerate(commands, 1))
     return "\n".join(lines)

@@ -27,6 +27,7 @@ import json
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from ..catalogue import Language, language_for
 from ..text import cut
 from .commands import CommandBook, parse_commands
 from .config_tools import ConfigCenter, ConfigFile
@@ -101,11 +102,17 @@ class Governance:
             approvals=approvals,
             approval=config.approval,
             roles=self.roles,
+            language=self.language,
         )
         book = CommandBook(config.commands.file) if config.commands.enable else None
         self.commands = book
         self.slash = SlashCommands(
-            plan=self.plan, book=book, is_admin=self.is_admin, stop=stop, roles=self.roles
+            plan=self.plan,
+            book=book,
+            is_admin=self.is_admin,
+            stop=stop,
+            roles=self.roles,
+            language=self.language,
         )
         self.center: ConfigCenter | None = None
         if config.config_tool.enable:
@@ -115,6 +122,10 @@ class Governance:
         self._started: set[str] = previous._started if previous else set()
         # SessionStart context for the next turn
         self._session_context: dict[str, str] = previous._session_context if previous else {}
+
+    def language(self, session: str) -> Language:
+        """The language ``session``'s front end shows people (``ui.language``, else its own)."""
+        return language_for(self.config.ui.language, session)
 
     def is_admin(self, who: str | None) -> bool:
         """Admins are the configured ids; None is the trusted local user (a notebook)."""

@@ -25,9 +25,10 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
+from ..catalogue import Language
 from ..engine.loop import GateDecision, ToolOutcomeKind
 from ..text import flatten
 from ..tools import ToolContext
@@ -68,12 +69,15 @@ class ToolGate:
         approvals: ApprovalManager,
         approval: ApprovalSettings,
         roles: Roles | None = None,
+        language: Callable[[str], Language] | None = None,
     ) -> None:
         self.plan = plan
         self.hooks = hooks
         self.approvals = approvals
         self.approval = approval
         self.roles = roles
+        # The language a session's front end shows the approval text in (`ania_nb.catalogue`).
+        self.language = language or (lambda session: "en")
 
     async def __call__(self, call: ToolCall, ctx: ToolContext) -> GateDecision | None:
         """The decision that stops this call, or None to let it run."""
@@ -129,7 +133,8 @@ class ToolGate:
             checkpoint.asking(call.id, True)
         try:
             # Off the loop: a tool's summary may read the file it would change (bounded).
-            summary, details = await asyncio.to_thread(_describe, call, tool)
+            language = self.language(ctx.session)
+            summary, details = await asyncio.to_thread(_describe, call, tool, language)
             verdict = await self.approvals.request(
                 session=ctx.session,
                 tool=call.name,
@@ -170,12 +175,12 @@ def _arguments(raw: str) -> Mapping[str, Any] | None:
     return value if isinstance(value, dict) else None
 
 
-def _describe(call: ToolCall, tool: Tool | None) -> tuple[str, str]:
-    """The approval's headline and its full details."""
-    return _summary(call, tool), _details(call, tool)
+def _describe(call: ToolCall, tool: Tool | None, language: Language) -> tuple[str, str]:
+    """The approval's headline and its full details (worded in ``language``)."""
+    return _summary(call, tool), _details(call, tool, language)
 
 
-def _details(call: ToolCall, tool: Tool | None) -> str:
+def _details(call: ToolCall, tool: Tool | None, language: Language = "en") -> str:
     """Every argument in full, in the tool's parameter order (see `approval_text`)."""
     arguments = _arguments(call.arguments)
     order: list[str] = []
@@ -189,7 +194,7 @@ def _details(call: ToolCall, tool: Tool | None) -> str:
             k: mask_json(v, secret=True) if k.lower() in SECRET_CONTAINERS else v
             for k, v in arguments.items()
         }
-    return approval_text(call.name, shown, order=order, shell_keys=shell)
+    return approval_text(call.name, shown, order=order, shell_keys=shell, language=language)
 
 
 def _needs_admin(call: ToolCall, tool: Tool | None) -> bool:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from ..catalogue import Language, say
 from ..tools import Tool
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -55,7 +56,7 @@ PLAN_NOTE = (
     "plan. Tools with side effects are blocked; the user will leave plan mode (/plan off) to "
     "have the plan carried out."
 )
-USAGE = "usage: /plan on | off | status"
+USAGE = say("plan.usage", "en")
 
 
 class PlanMode:
@@ -117,17 +118,15 @@ class PlanMode:
             )
         return None
 
-    def command(self, session: str, args: str) -> str:
-        """Answer ``/plan <args>``."""
+    def command(self, session: str, args: str, language: Language = "en") -> str:
+        """Answer ``/plan <args>`` (in ``language``, `ania_nb.catalogue`)."""
         arg = args.strip().lower()
         if arg in ("on", "enable"):
-            if not self.set(session, True):
-                return "Already in plan mode."
-            return "Plan mode on: the AI will only analyse and plan; /plan off to execute."
-        if arg in ("off", "disable"):
-            if not self.set(session, False):
-                return "Not in plan mode."
-            return "Plan mode off: the AI may act again."
-        if arg in ("", "status"):
-            return "Plan mode is " + ("on." if self.is_on(session) else "off.")
-        return USAGE
+            key = "plan.on" if self.set(session, True) else "plan.already_on"
+        elif arg in ("off", "disable"):
+            key = "plan.off" if self.set(session, False) else "plan.already_off"
+        elif arg in ("", "status"):
+            key = "plan.is_on" if self.is_on(session) else "plan.is_off"
+        else:
+            key = "plan.usage"
+        return say(key, language)

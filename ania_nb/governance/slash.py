@@ -14,6 +14,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Protocol
 
+from ..catalogue import CATALOGUE, Language, say
 from ..errors import UsageError
 from ..session_keys import is_group
 from ..text import flatten
@@ -22,13 +23,8 @@ from .plan import PlanMode
 from .roles import Roles, rank
 
 PLAN_SWITCHES = frozenset({"on", "enable", "off", "disable"})
-CMD_USAGE = "usage: /cmd list | /cmd add <name> <template…> | /cmd del <name>"
-HELP = {
-    "stop": "stop the current reply and drop waiting messages",
-    "plan": "/plan on|off|status: plan only, no side effects (on/off in groups: admins, trusted)",
-    "cmd": "/cmd list|add|del: custom commands (add/del: admins only)",
-    "help": "this list",
-}
+CMD_USAGE = say("command.cmd_usage", "en")
+HELP = {name: say(f"help.{name}", "en") for name in ("stop", "plan", "cmd", "help")}
 
 
 @dataclass(frozen=True)
@@ -73,12 +69,15 @@ class SlashCommands:
         is_admin: Callable[[str | None], bool],
         stop: Callable[[str], bool],
         roles: Roles | None = None,
+        language: Callable[[str], Language] | None = None,
     ) -> None:
         self.plan = plan
         self.book = book
         self.is_admin = is_admin
         self.stop = stop
         self.roles = roles
+        # The language of a session's replies (`ania_nb.catalogue`); built-ins only so far.
+        self.language = language or (lambda session: "en")
         self._builtins: dict[str, Callable[[str, str, str | None], Awaitable[str]]] = {
             "stop": self._stop,
             "plan": self._plan,
@@ -100,21 +99,23 @@ class SlashCommands:
 
     async def route(self, session: str, name: str, args: str, sender: str | None) -> Routed:
         """Answer a built-in, expand a custom command, or explain an unknown one."""
+        lang = self.language(session)
         if ":" in name:
-            return await self._server_command(name, args)
+            return await self._server_command(name, args, lang)
         handler = self._builtins.get(name)
         if handler is not None:
             return Routed(reply=await handler(session, args, sender))
         if name in BUILTIN_COMMANDS:
-            return Routed(reply=f"/{name} is not available in this agent.")
+            return Routed(reply=say("command.not_available", lang, name=name))
         custom = await self.book.all() if self.book is not None else {}
         if name in custom:
             return Routed(prompt=expand(custom[name], args))
-        return Routed(reply=f"Unknown command /{name}.\n" + await self._help(session, "", sender))
+        unknown = say("command.unknown", lang, name=name)
+        return Routed(reply=f"{unknown}\n" + await self._help(session, "", sender))
 
-    async def _server_command(self, name: str, args: str) -> Routed:
+    async def _server_command(self, name: str, args: str, lang: Language) -> Routed:
         if self.server_commands is None:
-            return Routed(reply=f"/{name}: no MCP servers are configured, so there are no prompts.")
+            return Routed(reply=say("command.no_prompts", lang, name=name))
         try:
             expanded = await self.server_commands.expand(name, args)
         except UsageError as exc:
@@ -122,57 +123,65 @@ class SlashCommands:
         return Routed(prompt=expanded.text, images=tuple(expanded.images))
 
     async def _stop(self, session: str, args: str, sender: str | None) -> str:
-        return "Stopped the reply." if self.stop(session) else "Nothing is running."
+        key = "command.stopped" if self.stop(session) else "command.nothing_running"
+        return say(key, self.language(session))
 
     async def _plan(self, session: str, args: str, sender: str | None) -> str:
         action = args.strip().lower()
         if action in PLAN_SWITCHES and is_group(session) and self.roles is not None:
             role = self.roles.role_of(session, sender)
             if rank(role) < rank("trusted"):
-                return f"/plan {action} is for admins and trusted users in a group."
+                return say("command.plan_rank", self.language(session), action=action)
         await self.plan.load(session)  # what another replica switched
-        answer = self.plan.command(session, args)
+        answer = self.plan.command(session, args, self.language(session))
         await self.plan.save(session)  # so every replica's next turn and call sees it
         return answer
 
     async def _help(self, session: str, args: str, sender: str | None) -> str:
-        lines = ["Commands:", *(f"/{name} — {text}" for name, text in self._help_texts.items())]
+        lang = self.language(session)
+        lines = [say("command.help_title", lang)]
+        for name, text in self._help_texts.items():
+            # A registered command's help in the session's language when the catalogue has it.
+            key = f"help.{name}"
+            lines.append(f"/{name} — {say(key, lang) if key in CATALOGUE else text}")
         custom = await self.book.all() if self.book is not None else {}
         lines += [f"/{name} — {_preview(t)}" for name, t in sorted(custom.items())]
         prompts = self.server_commands.listing() if self.server_commands is not None else []
         if prompts:
-            lines += ["MCP prompts (arguments by position or name=value):", *prompts]
+            lines += [say("command.help_prompts", lang), *prompts]
         return "\n".join(lines)
 
     async def _cmd(self, session: str, args: str, sender: str | None) -> str:
+        lang = self.language(session)
         if self.book is None:
-            return "Custom commands are turned off (commands.enable)."
+            return say("command.cmd_off", lang)
+        usage = say("command.cmd_usage", lang)
         action, rest = _split(args)
         action = action.lower()
         if action in ("", "list"):
             custom = await self.book.all()
             if not custom:
-                return "No custom commands."
+                return say("command.cmd_none", lang)
             lines = [f"/{name} — {_preview(t)}" for name, t in sorted(custom.items())]
-            return "Custom commands:\n" + "\n".join(lines)
+            return say("command.cmd_list", lang) + "\n" + "\n".join(lines)
         if action not in ("add", "del", "delete", "rm"):
-            return CMD_USAGE
+            return usage
         if not self.is_admin(sender):
-            return f"/cmd {action} is for admins only."
+            return say("command.cmd_admin", lang, action=action)
         name, template = _split(rest)
         if not name:
-            return CMD_USAGE
+            return usage
         try:
             if action == "add":
                 if not template:
-                    return CMD_USAGE
+                    return usage
                 added = await self.book.add(name, template)
-                return f"Saved /{added}."
+                return say("command.cmd_saved", lang, name=added)
             if await self.book.delete(name):
-                return f"Deleted /{name.lower()}."
-            return f"There is no custom command /{name.lower()}."
+                return say("command.cmd_deleted", lang, name=name.lower())
+            return say("command.cmd_missing", lang, name=name.lower())
         except UsageError as exc:
-            return f"Not saved: {exc}"
+            return say("command.cmd_not_saved", lang, reason=exc)
 
 
 def _split(text: str) -> tuple[str, str]:

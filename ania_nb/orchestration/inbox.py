@@ -26,13 +26,13 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Literal, get_args
 
+from ..catalogue import Language, say
 from ..store import InboxEntry, InboxRow, OutboxRow
 from ..store.mailbox import InboxStateName
 from ..text import cut
 from ..tools import Role
 from .outbox import Delivery, delivery_payload
 
-RESTART_NOTICE = "刚才对{what}的回复被重启打断了，请再发一次~"
 AGENT_SOURCE = "agent"  # inbox rows the Agent's own work writes (background results)
 EXCERPT_CHARS = 30  # of each cut-off message quoted in the restart notice
 
@@ -148,7 +148,7 @@ def stored_role(inbound: Inbound) -> Role | None:
     return next((role for role in get_args(Role) if role == stored), "member")
 
 
-def restart_notice(session: str, entries: list[InboxEntry]) -> OutboxRow:
+def restart_notice(session: str, entries: list[InboxEntry], language: Language = "zh") -> OutboxRow:
     """The one notice a chat gets for its messages whose reply a restart cut off.
 
     The text quotes each message (``meta["text"]`` if the front end kept the user's own words,
@@ -158,11 +158,12 @@ def restart_notice(session: str, entries: list[InboxEntry]) -> OutboxRow:
     for entry in entries:
         meta = entry.payload.get("meta") or {}
         words = str(meta.get("text") or entry.payload.get("text") or "").strip()
-        quoted.append(f"「{cut(' '.join(words.split()), EXCERPT_CHARS)}」")
-    what = "、".join(quoted) or "你的消息"
+        excerpt = cut(" ".join(words.split()), EXCERPT_CHARS)
+        quoted.append(say("notice.restart_quote", language, text=excerpt))
+    what = say("notice.restart_join", language).join(quoted)
     delivery = Delivery(
         session,
-        RESTART_NOTICE.format(what=what),
+        say("notice.restart", language, what=what or say("notice.restart_yours", language)),
         "restart",
         title="restart notice",
         status="interrupted",

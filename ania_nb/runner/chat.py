@@ -34,8 +34,10 @@ from collections.abc import Awaitable, Callable, Iterable
 from typing import TYPE_CHECKING, Any, Protocol
 
 from .._preview import reveal
+from ..catalogue import Language, language_for, say
 from ..engine.callbacks import ApprovalRequest, Callbacks
 from ..engine.untrusted import defuse_markers, one_line, untrusted
+from ..text import cut
 from .model import Adapter, AdapterError, ChatRef, HistoryItem, Incoming, mentionable
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -46,7 +48,6 @@ log = logging.getLogger("ania_nb.runner")
 
 REPLY_DEPTH = 3  # how far load_images follows a chain of replies
 
-RESENT_MARK = "（重启后重新发送 · re-sent after a restart）"  # a card posted again
 NAME_LIMIT = 32  # characters of a sender's name the model sees
 ID_LIMIT = 32
 CONTINUATION = "| "  # starts every line of a message after its first
@@ -66,6 +67,7 @@ class Post(Protocol):
         files: tuple[tuple[str, str], ...] = (),
         answers: tuple[int, ...] = (),
         wait: bool = False,
+        model: bool = False,
     ) -> Awaitable[Posted]:
         """Post; with ``wait``, the row's final state."""
         ...
@@ -129,19 +131,49 @@ def mentions_in(chat: ChatRef, users: Iterable[str], own: str | None) -> tuple[s
     return tuple(dict.fromkeys(u for u in users if mentionable(u) and u != own))
 
 
-def approval_text(request: ApprovalRequest, limit: int, timeout: float, prefix: str) -> str:
+def approval_body(request: ApprovalRequest, language: Language, limit: int | None = None) -> str:
+    """What a chat shows of a request (`ApprovalRequest.text`), cut at ``limit`` characters.
+
+    The headline is the tool's own summary and stays as the tool wrote it (it may carry a
+    warning such as "REPLACES the installed skill"); the argument lines around it are worded in
+    ``language`` by the gate, and so is the note of a cut.
+    """
+    full = request.text()
+    if limit is None:
+        return full
+
+    def more(rest: int) -> str:
+        return say("approval.more", language, count=rest, id=request.id)
+
+    return cut(full, limit, marker=more)
+
+
+def approval_text(
+    request: ApprovalRequest, limit: int, timeout: float, prefix: str, language: Language = "zh"
+) -> str:
     """The chat message of an approval request: what runs, who may answer, how."""
     mark = f"{prefix}:"
     askers = [r.removeprefix(mark) for r in request.requesters if r.startswith(mark)]
     if request.requester and request.requester.startswith(mark) and not askers:
         askers = [request.requester.removeprefix(mark)]
-    shown = "、".join(reveal(asker) for asker in askers)
-    who = "管理员" if request.admin_only or not askers else f"发起人（{shown}）或管理员"
-    within = f"在 {timeout:g} 秒内" if not request.resent else "在原定时限内"
-    resent = RESENT_MARK if request.resent else ""
-    return (
-        f"【工具审批】{resent}AI 请求执行工具：{request.tool_label}\n{request.text(limit)}\n"
-        f"请{who}{within}回复「允许」或「拒绝」（请求 {request.id}）"
+    shown = say("approval.names_join", language).join(reveal(asker) for asker in askers)
+    if request.admin_only or not askers:
+        who = say("approval.who_admin", language)
+    else:
+        who = say("approval.who_requester", language, names=shown)
+    if request.resent:
+        within = say("approval.within_resent", language)
+    else:
+        within = say("approval.within", language, seconds=f"{timeout:g}")
+    return say(
+        "approval.card",
+        language,
+        resent=say("approval.resent", language) if request.resent else "",
+        tool=request.tool_label,
+        body=approval_body(request, language, limit),
+        who=who,
+        within=within,
+        id=request.id,
     )
 
 
@@ -192,6 +224,11 @@ class ChatLink:
         """The Agent session of this chat."""
         return self.chat.session
 
+    @property
+    def language(self) -> Language:
+        """The language of what this chat is sent (``ui.language``, else the runner's zh)."""
+        return language_for(self.agent.config.ui.language, self.session)
+
     def mention_of(self, *users: str) -> tuple[str, ...]:
         """``users`` as the @-mentions of a message to this chat (see `mentions_in`)."""
         return mentions_in(self.chat, users, self.adapter.self_id)
@@ -217,7 +254,8 @@ class ChatLink:
     async def _send_text(self, text: str, message: Incoming | None) -> None:
         if text.strip():
             mentions = self.mention_of(message.sender_id) if message is not None else ()
-            posted = await self._post(self.chat, "text", text, mentions, wait=True)
+            # The model's own words: Markdown, flattened per runner.markdown when rendered.
+            posted = await self._post(self.chat, "text", text, mentions, wait=True, model=True)
             if not posted.sent:
                 log.warning("a run's message to %s was not sent: %s", self.session, posted.error)
 
@@ -282,7 +320,8 @@ class ChatLink:
 
     async def _request_approval(self, request: ApprovalRequest) -> None:
         limit = self.agent.config.runner.approval_chars
-        text = approval_text(request, limit, self.agent.approvals.timeout, self.adapter.id_prefix)
+        timeout = self.agent.approvals.timeout
+        text = approval_text(request, limit, timeout, self.adapter.id_prefix, self.language)
         # If nobody can see the question, the AdapterError denies it at once instead of
         # leaving it to time out.
         await self._sent_or_raise(

@@ -22,6 +22,19 @@ ChatKind = Literal["group", "private"]
 _USER_ID = re.compile(r"[1-9][0-9]{0,31}")
 
 
+IMAGE_URL_SCHEMES = ("http://", "https://", "data:")
+
+
+def image_url_allowed(url: str) -> bool:
+    """Whether an image URL may go to or come from the platform as an image.
+
+    Web and data: URLs only: never a local path or ``file://`` URL, which the platform's
+    implementation would read from its own disk. Received image segments and the images of a
+    model's Markdown (`ania_nb.runner.markdown`) follow this one rule.
+    """
+    return url.startswith(IMAGE_URL_SCHEMES)
+
+
 def mentionable(user_id: str) -> bool:
     """Whether ``user_id`` may be @-mentioned: a real numeric user id (never ``all``).
 

@@ -7,9 +7,9 @@ and message id): a re-sent event is recognised and ignored. Then, in order [orig
 1. A reply to the session's pending tool approval is answered first — a verdict word (允许/同意/
    批准/allow/approve/yes/y, 拒绝/deny/reject/no/n, optionally followed by the request id) from
    the requester or an admin; anyone else is told why not and nothing else happens.
-   ``show [<id>]`` sends the request's full text. During the shutdown grace the same reply
-   answers a request suspended by the shutdown: the verdict is stored with it and the run
-   goes on with it after the restart, without the card being posted again.
+   ``show [<id>]`` (or ``查看 [<id>]``) sends the request's full text. During the shutdown
+   grace the same reply answers a request suspended by the shutdown: the verdict is stored
+   with it and the run goes on with it after the restart, without the card being posted again.
 2. Group messages are answered per ``runner.group_trigger`` (an @-mention, also a reply to the
    bot, or every message); ``/clock …`` works without @. Other group messages are only stored
    and counted: after ``runner.group_clear_after`` of them the group's history and the tools
@@ -34,6 +34,14 @@ numeric user ids are ever mentioned (`mentionable`; never ``all`` nor the bot), 
 private chats. Creating a Router makes it the outbox's ``callbacks_for``, so clock runs of chat
 sessions can send media and ask approvals in their chat.
 
+**What a chat reads.** Every text the router writes (notices, status texts, approval cards and
+the answers to verdicts, refusals) comes from the message catalogue (`ania_nb.catalogue`) in
+the chat's language: ``ui.language``, else Chinese. The model's own words (replies, what runs
+send, clock and background results) are flattened from Markdown into plain chat text at render
+time (``runner.markdown = "plain"``, `ania_nb.runner.markdown`); their images with a web URL
+(`image_url_allowed`) go as images. A text longer than ``runner.message_chars`` is sent as
+several messages, cut at paragraph, line or sentence ends.
+
 `start` (also on the first message) registers the deliverer and recovers what a previous
 process left (`Agent.recover`). `close` stops queueing messages (those arriving now are stored
 and answered after the restart; each chat hears the shutdown notice once), suspends the runs
@@ -54,18 +62,27 @@ from collections import OrderedDict
 from collections.abc import Callable, Coroutine
 from typing import TYPE_CHECKING, Any
 
+from ..catalogue import Language, language_for, say
 from ..engine.callbacks import Callbacks
 from ..engine.loop import UNRUN_CALL
 from ..engine.untrusted import untrusted
 from ..errors import StoreError, UsageError
-from ..governance.approval import parse_verdict_word
+from ..governance.approval import ApprovalRefused, parse_verdict_word
 from ..governance.commands import parse_slash
 from ..orchestration import Delivery
 from ..orchestration.delivery import Deliverer, Posted, SendOutcome
 from ..orchestration.inbox import Accepted, Inbound
 from ..orchestration.outbox import delivery_of
-from .chat import ChatLink, incoming_from_meta, incoming_meta, mentions_in, model_text
-from .model import Adapter, AdapterError, ChatRef, Incoming, Outgoing
+from .chat import (
+    ChatLink,
+    approval_body,
+    incoming_from_meta,
+    incoming_meta,
+    mentions_in,
+    model_text,
+)
+from .markdown import plain, split
+from .model import Adapter, AdapterError, ChatRef, Incoming, Outgoing, image_url_allowed
 
 if TYPE_CHECKING:  # pragma: no cover
     from ..agent import Agent
@@ -75,23 +92,14 @@ if TYPE_CHECKING:  # pragma: no cover
 
 log = logging.getLogger("ania_nb.runner")
 
-STOPPED_TEXT = "AI 响应已被停止"
-TIMEOUT_TEXT = "请求超时"
-ERROR_TEXT = "无法解析的错误信息，请查看日志"
-SHUTDOWN_TEXT = "服务正在关闭，这次的回复已停止，请稍后再发一次~"
-HELD_TEXT = "服务正在重启，你的消息已保存，重启后回复你~"
-SUSPENDED_TEXT = "服务正在重启：待审批的工具调用已保存，重启后会重新发送审批请求，批准后继续回复"
-KEPT_TEXT = "重启后继续"  # added to a verdict's answer during the shutdown grace
-# An answer that is only a tool call the engine did not run: not the JSON, but why.
-UNRUN_CALL_TEXT = (
-    '模型把工具调用写成了文字，没有执行（llm.text_tool_calls = false）；请管理员设为 "auto" 后再试'
-)
-STATUS_TEXTS = {
-    "stopped": STOPPED_TEXT,
-    "timeout": TIMEOUT_TEXT,
-    "error": ERROR_TEXT,
-    "interrupted": SUSPENDED_TEXT,  # suspended waiting for an approval (shutdown)
+# The catalogue's status text of a reply that did not succeed (`ania_nb.catalogue`).
+STATUS_KEYS = {
+    "stopped": "status.stopped",
+    "timeout": "status.timeout",
+    "error": "status.error",
+    "interrupted": "status.suspended",  # suspended waiting for an approval (shutdown)
 }
+SHOW_WORDS = frozenset({"show", "查看"})  # "show <id>": an approval request's whole text
 MAX_LINKS = 10_000  # chats remembered at once; idle ones beyond are forgotten first
 STOP_WAIT = 10.0  # after the grace period: how long stopped replies get to report
 IDLE_POLL = 0.02  # how often waits for "nothing runs any more" look
@@ -130,6 +138,10 @@ class Router:
     def running(self) -> int:
         """Messages queued or being answered now, all chats."""
         return sum(len(s.queue) + len(s.batch) for s in self.agent.sessions)
+
+    def language(self, chat: ChatRef) -> Language:
+        """The language of what ``chat`` is sent: ``ui.language``, else the runner's ``zh``."""
+        return language_for(self.agent.config.ui.language, chat.session)
 
     def sender_id(self, user_id: str) -> str:
         """A platform user id as the Agent's sender id, e.g. ``qq:12345``."""
@@ -292,21 +304,24 @@ class Router:
     ) -> None:
         """The queued, overflow and shutdown notices, each once per busy period (or per chat)."""
         mentions = link.mention_of(message.sender_id)
+        language = self.language(link.chat)
         if accepted.state == "held":
             if not link.held_noticed:
                 link.held_noticed = True
-                await self._post(link.chat, "notice", HELD_TEXT, mentions)
+                await self._post(link.chat, "notice", say("notice.held", language), mentions)
             return
         if worker is None:
             return
         if accepted.state == "queued" and link.noticed is not worker:
             link.noticed = worker
-            if self.settings.queued_notice:
-                await self._post(link.chat, "notice", self.settings.queued_notice, mentions)
+            notice = _notice(self.settings.queued_notice, "notice.queued", language)
+            if notice:
+                await self._post(link.chat, "notice", notice, mentions)
         elif accepted.state == "dropped" and link.overflowed is not worker:
             link.overflowed = worker  # one per busy period: a flood gets one, not hundreds
-            if self.settings.overflow_notice:
-                await self._post(link.chat, "notice", self.settings.overflow_notice, mentions)
+            notice = _notice(self.settings.overflow_notice, "notice.overflow", language)
+            if notice:
+                await self._post(link.chat, "notice", notice, mentions)
 
     def _addressed(self, message: Incoming) -> bool:
         trigger = self.settings.group_trigger
@@ -333,7 +348,7 @@ class Router:
         wanted = words[1] if len(words) == 2 else None
         if wanted is not None and wanted not in {r.id for r in pending}:
             return False
-        show = words[0].lower() == "show"
+        show = words[0].lower() in SHOW_WORDS
         allow = None if show else parse_verdict_word(words[0])
         if not show and allow is None:
             return False
@@ -344,9 +359,13 @@ class Router:
             inbox_id = accepted.inbox_id
         answers = (inbox_id,)
         mentions = link.mention_of(message.sender_id)
+        language = self.language(link.chat)
         if show:
             request = next((r for r in pending if wanted in (None, r.id)), None)
-            shown = request.text() if request is not None else "没有待审批的请求"
+            if request is None:
+                shown = say("approval.none_to_show", language)
+            else:
+                shown = approval_body(request, language)
             await self._post(link.chat, "text", shown, mentions, answers=answers)
             return True
         approver = self.sender_id(message.sender_id)
@@ -361,7 +380,8 @@ class Router:
                 )
         except UsageError as exc:  # not the requester nor an admin, or already answered
             log.info("approval reply by %s in %s refused: %s", approver, link.session, exc)
-            reply = f"无法审批：{exc}"
+            reason = exc.said(language) if isinstance(exc, ApprovalRefused) else str(exc)
+            reply = say("approval.refused", language, reason=reason)
         else:
             log.info(
                 "%s %s %s in %s",
@@ -370,9 +390,10 @@ class Router:
                 request.tool,
                 link.session,
             )
-            reply = f"{'已允许' if allow else '已拒绝'}：{request.tool}（请求 {request.id}）"
-            if suspended:
-                reply = f"{reply}，{KEPT_TEXT}"
+            key = "approval.allowed" if allow else "approval.denied"
+            reply = say(key, language, tool=request.tool_label, id=request.id)
+            if suspended:  # answered during the shutdown grace: the run goes on after it
+                reply += say("approval.kept", language)
         await self._post(link.chat, "text", reply, mentions, answers=answers)
         return True
 
@@ -419,21 +440,29 @@ class Router:
         files: tuple[tuple[str, str], ...] = (),
         answers: tuple[int, ...] = (),
         wait: bool = False,
+        model: bool = False,
     ) -> Posted:
-        """Store a message for ``chat`` in the outbox and have it sent; its state (see `post`)."""
+        """Store a message for ``chat`` in the outbox and have it sent; its state (see `post`).
+
+        ``model``: the text is the model's own (Markdown, flattened per ``runner.markdown``).
+        """
         await self.start()
-        delivery = Delivery(
-            chat.session,
-            text,
-            kind,
-            meta={"mentions": list(mentions), "images": list(images), "files": list(files)},
-        )
+        meta: dict[str, object] = {
+            "mentions": list(mentions),
+            "images": list(images),
+            "files": list(files),
+        }
+        if model:
+            meta["model"] = True
+        delivery = Delivery(chat.session, text, kind, meta=meta)
         return await self.agent.outbox.post(delivery, kind=kind, answers=answers, wait=wait)
 
     def render(self, entry: OutboxEntry) -> Outgoing | None:
         """The platform message of an outbox row (None: nothing to send). Depends on the row only.
 
-        The adapter's own id is the one runtime input: the bot is never mentioned.
+        The adapter's own id is the one runtime input: the bot is never mentioned. The chat's
+        language words the status texts; the model's words are flattened from Markdown
+        (``runner.markdown = "plain"``), their sendable images taken out as images.
         """
         chat = ChatRef.from_session(entry.session)
         if chat is None:
@@ -443,27 +472,37 @@ class Router:
         text = delivery.text.strip()
         own = self.adapter.self_id
         mark = f"{self.adapter.id_prefix}:"
+        language = self.language(chat)
         if entry.kind == "reply":
             senders = [str(s).removeprefix(mark) for s in meta.get("senders") or ()]
             mentions = mentions_in(chat, senders, own) if meta.get("run_id") is not None else ()
             status = delivery.status
-            if status == "denied":
-                text = str(meta.get("error") or "denied")
+            images: tuple[str, ...] = ()
+            if status == "denied":  # a quota's refusal: its reason is English
+                reason = str(meta.get("error") or "")
+                text = reason if language == "en" and reason else say("status.quota", language)
             elif status == "stopped":
-                text, mentions = (SHUTDOWN_TEXT if meta.get("shutdown") else STOPPED_TEXT), ()
+                key = "status.shutdown" if meta.get("shutdown") else "status.stopped"
+                text, mentions = say(key, language), ()
             elif status == "error" and str(meta.get("error") or "").startswith(UNRUN_CALL):
-                text = UNRUN_CALL_TEXT  # the call's JSON means nothing to the people here
-            elif status != "success":
-                partial = text
-                text = STATUS_TEXTS.get(status, ERROR_TEXT)
-                text = f"{partial}\n\n{text}" if partial else text
-            return Outgoing(chat, text, mentions=mentions) if text else None
+                text = say("status.unrun_call", language)  # the call's JSON means nothing here
+            else:
+                text, images = self._model_text(text)
+                if status != "success":
+                    note = say(STATUS_KEYS.get(status, "status.error"), language)
+                    text = f"{text}\n\n{note}" if text else note
+            if not (text or images):
+                return None
+            return Outgoing(chat, text, mentions=mentions, images=images)
         if entry.kind in ("clock", "subagent") or delivery.source in ("clock", "subagent"):
-            return self._render_background(chat, delivery, text)
+            return self._render_background(chat, delivery, text, language)
         users = meta.get("mentions") or [
             str(s).removeprefix(mark) for s in meta.get("senders") or ()
         ]
         images = tuple(str(i) for i in meta.get("images") or ())
+        if meta.get("model"):
+            text, found = self._model_text(text)
+            images = (*images, *found)
         files = tuple((str(f[0]), str(f[1])) for f in meta.get("files") or ())
         if not (text or images or files):
             return None
@@ -471,8 +510,18 @@ class Router:
             chat, text, mentions=mentions_in(chat, users, own), images=images, files=files
         )
 
-    def _render_background(self, chat: ChatRef, delivery: Delivery, text: str) -> Outgoing | None:
+    def _model_text(self, text: str) -> tuple[str, tuple[str, ...]]:
+        """The model's Markdown as the chat gets it (``runner.markdown``) and its images."""
+        if self.settings.markdown == "keep" or not text:
+            return text, ()
+        flat = plain(text, image_allowed=image_url_allowed)
+        return flat.text, flat.images
+
+    def _render_background(
+        self, chat: ChatRef, delivery: Delivery, text: str, language: Language
+    ) -> Outgoing | None:
         mentions: tuple[str, ...] = ()
+        images: tuple[str, ...] = ()
         if delivery.source == "clock":
             # The task's creator, as stored: "qq:<id>" from a chat, else nobody. A stored id
             # that is no real user id (an old task's "qq:all") mentions nobody.
@@ -480,25 +529,39 @@ class Router:
             mark = f"{self.adapter.id_prefix}:"
             if creator.startswith(mark):
                 mentions = mentions_in(chat, [creator.removeprefix(mark)], self.adapter.self_id)
+            text, images = self._model_text(text)
         elif delivery.status != "success" and "child_id" not in delivery.meta:
             # The Agent's reply to a background result failed: a status text, like a reply's.
             if delivery.status in ("stopped", "interrupted"):
                 return None
             reason = text.removeprefix(f"[{delivery.status}]").strip()
-            text = STATUS_TEXTS.get(delivery.status) or reason
-        return Outgoing(chat, text, mentions=mentions) if text else None
+            key = STATUS_KEYS.get(delivery.status)
+            text = say(key, language) if key is not None else reason
+        else:
+            text, images = self._model_text(text)
+        if not (text or images):
+            return None
+        return Outgoing(chat, text, mentions=mentions, images=images)
 
     async def _send_row(self, entry: OutboxEntry) -> tuple[SendOutcome, str | None]:
-        """The deliverer's send: render the row and send it; what happened (see `Deliverer`)."""
+        """The deliverer's send: render the row and send it; what happened (see `Deliverer`).
+
+        A text over ``runner.message_chars`` goes as several messages (`split`): the mentions
+        with the first, images and files with the last. Once one part went, a failure is never
+        "unsent": sending the row again would repeat what arrived.
+        """
         message = self.render(entry)
         if message is None:
             return "sent", "nothing to send"
-        try:
-            await self.adapter.send(message)
-        except AdapterError as exc:
-            if not exc.written:
-                return "unsent", str(exc)
-            return ("failed" if exc.refused else "uncertain"), str(exc)
+        parts = _parts(message, self.settings.message_chars)
+        for number, part in enumerate(parts):
+            try:
+                await self.adapter.send(part)
+            except AdapterError as exc:
+                if not exc.written and not number:
+                    return "unsent", str(exc)
+                why = str(exc) if not number else f"{exc} (after {number} of {len(parts)} parts)"
+                return ("failed" if exc.refused else "uncertain"), why
         return "sent", None
 
     async def _wait_connected(self) -> None:
@@ -593,6 +656,30 @@ async def _poll(done: Callable[[], bool], *, every: float = IDLE_POLL) -> None:
     """Return once ``done()``: the Agent's sessions and the port have no change events."""
     while not done():  # noqa: ASYNC110 - nothing to wait on but the state itself
         await asyncio.sleep(every)
+
+
+def _notice(setting: str | None, key: str, language: Language) -> str:
+    """A notice's text: the setting as written, '' for none, the catalogue's when unset."""
+    return say(key, language) if setting is None else setting
+
+
+def _parts(message: Outgoing, limit: int) -> list[Outgoing]:
+    """``message`` as the messages that carry it: its text split within ``limit`` characters."""
+    pieces = split(message.text, limit) if len(message.text) > limit else [message.text]
+    if len(pieces) <= 1:
+        return [message]
+    last = len(pieces) - 1
+    return [
+        Outgoing(
+            message.chat,
+            piece,
+            mentions=message.mentions if number == 0 else (),
+            images=message.images if number == last else (),
+            files=message.files if number == last else (),
+            reply_to=message.reply_to if number == 0 else None,
+        )
+        for number, piece in enumerate(pieces)
+    ]
 
 
 def drop_loaded_tools(state: Session) -> list[str]:

@@ -20,6 +20,7 @@ from test_runner_serve import ADMIN, TOKEN, Serve, to_group, write_config
 
 from ania_nb import Callbacks, UsageError, tool
 from ania_nb.agents.subagent import TASK_PREFIX
+from ania_nb.catalogue import say
 from ania_nb.config import Config, RolesSettings
 from ania_nb.errors import ConfigError
 from ania_nb.governance.roles import Roles, highest
@@ -354,23 +355,21 @@ async def test_a_members_clock_run_cannot_create_a_task_that_would_run_as_the_lo
 async def test_plan_on_off_in_a_group_is_for_admins_and_trusted_users(make_agent, tmp_path):
     agent = roles_agent(make_agent, tmp_path)
     refused = await agent.chat("/plan on", session="g:1", sender="mallory")
-    assert refused.text == "/plan on is for admins and trusted users in a group."
+    # Chat sessions answer in the runner's language (zh unless ui.language says).
+    assert refused.text == say("command.plan_rank", "zh", action="on")
     assert not agent.plan_mode("g:1")
     assert (await agent.chat("/plan status", session="g:1", sender="mallory")).text == (
-        "Plan mode is off."
+        say("plan.is_off", "zh")
     )
-    assert (await agent.chat("/plan on", session="g:1", sender="tina")).text.startswith(
-        "Plan mode on"
-    )
+    on = say("plan.on", "zh")
+    assert (await agent.chat("/plan on", session="g:1", sender="tina")).text == on
     refused = await agent.chat("/plan off", session="g:1", sender="mallory")
-    assert refused.text.startswith("/plan off is for admins") and agent.plan_mode("g:1")
-    assert (await agent.chat("/plan off", session="g:1", sender="root")).text.startswith(
-        "Plan mode off"
-    )
+    assert refused.text == say("command.plan_rank", "zh", action="off")
+    assert agent.plan_mode("g:1")
+    off = say("plan.off", "zh")
+    assert (await agent.chat("/plan off", session="g:1", sender="root")).text == off
     # A private chat is the sender's own.
-    assert (await agent.chat("/plan on", session="f:5", sender="mallory")).text.startswith(
-        "Plan mode on"
-    )
+    assert (await agent.chat("/plan on", session="f:5", sender="mallory")).text == on
 
 
 # --- item 3: removing or replacing skills and MCP servers needs an admin -----------------------
@@ -490,10 +489,10 @@ async def test_serve_offers_a_group_member_no_admin_tools_and_plan_needs_trust(t
 
             await impl.group_message(group, member, "/plan on", at_bot=True)
             await impl.wait_for_action(
-                "send_group_msg", to_group(group, "/plan on is for admins and trusted users")
+                "send_group_msg", to_group(group, say("command.plan_rank", "zh", action="on"))
             )
             await impl.group_message(group, trusted, "/plan on", at_bot=True)
-            await impl.wait_for_action("send_group_msg", to_group(group, "Plan mode on"))
+            await impl.wait_for_action("send_group_msg", to_group(group, say("plan.on", "zh")))
             proc.send()
             assert await proc.wait() == 0
         finally:

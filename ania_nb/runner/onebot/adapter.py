@@ -26,6 +26,7 @@ from ..model import (
     Incoming,
     MessageHandler,
     Outgoing,
+    image_url_allowed,
     mentionable,
 )
 from .models import (
@@ -295,7 +296,7 @@ class OneBotAdapter:
             elif seg.type == "image":
                 parts.append("[图片]")
                 url = seg.get("url") or seg.get("file")
-                if url.startswith(("http://", "https://", "data:")):
+                if image_url_allowed(url):
                     images.append(url)
                 elif url.startswith("base64://"):
                     images.append("data:image/png;base64," + url.removeprefix("base64://"))
