@@ -224,6 +224,16 @@ def _add_chat(sub: Any) -> None:
     )
 
 
+def _serve_address(path: Path | None) -> tuple[str, str | None]:
+    """The URL and token a running reverse-mode ``serve`` listens with, from the config."""
+    from .config import Config
+
+    runner = Config.load(path).runner
+    token = runner.access_token.get_secret_value() if runner.access_token else None
+    host = "127.0.0.1" if runner.host in ("0.0.0.0", "::", "") else runner.host
+    return f"ws://{host}:{runner.port}{runner.path}", token
+
+
 def _positive(text: str) -> int:
     """A whole number of at least 1 (argparse type: a bad one exits with code 2)."""
     try:
@@ -396,7 +406,8 @@ def main(argv: list[str] | None = None) -> int:
         if args.command == "chat":
             from .testing.chat import run_chat
 
-            return asyncio.run(run_chat(args))
+            connect = _serve_address(args.file) if args.connect else None
+            return asyncio.run(run_chat(args, connect))
         if args.command == "store" and args.store_command == "migrate":
             return asyncio.run(_migrate_store(args))
     except AniaError as exc:

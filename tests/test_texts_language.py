@@ -25,6 +25,9 @@ USER_FACING = {
     "governance/approval.py": "the approval answer words (允许/拒绝 …)",
     "agents/roles.py": "the team roles' names in both languages (规划师 or planner)",
     "demo.py": "the demo's Chinese sample documents",
+    "cli.py": "ania-nb chat's help names the chat's answer words (允许, 拒绝)",
+    "testing/chat.py": "ania-nb chat: the chat user's side, its help names the answer words",
+    "testing/_corpus.py": "the bilingual distractor corpus of the knowledge scale bench",
 }
 NOT_TEXT = {
     "engine/untrusted.py": "look-alike brackets it neutralises",

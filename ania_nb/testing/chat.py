@@ -188,31 +188,25 @@ async def _start_serve(config: Path | None, url: str, token: str) -> asyncio.sub
     return await asyncio.create_subprocess_exec(*args, env=env, stdin=asyncio.subprocess.DEVNULL)
 
 
-def _reverse_url(config: Path | None) -> tuple[str, str | None]:
-    """The URL and token a running ``serve`` listens with, from the config."""
-    from ..config import Config
-
-    runner = Config.load(config).runner
-    token = runner.access_token.get_secret_value() if runner.access_token else None
-    host = "127.0.0.1" if runner.host in ("0.0.0.0", "::", "") else runner.host
-    return f"ws://{host}:{runner.port}{runner.path}", token
-
-
 async def run_chat(
     args: argparse.Namespace,
+    connect: tuple[str, str | None] | None = None,
     lines: Callable[[], str] = sys.stdin.readline,
     out: TextIO = sys.stdout,
 ) -> int:
-    """The ``ania-nb chat`` command: 0 after a clean end, 2 when the bot never connected."""
+    """The ``ania-nb chat`` command: 0 after a clean end, 2 when the bot never connected.
+
+    ``connect``: the URL and token of a running ``serve`` to dial (else one is started).
+    """
     serve: asyncio.subprocess.Process | None = None
     token: str | None = secrets.token_urlsafe(16)  # one-time: the serve we start gets it
     url = ""
-    if args.connect:
-        url, token = _reverse_url(args.file)
+    if connect is not None:
+        url, token = connect
     impl = OneBotImpl(args.self_id, token)
     session = ChatSession(impl, Place(args.user), out)
     try:
-        if args.connect:
+        if connect is not None:
             await impl.connect(url)
             session.say(f"dialling the bot at {url} …")
         else:
