@@ -85,6 +85,11 @@ CATALOGUE: dict[str, dict[Language, str]] = {
         "en": "the result of background task {id}",
         "zh": "后台任务 {id} 的结果",
     },
+    "notice.quota_fallback": {
+        "en": "(Today's token quota is used up: a cheaper model, {model}, answers until it "
+        "resets at {resets}.)",
+        "zh": "（今天的 token 额度已用完：在 {resets} 恢复之前，由较便宜的模型 {model} 回答。）",
+    },
     "notice.timed_out": {
         "en": "⏰ clock task “{title}” timed out ({period}), aborted",
         "zh": "⏰ 定时任务「{title}」超时（{period}），已中止",

@@ -536,6 +536,31 @@ NOTICE = (
 )
 
 
+ZH_CHEAP = "由较便宜的模型 cheap 回答。"
+
+
+@pytest.mark.parametrize(
+    ("session", "language", "notice"),
+    [
+        (
+            "f:42",
+            "",
+            f"（今天的 token 额度已用完：在 00:00 {ZONE} 恢复之前，由较便宜的模型 cheap 回答。）",
+        ),
+        ("f:42", "en", NOTICE),  # ui.language decides over the chat's default
+        ("nb:x", "", NOTICE),
+    ],
+)
+async def test_the_built_in_fallback_notice_speaks_the_chats_language(
+    llm, make_agent, session, language, notice
+) -> None:
+    agent = make_agent(overrides={**FALLBACK, "ui.language": language})
+    agent.quota.now = lambda: at("2026-12-01 21:30")
+    llm.script(reply("main", usage=usage(120, 0)), reply("cheap one", usage=usage(5, 5)))
+    await agent.chat("a", session=session)
+    assert (await agent.chat("b", session=session)).text == f"{notice}\n\ncheap one"
+
+
 async def test_a_used_up_quota_goes_on_with_the_fallback_model_until_its_own_limit(
     llm, make_agent
 ) -> None:

@@ -8,11 +8,6 @@ from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator
 
 from ._sections import Endpoint, Section, _secret
 
-FALLBACK_NOTICE = (
-    "(Today's token quota is used up: a cheaper model, {model}, answers until it resets at "
-    "{resets}.)"
-)
-
 
 class QuotaSettings(Section):
     """Daily token limits per session and for all sessions, and the counters behind them."""
@@ -62,11 +57,12 @@ class QuotaSettings(Section):
         description="Tokens all sessions together may use per day on quota.fallback_model; "
         "0 = unlimited.",
     )
-    fallback_notice: str = Field(
-        FALLBACK_NOTICE,
+    fallback_notice: str | None = Field(
+        None,
         max_length=500,
         description="Put before the first reply of a session each day that the fallback model "
-        "answers; {model} and {resets} are filled in; empty = no notice.",
+        "answers; {model} and {resets} are filled in; unset = the built-in text in the chat's "
+        "language (ui.language), empty = no notice.",
     )
 
     def fallback_endpoint(self) -> Endpoint:
@@ -84,7 +80,9 @@ class QuotaSettings(Section):
 
     @field_validator("fallback_notice")
     @classmethod
-    def _known_fields(cls, value: str) -> str:
+    def _known_fields(cls, value: str | None) -> str | None:
+        if value is None:
+            return None
         try:
             value.format(model="m", resets="00:00")
         except (KeyError, IndexError, ValueError) as exc:

@@ -25,6 +25,7 @@ from datetime import date, datetime, timedelta
 from typing import TYPE_CHECKING, Literal
 from urllib.parse import urlsplit
 
+from ..catalogue import language_for, say
 from ..engine.usage import Tokens, Usage
 from .days import day_of, days_back, describe_wait, next_midnight, zone
 from .pricing import cost, usage_cost
@@ -133,14 +134,17 @@ class Quota:
             return None
         day = self.today()
         notice = ""
-        if settings.fallback_notice:
+        if settings.fallback_notice != "":
             kv = (await self._open_store()).kv(NOTICES_NAMESPACE)
             if not await kv.get(_notice_key(day, session)):
                 resets = self.resets_at()
                 zone_name = settings.timezone or resets.tzname() or "local time"
-                notice = settings.fallback_notice.format(
-                    model=settings.fallback_model, resets=f"{resets:%H:%M} {zone_name}"
-                )
+                fields = {"model": settings.fallback_model, "resets": f"{resets:%H:%M} {zone_name}"}
+                if settings.fallback_notice is None:  # the built-in text, in the chat's language
+                    language = language_for(self._settings().ui.language, session)
+                    notice = say("notice.quota_fallback", language, **fields)
+                else:
+                    notice = settings.fallback_notice.format(**fields)
         return Fallback(settings.fallback_model, exhausted, notice, day)
 
     async def noticed(self, session: str, fallback: Fallback) -> None:
