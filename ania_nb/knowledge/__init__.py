@@ -86,6 +86,8 @@ class Knowledge:
             memories=await memories.count(),
             vector_index=kb.vector_index,
             reembed=parts["reembed"],
+            upkeep_running=any(t.upkeep_running for t in self.store.tables.values()),
+            upkeep_errors=self.store.upkeep_errors(),
         )
 
     async def wait_reembedded(self) -> None:

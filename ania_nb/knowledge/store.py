@@ -21,8 +21,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ..text import flatten
-from .model import ReembedProgress
+from .model import KnowledgeError, ReembedProgress
 
 if TYPE_CHECKING:  # pragma: no cover
     from ..config import Config
@@ -86,8 +85,6 @@ class KnowledgeStore:
             if self._opened:
                 return
             if self._closed:
-                from .model import KnowledgeError
-
                 raise KnowledgeError("the knowledge store was closed")
             tables = await asyncio.to_thread(importlib.import_module, "ania_nb.knowledge.tables")
             uri, folder = self.location()
@@ -101,15 +98,16 @@ class KnowledgeStore:
                 self.tables[MEMORY_TABLE] = await tables.LanceTable.open(
                     db, MEMORY_TABLE, tables.memory_fields(), ann
                 )
-            except (OSError, ValueError, RuntimeError) as exc:  # lance's errors of the store
-                from .model import KnowledgeError
-
+            except KnowledgeError:  # a set-up step (an index, the primary key) said why
                 self.tables.clear()
-                raise KnowledgeError(
-                    f"cannot open the knowledge tables at {uri} (kb.uri): {flatten(str(exc), 400)}"
-                ) from exc
+                raise
+            except (OSError, ValueError, RuntimeError) as exc:  # lance's errors of the store
+                self.tables.clear()
+                raise tables.open_failure(uri, exc) from exc
             await self._attach_embedder()
             self._opened = True
+            for table in self.tables.values():  # a build a crash cut off, many unindexed rows
+                table.heal_soon()
 
     def table(self, name: str) -> LanceTable:
         """An opened table."""
@@ -294,6 +292,10 @@ class KnowledgeStore:
         if closer is not None:
             await closer()
         self._opened = False
+
+    def upkeep_errors(self) -> dict[str, str]:
+        """Why the last background upkeep of each table failed, for tables where it did."""
+        return {n: t.upkeep_error for n, t in self.tables.items() if t.upkeep_error}
 
     def status_parts(self) -> dict[str, Any]:
         """Embedder identity, dimension and progress, for `KnowledgeStatus`."""

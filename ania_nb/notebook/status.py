@@ -138,6 +138,21 @@ def _skills_line(agent: Agent, files: _Files) -> str:
     return f"none ({folder} does not exist; %ania skills says how to add one)"
 
 
+def knowledge_line(agent: Agent) -> str | None:
+    """What the knowledge store's background upkeep says, when it says anything (no I/O).
+
+    Only an open store is asked (the panel never opens one): a failed compaction or index
+    build (a full disk, say) is shown until an upkeep succeeds; a running one is mentioned.
+    """
+    store = agent.knowledge.store
+    failed = store.upkeep_errors()
+    if failed:
+        return "; ".join(f"upkeep of {name} FAILED: {why}" for name, why in failed.items())
+    if any(t.upkeep_running for t in store.tables.values()):
+        return "index upkeep running in the background (searches answer meanwhile)"
+    return None
+
+
 _NEW_SESSION = "a new conversation, chosen by the first %%agent (no data directory yet)"
 
 
@@ -165,6 +180,9 @@ async def status(state: NotebookState, usage: str = "") -> None:
     warning = getattr(getattr(runtime, "window", None), "fixed_warning", None)
     if warning:
         rows.append(("context", f"WARNING: {warning}"))
+    knowledge = knowledge_line(agent)
+    if knowledge is not None:
+        rows.append(("knowledge", knowledge))
     print("ania-nb status")
     for label, value in rows:
         print(f"  {label:<9} {value}")

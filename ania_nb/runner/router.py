@@ -34,6 +34,11 @@ numeric user ids are ever mentioned (`mentionable`; never ``all`` nor the bot), 
 private chats. Creating a Router makes it the outbox's ``callbacks_for``, so clock runs of chat
 sessions can send media and ask approvals in their chat.
 
+A run the server's disk refused (an error naming no space left on device, a read-only file
+system or a missing permission, `ania_nb._storage_cause`) is answered by a short text saying so
+(`STORAGE_TEXTS`), once per chat until a reply goes through again; a message that could not
+even be stored is told the same, straight through the adapter (the outbox is in that store).
+
 `start` (also on the first message) registers the deliverer and recovers what a previous
 process left (`Agent.recover`). `close` stops queueing messages (those arriving now are stored
 and answered after the restart; each chat hears the shutdown notice once), suspends the runs
@@ -54,6 +59,7 @@ from collections import OrderedDict
 from collections.abc import Callable, Coroutine
 from typing import TYPE_CHECKING, Any
 
+from .._storage_cause import NO_PERMISSION, NO_SPACE, READ_ONLY, named_cause
 from ..engine.callbacks import Callbacks
 from ..engine.loop import UNRUN_CALL
 from ..engine.untrusted import untrusted
@@ -86,6 +92,12 @@ KEPT_TEXT = "重启后继续"  # added to a verdict's answer during the shutdown
 UNRUN_CALL_TEXT = (
     '模型把工具调用写成了文字，没有执行（llm.text_tool_calls = false）；请管理员设为 "auto" 后再试'
 )
+# A run or a message the server's disk refused: said once per chat per incident (see `_told`).
+STORAGE_TEXTS = {
+    NO_SPACE: "服务器存储空间已满，暂时无法回复，请联系管理员清理磁盘",
+    READ_ONLY: "服务器存储为只读，暂时无法回复，请联系管理员",
+    NO_PERMISSION: "服务器存储无法写入（没有权限），暂时无法回复，请联系管理员",
+}
 STATUS_TEXTS = {
     "stopped": STOPPED_TEXT,
     "timeout": TIMEOUT_TEXT,
@@ -113,6 +125,8 @@ class Router:
         self._starting: asyncio.Future[None] | None = None
         self.deliverer: Deliverer | None = None
         self._pruner: asyncio.Task[None] | None = None
+        # Chats told of the current storage incident; any other reply sent ends the incident.
+        self._told: set[ChatRef] = set()
         self._previous = agent.outbox.callbacks_for
         agent.outbox.callbacks_for = self.callbacks_for
 
@@ -246,8 +260,27 @@ class Router:
                 message.chat,
                 exc,
             )
+            await self._tell_storage_failure(message, exc)
         except Exception:  # one bad message must not stop the adapter's event loop
             log.exception("could not route message %s in %s", message.message_id, message.chat)
+
+    async def _tell_storage_failure(self, message: Incoming, exc: StoreError) -> None:
+        """Tell the chat its message could not be stored because of the disk, once an incident.
+
+        Sent straight through the adapter: the outbox is in the store that refused the write.
+        """
+        cause = exc.cause or named_cause(str(exc))
+        chat = message.chat
+        if cause is None or chat in self._told:
+            return
+        if chat.kind == "group" and not self._addressed(message):
+            return
+        self._told.add(chat)
+        mentions = mentions_in(chat, [message.sender_id], self.adapter.self_id)
+        try:
+            await self.adapter.send(Outgoing(chat, STORAGE_TEXTS[cause], mentions=mentions))
+        except AdapterError as exc:
+            log.warning("could not tell %s that the store refused its message: %s", chat, exc)
 
     def _inbound(self, message: Incoming, text: str, kind: Any) -> Inbound:
         return Inbound(
@@ -452,6 +485,8 @@ class Router:
                 text, mentions = (SHUTDOWN_TEXT if meta.get("shutdown") else STOPPED_TEXT), ()
             elif status == "error" and str(meta.get("error") or "").startswith(UNRUN_CALL):
                 text = UNRUN_CALL_TEXT  # the call's JSON means nothing to the people here
+            elif status == "error" and (cause := named_cause(str(meta.get("error") or ""))):
+                text = STORAGE_TEXTS[cause]  # a full disk, not "an error nobody can read"
             elif status != "success":
                 partial = text
                 text = STATUS_TEXTS.get(status, ERROR_TEXT)
@@ -492,6 +527,12 @@ class Router:
         message = self.render(entry)
         if message is None:
             return "sent", "nothing to send"
+        if message.text in STORAGE_TEXTS.values():
+            if message.chat in self._told:
+                return "sent", "the chat was told of this storage incident already"
+            self._told.add(message.chat)
+        elif entry.kind == "reply":
+            self._told.clear()  # the store took a whole run again: the incident is over
         try:
             await self.adapter.send(message)
         except AdapterError as exc:
