@@ -317,8 +317,9 @@ def test_opening_the_agent_without_a_model_is_one_line_naming_the_keys(shell):
 
 
 def test_a_full_disk_is_one_line_in_ania_kb_and_a_failed_upkeep_a_status_line(
-    small_disk, shell, tmp_path
+    small_disk, shell, llm, tmp_path
 ):
+    use_scripted(shell, llm)
     state = shell.magics_manager.registry["AgentMagics"].state
     state.overrides.update(
         {"store.data_dir": str(small_disk.path / "data"), "embedding.provider": "none"}

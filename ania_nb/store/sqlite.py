@@ -276,7 +276,8 @@ def _check_is_database(conn: sqlite3.Connection, path: Path) -> None:
             rows = conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")
             tables = {row[0] for row in rows}
         finally:
-            conn.execute("COMMIT")
+            if conn.in_transaction:  # a failed read ended it: COMMIT would hide the failure
+                conn.execute("COMMIT")
     except sqlite3.DatabaseError as exc:
         code = getattr(exc, "sqlite_errorcode", None)
         if code is None or code & 0xFF in _NOT_A_DATABASE:
