@@ -74,12 +74,23 @@ def test_a_message_names_the_cause_first_and_says_what_to_do() -> None:
 # ------------------------------------------------------------------ SQLite on a full disk
 
 
+async def _write_in_a_transaction(conn: Any, key: str) -> None:
+    """A store operation writing in a transaction (what most of ania-nb's writes are)."""
+    from ania_nb.store.db import transaction
+
+    async with transaction(conn):
+        await conn.execute(
+            "INSERT INTO kv (ns, key, value, updated_at) VALUES (?, ?, ?, ?)",
+            ("test", key, '"' + "x" * 4000 + '"', 0.0),
+        )
+
+
 async def _fill_until_refused(store: Any, disk: Any) -> StoreError:
     """Fill the disk, then write to the store until SQLite refuses (its WAL may have room)."""
     disk.fill()
     for i in range(200):
         try:
-            await store.kv("test").set(f"k{i}", "x" * 4000)
+            await store.db.run(_write_in_a_transaction, f"k{i}")
         except StoreError as exc:
             return exc
     raise AssertionError("SQLite kept writing on a full disk")
@@ -94,6 +105,7 @@ async def test_sqlite_on_a_full_disk_says_so_and_keeps_what_was_stored(small_dis
         assert refused.cause == NO_SPACE
         assert str(refused).startswith("no space left on device: store operation")
         assert "database or disk is full" in str(refused) or "disk I/O" in str(refused)
+        assert "no transaction is active" not in str(refused)  # SQLite's error, not ROLLBACK's
     finally:
         await store.close()
     # Opening again on the full disk: never "not an ania-nb database".
@@ -257,3 +269,4 @@ def test_ania_nb_runs_names_a_full_or_read_only_disk(
     cause = NO_SPACE if state == "full" else READ_ONLY
     assert code == 2 and err.startswith(f"ania-nb: error: {cause}: "), err
     assert "cannot read the store at" in err and "ania.db" in err
+    assert "no transaction is active" not in err  # SQLite's own error, not a follow-up's
