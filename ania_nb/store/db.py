@@ -215,7 +215,7 @@ async def _roll_back(conn: Conn) -> None:
     SQLite ends the transaction itself on some errors (SQLITE_FULL, an I/O error): its
     "cannot rollback - no transaction is active" would replace the error that says why.
     """
-    with suppress(conn.errors):
+    with suppress(*conn.errors):
         await conn.execute("ROLLBACK")
 
 
