@@ -273,6 +273,7 @@ async def test_ingest_skips_unreadable_files_and_says_why(
 
 INGEST_WORKER = Path(__file__).with_name("_kb_ingest_worker.py")
 KILL_TIMEOUT_S = 600.0  # embedding ~1000 chunks offline on a loaded 2-core machine
+VECTOR_COLUMN = "vector"
 
 
 async def _indexed_columns(table: Any) -> set[str]:
@@ -341,9 +342,6 @@ async def test_an_ann_build_killed_by_kill_9_is_restarted_in_the_background_on_o
         assert hits and hits[0].title == title
     finally:
         await k.aclose()
-
-
-VECTOR_COLUMN = "vector"
 
 
 async def test_a_table_opened_without_its_full_text_index_gets_it_in_the_background(
