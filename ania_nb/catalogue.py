@@ -90,6 +90,21 @@ CATALOGUE: dict[str, dict[Language, str]] = {
         "resets at {resets}.)",
         "zh": "（今天的 token 额度已用完：在 {resets} 恢复之前，由较便宜的模型 {model} 回答。）",
     },
+    "storage.no_space": {
+        "en": "The server's disk is full: I cannot answer for now; please ask the administrator "
+        "to free some space.",
+        "zh": "服务器存储空间已满，暂时无法回复，请联系管理员清理磁盘",
+    },
+    "storage.read_only": {
+        "en": "The server's storage is read-only: I cannot answer for now; please tell the "
+        "administrator.",
+        "zh": "服务器存储为只读，暂时无法回复，请联系管理员",
+    },
+    "storage.no_permission": {
+        "en": "The server may not write its storage (no permission): I cannot answer for now; "
+        "please tell the administrator.",
+        "zh": "服务器存储无法写入（没有权限），暂时无法回复，请联系管理员",
+    },
     "notice.timed_out": {
         "en": "⏰ clock task “{title}” timed out ({period}), aborted",
         "zh": "⏰ 定时任务「{title}」超时（{period}），已中止",

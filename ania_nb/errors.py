@@ -16,7 +16,8 @@ Four families, kept apart so callers can catch exactly what they mean (attribute
     │   │                       [key, params: its reason in the message catalogue]
     │   ├── TeamError           (ania_nb.agents) a saved team is invalid, over a limit or exists
     │   ├── KnowledgeError      (ania_nb.knowledge) a kb/memory request was refused: blank,
-    │   │                       full scope, unknown id, read-only scope
+    │   │                       full scope, unknown id, read-only scope; or the disk refused
+    │   │                       the write [cause, as StoreError's]
     │   ├── StartError          (ania_nb.runner.serve) ania-nb serve cannot start: refused or
     │   │                       impossible listener, bad runner settings (exit code 2)
     │   └── MissingExtraError   an optional dependency is not installed; also an ImportError
@@ -30,6 +31,7 @@ Four families, kept apart so callers can catch exactly what they mean (attribute
     │                           IPython shows one line, no traceback
     ├── ResourceError           something the agent relies on failed, inside a run or outside
     │   ├── StoreError          the embedded store could not be opened, read or written
+    │   │                       [cause: no space left on device, read-only file system, …]
     │   ├── MCPServerError      an MCP server could not be connected or is closed [server]
     │   ├── EmbeddingError      (ania_nb.knowledge) the embedder failed [status_code]
     │   ├── AdapterError        (ania_nb.runner) a chat platform action failed or timed out
@@ -135,7 +137,15 @@ class ResourceError(AniaError):
 
 
 class StoreError(ResourceError):
-    """The embedded store could not be opened, read or written."""
+    """The embedded store could not be opened, read or written.
+
+    ``cause`` names a storage cause the message starts with (``"no space left on device"``,
+    ``"read-only file system"``, ``"permission denied"``), None for any other failure.
+    """
+
+    def __init__(self, message: str, *, cause: str | None = None) -> None:
+        super().__init__(message)
+        self.cause = cause
 
 
 class MCPServerError(ResourceError):

@@ -42,6 +42,19 @@ def _loopback_only(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 @pytest.fixture
+def small_disk(tmp_path: Path) -> Iterator[Any]:
+    """A 16 MB tmpfs (`tests/_tmpfs.py`) to fill up; skipped where mounting is not allowed."""
+    from _tmpfs import SmallDisk
+
+    disk = SmallDisk(tmp_path / "disk", 16 << 20)
+    disk.mount()
+    try:
+        yield disk
+    finally:
+        disk.unmount()
+
+
+@pytest.fixture
 def llm() -> Iterator[Any]:
     """A scripted OpenAI-compatible server on 127.0.0.1."""
     from ania_nb.testing import ScriptedLLM

@@ -267,3 +267,146 @@ async def test_ingest_skips_unreadable_files_and_says_why(
         await knowledge.kb.ingest("nb:a", docs / "empty.txt")
     hits = await knowledge.kb.search("ferrets", ["nb:a"])
     assert hits[0].title == "Good" and hits[0].source.endswith("good.md")
+
+
+# ------------------------------------------------------------------ self-healing upkeep
+
+INGEST_WORKER = Path(__file__).with_name("_kb_ingest_worker.py")
+KILL_TIMEOUT_S = 600.0  # embedding ~1000 chunks offline on a loaded 2-core machine
+VECTOR_COLUMN = "vector"
+
+
+async def _indexed_columns(table: Any) -> set[str]:
+    return {c for i in await table.table.list_indices() for c in i.columns}
+
+
+async def test_an_ann_build_killed_by_kill_9_is_restarted_in_the_background_on_open(
+    tmp_path: Path,
+) -> None:
+    """A process killed during the index build leaves no index; the next open builds it."""
+    import json
+    import sys
+
+    sys.path.insert(0, str(INGEST_WORKER.parent))
+    from _kb_ingest_worker import document
+
+    config = {
+        "kb.ann_threshold": 1000,
+        "kb.chunk_chars": 60,
+        "kb.chunk_overlap_chars": 0,
+        "kb.refresh_seconds": 0,
+    }
+    spec = {"config": config, "data_dir": str(tmp_path), "docs": 90, "scope": "nb:a"}
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable,
+        str(INGEST_WORKER),
+        json.dumps(spec),
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
+    said: list[str] = []
+    try:
+        assert proc.stderr is not None
+
+        async def until_building() -> None:
+            while True:
+                line = (await proc.stderr.readline()).decode()  # type: ignore[union-attr]
+                assert line, f"the worker ended before the build: {said}"
+                said.append(line)
+                if "building the ANN index of kb_chunks" in line:
+                    return
+
+        await asyncio.wait_for(until_building(), KILL_TIMEOUT_S)
+        proc.kill()  # SIGKILL, during the build
+    finally:
+        if proc.returncode is None:
+            proc.kill()
+        await proc.wait()
+
+    k = Knowledge(Config().with_overrides(config), tmp_path)
+    try:
+        await k.open()
+        kb = k.store.table("kb_chunks")
+        # The kill left the table past the threshold without its ANN index ...
+        assert VECTOR_COLUMN not in await _indexed_columns(kb), "the kill came after the build"
+        assert kb.vector_index == ""
+        # ... so opening scheduled the build; searches answer (flat) while it runs.
+        assert kb.upkeep_running
+        title, text = document(37)
+        hits = await k.kb.search(text.split(" and ")[3], ["nb:a"])
+        assert hits and hits[0].title == title
+        await k.store.wait_upkeep()
+        assert kb.vector_index and VECTOR_COLUMN in await _indexed_columns(kb)
+        assert kb.upkeep_error == ""
+        hits = await k.kb.search(text.split(" and ")[3], ["nb:a"])
+        assert hits and hits[0].title == title
+    finally:
+        await k.aclose()
+
+
+async def test_a_table_opened_without_its_full_text_index_gets_it_in_the_background(
+    tmp_path: Path,
+) -> None:
+    k = Knowledge(make_config(), tmp_path)
+    await k.kb.add("nb:a", "Ferrets", "notes about ferrets and their burrows")
+    kb = k.store.table("kb_chunks")
+    [fts] = [i.name for i in await kb.table.list_indices() if "search_text" in i.columns]
+    await kb.table.drop_index(fts)  # as a crash between creating the table and its index
+    await k.aclose()
+
+    k = Knowledge(make_config(), tmp_path)
+    try:
+        await k.open()
+        kb = k.store.table("kb_chunks")
+        assert "search_text" not in await _indexed_columns(kb)
+        assert kb.upkeep_running  # opening did not build it: it runs in the background
+        await k.kb.search("ferrets", ["nb:a"])  # answers (no hits without the index) meanwhile
+        await k.store.wait_upkeep()
+        assert "search_text" in await _indexed_columns(kb)
+        assert [h.title for h in await k.kb.search("ferrets", ["nb:a"])] == ["Ferrets"]
+    finally:
+        await k.aclose()
+
+
+async def test_an_index_many_rows_behind_is_refreshed_in_the_background_on_open(
+    tmp_path: Path,
+) -> None:
+    import numpy as np
+
+    from ania_nb.knowledge.tables import STALE_ROWS, LanceTable, connect, kb_fields
+
+    rng = np.random.default_rng(7)
+
+    def rows(start: int, count: int) -> list[dict[str, Any]]:
+        return [
+            {
+                "id": f"d{i}:0",
+                "doc_id": f"d{i}",
+                "scope": "nb:a",
+                "title": f"T{i}",
+                "text": f"row {i}",
+                "search_text": f"row {i}",
+                "vector": rng.normal(size=8).astype("float32").tolist(),
+            }
+            for i in range(start, start + count)
+        ]
+
+    async def opened() -> LanceTable:
+        db = await connect(str(tmp_path), tmp_path, {}, 0)
+        return await LanceTable.open(db, "kb_chunks", kb_fields(), ann_threshold=1000)
+
+    table = await opened()
+    await table.relabel("test-embedder", 8)
+    await table.mark_complete(True)
+    await table.insert_new(rows(0, 1000))
+    await table.maintain()
+    assert table.vector_index
+    await table.insert_new(rows(1000, STALE_ROWS))  # no upkeep: the process "died" here
+
+    table = await opened()
+    assert "rows outside the index" in await table.upkeep_needed()
+    table.heal_soon()
+    await table.wait_maintenance()
+    assert await table.upkeep_needed() == ""
+    for index in await table.table.list_indices():
+        assert (await table.table.index_stats(index.name)).num_unindexed_rows == 0

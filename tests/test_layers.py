@@ -22,6 +22,7 @@ PACKAGE = Path(ania_nb.__file__).parent
 # Leaf modules every part may import: each imports only other leaves (and `_env` the type of
 # the security settings it reads).
 LEAVES = {"errors", "_atomic", "_env", "_extras", "_http", "_preview", "_subprocess", "_version"}
+LEAVES |= {"_storage_cause"}  # whether a failure is the disk's: store, knowledge, runner
 LEAVES |= {"session_keys", "text", "addresses"}  # one helper per idea: keys, cutting, hosts
 LEAVES |= {"catalogue"}  # the texts people read, in each front end's language
 
@@ -34,6 +35,7 @@ MAY_IMPORT: dict[str, set[str]] = {
     "_preview": set(),
     "_subprocess": set(),
     "_version": set(),
+    "_storage_cause": set(),
     "session_keys": set(),
     "text": set(),
     "addresses": set(),

@@ -334,3 +334,32 @@ def test_opening_the_agent_without_a_model_is_one_line_naming_the_keys(shell):
     assert isinstance(result.error_in_exec, UsageError)
     assert str(result.error_in_exec).startswith("llm.base_url and llm.model are not set: ")
     assert "Traceback" not in captured.stdout + captured.stderr
+
+
+def test_a_full_disk_is_one_line_in_ania_kb_and_a_failed_upkeep_a_status_line(
+    small_disk, shell, llm, tmp_path
+):
+    use_scripted(shell, llm)
+    state = shell.magics_manager.registry["AgentMagics"].state
+    state.overrides.update(
+        {"store.data_dir": str(small_disk.path / "data"), "embedding.provider": "none"}
+    )
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    for i in range(6):  # one commit each: fragments for the compaction to merge
+        (docs / f"note{i}.md").write_text(f"# Note {i}\n\n" + f"ferret fact {i} " * 60)
+        run(shell, f"%ania kb add {docs / f'note{i}.md'}")
+    small_disk.fill()
+    (docs / "late.md").write_text("# Late\n\n" + "word " * 3000)
+    failed = shell.run_cell(f"%ania kb add {docs / 'late.md'}")
+    error = failed.error_in_exec
+    from IPython.core.error import UsageError
+
+    assert isinstance(error, UsageError), error  # one line, no traceback
+    assert str(error).startswith("no space left on device: "), error
+    state.run_sync(state.agent().knowledge.upkeep())  # what the clock's leader does
+    out = run(shell, "%ania")
+    assert "  knowledge upkeep of kb_chunks FAILED: no space left on device: compacting" in out
+    small_disk.free()
+    state.run_sync(state.agent().knowledge.upkeep())
+    assert "  knowledge " not in run(shell, "%ania")

@@ -947,3 +947,54 @@ async def test_a_markdown_reply_arrives_flattened_with_its_image_and_split(llm, 
     await s.say(s.adapter.private("5", "again"))
     kept = await s.adapter.wait_sent(lambda m: m.text.startswith("## "))
     assert kept.text == written and kept.images == ()
+
+
+# ------------------------------------------------------------------ storage failures
+
+
+async def test_a_full_disk_is_told_once_per_chat_per_incident_then_replies_resume(
+    small_disk, llm, serve
+):
+    from ania_nb.runner.router import STORAGE_KEYS
+
+    full = say(STORAGE_KEYS["no space left on device"], "zh")
+    llm.script(reply("fine"), reply("fine again"))
+    s = await serve(data_dir=small_disk.path / "data")
+    chat = ChatRef("private", "5")
+    await s.say(s.adapter.private("5", "hello"))
+    assert (await s.adapter.wait_sent()).text == "fine"
+    small_disk.fill()
+    for i in range(4):  # the store refuses each: one short text, not one per message
+        await s.say(s.adapter.private("5", f"message {i} on a full disk"))
+        await s.settle()
+    await s.say(s.adapter.group(G1.id, "7", "bot?", mentioned=True))
+    await s.settle()
+    assert s.texts(chat) == ["fine", full]
+    assert s.texts(G1) == [full]  # each chat hears it once
+    assert ERROR_TEXT not in s.texts()
+    small_disk.free()
+    await s.say(s.adapter.private("5", "back?"))
+    await s.adapter.wait_sent(lambda m: m.text == "fine again")
+    small_disk.fill()  # a new incident: told again
+    await s.say(s.adapter.private("5", "and now?"))
+    await s.settle()
+    assert s.texts(chat)[-1] == full and s.texts(chat).count(full) == 2
+    small_disk.free()
+
+
+async def test_a_reply_whose_run_the_disk_refused_renders_as_the_storage_text(agent) -> None:
+    from ania_nb.orchestration.main_turn import reply_row
+    from ania_nb.result import RunResult
+    from ania_nb.runner.router import STORAGE_KEYS
+    from ania_nb.store import OutboxEntry
+
+    router = Router(agent, MemoryAdapter())
+    error = (
+        "could not record the run: read-only file system: store operation 'start' failed on "
+        "/data/ania.db (attempt to write a readonly database); the file system is mounted ..."
+    )
+    outcome = RunResult("", "error", "f:5", error=error)
+    row = reply_row("f:5", [], outcome)
+    entry = OutboxEntry(1, row.session, row.kind, row.payload, "pending", 0, 0, 0, None, None)
+    rendered = router.render(entry)
+    assert rendered is not None and rendered.text == say(STORAGE_KEYS["read-only file system"], "zh")

@@ -88,6 +88,8 @@ class Knowledge:
             memories=await memories.count(),
             vector_index=kb.vector_index,
             reembed=parts["reembed"],
+            upkeep_running=any(t.upkeep_running for t in self.store.tables.values()),
+            upkeep_errors=self.store.upkeep_errors(),
         )
 
     def subscribe(self, listener: Callable[[KnowledgeChange], object]) -> Callable[[], None]:

@@ -12,7 +12,14 @@ GLOBAL_SCOPE = GLOBAL  # the scope every session reads (`ania_nb.session_keys`)
 
 
 class KnowledgeError(UsageError):
-    """A knowledge request was refused: blank content, full scope, unknown id, read-only scope."""
+    """A knowledge request was refused: blank content, full scope, unknown id, read-only scope.
+
+    ``cause`` is set when the disk refused the write (see `ania_nb.errors.StoreError.cause`).
+    """
+
+    def __init__(self, message: str, *, cause: str | None = None) -> None:
+        super().__init__(message)
+        self.cause = cause
 
 
 @dataclass(frozen=True)
@@ -121,6 +128,8 @@ class KnowledgeStatus:
     memories: int
     vector_index: str  # "" = flat search
     reembed: list[ReembedProgress] = field(default_factory=list)
+    upkeep_running: bool = False  # compaction or an index build runs in the background
+    upkeep_errors: dict[str, str] = field(default_factory=dict)  # table → why upkeep failed
 
     @property
     def vectors_ready(self) -> bool:

@@ -27,8 +27,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..engine.usage import Tokens, charged_session, charging
-from ..text import flatten
-from .model import KnowledgeChange, ReembedProgress
+from .model import KnowledgeChange, KnowledgeError, ReembedProgress
 
 if TYPE_CHECKING:  # pragma: no cover
     from ..config import Config
@@ -97,8 +96,6 @@ class KnowledgeStore:
             if self._opened:
                 return
             if self._closed:
-                from .model import KnowledgeError
-
                 raise KnowledgeError("the knowledge store was closed")
             tables = await asyncio.to_thread(importlib.import_module, "ania_nb.knowledge.tables")
             uri, folder = self.location()
@@ -112,16 +109,17 @@ class KnowledgeStore:
                 self.tables[MEMORY_TABLE] = await tables.LanceTable.open(
                     db, MEMORY_TABLE, tables.memory_fields(), ann, index
                 )
-            except (OSError, ValueError, RuntimeError) as exc:  # lance's errors of the store
-                from .model import KnowledgeError
-
+            except KnowledgeError:  # a set-up step (an index, the primary key) said why
                 self.tables.clear()
-                raise KnowledgeError(
-                    f"cannot open the knowledge tables at {uri} (kb.uri): {flatten(str(exc), 400)}"
-                ) from exc
+                raise
+            except (OSError, ValueError, RuntimeError) as exc:  # lance's errors of the store
+                self.tables.clear()
+                raise tables.open_failure(uri, exc) from exc
             with charging(None):  # the dimension probe is the store's, not the opener's
                 await self._attach_embedder()
             self._opened = True
+            for table in self.tables.values():  # a build a crash cut off, many unindexed rows
+                table.heal_soon()
 
     def table(self, name: str) -> LanceTable:
         """An opened table."""
@@ -335,6 +333,10 @@ class KnowledgeStore:
                 listener(change)
             except Exception:
                 log.exception("a knowledge listener failed on %s", change)
+
+    def upkeep_errors(self) -> dict[str, str]:
+        """Why the last background upkeep of each table failed, for tables where it did."""
+        return {n: t.upkeep_error for n, t in self.tables.items() if t.upkeep_error}
 
     def status_parts(self) -> dict[str, Any]:
         """Embedder identity, dimension and progress, for `KnowledgeStatus`."""

@@ -23,6 +23,7 @@ import asyncio
 import contextlib
 import logging
 import os
+import re
 from collections import Counter
 from collections.abc import Awaitable, Callable, Iterator, Sequence
 from dataclasses import dataclass
@@ -36,6 +37,7 @@ import lancedb
 import pyarrow as pa
 from lancedb.index import FTS, BTree, HnswSq, IvfFlat, IvfPq, IvfSq
 
+from .._storage_cause import storage_cause, storage_text
 from ..text import flatten
 from .model import KnowledgeError
 from .search import AnnSettings
@@ -47,6 +49,9 @@ TEXT = "search_text"  # what the full-text index sees: title, tags and the chunk
 # n-grams of 1–3 characters: Chinese has no spaces, and single characters carry meaning.
 NGRAM_MIN, NGRAM_MAX = 1, 3
 OPTIMIZE_EVERY = 64  # writes between compactions (each add is a fragment; many slow queries)
+# Rows an index may miss before opening the table folds them in (a process killed before its
+# next upkeep leaves them; searches scan them flat meanwhile).
+STALE_ROWS = 1000
 PRIMARY_KEY = "id"
 SET_UP_ATTEMPTS = 5  # of a one-time change (index, primary key) other processes may race
 _PRIMARY_KEY_MARK = b"lance-schema:unenforced-primary-key:position"  # field metadata Lance sets
@@ -112,6 +117,7 @@ class LanceTable:
         self._writes = 0
         self._maintenance: asyncio.Task[None] | None = None
         self.vector_index = ""
+        self.upkeep_error = ""  # why the last background upkeep failed ("" = it did not)
 
     @classmethod
     async def open(
@@ -132,7 +138,8 @@ class LanceTable:
                 table = await db.open_table(name)
         opened = cls(table, ann_threshold, ann)
         await opened._ensure_primary_key()
-        await opened._ensure_text_index()
+        if not await opened.count():  # a new table: indexing nothing is instant
+            await opened._ensure_text_index()
         opened.vector_index = await opened._vector_index_name()
         return opened
 
@@ -162,8 +169,9 @@ class LanceTable:
             try:
                 await do()
                 return
-            except (OSError, RuntimeError, ValueError):
-                if attempt == SET_UP_ATTEMPTS - 1:
+            except (OSError, RuntimeError, ValueError) as exc:
+                # A full or read-only disk is no race: trying again would fail the same way.
+                if attempt == SET_UP_ATTEMPTS - 1 or storage_cause(exc) is not None:
                     with _writing(self.name, what):
                         raise
                 await self.refresh()
@@ -185,12 +193,13 @@ class LanceTable:
         if label is not None and label.identity == identity and label.dim == dim:
             return False
         async with self.lock:
-            if label is not None:
-                if self.vector_index:
-                    await self.table.drop_index(self.vector_index)
-                    self.vector_index = ""
-                await self.table.drop_columns([VECTOR])
-            await self.table.add_columns(vector_field(identity, dim, complete=False))
+            with _writing(self.name, "replacing the vector column"):
+                if label is not None:
+                    if self.vector_index:
+                        await self.table.drop_index(self.vector_index)
+                        self.vector_index = ""
+                    await self.table.drop_columns([VECTOR])
+                await self.table.add_columns(vector_field(identity, dim, complete=False))
         return True
 
     async def mark_complete(self, complete: bool) -> None:
@@ -200,7 +209,8 @@ class LanceTable:
             return
         meta = {"embedder": label.identity, "dim": str(label.dim)}
         meta["complete"] = "1" if complete else "0"
-        await self.table.update_field_metadata({"path": VECTOR, "metadata": meta})
+        with _writing(self.name, "labelling the vector column"):
+            await self.table.update_field_metadata({"path": VECTOR, "metadata": meta})
 
     async def missing_vectors(self, limit: int) -> list[dict[str, Any]]:
         """Rows without a vector (id and text), at most ``limit``."""
@@ -330,15 +340,81 @@ class LanceTable:
             self._writes = 0
             self._maintenance = asyncio.get_running_loop().create_task(self.maintain())
 
+    def heal_soon(self) -> None:
+        """Check the indices in the background and build or refresh what is missing or stale.
+
+        Called on opening: a process killed during an index build (or before its next upkeep)
+        left the table without its full-text or ANN index, or with many rows outside them.
+        Searches go on meanwhile (flat over what no index covers).
+        """
+        if self._maintenance is None or self._maintenance.done():
+            self._maintenance = asyncio.get_running_loop().create_task(self._heal())
+
+    async def _heal(self) -> None:
+        try:
+            reason = await self.upkeep_needed()
+        except Exception as exc:
+            self._upkeep_failed(exc)
+            return
+        if reason:
+            log.info("knowledge table %s: %s; upkeep runs in the background", self.name, reason)
+            await self.maintain()
+
+    async def upkeep_needed(self) -> str:
+        """Why the table needs upkeep now: a missing or stale index ("" = it does not)."""
+        indices = await self.table.list_indices()
+        if not any(TEXT in i.columns for i in indices) and await self.count():
+            return "no full-text index"
+        if not any(VECTOR in i.columns for i in indices) and await self._wants_vector_index():
+            return f"no ANN index past kb.ann_threshold ({self.ann_threshold} rows)"
+        for index in indices:
+            stats = await self.table.index_stats(index.name)
+            missed = getattr(stats, "num_unindexed_rows", 0) if stats is not None else 0
+            if missed >= STALE_ROWS:
+                return f"{missed} rows outside the index {index.name}"
+        return ""
+
     async def maintain(self) -> None:
-        """Compact fragments, fold new rows into the indices and build the ANN index once big."""
+        """Compact fragments, fold new rows into the indices and build the missing ones.
+
+        A failure (a full disk, say) is logged as a warning and kept in `upkeep_error` (the
+        ``%ania`` status shows it); the next upkeep tries again.
+        """
         try:
             async with self.lock:
-                await self.table.optimize()
+                with _writing(self.name, "compacting"):
+                    await self.table.optimize()
             self.vector_index = await self._vector_index_name()  # another process may have built it
+            if await self.count():
+                await self._ensure_text_index()  # a table opened without it
             await self._ensure_vector_index()
-        except Exception:
-            log.exception("upkeep of the knowledge table %s failed", self.name)
+        except Exception as exc:
+            self._upkeep_failed(exc)
+        else:
+            self.upkeep_error = ""
+
+    def _upkeep_failed(self, exc: Exception) -> None:
+        """Keep and log why upkeep failed; a full disk is said as such (no Rust paths)."""
+        self.upkeep_error = str(exc)
+        if not isinstance(exc, KnowledgeError):  # an index build: not wrapped by `_writing`
+            detail = flatten(_without_sources(str(exc)), 400)
+            cause = storage_cause(exc)
+            self.upkeep_error = (
+                f"{type(exc).__name__}: {detail}"
+                if cause is None
+                else storage_text(cause, f"upkeep of {self.name} failed", detail)
+            )
+        log.warning(
+            "upkeep of the knowledge table %s failed (tried again after more writes or at the "
+            "next open): %s",
+            self.name,
+            self.upkeep_error,
+        )
+
+    @property
+    def upkeep_running(self) -> bool:
+        """Whether background upkeep (compaction, an index build) runs now."""
+        return self._maintenance is not None and not self._maintenance.done()
 
     async def wait_maintenance(self) -> None:
         """Wait for running upkeep (tests and benchmarks)."""
@@ -368,15 +444,18 @@ class LanceTable:
         indices = await self.table.list_indices()
         return next((i.name for i in indices if VECTOR in i.columns), "")
 
-    async def _ensure_vector_index(self) -> None:
-        """Past ``ann_threshold`` vectors, build the ANN index ``ann`` says (flat before)."""
-        if self.vector_index:
-            return
+    async def _wants_vector_index(self) -> bool:
+        """Whether the table is past ``ann_threshold`` vectors, all of the current embedder."""
         label = await self.vector_label()
         if label is None or not label.complete:
+            return False
+        return await self.count(f"{VECTOR} IS NOT NULL") >= self.ann_threshold
+
+    async def _ensure_vector_index(self) -> None:
+        """Past ``ann_threshold`` vectors, build the ANN index ``ann`` says (flat before)."""
+        if self.vector_index or not await self._wants_vector_index():
             return
-        if await self.count(f"{VECTOR} IS NOT NULL") < self.ann_threshold:
-            return
+        log.info("building the ANN index of %s", self.name)
         async with self.lock:
             config = vector_index_config(self.ann)
             await self.table.create_index(VECTOR, config=config, replace=True)
@@ -400,6 +479,11 @@ def _writing(table: str, what: str) -> Iterator[None]:
         yield
     except (OSError, RuntimeError, ValueError) as exc:
         text = str(exc)
+        cause = storage_cause(exc)
+        if cause is not None:
+            detail = flatten(_without_sources(text), 300)
+            failed = f"{what} in the knowledge table {table} failed"
+            raise KnowledgeError(storage_text(cause, failed, detail), cause=cause) from exc
         if "ncompatible transaction" in text or "onflict" in text or "contention" in text:
             raise KnowledgeError(
                 f"{what} in the knowledge table {table} failed: another process (a replica "
@@ -408,8 +492,26 @@ def _writing(table: str, what: str) -> Iterator[None]:
                 f"({flatten(text.split(', /')[0], 300)})"
             ) from exc
         raise KnowledgeError(
-            f"{what} in the knowledge table {table} failed: {flatten(text, 400)}"
+            f"{what} in the knowledge table {table} failed: {flatten(_without_sources(text), 400)}"
         ) from exc
+
+
+_RUST_SOURCE = re.compile(r",?\s*/\S+\.rs:\d+(?::\d+)?")  # where in the wheel's build tree
+
+
+def _without_sources(text: str) -> str:
+    """A Lance error's text without the Rust source locations it names (build-machine paths)."""
+    return _RUST_SOURCE.sub("", text)
+
+
+def open_failure(uri: str, exc: BaseException) -> KnowledgeError:
+    """The `KnowledgeError` of tables that could not be opened at ``uri``."""
+    what = f"cannot open the knowledge tables at {uri} (kb.uri)"
+    detail = flatten(_without_sources(str(exc)), 400)
+    cause = storage_cause(exc)
+    if cause is None:
+        return KnowledgeError(f"{what}: {detail}")
+    return KnowledgeError(storage_text(cause, what, detail), cause=cause)
 
 
 async def connect(

@@ -18,7 +18,7 @@ from IPython.core.error import UsageError
 from IPython.core.magic import Magics, cell_magic, line_magic, magics_class
 from IPython.core.magic_arguments import argument, magic_arguments, parse_argstring
 
-from ..errors import RunError
+from ..errors import RunError, StoreError
 from ..errors import UsageError as AniaUsageError
 from .extension import NotebookState
 from .interpolate import interpolate
@@ -130,11 +130,19 @@ class RunInterrupted(RunError):
 
 
 async def shown_cleanly(work: Awaitable[T]) -> T:
-    """Await ``work``, turning ania-nb's `UsageError` into IPython's (one line, no traceback)."""
+    """Await ``work``, turning ania-nb's `UsageError` into IPython's (one line, no traceback).
+
+    A store failure with a storage cause (a full disk, a read-only mount) is shown the same
+    way: its message says what happened and what to do; a traceback would only hide it.
+    """
     try:
         return await work
     except AniaUsageError as exc:
         # IPython prints only `UsageError` itself (not subclasses) without a traceback.
+        raise UsageError(str(exc)) from None
+    except StoreError as exc:
+        if exc.cause is None:
+            raise
         raise UsageError(str(exc)) from None
 
 

@@ -162,6 +162,21 @@ def tool_tokens(definitions: list[dict[str, Any]]) -> int:
     return len(json.dumps(definitions, ensure_ascii=False).encode("utf-8", "replace")) // 4
 
 
+def knowledge_line(agent: Agent) -> str | None:
+    """What the knowledge store's background upkeep says, when it says anything (no I/O).
+
+    Only an open store is asked (the panel never opens one): a failed compaction or index
+    build (a full disk, say) is shown until an upkeep succeeds; a running one is mentioned.
+    """
+    store = agent.knowledge.store
+    failed = store.upkeep_errors()
+    if failed:
+        return "; ".join(f"upkeep of {name} FAILED: {why}" for name, why in failed.items())
+    if any(t.upkeep_running for t in store.tables.values()):
+        return "index upkeep running in the background (searches answer meanwhile)"
+    return None
+
+
 _NEW_SESSION = "a new conversation, chosen by the first %%agent (no data directory yet)"
 
 
@@ -188,6 +203,9 @@ async def status(state: NotebookState, usage: str = "") -> None:
     warning = getattr(getattr(runtime, "window", None), "fixed_warning", None)
     if warning:
         rows.append(("context", f"WARNING: {warning}"))
+    knowledge = knowledge_line(agent)
+    if knowledge is not None:
+        rows.append(("knowledge", knowledge))
     print("ania-nb status")
     for label, value in rows:
         print(f"  {label:<9} {value}")

@@ -42,6 +42,12 @@ time (``runner.markdown = "plain"``, `ania_nb.runner.markdown`); their images wi
 (`image_url_allowed`) go as images. A text longer than ``runner.message_chars`` is sent as
 several messages, cut at paragraph, line or sentence ends.
 
+A run the server's disk refused (an error naming no space left on device, a read-only file
+system or a missing permission, `ania_nb._storage_cause`) is answered by a short text saying so
+(the catalogue's ``storage.*`` texts), once per chat until a reply goes through again; a
+message that could not even be stored is told the same, straight through the adapter (the
+outbox is in that store).
+
 `start` (also on the first message) registers the deliverer and recovers what a previous
 process left (`Agent.recover`). `close` stops queueing messages (those arriving now are stored
 and answered after the restart; each chat hears the shutdown notice once), suspends the runs
@@ -62,7 +68,8 @@ from collections import OrderedDict
 from collections.abc import Callable, Coroutine
 from typing import TYPE_CHECKING, Any
 
-from ..catalogue import Language, language_for, say
+from .._storage_cause import NO_PERMISSION, NO_SPACE, READ_ONLY, named_cause
+from ..catalogue import LANGUAGES, Language, language_for, say
 from ..engine.callbacks import Callbacks
 from ..engine.loop import UNRUN_CALL
 from ..engine.untrusted import untrusted
@@ -99,6 +106,13 @@ STATUS_KEYS = {
     "error": "status.error",
     "interrupted": "status.suspended",  # suspended waiting for an approval (shutdown)
 }
+# A run or a message the server's disk refused: said once per chat per incident (see `_told`).
+STORAGE_KEYS = {
+    NO_SPACE: "storage.no_space",
+    READ_ONLY: "storage.read_only",
+    NO_PERMISSION: "storage.no_permission",
+}
+STORAGE_TEXTS = frozenset(say(key, lang) for key in STORAGE_KEYS.values() for lang in LANGUAGES)
 SHOW_WORDS = frozenset({"show", "查看"})  # "show <id>": an approval request's whole text
 MAX_LINKS = 10_000  # chats remembered at once; idle ones beyond are forgotten first
 STOP_WAIT = 10.0  # after the grace period: how long stopped replies get to report
@@ -121,6 +135,8 @@ class Router:
         self._starting: asyncio.Future[None] | None = None
         self.deliverer: Deliverer | None = None
         self._pruner: asyncio.Task[None] | None = None
+        # Chats told of the current storage incident; any other reply sent ends the incident.
+        self._told: set[ChatRef] = set()
         self._previous = agent.outbox.callbacks_for
         agent.outbox.callbacks_for = self.callbacks_for
 
@@ -258,8 +274,28 @@ class Router:
                 message.chat,
                 exc,
             )
+            await self._tell_storage_failure(message, exc)
         except Exception:  # one bad message must not stop the adapter's event loop
             log.exception("could not route message %s in %s", message.message_id, message.chat)
+
+    async def _tell_storage_failure(self, message: Incoming, exc: StoreError) -> None:
+        """Tell the chat its message could not be stored because of the disk, once an incident.
+
+        Sent straight through the adapter: the outbox is in the store that refused the write.
+        """
+        cause = exc.cause or named_cause(str(exc))
+        chat = message.chat
+        if cause is None or chat in self._told:
+            return
+        if chat.kind == "group" and not self._addressed(message):
+            return
+        self._told.add(chat)
+        mentions = mentions_in(chat, [message.sender_id], self.adapter.self_id)
+        try:
+            text = say(STORAGE_KEYS[cause], self.language(chat))
+            await self.adapter.send(Outgoing(chat, text, mentions=mentions))
+        except AdapterError as exc:
+            log.warning("could not tell %s that the store refused its message: %s", chat, exc)
 
     def _inbound(self, message: Incoming, text: str, kind: Any) -> Inbound:
         return Inbound(
@@ -486,6 +522,8 @@ class Router:
                 text, mentions = say(key, language), ()
             elif status == "error" and str(meta.get("error") or "").startswith(UNRUN_CALL):
                 text = say("status.unrun_call", language)  # the call's JSON means nothing here
+            elif status == "error" and (cause := named_cause(str(meta.get("error") or ""))):
+                text = say(STORAGE_KEYS[cause], language)  # a full disk, not "an error"
             else:
                 text, images = self._model_text(text)
                 if status != "success":
@@ -553,6 +591,12 @@ class Router:
         message = self.render(entry)
         if message is None:
             return "sent", "nothing to send"
+        if message.text in STORAGE_TEXTS:
+            if message.chat in self._told:
+                return "sent", "the chat was told of this storage incident already"
+            self._told.add(message.chat)
+        elif entry.kind == "reply":
+            self._told.clear()  # the store took a whole run again: the incident is over
         parts = _parts(message, self.settings.message_chars)
         for number, part in enumerate(parts):
             try:

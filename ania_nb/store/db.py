@@ -24,7 +24,7 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Sequence
-from contextlib import asynccontextmanager
+from contextlib import asynccontextmanager, suppress
 from dataclasses import dataclass
 from os import PathLike
 from pathlib import Path
@@ -199,14 +199,24 @@ async def transaction(conn: Conn) -> AsyncIterator[Conn]:
     try:
         yield conn
     except BaseException:
-        await conn.execute("ROLLBACK")
+        await _roll_back(conn)
         raise
     try:
         await conn.execute("COMMIT")
     except Exception:
         # E.g. a deferred statement sent with the COMMIT failed: nothing of the block stays.
-        await conn.execute("ROLLBACK")
+        await _roll_back(conn)
         raise
+
+
+async def _roll_back(conn: Conn) -> None:
+    """Roll back after a failure; one the driver already rolled back is not hidden by this.
+
+    SQLite ends the transaction itself on some errors (SQLITE_FULL, an I/O error): its
+    "cannot rollback - no transaction is active" would replace the error that says why.
+    """
+    with suppress(*conn.errors):
+        await conn.execute("ROLLBACK")
 
 
 _UNSTORABLE = re.compile("[\x00\ud800-\udfff]")

@@ -14,6 +14,7 @@ from collections.abc import Awaitable, Callable, Iterable
 from functools import lru_cache
 from typing import TYPE_CHECKING, Any, Concatenate, ParamSpec, TypeVar
 
+from ania_nb._storage_cause import storage_cause, storage_text
 from ania_nb.addresses import mask_url
 from ania_nb.errors import StoreError
 
@@ -277,9 +278,12 @@ class PostgresDatabase:
                 await conn.flush()  # what the operation deferred after its last statement
                 return result
         except psycopg.Error as exc:
-            raise StoreError(
-                f"store operation {_op_name(fn)!r} failed on {self.location}: {_first_line(exc)}"
-            ) from exc
+            what = f"store operation {_op_name(fn)!r} failed on {self.location}"
+            cause = storage_cause(exc)  # the server's disk (SQLSTATE 53100 says it in words)
+            if cause is not None:
+                text = storage_text(cause, f"{what} (the database server's disk)", _first_line(exc))
+                raise StoreError(text, cause=cause) from exc
+            raise StoreError(f"{what}: {_first_line(exc)}") from exc
 
     def advisory_locks(
         self, *, application_name: str = "ania-nb", idle_timeout: float = DEFAULT_IDLE_TIMEOUT

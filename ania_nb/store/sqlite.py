@@ -17,6 +17,7 @@ from os import PathLike
 from pathlib import Path
 from typing import Any, Concatenate, ParamSpec, TypeVar
 
+from ania_nb._storage_cause import storage_cause, storage_text
 from ania_nb.errors import StoreError
 
 from .db import SQLITE, Params, transaction
@@ -30,6 +31,7 @@ T = TypeVar("T")
 
 # Several processes may open one directory at once; a writer waits this long for the lock.
 BUSY_TIMEOUT_S = 30.0
+_NOT_A_DATABASE = frozenset({11, 26})  # SQLITE_CORRUPT, SQLITE_NOTADB: the file is not ours
 
 
 class SqliteConn:
@@ -163,8 +165,8 @@ class SqliteDatabase:
         try:
             return _drive(fn(self._conn, *args, **kwargs), fn)
         except sqlite3.Error as exc:
-            raise StoreError(
-                f"store operation {_op_name(fn)!r} failed on {self._path}: {exc}"
+            raise _failure(
+                exc, self._path, f"store operation {_op_name(fn)!r} failed on {self._path}"
             ) from exc
 
     async def close(self) -> None:
@@ -180,7 +182,7 @@ class SqliteDatabase:
         try:
             await loop.run_in_executor(self._executor, self._conn.raw.close)
         except sqlite3.Error as exc:
-            raise StoreError(f"closing the store at {self._path} failed: {exc}") from exc
+            raise _failure(exc, self._path, f"closing the store at {self._path} failed") from exc
         finally:
             await asyncio.to_thread(self._executor.shutdown, wait=True)
 
@@ -215,14 +217,15 @@ def _connect(path: Path) -> tuple[Path, sqlite3.Connection]:
         path = path.expanduser().absolute()
         path.parent.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
-        raise StoreError(f"cannot create the directory for the store at {path}: {exc}") from exc
+        what = f"cannot create the directory for the store at {path}"
+        raise _failure(exc, path, what) from exc
     try:
         # Autocommit mode: transactions are explicit (see ``transaction``), never implicit.
         # ``timeout`` installs the busy handler before the first statement: another process
         # may be creating or migrating the same file right now.
         conn = sqlite3.connect(path, isolation_level=None, timeout=BUSY_TIMEOUT_S)
     except sqlite3.Error as exc:
-        raise StoreError(f"cannot open the store at {path}: {exc}") from exc
+        raise _failure(exc, path, f"cannot open the store at {path}") from exc
     try:
         conn.execute(f"PRAGMA busy_timeout={int(BUSY_TIMEOUT_S * 1000)}")
         _check_is_database(conn, path)
@@ -246,7 +249,8 @@ def _set_wal(conn: sqlite3.Connection, path: Path) -> None:
             mode = conn.execute("PRAGMA journal_mode=WAL").fetchone()[0]
         except sqlite3.OperationalError as exc:
             if "locked" not in str(exc) or time.monotonic() > deadline:
-                raise StoreError(f"cannot switch the store at {path} to WAL mode: {exc}") from exc
+                what = f"cannot switch the store at {path} to WAL mode"
+                raise _failure(exc, path, what) from exc
             time.sleep(0.01)
             continue
         if str(mode).lower() != "wal":
@@ -272,9 +276,15 @@ def _check_is_database(conn: sqlite3.Connection, path: Path) -> None:
             rows = conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")
             tables = {row[0] for row in rows}
         finally:
-            conn.execute("COMMIT")
+            if conn.in_transaction:  # a failed read ended it: COMMIT would hide the failure
+                conn.execute("COMMIT")
     except sqlite3.DatabaseError as exc:
-        raise StoreError(f"{not_ours} (SQLite says: {exc})") from exc
+        code = getattr(exc, "sqlite_errorcode", None)
+        if code is None or code & 0xFF in _NOT_A_DATABASE:
+            raise StoreError(f"{not_ours} (SQLite says: {exc})") from exc
+        # Anything else (a full disk refusing the WAL index, an I/O error) says nothing about
+        # the file's content: it must not be called foreign.
+        raise _failure(exc, path, f"cannot read the store at {path}") from exc
     if version == 0 and {t for t in tables if not t.startswith("sqlite_")} - OWN_TABLES:
         raise StoreError(f"{not_ours} (it is an SQLite file holding other tables)")
     if version > len(MIGRATIONS):
@@ -313,6 +323,13 @@ def _migrate(conn: sqlite3.Connection, path: Path) -> None:
     try:
         _drive(migrate(SqliteConn(conn)), migrate)
     except sqlite3.Error as exc:
-        raise StoreError(
-            f"migrating the store at {path} to schema version {number or '?'} failed: {exc}"
-        ) from exc
+        what = f"migrating the store at {path} to schema version {number or '?'} failed"
+        raise _failure(exc, path, what) from exc
+
+
+def _failure(exc: BaseException, path: Path, what: str) -> StoreError:
+    """The `StoreError` of a failed SQLite call: its storage cause first when it has one."""
+    cause = storage_cause(exc, path)
+    if cause is None:
+        return StoreError(f"{what}: {exc}")
+    return StoreError(storage_text(cause, what, str(exc)), cause=cause)

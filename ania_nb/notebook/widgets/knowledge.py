@@ -460,6 +460,10 @@ def status_text(status: KnowledgeStatus) -> str:
             parts.append(f"re-embedding {job.table} {job.done}/{job.total}: full-text meanwhile")
         elif job.error:
             parts.append(f"re-embedding {job.table} failed: {job.error}")
+    for table, why in status.upkeep_errors.items():
+        parts.append(f"upkeep of {table} failed: {why}")
+    if status.upkeep_running and not status.upkeep_errors:
+        parts.append("index upkeep running: searches answer meanwhile")
     return " · ".join(parts)
 
 
