@@ -997,4 +997,5 @@ async def test_a_reply_whose_run_the_disk_refused_renders_as_the_storage_text(ag
     row = reply_row("f:5", [], outcome)
     entry = OutboxEntry(1, row.session, row.kind, row.payload, "pending", 0, 0, 0, None, None)
     rendered = router.render(entry)
-    assert rendered is not None and rendered.text == say(STORAGE_KEYS["read-only file system"], "zh")
+    read_only = say(STORAGE_KEYS["read-only file system"], "zh")
+    assert rendered is not None and rendered.text == read_only
