@@ -3,6 +3,7 @@ the PostgreSQL test cluster."""
 
 from __future__ import annotations
 
+import asyncio
 import ipaddress
 import os
 import socket
@@ -93,7 +94,31 @@ async def make_agent(llm: Any, tmp_path: Path) -> AsyncIterator[Callable[..., An
 
     yield factory
     for agent in agents:
-        await agent.aclose()
+        await closed(agent)
+
+
+CLOSE_LIMIT = 120.0  # seconds an Agent may take to close before the test fails with the stacks
+
+
+async def closed(agent: Any) -> None:
+    """``agent.aclose()``, or a failure naming what still waits after `CLOSE_LIMIT` seconds.
+
+    A close that never returns would hang the whole run (seen twice under heavy load, not
+    reproduced): this turns it into one failing test with every pending task's stack.
+    """
+    import io
+
+    closing = asyncio.ensure_future(agent.aclose())
+    done, _ = await asyncio.wait([closing], timeout=CLOSE_LIMIT)
+    if done:
+        closing.result()
+        return
+    stacks = io.StringIO()
+    for task in asyncio.all_tasks():
+        if task is not asyncio.current_task():
+            task.print_stack(file=stacks)
+    closing.cancel()
+    raise AssertionError(f"Agent.aclose() took over {CLOSE_LIMIT:g} s; tasks:\n{stacks.getvalue()}")
 
 
 @pytest.fixture
@@ -101,7 +126,7 @@ async def agent(make_agent: Callable[..., Any]) -> AsyncIterator[Any]:
     """A default agent against the scripted server."""
     agent = make_agent()
     yield agent
-    await agent.aclose()
+    await closed(agent)
 
 
 # ------------------------------------------------------------------ governance helpers
