@@ -154,6 +154,8 @@ OUTSIDE_THE_TREE = {
     "ania_nb.engine._llm_wire.Malformed": "private module; LLMClient reports it as an LLMError",
     "ania_nb.engine._llm_wire.ProviderError": "private module; LLMClient reports it as an LLMError",
     "ania_nb.tools.schema._Unsupported": "private; tool_schema raises a ToolDefinitionError",
+    "ania_nb.testing.onebot.ActionError": "the OneBot test implementation's own failed action",
+    "ania_nb.testing.onebot.HandshakeRejected": "the test implementation's refused handshake",
     "ania_nb.governance.hook_output._UnreadableOutput": "private; reported as a hook error",
     "ania_nb.store.journal._QuickCloseFailed": "private; the step is redone the careful way",
 }
