@@ -95,7 +95,7 @@ def test_ania_management_commands(llm, folder):
     history = output_text(outputs[5])
     assert "user:" in history and "assistant: hello" in history
     tools = output_text(outputs[6])
-    assert "notebook_vars" in tools and "python" in tools and "total" in tools
+    assert "notebook_vars" in tools and "python" in tools and "tools sent to the model" in tools
     config = output_text(outputs[7])
     assert "llm.api_key = '***'" in config or "llm.api_key = '" in config
     assert "sk-scripted" not in config

@@ -97,7 +97,7 @@ def test_ania_clock_sub_commands_answer_like_slash_clock(llm, tmp_path):
     assert out[3].startswith("updated ID=1, state=disabled")
     assert "tasks of nb:default · 1 task(s) shown" in out[4]  # the panel, this session only
     assert "#1 water — @daily (once) · disabled · nb:default" in out[4]
-    assert "/clock add [--once] <cron> | <title> | <content>" in out[5]
+    assert "%ania clock add [--once] <cron> | <title> | <content>" in out[5]  # notebook syntax
     assert out[6].startswith("Not created: schedule '@every 1q'")
     assert 'Don\'t forget: "water" the plants.' in out[7]  # the content as typed
     assert "clock [list|log|…]" in str(nb.cells[8].outputs)  # bare %ania: the usage
